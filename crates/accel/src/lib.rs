@@ -1,0 +1,1 @@
+//! nfx-accel (see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nfx-chaining (see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nfx-control (see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nfx-dataplane (see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nfx-io (see DESIGN.md).

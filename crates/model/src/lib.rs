@@ -1,0 +1,1 @@
+//! nfx-model (see DESIGN.md).

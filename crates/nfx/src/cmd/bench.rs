@@ -1,0 +1,32 @@
+//! `nfx bench ...`: dispatch to one benchmark module per subject.
+
+use super::{bench_accel, bench_chaining, bench_dataplane, bench_placement};
+
+/// Arguments of `nfx bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Kernel forwarding, nftables, nfx forward-only, nfx chain (vector and scalar).
+    Dataplane(bench_dataplane::Args),
+    /// Crypto engines against `openssl speed -evp`, written as a calibration file.
+    Accel(bench_accel::Args),
+    /// Exact, online and FFD placement on the public bin-packing sets.
+    Placement(bench_placement::Args),
+    /// SLA-aware chaining DP against a function-only strawman.
+    Chaining(bench_chaining::Args),
+}
+
+/// Runs the chosen benchmark.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.what {
+        What::Dataplane(a) => bench_dataplane::run(a),
+        What::Accel(a) => bench_accel::run(a),
+        What::Placement(a) => bench_placement::run(a),
+        What::Chaining(a) => bench_chaining::run(a),
+    }
+}

@@ -1,0 +1,53 @@
+//! `nfx`: the one binary of the nfx NFV platform.
+//!
+//! Every subcommand lives in its own module under `cmd/`, which owns its arguments.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// nfx — a hybrid hardware/software NFV platform.
+#[derive(Parser)]
+#[command(name = "nfx", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the testbed, run the firewall → NAT → elephant → DPI chain on real traffic, report, tear down.
+    Demo(cmd::demo::Args),
+    /// Create, remove or inspect the namespace testbed (src — edge — cloud — dst).
+    Testbed(cmd::testbed::Args),
+    /// Run a chain of VNFs between two interfaces (inside a namespace).
+    Run(cmd::run::Args),
+    /// Read the counters of a running dataplane.
+    Stats(cmd::stats::Args),
+    /// Benchmarks that print ratios against baselines measured in the same run.
+    Bench(cmd::bench::Args),
+    /// Crypto accelerator device process and tools.
+    Accel(cmd::accel::Args),
+    /// Solve an offline placement instance (JSON) and print the result.
+    Place(cmd::place::Args),
+    /// Answer a chaining workload (JSON): one SLA-aware chain per SLA.
+    Chain(cmd::chain::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Demo(a) => cmd::demo::run(a),
+        Cmd::Testbed(a) => cmd::testbed::run(a),
+        Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Stats(a) => cmd::stats::run(a),
+        Cmd::Bench(a) => cmd::bench::run(a),
+        Cmd::Accel(a) => cmd::accel::run(a),
+        Cmd::Place(a) => cmd::place::run(a),
+        Cmd::Chain(a) => cmd::chain::run(a),
+    };
+    if let Err(e) = res {
+        eprintln!("nfx: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,101 @@
+//! Vectors (batches) of packets, the unit of work of every graph node.
+
+use crate::{DropReason, Meta, PacketBuf};
+
+/// Largest vector the dataplane moves at once (as in fd.io VPP).
+pub const MAX_VECTOR: usize = 256;
+
+/// Which way a packet travels through a chain: `Forward` from the inside port
+/// (towards the outside), `Reverse` for replies coming back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Inside → outside (e.g. `src` → `dst`).
+    Forward,
+    /// Outside → inside (replies).
+    Reverse,
+}
+
+/// A packet in flight: its buffer, its parsed headers, its direction and, once a node
+/// decides so, the reason it is dropped. Nodes skip packets that already have a drop.
+#[derive(Debug, Clone)]
+pub struct Packet {
+    /// Frame storage and offload header.
+    pub buf: PacketBuf,
+    /// Parsed header offsets and flow key; refreshed by nodes that rewrite headers.
+    pub meta: Meta,
+    /// Travel direction through the chain.
+    pub dir: Direction,
+    /// Set by the node that drops the packet; the runtime counts it against that node.
+    pub drop: Option<DropReason>,
+}
+
+impl Packet {
+    /// Wraps a buffer as a not-yet-parsed packet travelling in `dir`.
+    pub fn new(buf: PacketBuf, dir: Direction) -> Self {
+        Self { buf, meta: Meta::default(), dir, drop: None }
+    }
+
+    /// True while no node has dropped the packet.
+    pub fn alive(&self) -> bool {
+        self.drop.is_none()
+    }
+}
+
+/// A reusable batch of up to [`MAX_VECTOR`] packets. Buffers are preallocated once;
+/// `len` says how many slots hold packets of the current batch.
+#[derive(Debug)]
+pub struct PacketVector {
+    slots: Vec<Packet>,
+    len: usize,
+}
+
+impl PacketVector {
+    /// Preallocates `size` slots (≤ [`MAX_VECTOR`]) of `buf_cap` bytes each.
+    pub fn new(size: usize, buf_cap: usize) -> Self {
+        let size = size.clamp(1, MAX_VECTOR);
+        let slots = (0..size)
+            .map(|_| Packet::new(PacketBuf::with_capacity(buf_cap), Direction::Forward))
+            .collect();
+        Self { slots, len: 0 }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Packets of the current batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sets how many slots the last receive filled and resets their per-batch state.
+    pub fn set_len(&mut self, len: usize, dir: Direction) {
+        self.len = len.min(self.slots.len());
+        for p in &mut self.slots[..self.len] {
+            p.dir = dir;
+            p.drop = None;
+        }
+    }
+
+    /// The packets of the current batch.
+    pub fn packets(&self) -> &[Packet] {
+        &self.slots[..self.len]
+    }
+
+    /// The packets of the current batch, writable.
+    pub fn packets_mut(&mut self) -> &mut [Packet] {
+        &mut self.slots[..self.len]
+    }
+
+    /// All slots, for a receive call to fill before [`Self::set_len`].
+    pub fn slots_mut(&mut self) -> &mut [Packet] {
+        &mut self.slots
+    }
+}

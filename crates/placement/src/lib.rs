@@ -1,0 +1,1 @@
+//! nfx-placement (see DESIGN.md).

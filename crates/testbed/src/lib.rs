@@ -1,0 +1,1 @@
+//! nfx-testbed (see DESIGN.md).
