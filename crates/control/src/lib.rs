@@ -1,1 +1,14 @@
-//! nfx-control (see DESIGN.md).
+//! nfx-control: the management plane of nfx (HYPER §III): the unified VNFM interface and
+//! its simulated, local and remote implementations, the mediator's decision tree, the
+//! forwarding enforcer, the controller with its SQLite state, operation journal and REST
+//! API, and the host agent that serves the VNFM calls over REST.
+
+pub mod agent;
+pub mod api;
+pub mod controller;
+pub mod enforcer;
+pub mod mediator;
+pub mod ops;
+pub mod store;
+pub mod topology;
+pub mod vnfm;

@@ -1,1 +1,27 @@
-//! nfx-dataplane (see DESIGN.md).
+//! The nfx vector dataplane: a worker thread owns two ports and a graph of nodes
+//! (`parse` → VNF chain → `output`), moves packets in vectors of up to 256, counts every
+//! packet, byte, drop and cycle per node, and answers control requests (stats,
+//! reconfiguration, flow-state export/import) between two vectors.
+
+pub mod builtin;
+pub mod chain;
+pub mod config;
+pub mod control;
+pub mod graph;
+pub mod runtime;
+pub mod stats;
+pub mod worker;
+
+#[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
+mod runtime_tests;
+#[cfg(test)]
+mod testkit;
+
+pub use chain::{build_chain, vnf_builder};
+pub use config::{ConfigError, RunConfig};
+pub use control::{fetch_stats, request, ControlServer};
+pub use graph::Graph;
+pub use runtime::{ChainBuilder, Controller, Dataplane, PortOpener};
+pub use stats::Stats;

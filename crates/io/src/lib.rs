@@ -1,1 +1,16 @@
-//! nfx-io (see DESIGN.md).
+//! Packet ports for the nfx dataplane and the ways a worker waits on them.
+//!
+//! [`AfPacketPort`] moves raw frames (with their virtio-net offload header, so GSO
+//! super-packets stay whole) in batches on a veth end; [`PollMode`] says whether a worker
+//! spins, blocks, or adapts; [`cpu`] reads the kernel's per-thread CPU accounting.
+
+pub mod afpacket;
+pub mod cpu;
+pub mod netns;
+pub mod poll;
+pub mod port;
+pub mod sys;
+
+pub use afpacket::{AfPacketOptions, AfPacketPort};
+pub use poll::{Notifier, PollMode, Waiter, ADAPTIVE_SPIN};
+pub use port::{Port, PortCounters};

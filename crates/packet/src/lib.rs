@@ -8,6 +8,7 @@ pub mod checksum;
 pub mod drop;
 pub mod flow;
 pub mod parse;
+pub mod rewrite;
 pub mod vector;
 
 pub use buf::{PacketBuf, VnetHdr};

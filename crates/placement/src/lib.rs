@@ -1,1 +1,26 @@
-//! nfx-placement (see DESIGN.md).
+//! nfx-placement: HYPER's performance-aware VNF placement (§V), made exact and fast.
+//! Offline: minimum-cost placement under constraints (2)–(6), proven optimal or with a
+//! reported gap (column generation + diving). Baseline: HYPER's enhanced FFD. Online:
+//! HYPER's best-fit fitness. Also readers for the classical bin-packing benchmark sets
+//! and a generator of HYPER-style instances.
+
+pub mod bench;
+pub mod bounds;
+pub mod bpp;
+pub mod colgen;
+pub mod error;
+pub mod exact;
+pub mod ffd;
+pub mod generator;
+pub mod greedy;
+pub mod instance;
+pub mod online;
+pub mod pricing;
+pub mod problem;
+pub mod simplex;
+pub mod solve;
+pub mod validate;
+
+pub use error::{PlacementError, Result};
+pub use instance::{Device, DeviceKind, Instance, VnfInstance};
+pub use solve::{place, Algorithm, Placement};

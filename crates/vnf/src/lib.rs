@@ -1,8 +1,17 @@
 //! Network functions as dataplane graph nodes: stateful firewall, NAT, DPI,
 //! elephant-flow detection. Each is configured from YAML and processes vectors.
 
+pub mod dpi;
+pub mod elephant;
 pub mod event;
+pub mod firewall;
+pub mod nat;
 pub mod node;
+pub mod spec;
+pub mod table;
+#[cfg(test)]
+mod testutil;
 
 pub use event::{Event, EventSink};
-pub use node::{Node, NodeCtx};
+pub use node::{Node, NodeCtx, StateError};
+pub use spec::{build, ConfigError, NodeSpec};

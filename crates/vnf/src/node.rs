@@ -11,6 +11,29 @@ pub struct NodeCtx<'a> {
     pub events: &'a mut EventSink,
 }
 
+/// Why a flow-state blob could not be imported. On any of these errors the node's
+/// state is exactly what it was before the call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The node keeps no flow state, so it cannot take any.
+    #[error("node `{0}` has no flow state to import")]
+    Unsupported(String),
+    /// The blob was written by another kind of node.
+    #[error("state blob is of node kind {found}, expected kind {expected}")]
+    WrongKind {
+        /// Kind this node reads.
+        expected: u8,
+        /// Kind found in the blob.
+        found: u8,
+    },
+    /// Header or record contents are invalid.
+    #[error("malformed state blob: {0}")]
+    Malformed(String),
+    /// The table could not take every record; nothing was imported.
+    #[error("state does not fit: table full after {0} of the records")]
+    TableFull(usize),
+}
+
 /// A function step of the dataplane graph. `process` sees the packets of one vector,
 /// already parsed (`Packet::meta` valid); it skips packets whose `drop` is set and
 /// marks the ones it drops with a reason. A node that rewrites headers keeps
@@ -28,5 +51,21 @@ pub trait Node: Send {
     /// Node-specific gauges (table occupancy, memory, ...) for `nfx stats`.
     fn stats(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// Appends the node's flow state to `out` (live migration) in a compact binary
+    /// format and returns how many flows it wrote. Stateless nodes write nothing.
+    fn export_state(&self, _out: &mut Vec<u8>) -> usize {
+        0
+    }
+
+    /// Loads flow state written by [`Node::export_state`] of the same kind of node
+    /// and returns how many flows it added. All or nothing: on error nothing changes.
+    fn import_state(&mut self, data: &[u8]) -> Result<usize, StateError> {
+        if data.is_empty() {
+            Ok(0)
+        } else {
+            Err(StateError::Unsupported(self.name().to_string()))
+        }
     }
 }

@@ -1,0 +1,248 @@
+//! What the in-process engines (soft, cpu) and the lookaside device share: per-family
+//! composition (CTR then HMAC, digest), argument checks, and a synchronous engine that
+//! runs each operation at submit time and queues its completion.
+
+use std::collections::VecDeque;
+
+use crate::op::{split, Parts};
+use crate::{
+    AccelError, AlgFamily, Buf, Completion, Direction, Engine, EngineKind, EngineStats, Iv,
+    Layout, Op, SessionId, SessionSpec, Status,
+};
+
+/// The primitives an implementation provides; composition lives in `execute`.
+pub(crate) trait Backend: Send + 'static {
+    /// Expanded keys of one session.
+    type Session: Send;
+    /// Engine kind reported by the synchronous engine built on this backend.
+    const KIND: EngineKind;
+    /// Expands the keys of a validated spec.
+    fn new_session(spec: &SessionSpec) -> Result<Self::Session, AccelError>;
+    /// AEAD encrypt in place and write the 16-byte tag.
+    fn aead_seal(s: &mut Self::Session, iv: &[u8], aad: &[u8], data: &mut [u8], tag: &mut [u8]);
+    /// AEAD verify then decrypt in place; false on tag mismatch.
+    fn aead_open(s: &mut Self::Session, iv: &[u8], aad: &[u8], data: &mut [u8], tag: &[u8])
+        -> bool;
+    /// XOR the counter-mode keystream starting at counter block `iv` into `data`.
+    fn ctr_xor(s: &mut Self::Session, iv: &[u8], data: &mut [u8]);
+    /// HMAC-SHA-256 (CTR+HMAC) or SHA-256 (digest) over `aad ‖ data`.
+    fn mac(s: &mut Self::Session, aad: &[u8], data: &[u8], out: &mut [u8; 32]);
+}
+
+/// Constant-time equality of two byte strings of the same length.
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Session metadata every backend needs besides its keys.
+#[derive(Clone, Copy)]
+pub(crate) struct Meta {
+    family: AlgFamily,
+    iv_len: usize,
+    dir: Direction,
+    tag_len: usize,
+}
+
+impl Meta {
+    pub(crate) fn of(spec: &SessionSpec) -> Meta {
+        Meta {
+            family: spec.alg.family(),
+            iv_len: spec.alg.iv_len(),
+            dir: spec.dir,
+            tag_len: spec.tag_len,
+        }
+    }
+}
+
+/// Runs one operation on `buf` with a backend session.
+pub(crate) fn execute<B: Backend>(
+    meta: &Meta,
+    s: &mut B::Session,
+    iv: &Iv,
+    layout: &Layout,
+    buf: &mut [u8],
+) -> Status {
+    if iv.declared_len() != meta.iv_len {
+        return Status::BadArgument;
+    }
+    let Some(Parts { aad, data, tag }) = split(buf, layout, meta.tag_len) else {
+        return Status::BadArgument;
+    };
+    let iv = iv.as_slice();
+    let ok = match (meta.family, meta.dir) {
+        (AlgFamily::Aead, Direction::Encrypt) => {
+            B::aead_seal(s, iv, aad, data, tag);
+            true
+        }
+        (AlgFamily::Aead, Direction::Decrypt) => B::aead_open(s, iv, aad, data, tag),
+        (AlgFamily::CtrHmac, Direction::Encrypt) => {
+            B::ctr_xor(s, iv, data);
+            let mut full = [0u8; 32];
+            B::mac(s, aad, data, &mut full);
+            tag.copy_from_slice(&full[..meta.tag_len]);
+            true
+        }
+        (AlgFamily::CtrHmac, Direction::Decrypt) => {
+            let mut full = [0u8; 32];
+            B::mac(s, aad, data, &mut full);
+            let ok = ct_eq(&full[..meta.tag_len], tag);
+            if ok {
+                B::ctr_xor(s, iv, data);
+            }
+            ok
+        }
+        (AlgFamily::Digest, Direction::Encrypt) => {
+            let mut full = [0u8; 32];
+            B::mac(s, aad, data, &mut full);
+            tag.copy_from_slice(&full[..meta.tag_len]);
+            true
+        }
+        (AlgFamily::Digest, Direction::Decrypt) => {
+            let mut full = [0u8; 32];
+            B::mac(s, aad, data, &mut full);
+            return if ct_eq(&full[..meta.tag_len], tag) {
+                Status::Ok
+            } else {
+                Status::AuthFailed
+            };
+        }
+    };
+    if ok {
+        Status::Ok
+    } else {
+        data.fill(0);
+        Status::AuthFailed
+    }
+}
+
+/// A table of sessions indexed by `SessionId`.
+pub(crate) struct Sessions<B: Backend> {
+    slots: Vec<Option<(Meta, B::Session)>>,
+}
+
+impl<B: Backend> Sessions<B> {
+    pub(crate) fn new() -> Self {
+        Sessions { slots: Vec::new() }
+    }
+
+    /// Validates the spec, expands keys, returns the new id (reusing freed ids).
+    pub(crate) fn create(&mut self, spec: &SessionSpec) -> Result<SessionId, AccelError> {
+        spec.validate()?;
+        let entry = Some((Meta::of(spec), B::new_session(spec)?));
+        if let Some(i) = self.slots.iter().position(Option::is_none) {
+            self.slots[i] = entry;
+            return Ok(SessionId(i as u32));
+        }
+        self.slots.push(entry);
+        Ok(SessionId(self.slots.len() as u32 - 1))
+    }
+
+    /// Drops a session (the backend's key types zeroize themselves).
+    pub(crate) fn destroy(&mut self, id: SessionId) -> Result<(), AccelError> {
+        match self.slots.get_mut(id.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(AccelError::NoSession(id.0)),
+        }
+    }
+
+    /// Runs one operation on raw buffer bytes.
+    pub(crate) fn run(&mut self, id: SessionId, iv: &Iv, layout: &Layout, buf: &mut [u8]) -> Status {
+        match self.slots.get_mut(id.0 as usize) {
+            Some(Some((meta, s))) => execute::<B>(meta, s, iv, layout, buf),
+            _ => Status::NoSession,
+        }
+    }
+}
+
+/// Most operations a synchronous engine holds before `poll` must be called.
+pub const SYNC_QUEUE_DEPTH: usize = 1024;
+
+/// An engine that does the work inside `submit` and hands completions out in order.
+pub(crate) struct SyncEngine<B: Backend> {
+    sessions: Sessions<B>,
+    done: VecDeque<Completion>,
+    stats: EngineStats,
+}
+
+impl<B: Backend> SyncEngine<B> {
+    pub(crate) fn new() -> Self {
+        SyncEngine {
+            sessions: Sessions::new(),
+            done: VecDeque::with_capacity(SYNC_QUEUE_DEPTH),
+            stats: EngineStats::default(),
+        }
+    }
+}
+
+/// Adds one completion's outcome to the counters.
+pub(crate) fn count(stats: &mut EngineStats, status: Status, data_len: u32) {
+    stats.ops += 1;
+    match status {
+        Status::Ok => stats.bytes += data_len as u64,
+        Status::AuthFailed => stats.auth_failures += 1,
+        _ => stats.rejected += 1,
+    }
+}
+
+impl<B: Backend> Engine for SyncEngine<B> {
+    fn kind(&self) -> EngineKind {
+        B::KIND
+    }
+
+    fn create_session(&mut self, spec: SessionSpec) -> Result<SessionId, AccelError> {
+        self.sessions.create(&spec)
+    }
+
+    fn destroy_session(&mut self, id: SessionId) -> Result<(), AccelError> {
+        self.sessions.destroy(id)
+    }
+
+    fn alloc_buf(&mut self, capacity: usize) -> Result<Buf, AccelError> {
+        Ok(Buf::heap(capacity))
+    }
+
+    fn submit(&mut self, ops: &mut Vec<Op>) -> Result<usize, AccelError> {
+        let n = ops.len().min(SYNC_QUEUE_DEPTH - self.done.len());
+        for mut op in ops.drain(..n) {
+            let status = self
+                .sessions
+                .run(op.session, &op.iv, &op.layout, op.buf.as_mut_slice());
+            count(&mut self.stats, status, op.layout.data_len);
+            self.done.push_back(Completion { op, status });
+        }
+        Ok(n)
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let n = max.min(self.done.len());
+        out.extend(self.done.drain(..n));
+        n
+    }
+
+    fn in_flight(&self) -> usize {
+        self.done.len()
+    }
+
+    fn stats(&self) -> EngineStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ct_eq_compares() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,403 @@
+//! The compiled form of a workload: integer-nanosecond latencies, instances as compact
+//! records, and per-function instance lists sorted by node so that the DP can group a
+//! stage by node in one pass.
+
+use crate::workload::{check_amount, check_latency, InstanceSpec, SlaSpec, Workload};
+use nfx_model::ModelError;
+use std::collections::HashMap;
+
+/// "No index" marker for instances, functions and entries.
+pub const NONE: u32 = u32::MAX;
+
+/// Converts µs to integer ns (1 ns resolution makes DP sums exact and order-independent).
+pub fn to_ns(us: f64) -> u64 {
+    (us * 1000.0).round() as u64
+}
+
+/// Converts integer ns back to µs for reports.
+pub fn to_us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// What an SLA asks of every instance on its path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Needs {
+    /// Free throughput required, Gbit/s.
+    pub throughput_gbps: f64,
+    /// Free capacity required.
+    pub capacity: f64,
+}
+
+/// One instance in the compiled network.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Inst {
+    /// Node index.
+    pub node: u32,
+    /// Function index.
+    pub function: u32,
+    /// Processing latency, ns.
+    pub proc_ns: u64,
+    /// Free throughput (total − used), Gbit/s.
+    pub free_gbps: f64,
+    /// Free capacity (total − used).
+    pub free_capacity: f64,
+}
+
+impl Inst {
+    /// Whether the instance has room for `needs` (HYPER's throughput/capacity check).
+    #[inline]
+    pub fn serves(&self, needs: &Needs) -> bool {
+        self.free_gbps >= needs.throughput_gbps && self.free_capacity >= needs.capacity
+    }
+}
+
+/// A compiled SLA query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// Source node index.
+    pub src: u32,
+    /// Destination node index.
+    pub dst: u32,
+    /// Function index per stage ([`NONE`] for a function with no instance anywhere).
+    pub chain: Vec<u32>,
+    /// Function names per stage, for explanations.
+    pub names: Vec<String>,
+    /// Latency bound, ns.
+    pub bound_ns: u64,
+    /// Per-instance needs.
+    pub needs: Needs,
+}
+
+/// Nodes, transfer latencies and instances, ready for repeated queries.
+#[derive(Debug, Clone)]
+pub struct Network {
+    nodes: Vec<String>,
+    node_index: HashMap<String, u32>,
+    transfer: Vec<u64>,
+    functions: Vec<String>,
+    function_index: HashMap<String, u32>,
+    insts: Vec<Inst>,
+    inst_ids: Vec<String>,
+    inst_index: HashMap<String, u32>,
+    by_function: Vec<Vec<u32>>,
+}
+
+impl Network {
+    /// A network of `nodes` with a symmetric transfer matrix (µs) and no instances; `file`
+    /// names the source in errors.
+    pub fn new(file: &str, nodes: &[String], transfer_us: &[Vec<f64>]) -> Result<Self, ModelError> {
+        let n = nodes.len();
+        let mut node_index = HashMap::with_capacity(n);
+        for (i, id) in nodes.iter().enumerate() {
+            if id.is_empty() {
+                return Err(ModelError::new(file, format!("nodes[{i}]"), "must not be empty"));
+            }
+            if node_index.insert(id.clone(), i as u32).is_some() {
+                return Err(ModelError::new(
+                    file,
+                    format!("nodes[{i}]"),
+                    format!("duplicate node {id:?}"),
+                ));
+            }
+        }
+        if transfer_us.len() != n {
+            return Err(ModelError::new(
+                file,
+                "transfer_latency_us",
+                format!("must have one row per node ({n}), has {}", transfer_us.len()),
+            ));
+        }
+        let mut transfer = vec![0u64; n * n];
+        for (i, row) in transfer_us.iter().enumerate() {
+            if row.len() != n {
+                return Err(ModelError::new(
+                    file,
+                    format!("transfer_latency_us[{i}]"),
+                    format!("must have one entry per node ({n}), has {}", row.len()),
+                ));
+            }
+            for (j, &v) in row.iter().enumerate() {
+                let f = format!("transfer_latency_us[{i}][{j}]");
+                check_latency(file, &f, v)?;
+                if i != j {
+                    transfer[i * n + j] = to_ns(v);
+                }
+                if j < i && to_ns(v) != to_ns(transfer_us[j][i]) {
+                    return Err(ModelError::new(
+                        file,
+                        f,
+                        format!(
+                            "the matrix must be symmetric: {v} here but {} at [{j}][{i}]",
+                            transfer_us[j][i]
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Network {
+            nodes: nodes.to_vec(),
+            node_index,
+            transfer,
+            functions: Vec::new(),
+            function_index: HashMap::new(),
+            insts: Vec::new(),
+            inst_ids: Vec::new(),
+            inst_index: HashMap::new(),
+            by_function: Vec::new(),
+        })
+    }
+
+    /// Compiles a workload's nodes and instances, and checks every SLA's references.
+    pub fn from_workload(file: &str, w: &Workload) -> Result<Self, ModelError> {
+        let mut net = Network::new(file, &w.nodes, &w.transfer_latency_us)?;
+        for (i, spec) in w.instances.iter().enumerate() {
+            net.add_instance(file, &format!("instances[{i}]"), spec)?;
+        }
+        for (i, s) in w.slas.iter().enumerate() {
+            net.query(file, &format!("slas[{i}]"), s)?;
+        }
+        Ok(net)
+    }
+
+    /// Adds an instance (workload or mediator-placed), keeping per-function lists sorted.
+    pub fn add_instance(
+        &mut self,
+        file: &str,
+        field: &str,
+        spec: &InstanceSpec,
+    ) -> Result<u32, ModelError> {
+        spec.check(file, field)?;
+        let node = *self.node_index.get(&spec.node).ok_or_else(|| {
+            ModelError::new(
+                file,
+                format!("{field}.node"),
+                format!("unknown node {:?}", spec.node),
+            )
+        })?;
+        if self.inst_index.contains_key(&spec.id) {
+            return Err(ModelError::new(
+                file,
+                format!("{field}.id"),
+                format!("duplicate instance id {:?}", spec.id),
+            ));
+        }
+        if spec.function.is_empty() {
+            return Err(ModelError::new(
+                file,
+                format!("{field}.function"),
+                "must not be empty",
+            ));
+        }
+        let function = match self.function_index.get(&spec.function) {
+            Some(&f) => f,
+            None => {
+                let f = self.functions.len() as u32;
+                self.functions.push(spec.function.clone());
+                self.function_index.insert(spec.function.clone(), f);
+                self.by_function.push(Vec::new());
+                f
+            }
+        };
+        let idx = self.insts.len() as u32;
+        self.insts.push(Inst {
+            node,
+            function,
+            proc_ns: to_ns(spec.processing_latency_us),
+            free_gbps: spec.throughput_total_gbps - spec.throughput_used_gbps,
+            free_capacity: spec.capacity_total - spec.capacity_used,
+        });
+        self.inst_ids.push(spec.id.clone());
+        self.inst_index.insert(spec.id.clone(), idx);
+        let insts = &self.insts;
+        let list = &mut self.by_function[function as usize];
+        list.push(idx);
+        list.sort_by_key(|&i| (insts[i as usize].node, insts[i as usize].proc_ns, i));
+        Ok(idx)
+    }
+
+    /// Compiles an SLA; unknown nodes are errors, unknown functions become [`NONE`]
+    /// stages (answered as lacking resources: no instance exists).
+    pub fn query(&self, file: &str, field: &str, s: &SlaSpec) -> Result<Query, ModelError> {
+        let node = |name: &str, v: &String| {
+            self.node_index.get(v).copied().ok_or_else(|| {
+                ModelError::new(file, format!("{field}.{name}"), format!("unknown node {v:?}"))
+            })
+        };
+        let src = node("src_node", &s.src_node)?;
+        let dst = node("dst_node", &s.dst_node)?;
+        check_amount(file, &format!("{field}.latency_bound_us"), s.latency_bound_us)?;
+        check_amount(file, &format!("{field}.throughput_gbps"), s.throughput_gbps)?;
+        check_amount(file, &format!("{field}.capacity_need"), s.capacity_need)?;
+        Ok(Query {
+            src,
+            dst,
+            chain: s
+                .chain
+                .iter()
+                .map(|f| self.function_index.get(f).copied().unwrap_or(NONE))
+                .collect(),
+            names: s.chain.clone(),
+            bound_ns: to_ns(s.latency_bound_us.min(1e12)),
+            needs: Needs {
+                throughput_gbps: s.throughput_gbps,
+                capacity: s.capacity_need,
+            },
+        })
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Node id of index `i`.
+    pub fn node_id(&self, i: u32) -> &str {
+        &self.nodes[i as usize]
+    }
+
+    /// Transfer latency between two node indices, ns (0 on the same node).
+    #[inline]
+    pub fn transfer_ns(&self, a: u32, b: u32) -> u64 {
+        self.transfer[a as usize * self.nodes.len() + b as usize]
+    }
+
+    /// The row of transfer latencies from node `a`, ns.
+    #[inline]
+    pub fn transfer_row(&self, a: u32) -> &[u64] {
+        let n = self.nodes.len();
+        &self.transfer[a as usize * n..(a as usize + 1) * n]
+    }
+
+    /// Instance `i`.
+    #[inline]
+    pub fn inst(&self, i: u32) -> &Inst {
+        &self.insts[i as usize]
+    }
+
+    /// All instances.
+    pub fn insts(&self) -> &[Inst] {
+        &self.insts
+    }
+
+    /// Id of instance `i`.
+    pub fn inst_id(&self, i: u32) -> &str {
+        &self.inst_ids[i as usize]
+    }
+
+    /// Name of function `f`.
+    pub fn function_name(&self, f: u32) -> &str {
+        &self.functions[f as usize]
+    }
+
+    /// Instances of function `f` (empty for [`NONE`]), sorted by node then latency.
+    #[inline]
+    pub fn instances_of(&self, f: u32) -> &[u32] {
+        if f == NONE {
+            &[]
+        } else {
+            &self.by_function[f as usize]
+        }
+    }
+
+    /// Latency of `path` for `q` per the definition, ns.
+    pub fn path_latency_ns(&self, q: &Query, path: &[u32]) -> u64 {
+        let mut at = q.src;
+        let mut total = 0;
+        for &i in path {
+            let x = self.inst(i);
+            total += self.transfer_ns(at, x.node) + x.proc_ns;
+            at = x.node;
+        }
+        total + self.transfer_ns(at, q.dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst(id: &str, f: &str, node: &str, lat: f64) -> InstanceSpec {
+        InstanceSpec {
+            id: id.into(),
+            function: f.into(),
+            node: node.into(),
+            kind: "software".into(),
+            processing_latency_us: lat,
+            throughput_total_gbps: 10.0,
+            throughput_used_gbps: 4.0,
+            capacity_total: 8.0,
+            capacity_used: 2.0,
+        }
+    }
+
+    fn net() -> Network {
+        let nodes = vec!["a".to_string(), "b".to_string()];
+        Network::new("w.json", &nodes, &[vec![0.0, 10.5], vec![10.5, 0.0]]).unwrap()
+    }
+
+    #[test]
+    fn units_round_to_nanoseconds() {
+        assert_eq!(to_ns(1.2345), 1235);
+        assert_eq!(to_us(1500), 1.5);
+    }
+
+    #[test]
+    fn instances_sorted_by_node_then_latency() {
+        let mut n = net();
+        n.add_instance("w", "i[0]", &inst("x", "fw", "b", 5.0)).unwrap();
+        n.add_instance("w", "i[1]", &inst("y", "fw", "a", 9.0)).unwrap();
+        n.add_instance("w", "i[2]", &inst("z", "fw", "a", 3.0)).unwrap();
+        let ids: Vec<&str> = n.instances_of(0).iter().map(|&i| n.inst_id(i)).collect();
+        assert_eq!(ids, ["z", "y", "x"]);
+        assert_eq!(n.inst(0).free_gbps, 6.0);
+        assert_eq!(n.transfer_ns(0, 1), 10_500);
+    }
+
+    #[test]
+    fn bad_matrix_and_instances_are_located() {
+        let nodes = vec!["a".to_string(), "b".to_string()];
+        let e = Network::new("w.json", &nodes, &[vec![0.0, 1.0], vec![2.0, 0.0]]).unwrap_err();
+        assert_eq!(e.field, "transfer_latency_us[1][0]");
+        let e = Network::new("w.json", &nodes, &[vec![0.0, 1.0]]).unwrap_err();
+        assert_eq!(e.field, "transfer_latency_us");
+        let e = Network::new("w.json", &nodes, &[vec![0.0, -1.0], vec![-1.0, 0.0]]).unwrap_err();
+        assert_eq!(e.field, "transfer_latency_us[0][1]");
+        let mut n = net();
+        let e = n.add_instance("w", "instances[0]", &inst("x", "fw", "c", 1.0)).unwrap_err();
+        assert_eq!(e.field, "instances[0].node");
+        n.add_instance("w", "instances[0]", &inst("x", "fw", "a", 1.0)).unwrap();
+        let e = n.add_instance("w", "instances[1]", &inst("x", "fw", "a", 1.0)).unwrap_err();
+        assert_eq!(e.field, "instances[1].id");
+        let e = n
+            .add_instance("w", "instances[1]", &inst("y", "fw", "a", f64::NAN))
+            .unwrap_err();
+        assert_eq!(e.field, "instances[1].processing_latency_us");
+    }
+
+    #[test]
+    fn queries_resolve_names() {
+        let mut n = net();
+        n.add_instance("w", "i", &inst("x", "fw", "b", 5.0)).unwrap();
+        let mut s = SlaSpec {
+            id: "s".into(),
+            src_node: "a".into(),
+            dst_node: "b".into(),
+            chain: vec!["fw".into(), "dpi".into()],
+            latency_bound_us: 100.0,
+            throughput_gbps: 1.0,
+            capacity_need: 1.0,
+        };
+        let q = n.query("w", "slas[0]", &s).unwrap();
+        assert_eq!(q.chain, vec![0, NONE]);
+        assert_eq!(q.bound_ns, 100_000);
+        assert_eq!(n.path_latency_ns(&q, &[0]), 10_500 + 5_000);
+        s.dst_node = "zz".into();
+        assert_eq!(n.query("w", "slas[0]", &s).unwrap_err().field, "slas[0].dst_node");
+        s.dst_node = "b".into();
+        s.throughput_gbps = -1.0;
+        assert_eq!(
+            n.query("w", "slas[0]", &s).unwrap_err().field,
+            "slas[0].throughput_gbps"
+        );
+    }
+}

@@ -1,0 +1,316 @@
+//! HYPER's retry loop, exact: when no chain meets the bound (or a stage has no instance
+//! with room), ask the mediator for a faster instance where one helps most, add it, and
+//! re-run the DP. Resource failures mark the failing instance (it is filtered out), never
+//! the physical node it sits on.
+
+use crate::dp::{Chainer, Outcome, Status};
+use crate::network::{to_us, Network, Needs, Query};
+use crate::workload::{InstanceSpec, SlaSpec};
+use nfx_model::ModelError;
+
+/// The mediator's side of the loop (it decides tier and device; chaining only asks).
+pub trait Mediator {
+    /// Places a new instance of `function` on or near node `near_node` whose processing
+    /// latency is at most `latency_budget_us` and that has room for `needs`; `None` if it
+    /// cannot. The returned instance joins the network as given.
+    fn place_faster(
+        &mut self,
+        function: &str,
+        near_node: &str,
+        latency_budget_us: f64,
+        needs: Needs,
+    ) -> Option<InstanceSpec>;
+}
+
+/// What the retry loop ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryAnswer {
+    /// Final outcome (path in the chainer).
+    pub outcome: Outcome,
+    /// Ids of instances the mediator placed on the way.
+    pub placed: Vec<String>,
+    /// Requests made to the mediator.
+    pub requests: usize,
+    /// Why the loop stopped without success, when it did.
+    pub stopped: Option<String>,
+}
+
+/// Answers `sla`, asking `mediator` for at most `max_requests` new instances. New instances
+/// are added to `net` (they exist once placed). The path is in `chainer.path()`.
+pub fn solve_with_retry(
+    net: &mut Network,
+    chainer: &mut Chainer,
+    sla: &SlaSpec,
+    mediator: &mut dyn Mediator,
+    max_requests: usize,
+) -> Result<RetryAnswer, ModelError> {
+    let mut refused: Vec<(usize, u32)> = Vec::new();
+    let mut ans = RetryAnswer {
+        outcome: Outcome {
+            status: Status::InfeasibleResources,
+            latency_ns: None,
+            stage: None,
+        },
+        placed: Vec::new(),
+        requests: 0,
+        stopped: None,
+    };
+    loop {
+        let q = net.query("<sla>", &sla.id, sla)?;
+        ans.outcome = chainer.solve(net, &q);
+        if ans.outcome.status == Status::Ok {
+            return Ok(ans);
+        }
+        if ans.requests >= max_requests {
+            ans.stopped = Some(format!("gave up after {max_requests} placement requests"));
+            return Ok(ans);
+        }
+        let Some((stage, node, budget_ns)) = best_request(net, &q, &ans.outcome, &refused) else {
+            ans.stopped = Some(
+                "no single faster instance at any stage and node can meet the bound".to_string(),
+            );
+            return Ok(ans);
+        };
+        ans.requests += 1;
+        refused.push((stage, node));
+        let placed = mediator.place_faster(
+            &q.names[stage],
+            net.node_id(node),
+            to_us(budget_ns),
+            q.needs,
+        );
+        if let Some(spec) = placed {
+            if spec.function != q.names[stage] {
+                return Err(ModelError::new(
+                    "<mediator>",
+                    "function",
+                    format!(
+                        "asked for {:?}, the mediator placed {:?}",
+                        q.names[stage], spec.function
+                    ),
+                ));
+            }
+            net.add_instance("<mediator>", "instance", &spec)?;
+            ans.placed.push(spec.id);
+        }
+    }
+}
+
+/// Picks the (stage, node) where a new instance helps most — the smallest latency of the
+/// rest of the chain around it — and the processing budget left there. For a stage with no
+/// usable instance, only that stage is considered.
+fn best_request(
+    net: &Network,
+    q: &Query,
+    o: &Outcome,
+    refused: &[(usize, u32)],
+) -> Option<(usize, u32, u64)> {
+    let n = net.node_count();
+    let stages = q.chain.len();
+    const INF: u64 = u64::MAX / 4;
+    // arrive[k][v]: best latency reaching node v ready for stage k.
+    let mut arrive = vec![vec![INF; n]; stages + 1];
+    for v in 0..n {
+        arrive[0][v] = net.transfer_ns(q.src, v as u32);
+    }
+    for k in 0..stages {
+        let mut done = vec![INF; n];
+        for &x in net.instances_of(q.chain[k]) {
+            let i = net.inst(x);
+            if i.serves(&q.needs) {
+                let v = i.node as usize;
+                done[v] = done[v].min(arrive[k][v].saturating_add(i.proc_ns));
+            }
+        }
+        for v in 0..n {
+            arrive[k + 1][v] = (0..n)
+                .map(|u| done[u].saturating_add(net.transfer_ns(u as u32, v as u32)))
+                .min()
+                .unwrap_or(INF);
+        }
+    }
+    // leave[k][v]: best latency from finishing stage k at node v to the destination.
+    let mut leave = vec![vec![INF; n]; stages];
+    for k in (0..stages).rev() {
+        let next: Vec<u64> = if k + 1 == stages {
+            (0..n).map(|v| net.transfer_ns(v as u32, q.dst)).collect()
+        } else {
+            let mut start = vec![INF; n];
+            for &x in net.instances_of(q.chain[k + 1]) {
+                let i = net.inst(x);
+                if i.serves(&q.needs) {
+                    let v = i.node as usize;
+                    start[v] = start[v].min(i.proc_ns.saturating_add(leave[k + 1][v]));
+                }
+            }
+            (0..n)
+                .map(|v| {
+                    (0..n)
+                        .map(|u| net.transfer_ns(v as u32, u as u32).saturating_add(start[u]))
+                        .min()
+                        .unwrap_or(INF)
+                })
+                .collect()
+        };
+        leave[k] = next;
+    }
+    let stage_range = match o.stage {
+        Some(k) => k..k + 1,
+        None => 0..stages,
+    };
+    let mut best: Option<(u64, usize, u32)> = None;
+    for k in stage_range {
+        for v in 0..n as u32 {
+            if refused.contains(&(k, v)) {
+                continue;
+            }
+            let a = arrive[k][v as usize];
+            let l = leave[k][v as usize];
+            let around = a.min(INF).saturating_add(if l >= INF { 0 } else { l });
+            if best.map_or(true, |(b, _, _)| around < b) {
+                best = Some((around, k, v));
+            }
+        }
+    }
+    let (around, k, v) = best?;
+    if around > q.bound_ns {
+        return None;
+    }
+    Some((k, v, q.bound_ns - around))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// a—b—c line, 10 µs per hop; one slow software nat on a.
+    fn net() -> Network {
+        let nodes: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let t = vec![
+            vec![0.0, 10.0, 20.0],
+            vec![10.0, 0.0, 10.0],
+            vec![20.0, 10.0, 0.0],
+        ];
+        let mut n = Network::new("t", &nodes, &t).unwrap();
+        n.add_instance("t", "i", &spec("nat-sw", "nat", "a", 100.0)).unwrap();
+        n
+    }
+
+    fn spec(id: &str, f: &str, node: &str, lat: f64) -> InstanceSpec {
+        InstanceSpec {
+            id: id.into(),
+            function: f.into(),
+            node: node.into(),
+            kind: "software".into(),
+            processing_latency_us: lat,
+            throughput_total_gbps: 10.0,
+            throughput_used_gbps: 0.0,
+            capacity_total: 8.0,
+            capacity_used: 0.0,
+        }
+    }
+
+    fn sla(bound: f64) -> SlaSpec {
+        SlaSpec {
+            id: "s1".into(),
+            src_node: "b".into(),
+            dst_node: "c".into(),
+            chain: vec!["nat".into()],
+            latency_bound_us: bound,
+            throughput_gbps: 1.0,
+            capacity_need: 1.0,
+        }
+    }
+
+    /// Places a table-tier instance with a fixed latency if the budget allows, recording asks.
+    struct Table {
+        latency_us: f64,
+        asked: Vec<(String, String, f64)>,
+    }
+
+    impl Mediator for Table {
+        fn place_faster(
+            &mut self,
+            function: &str,
+            near_node: &str,
+            budget: f64,
+            _needs: Needs,
+        ) -> Option<InstanceSpec> {
+            self.asked.push((function.into(), near_node.into(), budget));
+            (self.latency_us <= budget).then(|| {
+                spec(
+                    &format!("{function}-hw{}", self.asked.len()),
+                    function,
+                    near_node,
+                    self.latency_us,
+                )
+            })
+        }
+    }
+
+    #[test]
+    fn asks_near_the_path_and_succeeds() {
+        let mut n = net();
+        let mut c = Chainer::new();
+        let mut m = Table {
+            latency_us: 2.0,
+            asked: vec![],
+        };
+        let a = solve_with_retry(&mut n, &mut c, &sla(50.0), &mut m, 3).unwrap();
+        assert_eq!(a.outcome.status, Status::Ok);
+        assert_eq!(a.requests, 1);
+        assert_eq!(m.asked.len(), 1);
+        let (f, node, budget) = &m.asked[0];
+        assert_eq!(f, "nat");
+        assert!(node == "b" || node == "c", "{node}");
+        assert!((budget - 40.0).abs() < 1e-9, "{budget}");
+        assert_eq!(a.outcome.latency_ns, Some(12_000));
+        assert_eq!(n.inst_id(c.path()[0]), "nat-hw1");
+    }
+
+    #[test]
+    fn refusals_move_on_then_give_up() {
+        let mut n = net();
+        let mut c = Chainer::new();
+        let mut m = Table {
+            latency_us: 45.0,
+            asked: vec![],
+        };
+        let a = solve_with_retry(&mut n, &mut c, &sla(50.0), &mut m, 10).unwrap();
+        assert_eq!(a.outcome.status, Status::InfeasibleLatency);
+        assert!(a.placed.is_empty());
+        assert_eq!(a.requests, 3);
+        let nodes: Vec<&str> = m.asked.iter().map(|x| x.1.as_str()).collect();
+        assert_eq!(nodes[2], "a");
+        assert!(a.stopped.is_some());
+    }
+
+    #[test]
+    fn missing_function_is_placed() {
+        let mut n = net();
+        let mut c = Chainer::new();
+        let mut m = Table {
+            latency_us: 2.0,
+            asked: vec![],
+        };
+        let mut s = sla(500.0);
+        s.chain = vec!["nat".into(), "dpi".into()];
+        let a = solve_with_retry(&mut n, &mut c, &s, &mut m, 3).unwrap();
+        assert_eq!(a.outcome.status, Status::Ok);
+        assert_eq!(m.asked[0].0, "dpi");
+        assert_eq!(a.placed, vec!["dpi-hw1".to_string()]);
+    }
+
+    #[test]
+    fn hopeless_bound_stops_without_asking() {
+        let mut n = net();
+        let mut c = Chainer::new();
+        let mut m = Table {
+            latency_us: 0.0,
+            asked: vec![],
+        };
+        let a = solve_with_retry(&mut n, &mut c, &sla(5.0), &mut m, 3).unwrap();
+        assert_eq!(a.outcome.status, Status::InfeasibleLatency);
+        assert_eq!(a.requests, 0);
+    }
+}

@@ -1,0 +1,122 @@
+//! The chaining workload read by `nfx chain --input FILE.json`: nodes, transfer latencies,
+//! instances with their resource state, and independent SLA queries.
+
+use nfx_model::{parse_json, read_file, ModelError};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A whole chaining workload (the schema).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Node ids; their order indexes `transfer_latency_us`.
+    pub nodes: Vec<String>,
+    /// Symmetric node-to-node transfer latency, µs (the diagonal is ignored: 0 on a node).
+    pub transfer_latency_us: Vec<Vec<f64>>,
+    /// Deployed instances.
+    pub instances: Vec<InstanceSpec>,
+    /// SLA queries, answered independently.
+    pub slas: Vec<SlaSpec>,
+}
+
+/// One deployed instance with HYPER's resource model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceSpec {
+    /// Unique instance id.
+    pub id: String,
+    /// Function it runs.
+    pub function: String,
+    /// Node it runs on.
+    pub node: String,
+    /// Infrastructure kind (e.g. `software`, `hardware`); informative only.
+    pub kind: String,
+    /// Processing latency, µs.
+    pub processing_latency_us: f64,
+    /// Total throughput, Gbit/s.
+    pub throughput_total_gbps: f64,
+    /// Throughput already used, Gbit/s.
+    pub throughput_used_gbps: f64,
+    /// Total capacity (table entries or CPU), unitless.
+    pub capacity_total: f64,
+    /// Capacity already used.
+    pub capacity_used: f64,
+}
+
+/// One SLA query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlaSpec {
+    /// Id echoed in the answer.
+    pub id: String,
+    /// Node where traffic enters.
+    pub src_node: String,
+    /// Node where traffic leaves.
+    pub dst_node: String,
+    /// Functions in order.
+    pub chain: Vec<String>,
+    /// Largest acceptable path latency, µs.
+    pub latency_bound_us: f64,
+    /// Free throughput every instance on the path must have, Gbit/s.
+    pub throughput_gbps: f64,
+    /// Free capacity every instance on the path must have.
+    pub capacity_need: f64,
+}
+
+/// Largest latency accepted anywhere (µs): keeps integer-nanosecond sums far from overflow.
+pub const MAX_LATENCY_US: f64 = 1e9;
+
+/// Checks a latency: finite, ≥ 0 and ≤ [`MAX_LATENCY_US`].
+pub fn check_latency(file: &str, field: &str, v: f64) -> Result<(), ModelError> {
+    if !v.is_finite() || !(0.0..=MAX_LATENCY_US).contains(&v) {
+        return Err(ModelError::new(
+            file,
+            field,
+            format!("must be a latency in µs between 0 and {MAX_LATENCY_US}, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an amount: finite and ≥ 0.
+pub fn check_amount(file: &str, field: &str, v: f64) -> Result<(), ModelError> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(ModelError::new(
+            file,
+            field,
+            format!("must be a finite number >= 0, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+impl InstanceSpec {
+    /// Checks the numbers of one instance; `field` is its path (e.g. `instances[3]`).
+    pub fn check(&self, file: &str, field: &str) -> Result<(), ModelError> {
+        if self.id.is_empty() {
+            return Err(ModelError::new(file, format!("{field}.id"), "must not be empty"));
+        }
+        check_latency(
+            file,
+            &format!("{field}.processing_latency_us"),
+            self.processing_latency_us,
+        )?;
+        for (name, v) in [
+            ("throughput_total_gbps", self.throughput_total_gbps),
+            ("throughput_used_gbps", self.throughput_used_gbps),
+            ("capacity_total", self.capacity_total),
+            ("capacity_used", self.capacity_used),
+        ] {
+            check_amount(file, &format!("{field}.{name}"), v)?;
+        }
+        Ok(())
+    }
+}
+
+impl Workload {
+    /// Reads a workload file (validated when compiled into a [`crate::Network`]).
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let text = read_file(path)?;
+        parse_json(&path.display().to_string(), &text)
+    }
+}

@@ -1,0 +1,113 @@
+//! The host agent's REST face: the five VNFM calls of one local [`Vnfm`] over HTTP
+//! (`/agent/v1/...`), so a controller elsewhere can drive it with
+//! [`crate::vnfm::remote::RemoteVnfm`]. Mutating calls need the bearer token.
+
+use crate::api::{parse_body, require_token, ApiError};
+use crate::vnfm::{InstanceSpec, Vnfm, VnfmError};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+struct AgentState {
+    vnfm: Arc<dyn Vnfm>,
+    token: Zeroizing<String>,
+}
+
+impl From<VnfmError> for ApiError {
+    fn from(e: VnfmError) -> Self {
+        let code = match &e {
+            VnfmError::NotFound(_) => StatusCode::NOT_FOUND,
+            VnfmError::Conflict(_) => StatusCode::CONFLICT,
+            VnfmError::Invalid(_) => StatusCode::BAD_REQUEST,
+            VnfmError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(code, e.to_string())
+    }
+}
+
+/// Body of `POST /agent/v1/migrations`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MigrateBody {
+    old: String,
+    new: String,
+    #[serde(default)]
+    flows: Vec<String>,
+}
+
+type AgentResult = Result<Response, ApiError>;
+
+async fn run<T: serde::Serialize + Send + 'static>(
+    code: StatusCode,
+    f: impl FnOnce() -> Result<T, VnfmError> + Send + 'static,
+) -> AgentResult {
+    let v = tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok((code, Json(v)).into_response())
+}
+
+/// The agent routes for `vnfm`.
+pub fn router<S: Clone + Send + Sync + 'static>(
+    vnfm: Arc<dyn Vnfm>,
+    token: Zeroizing<String>,
+) -> Router<S> {
+    let st = Arc::new(AgentState { vnfm, token });
+    Router::new()
+        .route("/agent/v1/instances", get(list).post(deploy))
+        .route("/agent/v1/instances/{id}", get(state).delete(destruct))
+        .route("/agent/v1/instances/{id}/config", put(configure))
+        .route("/agent/v1/migrations", post(migrate))
+        .with_state(st)
+}
+
+async fn list(State(st): State<Arc<AgentState>>) -> AgentResult {
+    run(StatusCode::OK, move || st.vnfm.list_instances()).await
+}
+
+async fn deploy(State(st): State<Arc<AgentState>>, h: HeaderMap, body: Bytes) -> AgentResult {
+    require_token(&h, &st.token)?;
+    let spec: InstanceSpec = parse_body(&body)?;
+    run(StatusCode::CREATED, move || st.vnfm.deploy_instance(&spec)).await
+}
+
+async fn state(State(st): State<Arc<AgentState>>, Path(id): Path<String>) -> AgentResult {
+    run(StatusCode::OK, move || st.vnfm.get_instance_state(&id)).await
+}
+
+async fn destruct(
+    State(st): State<Arc<AgentState>>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> AgentResult {
+    require_token(&h, &st.token)?;
+    tokio::task::spawn_blocking(move || st.vnfm.destruct_instance(&id))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn configure(
+    State(st): State<Arc<AgentState>>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> AgentResult {
+    require_token(&h, &st.token)?;
+    let cfg: serde_json::Value = parse_body(&body)?;
+    run(StatusCode::OK, move || st.vnfm.configure_instance(&id, &cfg)).await
+}
+
+async fn migrate(State(st): State<Arc<AgentState>>, h: HeaderMap, body: Bytes) -> AgentResult {
+    require_token(&h, &st.token)?;
+    let b: MigrateBody = parse_body(&body)?;
+    run(StatusCode::OK, move || {
+        st.vnfm.migrate_instance(&b.old, &b.new, &b.flows)
+    })
+    .await
+}

@@ -1,0 +1,278 @@
+//! The controller's REST API (axum): services, instances, operations, events, plan, plus
+//! `/openapi.json`, `/metrics` and `/healthz`, and the host agent's `/agent/v1` routes for
+//! the embedded agent. Errors are JSON `{"error": "..."}` with 400/401/404/409; every
+//! mutating call needs `Authorization: Bearer <token>`.
+
+pub mod metrics;
+pub mod openapi;
+
+use crate::agent;
+use crate::controller::{Controller, CtlError};
+use crate::ops::OpState;
+use crate::vnfm::Vnfm;
+use axum::body::Bytes;
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics::ApiMetrics;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+use zeroize::Zeroizing;
+
+/// Shared state of the handlers.
+pub struct ApiState {
+    /// The controller.
+    pub ctl: Arc<Controller>,
+    /// Bearer token required on mutating calls.
+    pub token: Zeroizing<String>,
+    /// Request metrics.
+    pub metrics: ApiMetrics,
+}
+
+/// A JSON error answer.
+#[derive(Debug)]
+pub struct ApiError(pub StatusCode, pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({"error": self.1}))).into_response()
+    }
+}
+
+impl From<CtlError> for ApiError {
+    fn from(e: CtlError) -> Self {
+        let code = match &e {
+            CtlError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            CtlError::NotFound(_) => StatusCode::NOT_FOUND,
+            CtlError::Conflict(_) => StatusCode::CONFLICT,
+            CtlError::Internal(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(code, e.to_string())
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Whether `headers` carry the bearer `token` (compared in constant time).
+pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(v) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let Some(given) = v.strip_prefix("Bearer ") else {
+        return false;
+    };
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Rejects a request without the right bearer token (401).
+pub fn require_token(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
+    if authorized(headers, token) {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (send `Authorization: Bearer <token>`)".into(),
+        ))
+    }
+}
+
+/// Parses a JSON body into `T`; the message names the field and the problem.
+pub fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "request body: expected a JSON document, got nothing".into()));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+}
+
+/// Runs a blocking controller call off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CtlError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(ApiError::from)
+}
+
+fn ok<T: serde::Serialize>(code: StatusCode, v: T) -> ApiResult {
+    Ok((code, Json(v)).into_response())
+}
+
+/// The whole router: controller API, agent API for `agent_vnfm` (if any), docs, metrics.
+pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router {
+    let api = Router::new()
+        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/metrics", get(metrics_handler))
+        .route("/api/v1/plan", post(plan))
+        .route("/api/v1/services", get(list_services).post(deploy))
+        .route("/api/v1/services/{id}", get(get_service).delete(destroy))
+        .route("/api/v1/instances", get(list_instances))
+        .route("/api/v1/instances/{id}", get(get_instance))
+        .route("/api/v1/instances/{id}/migrate", post(migrate))
+        .route("/api/v1/operations", get(list_operations))
+        .route("/api/v1/operations/{id}", get(get_operation))
+        .route("/api/v1/events", get(events))
+        .with_state(state.clone());
+    let api = match agent_vnfm {
+        Some(v) => api.merge(agent::router(v, state.token.clone())),
+        None => api,
+    };
+    api.fallback(|| async { ApiError(StatusCode::NOT_FOUND, "no such route; see /openapi.json".into()) })
+        .layer(axum::middleware::from_fn_with_state(state, track))
+}
+
+/// Middleware: counts every request and its latency by route.
+async fn track(State(st): State<Arc<ApiState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().clone();
+    let t = Instant::now();
+    let resp = next.run(req).await;
+    st.metrics
+        .record(method.as_str(), &route, resp.status().as_u16(), t.elapsed().as_secs_f64());
+    resp
+}
+
+async fn metrics_handler(State(st): State<Arc<ApiState>>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    let (ops, instances, services) = blocking(move || {
+        Ok((ctl.operations()?, ctl.instances()?, ctl.services()?))
+    })
+    .await?;
+    let mut out = String::new();
+    let mut by_state: BTreeMap<String, u64> =
+        OpState::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+    for o in &ops {
+        *by_state.entry(o.state.as_str().into()).or_default() += 1;
+    }
+    metrics::gauge(&mut out, "nfx_operations", "Operations by SOL003 state.", "state", &by_state);
+    let mut inst: BTreeMap<String, u64> = BTreeMap::new();
+    for i in &instances {
+        *inst.entry(i.status.clone()).or_default() += 1;
+    }
+    metrics::gauge(&mut out, "nfx_instances", "VNF instances by status.", "status", &inst);
+    let mut svc: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &services {
+        *svc.entry(s.status.clone()).or_default() += 1;
+    }
+    metrics::gauge(&mut out, "nfx_services", "Services by status.", "status", &svc);
+    st.metrics.render(&mut out);
+    Ok((
+        [("content-type", "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response())
+}
+
+async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+    let svc = parse_body(&body)?;
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.plan(&svc)).await?)
+}
+
+async fn deploy(State(st): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    require_token(&headers, &st.token)?;
+    let svc = parse_body(&body)?;
+    let ctl = st.ctl.clone();
+    ok(StatusCode::ACCEPTED, blocking(move || ctl.deploy(svc)).await?)
+}
+
+async fn list_services(State(st): State<Arc<ApiState>>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.services()).await?)
+}
+
+async fn get_service(State(st): State<Arc<ApiState>>, Path(id): Path<String>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.service(&id)).await?)
+}
+
+async fn destroy(
+    State(st): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    require_token(&headers, &st.token)?;
+    let ctl = st.ctl.clone();
+    ok(StatusCode::ACCEPTED, blocking(move || ctl.destroy(&id)).await?)
+}
+
+async fn list_instances(State(st): State<Arc<ApiState>>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.instances()).await?)
+}
+
+async fn get_instance(State(st): State<Arc<ApiState>>, Path(id): Path<String>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.instance(&id)).await?)
+}
+
+/// Body of `POST /api/v1/instances/{id}/migrate`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MigrateBody {
+    /// Target device; absent = best device on the same host.
+    #[serde(default)]
+    device: Option<String>,
+}
+
+async fn migrate(
+    State(st): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    require_token(&headers, &st.token)?;
+    let b: MigrateBody = if body.is_empty() {
+        MigrateBody { device: None }
+    } else {
+        parse_body(&body)?
+    };
+    let ctl = st.ctl.clone();
+    ok(
+        StatusCode::ACCEPTED,
+        blocking(move || ctl.migrate(&id, b.device.as_deref())).await?,
+    )
+}
+
+async fn list_operations(State(st): State<Arc<ApiState>>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.operations()).await?)
+}
+
+async fn get_operation(State(st): State<Arc<ApiState>>, Path(id): Path<String>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.operation(&id)).await?)
+}
+
+async fn events(
+    State(st): State<Arc<ApiState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let limit = match q.get("limit") {
+        None => 100,
+        Some(s) => s.parse::<usize>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| {
+            ApiError(
+                StatusCode::BAD_REQUEST,
+                format!("query `limit`: {s:?} is not an integer in 1..=10000"),
+            )
+        })?,
+    };
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.events(limit)).await?)
+}
+
+/// Methods that change state (for documentation and tests).
+pub fn is_mutating(m: &Method) -> bool {
+    matches!(*m, Method::POST | Method::PUT | Method::DELETE | Method::PATCH)
+}

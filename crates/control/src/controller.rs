@@ -1,0 +1,614 @@
+//! The controller: orchestrator requests in, operations out. It plans through the
+//! mediator, journals every operation and step in the state database before acting, runs
+//! operations one at a time on an executor thread, and after a restart reconciles with the
+//! agents and finishes or rolls back whatever was in flight.
+
+use crate::mediator::{InstanceRow, Mediator, PathRow, Plan, PlanError, PlacementRecord};
+use crate::ops::{OpKind, OpState, Operation, Step, StepStatus};
+use crate::store::{EventRecord, Store, StoreError, Table, Write};
+use crate::vnfm::InstanceState;
+use nfx_model::service::Service;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// A service as recorded: the request, its status and the operation that last acted on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRow {
+    /// The request as submitted.
+    pub service: Service,
+    /// `deploying`, `active`, `destroying` or `failed`.
+    pub status: String,
+    /// Last operation id.
+    pub operation: String,
+}
+
+/// Errors of controller calls, mapped onto HTTP statuses by the API.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// Bad input (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Unknown id (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// Conflicts with the current state (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Infrastructure or database failure (503/500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<PlanError> for CtlError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::NotFound(m) => CtlError::NotFound(m),
+            PlanError::Conflict(m) => CtlError::Conflict(m),
+            PlanError::Invalid(m) => CtlError::BadRequest(m),
+        }
+    }
+}
+
+impl From<StoreError> for CtlError {
+    fn from(e: StoreError) -> Self {
+        CtlError::Internal(e.to_string())
+    }
+}
+
+/// The controller core (shared by the REST handlers and the executor thread).
+pub struct Controller {
+    store: Store,
+    med: Mutex<Mediator>,
+    queue: Mutex<Option<mpsc::Sender<String>>>,
+    seq: AtomicU64,
+}
+
+fn rows_json<T: Serialize>(rows: &[(String, Option<T>)]) -> serde_json::Value {
+    serde_json::to_value(rows).unwrap_or_default()
+}
+
+impl Controller {
+    /// Loads the state database into the mediator (no operation is resumed yet: call
+    /// [`Controller::recover`]).
+    pub fn open(store: Store, mut med: Mediator) -> Result<Arc<Self>, CtlError> {
+        let instances: Vec<InstanceRow> = store.list(Table::Instances)?;
+        let paths: Vec<PathRow> = store.list(Table::Paths)?;
+        let instances: BTreeMap<String, InstanceRow> = instances
+            .into_iter()
+            .map(|r| (r.spec.id.clone(), r))
+            .collect();
+        let paths: BTreeMap<String, PathRow> =
+            paths.into_iter().map(|p| (p.service.clone(), p)).collect();
+        for p in paths.values() {
+            med.enforcer().install(&p.service, &p.hops);
+        }
+        med.load(instances, paths)?;
+        let ops: Vec<Operation> = store.list(Table::Operations)?;
+        let seq = ops
+            .iter()
+            .filter_map(|o| o.id.strip_prefix("op-").and_then(|n| n.parse::<u64>().ok()))
+            .max()
+            .unwrap_or(0);
+        Ok(Arc::new(Controller {
+            store,
+            med: Mutex::new(med),
+            queue: Mutex::new(None),
+            seq: AtomicU64::new(seq),
+        }))
+    }
+
+    /// The state database.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn med(&self) -> std::sync::MutexGuard<'_, Mediator> {
+        self.med.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` with the mediator locked (read access for status and tests).
+    pub fn with_mediator<T>(&self, f: impl FnOnce(&Mediator) -> T) -> T {
+        f(&self.med())
+    }
+
+    /// Starts the executor thread; operations submitted before run synchronously.
+    pub fn start_executor(self: &Arc<Self>) {
+        let (tx, rx) = mpsc::channel::<String>();
+        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let me = Arc::downgrade(self);
+        std::thread::spawn(move || {
+            while let Ok(id) = rx.recv() {
+                let Some(c) = me.upgrade() else { break };
+                if let Err(e) = c.run(&id) {
+                    log::error!("operation {id}: {e}");
+                }
+            }
+        });
+    }
+
+    /// Reconciles after a (re)start: resumes unfinished operations, then compares the
+    /// recorded instances with what the agents hold (orphans are destroyed, missing ones
+    /// reported). Returns a summary.
+    pub fn recover(&self) -> Result<serde_json::Value, CtlError> {
+        let ops: Vec<Operation> = self.store.list(Table::Operations)?;
+        let mut resumed = Vec::new();
+        for mut op in ops.into_iter().filter(|o| !o.state.is_final()) {
+            op.recovered = true;
+            self.store.batch(&[
+                Write::Put(Table::Operations, op.id.clone(), serde_json::to_value(&op).unwrap_or_default()),
+                Write::Event(
+                    "operation.recovered".into(),
+                    serde_json::json!({"operation": op.id, "state": op.state.as_str()}),
+                ),
+            ])?;
+            self.run(&op.id)?;
+            resumed.push(op.id);
+        }
+        let (vnfms, recorded) = {
+            let m = self.med();
+            (m.vnfms().all(), m.instances().clone())
+        };
+        let mut orphans = Vec::new();
+        let mut seen = Vec::new();
+        for v in vnfms {
+            let ids = v.list_instances().map_err(|e| CtlError::Internal(e.to_string()))?;
+            for id in ids {
+                if recorded.contains_key(&id) {
+                    seen.push(id);
+                } else {
+                    v.destruct_instance(&id).map_err(|e| CtlError::Internal(e.to_string()))?;
+                    orphans.push(id);
+                }
+            }
+        }
+        let missing: Vec<String> = recorded
+            .iter()
+            .filter(|(id, r)| r.status == "running" && !seen.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let summary = serde_json::json!({
+            "resumed_operations": resumed,
+            "orphans_destroyed": orphans,
+            "missing_instances": missing,
+        });
+        self.store
+            .batch(&[Write::Event("controller.reconciled".into(), summary.clone())])?;
+        Ok(summary)
+    }
+
+    fn next_op_id(&self) -> String {
+        format!("op-{}", self.seq.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    /// Dry run: the plan a deploy would carry out (nothing is reserved or recorded).
+    pub fn plan(&self, svc: &Service) -> Result<Plan, CtlError> {
+        check_service(svc)?;
+        let mut m = self.med();
+        let before = (m.instances().clone(), m.paths().clone());
+        let plan = m.plan_deploy(svc);
+        m.load(before.0, before.1)?;
+        Ok(plan?)
+    }
+
+    /// Accepts a service: plans it and journals the operation; returns the operation.
+    pub fn deploy(&self, svc: Service) -> Result<Operation, CtlError> {
+        check_service(&svc)?;
+        if self.store.get::<ServiceRow>(Table::Services, &svc.id)?.is_some() {
+            return Err(CtlError::Conflict(format!("service {:?} already exists", svc.id)));
+        }
+        let mut m = self.med();
+        let plan = m.plan_deploy(&svc)?;
+        let op = self.journal(&mut m, OpKind::Deploy, &svc.id, plan, |op| {
+            vec![Write::Put(
+                Table::Services,
+                svc.id.clone(),
+                serde_json::to_value(ServiceRow {
+                    service: svc.clone(),
+                    status: "deploying".into(),
+                    operation: op.id.clone(),
+                })
+                .unwrap_or_default(),
+            )]
+        })?;
+        drop(m);
+        self.enqueue(&op.id)?;
+        Ok(op)
+    }
+
+    /// Destroys a service: steer away, then destruct its instances.
+    pub fn destroy(&self, service: &str) -> Result<Operation, CtlError> {
+        let mut row: ServiceRow = self
+            .store
+            .get(Table::Services, service)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown service {service:?}")))?;
+        if row.status != "active" && row.status != "failed" {
+            return Err(CtlError::Conflict(format!(
+                "service {service} is {} (operation {})",
+                row.status, row.operation
+            )));
+        }
+        let mut m = self.med();
+        if row.status == "failed" && !m.paths().contains_key(service) {
+            self.store.batch(&[
+                Write::Delete(Table::Services, service.to_string()),
+                Write::Event("service.removed".into(), serde_json::json!({"service": service})),
+            ])?;
+            let mut op = Operation::new(self.next_op_id(), OpKind::Destroy, service.into(), vec![]);
+            op.go(OpState::Processing).and_then(|_| op.go(OpState::Completed)).map_err(|e| CtlError::Internal(e.to_string()))?;
+            self.store.put(Table::Operations, &op.id, &op)?;
+            return Ok(op);
+        }
+        let plan = m.plan_destroy(service)?;
+        let op = self.journal(&mut m, OpKind::Destroy, service, plan, |op| {
+            row.status = "destroying".into();
+            row.operation = op.id.clone();
+            vec![Write::Put(
+                Table::Services,
+                service.to_string(),
+                serde_json::to_value(&row).unwrap_or_default(),
+            )]
+        })?;
+        drop(m);
+        self.enqueue(&op.id)?;
+        Ok(op)
+    }
+
+    /// Migrates an instance to `device` (or the best device on its host).
+    pub fn migrate(&self, instance: &str, device: Option<&str>) -> Result<Operation, CtlError> {
+        let mut m = self.med();
+        let busy = self
+            .store
+            .list::<Operation>(Table::Operations)?
+            .into_iter()
+            .find(|o| !o.state.is_final() && o.steps.iter().any(|s| step_touches(&s.step, instance)));
+        if let Some(o) = busy {
+            return Err(CtlError::Conflict(format!(
+                "instance {instance} is in operation {} ({})",
+                o.id,
+                o.state.as_str()
+            )));
+        }
+        let plan = m.plan_migrate(instance, device)?;
+        let op = self.journal(&mut m, OpKind::Migrate, instance, plan, |_| Vec::new())?;
+        drop(m);
+        self.enqueue(&op.id)?;
+        Ok(op)
+    }
+
+    /// Records plan + operation in one transaction and applies the plan's rows.
+    fn journal(
+        &self,
+        m: &mut Mediator,
+        kind: OpKind,
+        target: &str,
+        plan: Plan,
+        extra: impl FnOnce(&Operation) -> Vec<Write>,
+    ) -> Result<Operation, CtlError> {
+        let mut op = Operation::new(self.next_op_id(), kind, target.into(), plan.steps.clone());
+        let restore_i: Vec<(String, Option<InstanceRow>)> = plan
+            .instances
+            .iter()
+            .map(|(id, _)| (id.clone(), m.instances().get(id).cloned()))
+            .collect();
+        let restore_p: Vec<(String, Option<PathRow>)> = plan
+            .paths
+            .iter()
+            .map(|(id, _)| (id.clone(), m.paths().get(id).cloned()))
+            .collect();
+        op.restore = serde_json::json!({"instances": rows_json(&restore_i), "paths": rows_json(&restore_p)});
+        let mut w = vec![Write::Put(
+            Table::Operations,
+            op.id.clone(),
+            serde_json::to_value(&op).unwrap_or_default(),
+        )];
+        w.extend(row_writes(&plan.instances, &plan.paths));
+        for p in &plan.placements {
+            w.push(Write::Put(
+                Table::Placements,
+                p.instance.clone(),
+                serde_json::to_value(p).unwrap_or_default(),
+            ));
+        }
+        w.extend(extra(&op));
+        w.push(Write::Event(
+            "operation.accepted".into(),
+            serde_json::json!({"operation": op.id, "kind": kind, "target": target,
+                               "steps": op.steps.iter().map(|s| s.step.label()).collect::<Vec<_>>()}),
+        ));
+        m.apply_rows(&plan.instances, &plan.paths)?;
+        if let Err(e) = self.store.batch(&w) {
+            m.apply_rows(&restore_i, &restore_p)?;
+            return Err(e.into());
+        }
+        Ok(op)
+    }
+
+    fn enqueue(&self, id: &str) -> Result<(), CtlError> {
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match q {
+            Some(tx) if tx.send(id.to_string()).is_ok() => Ok(()),
+            _ => self.run(id),
+        }
+    }
+
+    fn save_op(&self, op: &Operation, extra: Vec<Write>) -> Result<(), CtlError> {
+        let mut w = vec![Write::Put(
+            Table::Operations,
+            op.id.clone(),
+            serde_json::to_value(op).unwrap_or_default(),
+        )];
+        w.extend(extra);
+        Ok(self.store.batch(&w)?)
+    }
+
+    /// Runs (or resumes) operation `id` to a final state.
+    pub fn run(&self, id: &str) -> Result<(), CtlError> {
+        let mut op: Operation = self
+            .store
+            .get(Table::Operations, id)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown operation {id:?}")))?;
+        let bad = |e: crate::ops::TransitionError| CtlError::Internal(e.to_string());
+        if op.state == OpState::Starting {
+            op.go(OpState::Processing).map_err(bad)?;
+            self.save_op(&op, vec![])?;
+        }
+        if op.state == OpState::Processing {
+            for i in 0..op.steps.len() {
+                if op.steps[i].status == StepStatus::Done {
+                    continue;
+                }
+                op.steps[i].status = StepStatus::Started;
+                self.save_op(&op, vec![])?;
+                let step = op.steps[i].step.clone();
+                let res = self.med().apply(&step);
+                match res {
+                    Ok(answer) => {
+                        op.steps[i].status = StepStatus::Done;
+                        let mut w = self.step_rows(&step);
+                        w.push(Write::Event(
+                            "step.done".into(),
+                            serde_json::json!({"operation": op.id, "step": step.label(), "answer": answer}),
+                        ));
+                        self.save_op(&op, w)?;
+                    }
+                    Err(e) => {
+                        op.error = Some(format!("{}: {e}", step.label()));
+                        op.go(OpState::FailedTemp).map_err(bad)?;
+                        self.save_op(&op, vec![Write::Event(
+                            "operation.failed_temp".into(),
+                            serde_json::json!({"operation": op.id, "error": op.error}),
+                        )])?;
+                        break;
+                    }
+                }
+            }
+            if op.state == OpState::Processing {
+                op.go(OpState::Completed).map_err(bad)?;
+                let w = self.finish_rows(&op, true)?;
+                self.save_op(&op, w)?;
+                return Ok(());
+            }
+        }
+        if op.state == OpState::FailedTemp {
+            op.go(OpState::RollingBack).map_err(bad)?;
+            self.save_op(&op, vec![])?;
+        }
+        if op.state == OpState::RollingBack {
+            let mut stuck = None;
+            for i in (0..op.steps.len()).rev() {
+                if !matches!(op.steps[i].status, StepStatus::Done | StepStatus::Started) {
+                    continue;
+                }
+                let step = op.steps[i].step.clone();
+                let res = self.med().undo(&step);
+                match res {
+                    Ok(true) => {
+                        op.steps[i].status = StepStatus::Undone;
+                        self.save_op(&op, vec![])?;
+                    }
+                    Ok(false) => {
+                        stuck = Some(format!("{} cannot be undone", step.label()));
+                        break;
+                    }
+                    Err(e) => {
+                        stuck = Some(format!("undo {}: {e}", step.label()));
+                        break;
+                    }
+                }
+            }
+            match stuck {
+                Some(why) => {
+                    op.error = Some(format!("{}; rollback: {why}", op.error.clone().unwrap_or_default()));
+                    op.go(OpState::Failed).map_err(bad)?;
+                    self.save_op(&op, vec![Write::Event(
+                        "operation.failed".into(),
+                        serde_json::json!({"operation": op.id, "error": op.error}),
+                    )])?;
+                }
+                None => {
+                    op.go(OpState::RolledBack).map_err(bad)?;
+                    let w = self.finish_rows(&op, false)?;
+                    self.save_op(&op, w)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows changed by a done step (instance status, removal).
+    fn step_rows(&self, step: &Step) -> Vec<Write> {
+        let m = self.med();
+        match step {
+            Step::Deploy { spec } => match m.instances().get(&spec.id) {
+                Some(r) => vec![Write::Put(
+                    Table::Instances,
+                    spec.id.clone(),
+                    serde_json::to_value(r).unwrap_or_default(),
+                )],
+                None => vec![],
+            },
+            Step::Destruct { instance } => vec![
+                Write::Delete(Table::Instances, instance.clone()),
+                Write::Delete(Table::Placements, instance.clone()),
+            ],
+            _ => vec![],
+        }
+    }
+
+    /// Final rows of an operation: service status on success; restored rows on rollback.
+    fn finish_rows(&self, op: &Operation, ok: bool) -> Result<Vec<Write>, CtlError> {
+        let mut w = Vec::new();
+        if !ok {
+            let ri: Vec<(String, Option<InstanceRow>)> =
+                serde_json::from_value(op.restore["instances"].clone()).unwrap_or_default();
+            let rp: Vec<(String, Option<PathRow>)> =
+                serde_json::from_value(op.restore["paths"].clone()).unwrap_or_default();
+            self.med().apply_rows(&ri, &rp)?;
+            w.extend(row_writes(&ri, &rp));
+            for (id, r) in &ri {
+                if r.is_none() {
+                    w.push(Write::Delete(Table::Placements, id.clone()));
+                }
+            }
+        }
+        if op.kind != OpKind::Migrate {
+            if let Some(mut row) = self.store.get::<ServiceRow>(Table::Services, &op.target)? {
+                match (op.kind, ok) {
+                    (OpKind::Destroy, true) => {
+                        w.push(Write::Delete(Table::Services, op.target.clone()));
+                    }
+                    (OpKind::Deploy, true) | (OpKind::Destroy, false) => {
+                        row.status = "active".into();
+                        w.push(Write::Put(Table::Services, op.target.clone(), serde_json::to_value(&row).unwrap_or_default()));
+                    }
+                    _ => {
+                        row.status = "failed".into();
+                        w.push(Write::Put(Table::Services, op.target.clone(), serde_json::to_value(&row).unwrap_or_default()));
+                    }
+                }
+            }
+        }
+        w.push(Write::Event(
+            format!("operation.{}", op.state.as_str().to_lowercase()),
+            serde_json::json!({"operation": op.id, "kind": op.kind, "target": op.target}),
+        ));
+        Ok(w)
+    }
+
+    /// One operation record.
+    pub fn operation(&self, id: &str) -> Result<Operation, CtlError> {
+        self.store
+            .get(Table::Operations, id)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown operation {id:?}")))
+    }
+
+    /// Every operation.
+    pub fn operations(&self) -> Result<Vec<Operation>, CtlError> {
+        Ok(self.store.list(Table::Operations)?)
+    }
+
+    /// Every service.
+    pub fn services(&self) -> Result<Vec<ServiceRow>, CtlError> {
+        Ok(self.store.list(Table::Services)?)
+    }
+
+    /// One service with its path.
+    pub fn service(&self, id: &str) -> Result<serde_json::Value, CtlError> {
+        let row: ServiceRow = self
+            .store
+            .get(Table::Services, id)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown service {id:?}")))?;
+        let path: Option<PathRow> = self.store.get(Table::Paths, id)?;
+        let mut v = serde_json::to_value(row).unwrap_or_default();
+        v["path"] = serde_json::to_value(path).unwrap_or_default();
+        Ok(v)
+    }
+
+    /// Every recorded instance.
+    pub fn instances(&self) -> Result<Vec<InstanceRow>, CtlError> {
+        Ok(self.store.list(Table::Instances)?)
+    }
+
+    /// Status branch: one instance's record, placement and live state from its VNFM.
+    pub fn instance(&self, id: &str) -> Result<serde_json::Value, CtlError> {
+        let row: InstanceRow = self
+            .store
+            .get(Table::Instances, id)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown instance {id:?}")))?;
+        let placement: Option<PlacementRecord> = self.store.get(Table::Placements, id)?;
+        let vnfm = self.med().vnfms().get(&row.host).clone();
+        let live: Result<InstanceState, _> = vnfm.get_instance_state(id);
+        let mut v = serde_json::to_value(&row).unwrap_or_default();
+        v["placement"] = serde_json::to_value(placement).unwrap_or_default();
+        v["vnfm"] = vnfm.kind().into();
+        match live {
+            Ok(s) => v["state"] = serde_json::to_value(s).unwrap_or_default(),
+            Err(e) => v["state_error"] = e.to_string().into(),
+        }
+        Ok(v)
+    }
+
+    /// The last `limit` events.
+    pub fn events(&self, limit: usize) -> Result<Vec<EventRecord>, CtlError> {
+        Ok(self.store.events(limit)?)
+    }
+}
+
+fn row_writes(
+    instances: &[(String, Option<InstanceRow>)],
+    paths: &[(String, Option<PathRow>)],
+) -> Vec<Write> {
+    let mut w = Vec::new();
+    for (id, r) in instances {
+        w.push(match r {
+            Some(r) => Write::Put(Table::Instances, id.clone(), serde_json::to_value(r).unwrap_or_default()),
+            None => Write::Delete(Table::Instances, id.clone()),
+        });
+    }
+    for (id, r) in paths {
+        w.push(match r {
+            Some(r) => Write::Put(Table::Paths, id.clone(), serde_json::to_value(r).unwrap_or_default()),
+            None => Write::Delete(Table::Paths, id.clone()),
+        });
+    }
+    w
+}
+
+fn step_touches(step: &Step, instance: &str) -> bool {
+    match step {
+        Step::Deploy { spec } => spec.id == instance,
+        Step::Configure { instance: i, .. } | Step::Destruct { instance: i } => i == instance,
+        Step::Migrate { old, new, .. } => old == instance || new == instance,
+        Step::Steer { hops, .. } | Step::Unsteer { hops, .. } => hops.iter().any(|h| h.instance == instance),
+    }
+}
+
+/// Request checks the descriptor's YAML validation would make (ids, SLA ranges).
+fn check_service(s: &Service) -> Result<(), CtlError> {
+    let ident = |f: &str, v: &str| {
+        if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
+            Err(CtlError::BadRequest(format!(
+                "{f}: {v:?} must be non-empty and use only letters, digits, '-', '_', '.'"
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    ident("id", &s.id)?;
+    ident("tenant", &s.tenant)?;
+    for (k, c) in s.chain.iter().enumerate() {
+        ident(&format!("chain[{k}].function"), &c.function)?;
+        if !(c.capacity_need.is_finite() && c.capacity_need >= 0.0) {
+            return Err(CtlError::BadRequest(format!("chain[{k}].capacity_need: must be finite and >= 0")));
+        }
+    }
+    if !(s.sla.max_latency_us.is_finite() && s.sla.max_latency_us > 0.0) {
+        return Err(CtlError::BadRequest("sla.max_latency_us: must be > 0".into()));
+    }
+    if !(s.sla.min_throughput_gbps.is_finite() && s.sla.min_throughput_gbps > 0.0) {
+        return Err(CtlError::BadRequest("sla.min_throughput_gbps: must be > 0".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,799 @@
+//! The mediator (HYPER §III-B, Fig. 2): the only caller of VNFMs. It turns orchestrator
+//! requests into journaled steps —
+//! * chaining: the exact stage DP of `nfx-chaining` computes the hop-by-hop path, which
+//!   goes to the forwarding enforcer;
+//! * deploy: when a stage needs a new instance, the software tier is used if it meets the
+//!   SLA, otherwise the best device of a faster tier by HYPER's online best-fit fitness
+//!   (`nfx-placement`);
+//! * destroy: steer traffic away first, then destroy;
+//! * migrate: deploy the new instance, move the flows, re-steer, destroy the old one;
+//! * status: gather from the VNFMs.
+//!
+//! Planning reserves resources in the resource model at once; the rows it returns are
+//! persisted with the operation, and the model is always rebuilt from those rows.
+
+use crate::enforcer::{Enforcer, Hop};
+use crate::ops::Step;
+use crate::topology::transfer_matrix;
+use crate::vnfm::{InstanceSpec, InstanceState, Vnfm, VnfmError};
+use nfx_chaining::{solve_with_retry, Chainer, Needs, Network, SlaSpec, Status};
+use nfx_model::service::Service;
+use nfx_model::{Infrastructure, ResourceModel, Tier};
+use nfx_placement::online::Fitness;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
+const UNREACHABLE_US: f64 = 1e8;
+
+/// A VNF instance as the controller records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRow {
+    /// What was (or will be) deployed.
+    pub spec: InstanceSpec,
+    /// Host of its device.
+    pub host: String,
+    /// Tier of its device.
+    pub tier: Tier,
+    /// Processing latency, µs.
+    pub latency_us: f64,
+    /// `planned`, `running` or `destroying`.
+    pub status: String,
+    /// Services whose path uses it.
+    pub users: Vec<String>,
+}
+
+/// A service's chained path and what it reserved on each hop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRow {
+    /// Service id.
+    pub service: String,
+    /// Hops in order.
+    pub hops: Vec<Hop>,
+    /// End-to-end latency of the path, µs.
+    pub latency_us: f64,
+    /// Throughput reserved on every hop, Gbit/s.
+    pub throughput_gbps: f64,
+    /// Capacity reserved on every hop.
+    pub capacity: f64,
+}
+
+/// Why a placement went where it did (kept in the `placements` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacementRecord {
+    /// Instance id.
+    pub instance: String,
+    /// Function.
+    pub function: String,
+    /// Chosen device.
+    pub device: String,
+    /// Its host.
+    pub host: String,
+    /// Its tier.
+    pub tier: Tier,
+    /// The decision in words.
+    pub reason: String,
+}
+
+/// What planning a request produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Steps in execution order.
+    pub steps: Vec<Step>,
+    /// New or changed instance rows (`None` = removed).
+    pub instances: Vec<(String, Option<InstanceRow>)>,
+    /// New or changed path rows (`None` = removed).
+    pub paths: Vec<(String, Option<PathRow>)>,
+    /// Placement decisions taken.
+    pub placements: Vec<PlacementRecord>,
+    /// Path latency for deploys, µs.
+    pub latency_us: Option<f64>,
+}
+
+/// Why a request cannot be planned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// Unknown service, instance or device.
+    #[error("{0}")]
+    NotFound(String),
+    /// Conflicts with the current state (already deployed, no room, no chain).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Which VNFM serves which host.
+pub struct VnfmMap {
+    by_host: HashMap<String, Arc<dyn Vnfm>>,
+    default: Arc<dyn Vnfm>,
+}
+
+impl VnfmMap {
+    /// Every host served by `default` unless mapped otherwise.
+    pub fn new(default: Arc<dyn Vnfm>) -> Self {
+        VnfmMap {
+            by_host: HashMap::new(),
+            default,
+        }
+    }
+
+    /// Serves `host` with `vnfm`.
+    pub fn set(&mut self, host: &str, vnfm: Arc<dyn Vnfm>) {
+        self.by_host.insert(host.to_string(), vnfm);
+    }
+
+    /// The VNFM of `host`.
+    pub fn get(&self, host: &str) -> &Arc<dyn Vnfm> {
+        self.by_host.get(host).unwrap_or(&self.default)
+    }
+
+    /// Every distinct VNFM.
+    pub fn all(&self) -> Vec<Arc<dyn Vnfm>> {
+        let mut v: Vec<Arc<dyn Vnfm>> = vec![self.default.clone()];
+        for x in self.by_host.values() {
+            if !v.iter().any(|y| Arc::ptr_eq(x, y)) {
+                v.push(x.clone());
+            }
+        }
+        v
+    }
+}
+
+/// The mediator.
+pub struct Mediator {
+    infra: Infrastructure,
+    base_net: Network,
+    model: ResourceModel,
+    instances: BTreeMap<String, InstanceRow>,
+    paths: BTreeMap<String, PathRow>,
+    vnfms: VnfmMap,
+    enforcer: Arc<Enforcer>,
+    chainer: Chainer,
+}
+
+impl Mediator {
+    /// A mediator over `infra` with no instances.
+    pub fn new(
+        infra: Infrastructure,
+        vnfms: VnfmMap,
+        enforcer: Arc<Enforcer>,
+    ) -> Result<Self, PlanError> {
+        let nodes: Vec<String> = infra.hosts.iter().map(|h| h.id.clone()).collect();
+        let base_net = Network::new("<infrastructure>", &nodes, &transfer_matrix(&infra, UNREACHABLE_US))
+            .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let model = ResourceModel::from_infrastructure(&infra);
+        Ok(Mediator {
+            infra,
+            base_net,
+            model,
+            instances: BTreeMap::new(),
+            paths: BTreeMap::new(),
+            vnfms,
+            enforcer,
+            chainer: Chainer::new(),
+        })
+    }
+
+    /// The infrastructure descriptor.
+    pub fn infra(&self) -> &Infrastructure {
+        &self.infra
+    }
+
+    /// The resource model (planned state included).
+    pub fn model(&self) -> &ResourceModel {
+        &self.model
+    }
+
+    /// Recorded instances.
+    pub fn instances(&self) -> &BTreeMap<String, InstanceRow> {
+        &self.instances
+    }
+
+    /// Recorded paths.
+    pub fn paths(&self) -> &BTreeMap<String, PathRow> {
+        &self.paths
+    }
+
+    /// The forwarding enforcer.
+    pub fn enforcer(&self) -> &Arc<Enforcer> {
+        &self.enforcer
+    }
+
+    /// The VNFMs.
+    pub fn vnfms(&self) -> &VnfmMap {
+        &self.vnfms
+    }
+
+    /// Replaces the recorded rows and rebuilds the resource model from them.
+    pub fn load(
+        &mut self,
+        instances: BTreeMap<String, InstanceRow>,
+        paths: BTreeMap<String, PathRow>,
+    ) -> Result<(), PlanError> {
+        self.instances = instances;
+        self.paths = paths;
+        self.rebuild()
+    }
+
+    /// Applies plan rows (or restored rows) and rebuilds the model.
+    pub fn apply_rows(
+        &mut self,
+        instances: &[(String, Option<InstanceRow>)],
+        paths: &[(String, Option<PathRow>)],
+    ) -> Result<(), PlanError> {
+        for (id, row) in instances {
+            match row {
+                Some(r) => self.instances.insert(id.clone(), r.clone()),
+                None => self.instances.remove(id),
+            };
+        }
+        for (id, row) in paths {
+            match row {
+                Some(r) => self.paths.insert(id.clone(), r.clone()),
+                None => self.paths.remove(id),
+            };
+        }
+        self.rebuild()
+    }
+
+    fn rebuild(&mut self) -> Result<(), PlanError> {
+        let mut m = ResourceModel::from_infrastructure(&self.infra);
+        let bad = |e: nfx_model::ResourceError| PlanError::Conflict(format!("stored state: {e}"));
+        for (id, r) in &self.instances {
+            m.deploy(id, &r.spec.function, &r.spec.device, r.spec.throughput_gbps, r.spec.capacity)
+                .map_err(bad)?;
+        }
+        for p in self.paths.values() {
+            for h in &p.hops {
+                m.reserve(&h.instance, p.throughput_gbps, p.capacity).map_err(bad)?;
+            }
+        }
+        self.model = m;
+        Ok(())
+    }
+
+    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches).
+    pub fn plan_deploy(&mut self, svc: &Service) -> Result<Plan, PlanError> {
+        if self.paths.contains_key(&svc.id) {
+            return Err(PlanError::Conflict(format!(
+                "service {:?} is already deployed",
+                svc.id
+            )));
+        }
+        for (name, host) in [("ingress", &svc.ingress), ("egress", &svc.egress)] {
+            if self.infra.host_index(host).is_none() {
+                return Err(PlanError::Invalid(format!("{name}: unknown host {host:?}")));
+            }
+        }
+        if svc.chain.is_empty() {
+            return Err(PlanError::Invalid("chain: needs at least one function".into()));
+        }
+        let needs = Needs {
+            throughput_gbps: svc.sla.min_throughput_gbps,
+            capacity: svc.chain.iter().map(|c| c.capacity_need).fold(0.0, f64::max),
+        };
+        let configs: Vec<serde_json::Value> = svc
+            .chain
+            .iter()
+            .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
+            .collect();
+        let mut net = self.base_net.clone();
+        for (id, r) in &self.instances {
+            let k = svc.chain.iter().position(|c| c.function == r.spec.function);
+            let Some(k) = k else { continue };
+            if r.status == "destroying" || r.spec.config != configs[k] {
+                continue;
+            }
+            let im = self.model.instance(id).ok_or_else(|| {
+                PlanError::Conflict(format!("instance {id} missing from the resource model"))
+            })?;
+            net.add_instance(
+                "<state>",
+                id,
+                &nfx_chaining::InstanceSpec {
+                    id: id.clone(),
+                    function: r.spec.function.clone(),
+                    node: r.host.clone(),
+                    kind: r.tier.as_str().into(),
+                    processing_latency_us: r.latency_us,
+                    throughput_total_gbps: im.throughput_gbps.total,
+                    throughput_used_gbps: im.throughput_gbps.used,
+                    capacity_total: im.capacity.total,
+                    capacity_used: im.capacity.used,
+                },
+            )
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        }
+        let sla = SlaSpec {
+            id: svc.id.clone(),
+            src_node: svc.ingress.clone(),
+            dst_node: svc.egress.clone(),
+            chain: svc.chain.iter().map(|c| c.function.clone()).collect(),
+            latency_bound_us: svc.sla.max_latency_us,
+            throughput_gbps: needs.throughput_gbps,
+            capacity_need: needs.capacity,
+        };
+        let mut placer = Placer {
+            model: self.model.clone(),
+            service: &svc.id,
+            configs: &svc.chain.iter().map(|c| c.function.clone()).zip(configs.clone()).collect(),
+            taken: &self.instances,
+            placed: Vec::new(),
+        };
+        let max_requests = 3 * svc.chain.len();
+        let ans = solve_with_retry(&mut net, &mut self.chainer, &sla, &mut placer, max_requests)
+            .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        if ans.outcome.status != Status::Ok {
+            let q = net
+                .query("<service>", &svc.id, &sla)
+                .map_err(|e| PlanError::Invalid(e.to_string()))?;
+            let why = nfx_chaining::explain::explain(&net, &q, &ans.outcome, self.chainer.path());
+            return Err(PlanError::Conflict(format!(
+                "no chain meets the SLA of {}: {why}{}",
+                svc.id,
+                ans.stopped.map(|s| format!(" ({s})")).unwrap_or_default()
+            )));
+        }
+        let path_ids: Vec<String> = self
+            .chainer
+            .path()
+            .iter()
+            .map(|&i| net.inst_id(i).to_string())
+            .collect();
+        let (mut model, placed) = (placer.model, placer.placed);
+        let mut plan = Plan {
+            steps: Vec::new(),
+            instances: Vec::new(),
+            paths: Vec::new(),
+            placements: Vec::new(),
+            latency_us: ans.outcome.latency_ns.map(nfx_chaining::network::to_us),
+        };
+        let mut rows: BTreeMap<String, InstanceRow> = BTreeMap::new();
+        for (row, rec) in placed {
+            if path_ids.contains(&row.spec.id) {
+                plan.steps.push(Step::Deploy {
+                    spec: row.spec.clone(),
+                });
+                plan.steps.push(Step::Configure {
+                    instance: row.spec.id.clone(),
+                    config: row.spec.config.clone(),
+                });
+                plan.placements.push(rec);
+                rows.insert(row.spec.id.clone(), row);
+            } else {
+                model.destroy(&row.spec.id).map_err(|e| PlanError::Conflict(e.to_string()))?;
+            }
+        }
+        let mut hops = Vec::new();
+        for (k, id) in path_ids.iter().enumerate() {
+            model
+                .reserve(id, needs.throughput_gbps, needs.capacity)
+                .map_err(|e| PlanError::Conflict(format!("{id}: {e}")))?;
+            let mut row = match rows.get(id) {
+                Some(r) => r.clone(),
+                None => self.instances[id].clone(),
+            };
+            row.users.push(svc.id.clone());
+            hops.push(Hop {
+                function: svc.chain[k].function.clone(),
+                instance: id.clone(),
+                device: row.spec.device.clone(),
+                host: row.host.clone(),
+            });
+            rows.insert(id.clone(), row);
+        }
+        plan.steps.push(Step::Steer {
+            service: svc.id.clone(),
+            hops: hops.clone(),
+            previous: None,
+        });
+        plan.instances = rows.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        plan.paths = vec![(
+            svc.id.clone(),
+            Some(PathRow {
+                service: svc.id.clone(),
+                hops,
+                latency_us: plan.latency_us.unwrap_or(0.0),
+                throughput_gbps: needs.throughput_gbps,
+                capacity: needs.capacity,
+            }),
+        )];
+        Ok(plan)
+    }
+
+    /// Destroy branch: withdraw the service's steering, then destruct the instances that no
+    /// other service uses.
+    pub fn plan_destroy(&self, service: &str) -> Result<Plan, PlanError> {
+        let path = self
+            .paths
+            .get(service)
+            .ok_or_else(|| PlanError::NotFound(format!("service {service:?} has no path")))?;
+        let mut plan = Plan {
+            steps: vec![Step::Unsteer {
+                service: service.to_string(),
+                hops: path.hops.clone(),
+            }],
+            instances: Vec::new(),
+            paths: vec![(service.to_string(), None)],
+            placements: Vec::new(),
+            latency_us: None,
+        };
+        let mut seen = Vec::new();
+        for h in &path.hops {
+            if seen.contains(&h.instance) {
+                continue;
+            }
+            seen.push(h.instance.clone());
+            let mut row = self.instances[&h.instance].clone();
+            row.users.retain(|u| u != service);
+            if row.users.is_empty() {
+                row.status = "destroying".into();
+                plan.steps.push(Step::Destruct {
+                    instance: h.instance.clone(),
+                });
+            }
+            plan.instances.push((h.instance.clone(), Some(row)));
+        }
+        Ok(plan)
+    }
+
+    /// Migrate branch: a new instance of the same function on `device` (or the best device
+    /// of the same host and VNFM), flows moved, paths re-steered, old instance destroyed.
+    pub fn plan_migrate(&self, instance: &str, device: Option<&str>) -> Result<Plan, PlanError> {
+        let old = self
+            .instances
+            .get(instance)
+            .ok_or_else(|| PlanError::NotFound(format!("unknown instance {instance:?}")))?;
+        if old.status != "running" {
+            return Err(PlanError::Conflict(format!(
+                "instance {instance} is {}, not running",
+                old.status
+            )));
+        }
+        let om = self
+            .model
+            .instance(instance)
+            .ok_or_else(|| PlanError::Conflict(format!("{instance} not in the model")))?;
+        let vnfm = self.vnfms.get(&old.host);
+        let (tp, cap) = (old.spec.throughput_gbps, old.spec.capacity);
+        let target = match device {
+            Some(d) => {
+                let dm = self
+                    .model
+                    .device(d)
+                    .ok_or_else(|| PlanError::NotFound(format!("unknown device {d:?}")))?;
+                if d == old.spec.device {
+                    return Err(PlanError::Invalid(format!("{instance} already runs on {d}")));
+                }
+                if !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} is served by another VNFM; flow state moves within one VNFM"
+                    )));
+                }
+                if !dm.functions.contains(&old.spec.function) {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} does not run {}",
+                        old.spec.function
+                    )));
+                }
+                if dm.throughput_gbps.free() < tp || dm.capacity.free() < cap {
+                    return Err(PlanError::Conflict(format!("device {d} has no room for {instance}")));
+                }
+                dm
+            }
+            None => {
+                let cands = self.model.devices().iter().filter(|d| {
+                    d.host == old.host
+                        && d.id != old.spec.device
+                        && d.functions.contains(&old.spec.function)
+                        && d.latency_us <= old.latency_us
+                });
+                best_fit(cands, tp, cap).ok_or_else(|| {
+                    PlanError::Conflict(format!(
+                        "no other device on {} can take {instance} without raising its latency",
+                        old.host
+                    ))
+                })?
+            }
+        };
+        let new_id = self.fresh_id(&format!("{instance}-m"));
+        let spec = InstanceSpec {
+            id: new_id.clone(),
+            device: target.id.clone(),
+            ..old.spec.clone()
+        };
+        let mut plan = Plan {
+            steps: vec![
+                Step::Deploy { spec: spec.clone() },
+                Step::Configure {
+                    instance: new_id.clone(),
+                    config: spec.config.clone(),
+                },
+                Step::Migrate {
+                    old: instance.to_string(),
+                    new: new_id.clone(),
+                    flows: Vec::new(),
+                },
+            ],
+            instances: Vec::new(),
+            paths: Vec::new(),
+            placements: vec![PlacementRecord {
+                instance: new_id.clone(),
+                function: spec.function.clone(),
+                device: target.id.clone(),
+                host: target.host.clone(),
+                tier: target.tier,
+                reason: format!(
+                    "migration of {instance} (used {:.3} Gbit/s): best fit on {}",
+                    om.throughput_gbps.used, target.host
+                ),
+            }],
+            latency_us: None,
+        };
+        for (svc, p) in &self.paths {
+            if !p.hops.iter().any(|h| h.instance == instance) {
+                continue;
+            }
+            let mut np = p.clone();
+            for h in np.hops.iter_mut().filter(|h| h.instance == instance) {
+                h.instance = new_id.clone();
+                h.device = target.id.clone();
+                h.host = target.host.clone();
+            }
+            plan.steps.push(Step::Steer {
+                service: svc.clone(),
+                hops: np.hops.clone(),
+                previous: Some(p.hops.clone()),
+            });
+            plan.paths.push((svc.clone(), Some(np)));
+        }
+        plan.steps.push(Step::Destruct {
+            instance: instance.to_string(),
+        });
+        let mut old_row = old.clone();
+        old_row.status = "destroying".into();
+        let users = std::mem::take(&mut old_row.users);
+        plan.instances.push((instance.to_string(), Some(old_row)));
+        plan.instances.push((
+            new_id,
+            Some(InstanceRow {
+                spec,
+                host: target.host.clone(),
+                tier: target.tier,
+                latency_us: target.latency_us,
+                status: "planned".into(),
+                users,
+            }),
+        ));
+        Ok(plan)
+    }
+
+    fn fresh_id(&self, base: &str) -> String {
+        (1..)
+            .map(|n| format!("{base}{n}"))
+            .find(|id| !self.instances.contains_key(id))
+            .unwrap_or_default()
+    }
+
+    fn vnfm_of(&self, instance: &str) -> Result<&Arc<dyn Vnfm>, VnfmError> {
+        let row = self
+            .instances
+            .get(instance)
+            .ok_or_else(|| VnfmError::NotFound(format!("instance {instance:?} is not recorded")))?;
+        Ok(self.vnfms.get(&row.host))
+    }
+
+    /// Carries out one step; returns what the VNFM or enforcer answered.
+    pub fn apply(&mut self, step: &Step) -> Result<serde_json::Value, VnfmError> {
+        match step {
+            Step::Deploy { spec } => {
+                let st = self.vnfm_of(&spec.id)?.deploy_instance(spec)?;
+                if let Some(r) = self.instances.get_mut(&spec.id) {
+                    r.status = "running".into();
+                }
+                Ok(json(&st))
+            }
+            Step::Configure { instance, config } => {
+                let st = self.vnfm_of(instance)?.configure_instance(instance, config)?;
+                Ok(json(&st))
+            }
+            Step::Steer { service, hops, .. } => {
+                self.enforcer.install(service, hops);
+                Ok(serde_json::Value::Null)
+            }
+            Step::Unsteer { service, .. } => {
+                self.enforcer.withdraw(service);
+                Ok(serde_json::Value::Null)
+            }
+            Step::Migrate { old, new, flows } => {
+                let r = self.vnfm_of(old)?.migrate_instance(old, new, flows)?;
+                Ok(json(&r))
+            }
+            Step::Destruct { instance } => {
+                match self.vnfm_of(instance)?.destruct_instance(instance) {
+                    Ok(()) | Err(VnfmError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                self.instances.remove(instance);
+                let _ = self.model.destroy(instance);
+                Ok(serde_json::Value::Null)
+            }
+        }
+    }
+
+    /// Undoes a done step during rollback; `false` for a step that cannot be undone.
+    pub fn undo(&mut self, step: &Step) -> Result<bool, VnfmError> {
+        match step {
+            Step::Deploy { spec } => {
+                match self.vnfm_of(&spec.id)?.destruct_instance(&spec.id) {
+                    Ok(()) | Err(VnfmError::NotFound(_)) => Ok(true),
+                    Err(e) => Err(e),
+                }
+            }
+            Step::Configure { .. } => Ok(true),
+            Step::Steer {
+                service, previous, ..
+            } => {
+                match previous {
+                    Some(p) => self.enforcer.install(service, p),
+                    None => self.enforcer.withdraw(service),
+                }
+                Ok(true)
+            }
+            Step::Unsteer { service, hops } => {
+                self.enforcer.install(service, hops);
+                Ok(true)
+            }
+            Step::Migrate { old, new, flows } => {
+                self.vnfm_of(new)?.migrate_instance(new, old, flows)?;
+                Ok(true)
+            }
+            Step::Destruct { .. } => Ok(false),
+        }
+    }
+
+    /// Status branch: the VNFM's view of one instance.
+    pub fn instance_state(&self, instance: &str) -> Result<InstanceState, VnfmError> {
+        self.vnfm_of(instance)?.get_instance_state(instance)
+    }
+}
+
+/// A step answer as JSON.
+fn json<T: Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// Scales a resource amount to the integers of the placement crate's exact fitness.
+fn units(x: f64) -> u64 {
+    (x.max(0.0) * 1000.0).round() as u64
+}
+
+/// HYPER's best fit among `cands`: the largest (need/free)·(γ/η_free), ties to the
+/// cheaper device; only devices with room.
+fn best_fit<'a>(
+    cands: impl Iterator<Item = &'a nfx_model::DeviceModel>,
+    throughput: f64,
+    capacity: f64,
+) -> Option<&'a nfx_model::DeviceModel> {
+    let mut best: Option<(&nfx_model::DeviceModel, Fitness)> = None;
+    for d in cands {
+        if d.throughput_gbps.free() < throughput || d.capacity.free() < capacity {
+            continue;
+        }
+        let fit = Fitness::new(
+            units(capacity),
+            units(d.capacity.free()),
+            units(throughput),
+            units(d.throughput_gbps.free()),
+        );
+        let better = match &best {
+            None => true,
+            Some((b, bf)) => match fit.cmp_exact(bf) {
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Less => false,
+                std::cmp::Ordering::Equal => d.cost < b.cost,
+            },
+        };
+        if better {
+            best = Some((d, fit));
+        }
+    }
+    best.map(|(d, _)| d)
+}
+
+/// The mediator's side of the chaining retry loop: decides tier and device for a new
+/// instance and reserves it in a working copy of the resource model.
+struct Placer<'a> {
+    model: ResourceModel,
+    service: &'a str,
+    configs: &'a Vec<(String, serde_json::Value)>,
+    taken: &'a BTreeMap<String, InstanceRow>,
+    placed: Vec<(InstanceRow, PlacementRecord)>,
+}
+
+impl nfx_chaining::Mediator for Placer<'_> {
+    fn place_faster(
+        &mut self,
+        function: &str,
+        near_node: &str,
+        latency_budget_us: f64,
+        needs: Needs,
+    ) -> Option<nfx_chaining::InstanceSpec> {
+        let fits = |d: &&nfx_model::DeviceModel| {
+            d.host == near_node
+                && d.latency_us <= latency_budget_us
+                && d.functions.iter().any(|f| f == function)
+        };
+        let devs = self.model.devices();
+        let software = best_fit(
+            devs.iter().filter(fits).filter(|d| d.tier == Tier::Software),
+            needs.throughput_gbps,
+            needs.capacity,
+        );
+        let (dev, reason) = match software {
+            Some(d) => (d, format!("software tier meets the SLA (latency {} ≤ budget {latency_budget_us:.3} µs)", d.latency_us)),
+            None => {
+                let d = best_fit(
+                    devs.iter().filter(fits).filter(|d| d.tier != Tier::Software),
+                    needs.throughput_gbps,
+                    needs.capacity,
+                )?;
+                (d, format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room; best-fit {} device", d.tier.as_str()))
+            }
+        };
+        let (dev_id, host, tier, lat) = (dev.id.clone(), dev.host.clone(), dev.tier, dev.latency_us);
+        let base = format!("{}-{function}-", self.service);
+        let id = (1..)
+            .map(|n| format!("{base}{n}"))
+            .find(|id| !self.taken.contains_key(id) && self.model.instance(id).is_none())?;
+        self.model
+            .deploy(&id, function, &dev_id, needs.throughput_gbps, needs.capacity)
+            .ok()?;
+        let config = self
+            .configs
+            .iter()
+            .find(|(f, _)| f == function)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+        let spec = InstanceSpec {
+            id: id.clone(),
+            function: function.to_string(),
+            device: dev_id.clone(),
+            config,
+            throughput_gbps: needs.throughput_gbps,
+            capacity: needs.capacity,
+        };
+        self.placed.push((
+            InstanceRow {
+                spec,
+                host: host.clone(),
+                tier,
+                latency_us: lat,
+                status: "planned".into(),
+                users: Vec::new(),
+            },
+            PlacementRecord {
+                instance: id.clone(),
+                function: function.to_string(),
+                device: dev_id,
+                host: host.clone(),
+                tier,
+                reason,
+            },
+        ));
+        Some(nfx_chaining::InstanceSpec {
+            id,
+            function: function.to_string(),
+            node: host,
+            kind: tier.as_str().into(),
+            processing_latency_us: lat,
+            throughput_total_gbps: needs.throughput_gbps,
+            throughput_used_gbps: 0.0,
+            capacity_total: needs.capacity,
+            capacity_used: 0.0,
+        })
+    }
+}

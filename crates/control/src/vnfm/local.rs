@@ -1,0 +1,466 @@
+//! Local VNFM: drives real `nfx run` workers on this machine through their control
+//! sockets. One worker per device runs the chain of that device's instances (in deploy
+//! order); deploy/destruct/configure rewrite that chain with `reconfigure` (no restart),
+//! migrate moves flow state with `export_state`/`import_state`, state comes from `stats`.
+//! What runs where is kept in a file so a restarted controller finds its workers again.
+
+use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a control-socket exchange or a worker start may take.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The local agent's configuration file (YAML): which devices are workers and how to run them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalConfig {
+    /// Directory for worker configs, sockets and the agent's state file.
+    pub run_dir: PathBuf,
+    /// The `nfx` binary that runs workers (default: the running executable).
+    #[serde(default)]
+    pub nfx_bin: Option<PathBuf>,
+    /// Device id → how to start its worker.
+    pub workers: BTreeMap<String, WorkerTemplate>,
+}
+
+/// Everything of an `nfx run` config except the name, socket and chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerTemplate {
+    /// Network namespace the worker enters.
+    #[serde(default)]
+    pub netns: Option<String>,
+    /// The `ports:` block of the run config (inside/outside iface and peer_mac).
+    pub ports: serde_json::Value,
+    /// Vector size (default: the dataplane's).
+    #[serde(default)]
+    pub vector: Option<usize>,
+    /// Poll mode (`busy`, `interrupt`, `adaptive`).
+    #[serde(default)]
+    pub poll: Option<String>,
+}
+
+impl LocalConfig {
+    /// Reads the YAML file; errors name the file and the field.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
+        serde_yaml_ng::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: invalid local agent config: {e}", path.display()))
+    }
+}
+
+/// Instances of one device's worker, in chain order.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Worker {
+    instances: Vec<InstanceSpec>,
+    /// Dataplane node name of each instance (as `reconfigure` answered).
+    nodes: Vec<String>,
+    config_versions: Vec<u64>,
+    pid: Option<u32>,
+}
+
+/// The local VNFM.
+pub struct LocalVnfm {
+    cfg: LocalConfig,
+    workers: Mutex<BTreeMap<String, Worker>>,
+}
+
+impl LocalVnfm {
+    /// Prepares the run directory and reloads the workers recorded there.
+    pub fn new(cfg: LocalConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&cfg.run_dir)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.run_dir.display()))?;
+        let state = cfg.run_dir.join("local-agent.json");
+        let workers = if state.exists() {
+            let text = std::fs::read_to_string(&state)?;
+            serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: not an agent state: {e}", state.display()))?
+        } else {
+            BTreeMap::new()
+        };
+        Ok(LocalVnfm {
+            cfg,
+            workers: Mutex::new(workers),
+        })
+    }
+
+    fn socket(&self, device: &str) -> PathBuf {
+        self.cfg.run_dir.join(format!("{device}.sock"))
+    }
+
+    fn save(&self, w: &BTreeMap<String, Worker>) -> Result<(), VnfmError> {
+        let p = self.cfg.run_dir.join("local-agent.json");
+        let tmp = p.with_extension("tmp");
+        let text = serde_json::to_vec(w).map_err(unavailable)?;
+        std::fs::write(&tmp, text)
+            .and_then(|_| std::fs::rename(&tmp, &p))
+            .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", p.display())))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Worker>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the device's worker with `chain` and waits until its socket answers.
+    fn start_worker(&self, device: &str, chain: &[serde_json::Value]) -> Result<u32, VnfmError> {
+        let t = self.cfg.workers.get(device).ok_or_else(|| {
+            VnfmError::NotFound(format!("device {device:?} is not a local worker"))
+        })?;
+        let sock = self.socket(device);
+        let _ = std::fs::remove_file(&sock);
+        let mut rc = serde_json::json!({
+            "name": device,
+            "control_socket": sock,
+            "ports": t.ports,
+            "chain": chain,
+        });
+        if let Some(ns) = &t.netns {
+            rc["netns"] = ns.clone().into();
+        }
+        if let Some(v) = t.vector {
+            rc["vector"] = v.into();
+        }
+        if let Some(p) = &t.poll {
+            rc["poll"] = p.clone().into();
+        }
+        let file = self.cfg.run_dir.join(format!("{device}.yaml"));
+        let yaml = serde_yaml_ng::to_string(&rc).map_err(unavailable)?;
+        std::fs::write(&file, yaml).map_err(unavailable)?;
+        let bin = match &self.cfg.nfx_bin {
+            Some(b) => b.clone(),
+            None => std::env::current_exe().map_err(unavailable)?,
+        };
+        let log = std::fs::File::create(self.cfg.run_dir.join(format!("{device}.log")))
+            .map_err(unavailable)?;
+        let mut child = std::process::Command::new(&bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(unavailable)?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", bin.display())))?;
+        let start = Instant::now();
+        loop {
+            if ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok() {
+                let pid = child.id();
+                std::thread::spawn(move || child.wait());
+                return Ok(pid);
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(VnfmError::Unavailable(format!(
+                    "worker for {device} exited with {status}; see {}",
+                    self.cfg.run_dir.join(format!("{device}.log")).display()
+                )));
+            }
+            if start.elapsed() > SOCKET_TIMEOUT {
+                let _ = child.kill();
+                return Err(VnfmError::Unavailable(format!(
+                    "worker for {device} did not open {} within {SOCKET_TIMEOUT:?}",
+                    sock.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Pushes the worker's chain; records the node names the dataplane gave.
+    fn push_chain(&self, device: &str, w: &mut Worker) -> Result<(), VnfmError> {
+        let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
+        if w.pid.is_none() {
+            w.pid = Some(self.start_worker(device, &chain)?);
+            let r = ask(&self.socket(device), &serde_json::json!({"cmd": "stats"}))?;
+            w.nodes = vnf_node_names(&r, w.instances.len());
+            return Ok(());
+        }
+        let r = ask(
+            &self.socket(device),
+            &serde_json::json!({"cmd": "reconfigure", "chain": chain}),
+        )?;
+        w.nodes = r["nodes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(())
+    }
+
+    fn find(w: &BTreeMap<String, Worker>, id: &str) -> Result<(String, usize), VnfmError> {
+        w.iter()
+            .find_map(|(d, wk)| {
+                wk.instances
+                    .iter()
+                    .position(|i| i.id == id)
+                    .map(|p| (d.clone(), p))
+            })
+            .ok_or_else(|| VnfmError::NotFound(format!("instance {id:?}")))
+    }
+}
+
+/// The dataplane node spec of an instance: `{function: config}`.
+fn node_spec(i: &InstanceSpec) -> serde_json::Value {
+    let cfg = if i.config.is_null() {
+        serde_json::json!({})
+    } else {
+        i.config.clone()
+    };
+    serde_json::json!({ i.function.clone(): cfg })
+}
+
+/// VNF node names from a stats answer: every node except the built-in `parse` and `output`.
+fn vnf_node_names(stats: &serde_json::Value, n: usize) -> Vec<String> {
+    stats["nodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x["name"].as_str())
+                .filter(|s| *s != "parse" && *s != "output")
+                .take(n)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn unavailable(e: impl std::fmt::Display) -> VnfmError {
+    VnfmError::Unavailable(e.to_string())
+}
+
+/// One request/response exchange on a worker's control socket.
+fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
+    let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
+    let mut s = UnixStream::connect(sock).map_err(io)?;
+    s.set_read_timeout(Some(SOCKET_TIMEOUT)).map_err(io)?;
+    s.set_write_timeout(Some(SOCKET_TIMEOUT)).map_err(io)?;
+    let mut line = req.to_string();
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(io)?;
+    let mut resp = String::new();
+    BufReader::new(s).read_line(&mut resp).map_err(io)?;
+    let v: serde_json::Value = serde_json::from_str(&resp).map_err(|e| {
+        VnfmError::Unavailable(format!("{}: answer is not JSON: {e}", sock.display()))
+    })?;
+    if let Some(e) = v.get("error") {
+        return Err(VnfmError::Invalid(format!(
+            "worker {}: {}",
+            sock.display(),
+            e.as_str().unwrap_or("error")
+        )));
+    }
+    Ok(v)
+}
+
+impl Vnfm for LocalVnfm {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
+        if !self.cfg.workers.contains_key(&spec.device) {
+            return Err(VnfmError::NotFound(format!(
+                "device {:?} is not a local worker",
+                spec.device
+            )));
+        }
+        let mut g = self.lock();
+        if let Ok((d, p)) = Self::find(&g, &spec.id) {
+            return if g[&d].instances[p] == *spec {
+                drop(g);
+                self.get_instance_state(&spec.id)
+            } else {
+                Err(VnfmError::Conflict(format!(
+                    "instance {:?} exists with another spec",
+                    spec.id
+                )))
+            };
+        }
+        let mut w = g.get(&spec.device).cloned().unwrap_or_default();
+        w.instances.push(spec.clone());
+        w.config_versions.push(1);
+        self.push_chain(&spec.device, &mut w)?;
+        g.insert(spec.device.clone(), w);
+        self.save(&g)?;
+        drop(g);
+        self.get_instance_state(&spec.id)
+    }
+
+    fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
+        let mut g = self.lock();
+        let (d, p) = Self::find(&g, id)?;
+        let mut w = g[&d].clone();
+        w.instances.remove(p);
+        w.config_versions.remove(p);
+        if w.instances.is_empty() {
+            let sock = self.socket(&d);
+            if ask(&sock, &serde_json::json!({"cmd": "shutdown"})).is_ok() {
+                let start = Instant::now();
+                while ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok()
+                    && start.elapsed() < SOCKET_TIMEOUT
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            g.remove(&d);
+        } else {
+            self.push_chain(&d, &mut w)?;
+            g.insert(d, w);
+        }
+        self.save(&g)
+    }
+
+    fn configure_instance(
+        &self,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<InstanceState, VnfmError> {
+        let mut g = self.lock();
+        let (d, p) = Self::find(&g, id)?;
+        let mut w = g[&d].clone();
+        w.instances[p].config = config.clone();
+        w.config_versions[p] += 1;
+        self.push_chain(&d, &mut w)?;
+        g.insert(d, w);
+        self.save(&g)?;
+        drop(g);
+        self.get_instance_state(id)
+    }
+
+    fn migrate_instance(
+        &self,
+        old: &str,
+        new: &str,
+        flows: &[String],
+    ) -> Result<MigrateReport, VnfmError> {
+        if !flows.is_empty() {
+            return Err(VnfmError::Invalid(
+                "the local dataplane migrates a node's whole flow table; pass no flow list"
+                    .into(),
+            ));
+        }
+        let g = self.lock();
+        let (od, op) = Self::find(&g, old)?;
+        let (nd, np) = Self::find(&g, new)?;
+        let (onode, nnode) = (
+            g[&od].nodes.get(op).cloned().unwrap_or_default(),
+            g[&nd].nodes.get(np).cloned().unwrap_or_default(),
+        );
+        drop(g);
+        let before = self.get_instance_state(old)?.flows;
+        let out = ask(
+            &self.socket(&od),
+            &serde_json::json!({"cmd": "export_state", "node": onode}),
+        )?;
+        let data = out["data_b64"].as_str().unwrap_or_default();
+        ask(
+            &self.socket(&nd),
+            &serde_json::json!({"cmd": "import_state", "node": nnode, "data_b64": data}),
+        )?;
+        Ok(MigrateReport {
+            flows: before,
+            bytes: out["bytes"].as_u64().unwrap_or(0),
+        })
+    }
+
+    fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
+        let g = self.lock();
+        let (d, p) = Self::find(&g, id)?;
+        let w = &g[&d];
+        let spec = w.instances[p].clone();
+        let node = w.nodes.get(p).cloned().unwrap_or_default();
+        let version = w.config_versions[p];
+        drop(g);
+        let stats = ask(&self.socket(&d), &serde_json::json!({"cmd": "stats"}))?;
+        let n = stats["nodes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == node.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        let flows = ["flows", "entries", "connections", "mappings"]
+            .iter()
+            .find_map(|k| n["stats"][k].as_u64())
+            .unwrap_or(0);
+        Ok(InstanceState {
+            id: spec.id,
+            function: spec.function,
+            device: spec.device,
+            status: "running".into(),
+            config_version: version,
+            flows,
+            packets: n["packets"].as_u64().unwrap_or(0),
+            cpu_pct: stats["workers"][0]["cpu_pct"].as_f64().unwrap_or(0.0),
+            detail: serde_json::json!({ "node": n, "worker": stats["name"] }),
+        })
+    }
+
+    fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
+        Ok(self
+            .lock()
+            .values()
+            .flat_map(|w| w.instances.iter().map(|i| i.id.clone()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_specs_and_names() {
+        let s = InstanceSpec {
+            id: "i".into(),
+            function: "nat".into(),
+            device: "d".into(),
+            config: serde_json::Value::Null,
+            throughput_gbps: 0.0,
+            capacity: 0.0,
+        };
+        assert_eq!(node_spec(&s), serde_json::json!({"nat": {}}));
+        let st = serde_json::json!({"nodes": [{"name": "parse"}, {"name": "firewall"}, {"name": "nat"}, {"name": "output"}]});
+        assert_eq!(vnf_node_names(&st, 2), vec!["firewall", "nat"]);
+    }
+
+    #[test]
+    fn unknown_devices_and_dead_sockets_are_errors() {
+        let dir = std::env::temp_dir().join(format!("nfx-local-{}", std::process::id()));
+        let cfg: LocalConfig = serde_yaml_ng::from_str(&format!(
+            "run_dir: {}\nnfx_bin: /nonexistent/nfx\nworkers:\n  w0: {{ ports: {{}} }}\n",
+            dir.display()
+        ))
+        .unwrap();
+        let v = LocalVnfm::new(cfg).unwrap();
+        let mut s = InstanceSpec {
+            id: "i".into(),
+            function: "nat".into(),
+            device: "zz".into(),
+            config: serde_json::Value::Null,
+            throughput_gbps: 0.0,
+            capacity: 0.0,
+        };
+        assert!(matches!(
+            v.deploy_instance(&s).unwrap_err(),
+            VnfmError::NotFound(_)
+        ));
+        s.device = "w0".into();
+        let e = v.deploy_instance(&s).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/nfx"), "{e}");
+        assert!(v.get_instance_state("i").is_err());
+        assert!(v.list_instances().unwrap().is_empty());
+        let e = ask(&dir.join("none.sock"), &serde_json::json!({})).unwrap_err();
+        assert!(matches!(e, VnfmError::Unavailable(_)));
+        let bad: Result<LocalConfig, _> = serde_yaml_ng::from_str("run_dir: /x\nworkers: {}\nextra: 1\n");
+        assert!(bad.unwrap_err().to_string().contains("extra"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

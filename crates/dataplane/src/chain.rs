@@ -1,0 +1,74 @@
+//! Building the VNF chain of a run config with `nfx_vnf::spec`: each entry
+//! (`{"firewall": {...}}`) becomes a node named by its kind, or `<kind>-<n>` for the
+//! n-th (n ≥ 2) node of the same kind. Errors name the entry and the field inside it.
+
+use crate::config::ConfigError;
+use crate::runtime::ChainBuilder;
+use nfx_vnf::{Node, NodeSpec};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Builds every node of `specs`; relative paths in specs resolve against `base_dir`.
+pub fn build_chain(specs: &[serde_json::Value], base_dir: &Path) -> Result<Vec<Box<dyn Node>>, ConfigError> {
+    let mut seen: HashMap<&'static str, usize> = HashMap::new();
+    let mut nodes = Vec::with_capacity(specs.len());
+    for (i, v) in specs.iter().enumerate() {
+        let at = |field: &str| if field.is_empty() { format!("chain[{i}]") } else { format!("chain[{i}].{field}") };
+        let spec: NodeSpec = serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError {
+                file: String::new(),
+                field: at(if path == "." { "" } else { &path }),
+                problem: e.into_inner().to_string(),
+            }
+        })?;
+        let kind = spec.kind();
+        let n = seen.entry(kind).or_insert(0);
+        *n += 1;
+        let name = if *n == 1 { kind.to_string() } else { format!("{kind}-{n}") };
+        let node = nfx_vnf::build(&spec, &name, base_dir)
+            .map_err(|e| ConfigError { file: String::new(), field: at(&e.field), problem: e.msg })?;
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// The builder `nfx run` uses: [`build_chain`] with paths relative to `base_dir`.
+pub fn vnf_builder(base_dir: PathBuf) -> ChainBuilder {
+    Arc::new(move |specs: &[serde_json::Value]| build_chain(specs, &base_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn names(specs: serde_json::Value) -> Vec<String> {
+        let specs = specs.as_array().unwrap().clone();
+        build_chain(&specs, Path::new(".")).unwrap().iter().map(|n| n.name().to_string()).collect()
+    }
+
+    #[test]
+    fn nodes_are_named_by_kind_and_repeats_numbered() {
+        let fw = json!({"firewall": {"default": "allow"}});
+        let el = json!({"elephant": {}});
+        assert_eq!(names(json!([fw, el])), ["firewall", "elephant"]);
+        assert_eq!(names(json!([fw, el, fw, fw])), ["firewall", "elephant", "firewall-2", "firewall-3"]);
+        assert!(names(json!([])).is_empty());
+    }
+
+    #[test]
+    fn errors_name_entry_and_field() {
+        let e = build_chain(&[json!({"elephant": {}}), json!({"firewall": {"max_flows": 0}})], Path::new("."))
+            .err()
+            .unwrap();
+        assert_eq!(e.field, "chain[1].firewall.max_flows");
+        let e = build_chain(&[json!({"router": {}})], Path::new(".")).err().unwrap();
+        assert!(e.field.starts_with("chain[0]"), "{e}");
+        assert!(e.problem.contains("router"), "{e}");
+        let e = build_chain(&[json!({"firewall": {"defualt": "deny"}})], Path::new(".")).err().unwrap();
+        assert!(e.field.starts_with("chain[0].firewall"), "{e}");
+        assert!(e.problem.contains("defualt"), "{e}");
+    }
+}

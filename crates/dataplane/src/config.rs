@@ -1,0 +1,251 @@
+//! The `nfx run` configuration file (YAML): ports, vector size, poll mode, events file
+//! and the chain of VNF specs. Every error names the file, the field and the problem.
+
+use nfx_io::sys::parse_mac;
+use nfx_io::PollMode;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A whole run configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The file this config was read from (for error messages; not part of the YAML).
+    #[serde(skip)]
+    pub source: String,
+    /// Instance name; names the control socket `/run/nfx/<name>.sock`.
+    pub name: String,
+    /// Network namespace (an `ip netns` name or a path) the worker enters before opening ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// Control socket path, overriding `/run/nfx/<name>.sock`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_socket: Option<PathBuf>,
+    /// The two ports: frames from `inside` travel Forward, from `outside` Reverse.
+    pub ports: Ports,
+    /// Largest vector moved at once, 1..=256; 1 is scalar mode.
+    #[serde(default = "default_vector")]
+    pub vector: usize,
+    /// How the worker waits for packets.
+    #[serde(default = "default_poll")]
+    pub poll: PollMode,
+    /// JSON-lines file that receives every event (DPI matches, elephants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<PathBuf>,
+    /// Node specs in Forward order (`- firewall: {...}`), built by the chain builder.
+    #[serde(default)]
+    pub chain: Vec<serde_json::Value>,
+}
+
+/// The inside and outside ports.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    /// Port whose received frames travel Forward through the chain.
+    pub inside: PortConfig,
+    /// Port whose received frames travel Reverse through the chain.
+    pub outside: PortConfig,
+}
+
+/// One port: the interface and the MAC of the next hop behind it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// Interface name in the worker's namespace.
+    pub iface: String,
+    /// Destination MAC written into frames leaving through this port.
+    pub peer_mac: String,
+}
+
+fn default_vector() -> usize {
+    nfx_packet::MAX_VECTOR
+}
+
+fn default_poll() -> PollMode {
+    PollMode::Adaptive
+}
+
+/// A configuration error that names the file, the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or `<inline>`).
+    pub file: String,
+    /// Dotted path of the field (`ports.inside.peer_mac`, `chain[2]`), empty for the whole file.
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file, self.problem)
+        } else {
+            write!(f, "{}: field `{}`: {}", self.file, self.field, self.problem)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl RunConfig {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            field: String::new(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    /// Parses and validates configuration text; `file` is used in error messages.
+    pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let cfg: RunConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            ConfigError {
+                file: file.to_string(),
+                field: if field == "." { String::new() } else { field },
+                problem: e.into_inner().to_string(),
+            }
+        })?;
+        let cfg = RunConfig { source: file.to_string(), ..cfg };
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// Checks the values serde cannot: name charset, vector range, MACs, interface names.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, problem: String| ConfigError { file: file.to_string(), field: field.to_string(), problem };
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || self.name.starts_with('.')
+        {
+            return Err(err("name", format!("`{}` must be 1..64 characters of A-Z a-z 0-9 - _ . (it names the control socket)", self.name)));
+        }
+        if !(1..=nfx_packet::MAX_VECTOR).contains(&self.vector) {
+            return Err(err("vector", format!("{} is out of range 1..={}", self.vector, nfx_packet::MAX_VECTOR)));
+        }
+        for (side, p) in [("inside", &self.ports.inside), ("outside", &self.ports.outside)] {
+            if p.iface.is_empty() || p.iface.len() >= 16 || p.iface.contains(['/', ' ', '\0']) {
+                return Err(err(&format!("ports.{side}.iface"), format!("`{}` is not an interface name (1..15 characters)", p.iface)));
+            }
+            parse_mac(&p.peer_mac).map_err(|e| err(&format!("ports.{side}.peer_mac"), e))?;
+        }
+        if self.ports.inside.iface == self.ports.outside.iface {
+            return Err(err("ports.outside.iface", format!("`{}` is also the inside interface", self.ports.outside.iface)));
+        }
+        for (i, spec) in self.chain.iter().enumerate() {
+            match spec.as_object() {
+                Some(m) if m.len() == 1 => {}
+                _ => return Err(err(&format!("chain[{i}]"), "each chain entry is a map with exactly one node kind, e.g. `- firewall: {...}`".into())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Directory that relative paths inside the chain specs are resolved against.
+    pub fn base_dir(&self) -> PathBuf {
+        Path::new(&self.source).parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+
+    /// The control socket path: `control_socket` or `/run/nfx/<name>.sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.control_socket.clone().unwrap_or_else(|| default_socket(&self.name))
+    }
+
+    /// True when the vector is 1 (one packet per syscall).
+    pub fn scalar(&self) -> bool {
+        self.vector == 1
+    }
+}
+
+/// Where an instance called `name` listens by default.
+pub fn default_socket(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/nfx/{name}.sock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name: edge
+netns: nfx-edge
+ports:
+  inside:  { iface: to-src,   peer_mac: "02:00:00:00:00:01" }
+  outside: { iface: to-cloud, peer_mac: "02:00:00:00:00:02" }
+vector: 64
+poll: busy
+events: /tmp/run/events.jsonl
+chain:
+  - firewall: { default: allow }
+  - nat: {}
+"#;
+
+    #[test]
+    fn agreed_example_parses() {
+        let c = RunConfig::parse(GOOD, "edge.yaml").unwrap();
+        assert_eq!(c.name, "edge");
+        assert_eq!(c.netns.as_deref(), Some("nfx-edge"));
+        assert_eq!(c.vector, 64);
+        assert_eq!(c.poll, PollMode::Busy);
+        assert_eq!(c.chain.len(), 2);
+        assert_eq!(c.chain[0]["firewall"]["default"], "allow");
+        assert_eq!(c.socket_path(), PathBuf::from("/run/nfx/edge.sock"));
+        assert!(!c.scalar());
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = RunConfig::parse(
+            "name: a\nports: {inside: {iface: x, peer_mac: '02:00:00:00:00:01'}, outside: {iface: y, peer_mac: '02:00:00:00:00:02'}}\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.vector, 256);
+        assert_eq!(c.poll, PollMode::Adaptive);
+        assert!(c.chain.is_empty());
+    }
+
+    fn err_of(text: &str) -> ConfigError {
+        RunConfig::parse(text, "bad.yaml").unwrap_err()
+    }
+
+    #[test]
+    fn unknown_field_names_file_and_path() {
+        let e = err_of(&GOOD.replace("peer_mac: \"02:00:00:00:00:02\"", "peer_mac: \"02:00:00:00:00:02\", mtu: 9000"));
+        assert_eq!(e.file, "bad.yaml");
+        assert_eq!(e.field, "ports.outside.mtu");
+        assert!(e.problem.contains("mtu"), "{e}");
+        assert!(e.to_string().starts_with("bad.yaml: field `ports.outside.mtu`"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            (GOOD.replace("vector: 64", "vector: 0"), "vector"),
+            (GOOD.replace("vector: 64", "vector: 300"), "vector"),
+            (GOOD.replace("poll: busy", "poll: lazy"), "poll"),
+            (GOOD.replace("02:00:00:00:00:01", "02:00:00:00:01"), "ports.inside.peer_mac"),
+            (GOOD.replace("to-cloud", "to-src"), "ports.outside.iface"),
+            (GOOD.replace("name: edge", "name: ../etc"), "name"),
+            (GOOD.replace("  - nat: {}", "  - nat: {}\n    dpi: {}"), "chain[1]"),
+            (GOOD.replace("vector: 64", "vector: many"), "vector"),
+        ];
+        for (text, field) in cases {
+            let e = err_of(&text);
+            assert_eq!(e.field, field, "{e}");
+            assert!(!e.problem.is_empty());
+        }
+    }
+
+    #[test]
+    fn missing_file_names_the_file() {
+        let e = RunConfig::load(Path::new("/nonexistent/nfx.yaml")).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/nfx.yaml: cannot read"), "{e}");
+    }
+}

@@ -1,0 +1,115 @@
+//! The control socket: a unix stream socket, one JSON request per line, one JSON
+//! response per line (`stats`, `reconfigure`, `export_state`, `import_state`,
+//! `shutdown`), and the client side used by `nfx stats` and the testbed.
+
+use crate::runtime::Controller;
+use anyhow::{anyhow, Context};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Longest request line accepted (a reconfigure with large rule sets fits easily).
+const MAX_LINE: u64 = 16 << 20;
+
+/// A listening control socket; removed from the filesystem on drop.
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Binds `path` (creating its directory, replacing a stale socket) and serves
+    /// requests on behalf of `ctl`, one thread per connection.
+    pub fn start(path: &Path, ctl: Controller) -> anyhow::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(anyhow!("control socket {} is in use by a running instance", path.display()));
+            }
+            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+        }
+        let listener = UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new().name("nfx-control".into()).spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Acquire) {
+                    break;
+                }
+                if let Ok(conn) = conn {
+                    let ctl = ctl.clone();
+                    let _ = std::thread::Builder::new().name("nfx-control-conn".into()).spawn(move || serve(conn, ctl));
+                }
+            }
+        })?;
+        Ok(Self { path: path.to_path_buf(), stop, thread: Some(thread) })
+    }
+
+    /// Where the socket listens.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn serve(conn: UnixStream, ctl: Controller) {
+    let Ok(mut out) = conn.try_clone() else { return };
+    let mut reader = BufReader::new(conn.take(MAX_LINE));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        reader.get_mut().set_limit(MAX_LINE);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let resp = ctl.handle_line(line.trim());
+        if writeln!(out, "{resp}").is_err() {
+            return;
+        }
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the accept loop so it sees the flag.
+        let _ = UnixStream::connect(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Sends one request to the control socket at `path` and returns the parsed response;
+/// a `{"error": ...}` response becomes an `Err`.
+pub fn request(path: &Path, req: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    let mut s = UnixStream::connect(path)
+        .with_context(|| format!("connecting to {} (is `nfx run` running with this name?)", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    writeln!(s, "{req}")?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).with_context(|| format!("reading the answer from {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).with_context(|| format!("{} answered with something that is not JSON", path.display()))?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        return Err(anyhow!("{}: {e}", path.display()));
+    }
+    Ok(v)
+}
+
+/// Reads the stats of the instance listening on `path`.
+pub fn fetch_stats(path: &Path) -> anyhow::Result<crate::Stats> {
+    let v = request(path, &serde_json::json!({"cmd": "stats"}))?;
+    serde_json::from_value(v).context("stats answer does not match the stats format")
+}

@@ -1,0 +1,199 @@
+//! Test-only nodes, frames and an in-memory port for exercising the graph and the
+//! worker without a network.
+
+use nfx_io::{Notifier, Port, PortCounters};
+use nfx_packet::{DropReason, Packet};
+use nfx_vnf::{Event, Node, NodeCtx};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+/// Offset of the sequence number in frames made by [`udp_frame`].
+pub const SEQ_AT: usize = 42;
+/// Offset of the trace (count byte, then node ids) in frames made by [`udp_frame`].
+pub const TRACE_AT: usize = 46;
+
+/// A UDP frame 10.0.0.1:1000 → 10.0.1.1:2000, TTL 64, carrying `seq` and an empty trace.
+pub fn udp_frame(seq: u32) -> Vec<u8> {
+    let mut payload = vec![0u8; 24];
+    payload[..4].copy_from_slice(&seq.to_be_bytes());
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
+        .ipv4([10, 0, 0, 1], [10, 0, 1, 1], 64)
+        .udp(1000, 2000);
+    let mut f = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut f, &payload).unwrap();
+    f
+}
+
+/// The sequence number of a frame made by [`udp_frame`].
+pub fn seq_of(frame: &[u8]) -> u32 {
+    u32::from_be_bytes(frame[SEQ_AT..SEQ_AT + 4].try_into().unwrap())
+}
+
+/// The ids of the nodes that tagged a frame, in visiting order.
+pub fn trace_of(frame: &[u8]) -> Vec<u8> {
+    let n = usize::from(frame[TRACE_AT]);
+    frame[TRACE_AT + 1..TRACE_AT + 1 + n].to_vec()
+}
+
+/// Appends its id to each packet's trace; drops packets whose sequence number is a
+/// multiple of `drop_every` (if set) with `reason`; raises an event every `event_every`.
+pub struct TagNode {
+    /// Node name.
+    pub name: String,
+    /// Id written into the trace.
+    pub id: u8,
+    /// Drop packets with `seq % drop_every == 0`.
+    pub drop_every: Option<u32>,
+    /// Reason used for those drops.
+    pub reason: DropReason,
+    /// Raise an `elephant` event for packets with `seq % event_every == 0`.
+    pub event_every: Option<u32>,
+}
+
+impl TagNode {
+    /// A node that only tags.
+    pub fn new(name: &str, id: u8) -> Self {
+        Self { name: name.into(), id, drop_every: None, reason: DropReason::AclDeny, event_every: None }
+    }
+}
+
+impl Node for TagNode {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>) {
+        for p in pkts.iter_mut().filter(|p| p.alive()) {
+            let seq = seq_of(p.buf.frame());
+            if self.drop_every.is_some_and(|n| seq % n == 0) {
+                p.drop = Some(self.reason);
+                continue;
+            }
+            let f = p.buf.frame_mut();
+            let n = usize::from(f[TRACE_AT]);
+            f[TRACE_AT + 1 + n] = self.id;
+            f[TRACE_AT] += 1;
+            if self.event_every.is_some_and(|n| seq % n == 0) {
+                ctx.events.push(Event {
+                    ts_ns: ctx.now_ns,
+                    node: self.name.clone(),
+                    kind: "elephant",
+                    flow: p.meta.key,
+                    detail: serde_json::json!({ "seq": seq }),
+                });
+            }
+        }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::json!({ "id": self.id })
+    }
+}
+
+/// Builds [`TagNode`]s from specs `{"tag": {"id": N, "drop_every": M}}`.
+pub fn tag_builder() -> crate::ChainBuilder {
+    Arc::new(|specs: &[serde_json::Value]| {
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let err = |field: &str, problem: &str| crate::ConfigError {
+                    file: String::new(),
+                    field: format!("chain[{i}]{field}"),
+                    problem: problem.into(),
+                };
+                let t = s.get("tag").ok_or_else(|| err("", "unknown node kind"))?;
+                let id = t.get("id").and_then(|v| v.as_u64()).ok_or_else(|| err(".tag.id", "missing"))?;
+                let mut n = TagNode::new(&format!("tag{id}"), id as u8);
+                n.drop_every = t.get("drop_every").and_then(|v| v.as_u64()).map(|v| v as u32);
+                Ok(Box::new(n) as Box<dyn Node>)
+            })
+            .collect()
+    })
+}
+
+/// Frames queued for an in-memory port to receive, and frames it transmitted.
+#[derive(Default)]
+pub struct Wire {
+    /// Frames waiting to be received.
+    pub rx: VecDeque<Vec<u8>>,
+    /// Frames transmitted, in order.
+    pub tx: Vec<Vec<u8>>,
+}
+
+/// An in-memory port: `recv` pops from the wire, `send` appends to it; a notifier makes
+/// its descriptor readable while frames are queued so that blocking poll modes work.
+pub struct MemPort {
+    name: String,
+    mac: [u8; 6],
+    /// The shared wire.
+    pub wire: Arc<Mutex<Wire>>,
+    /// Readable when frames are queued.
+    pub ready: Arc<Notifier>,
+    counters: PortCounters,
+}
+
+impl MemPort {
+    /// A port named `name` with MAC `mac`.
+    pub fn new(name: &str, mac: [u8; 6]) -> Self {
+        Self {
+            name: name.into(),
+            mac,
+            wire: Arc::default(),
+            ready: Arc::new(Notifier::new().unwrap()),
+            counters: PortCounters::default(),
+        }
+    }
+
+    /// Queues frames for the port to receive, from any thread.
+    pub fn inject(wire: &Mutex<Wire>, ready: &Notifier, frames: impl IntoIterator<Item = Vec<u8>>) {
+        wire.lock().unwrap().rx.extend(frames);
+        ready.notify();
+    }
+}
+
+impl Port for MemPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn fd(&self) -> RawFd {
+        self.ready.fd()
+    }
+
+    fn recv(&mut self, slots: &mut [Packet]) -> std::io::Result<usize> {
+        let mut w = self.wire.lock().unwrap();
+        let mut n = 0;
+        while n < slots.len() {
+            let Some(f) = w.rx.pop_front() else { break };
+            slots[n].buf.storage_mut()[..f.len()].copy_from_slice(&f);
+            slots[n].buf.set_len(f.len());
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += f.len() as u64;
+            n += 1;
+        }
+        if w.rx.is_empty() {
+            self.ready.clear();
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, pkts: &mut [Packet]) -> usize {
+        let mut w = self.wire.lock().unwrap();
+        for p in pkts.iter() {
+            w.tx.push(p.buf.frame().to_vec());
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += p.buf.len() as u64;
+        }
+        pkts.len()
+    }
+
+    fn counters(&self) -> &PortCounters {
+        &self.counters
+    }
+}

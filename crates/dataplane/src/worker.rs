@@ -1,0 +1,268 @@
+//! The worker thread's loop: receive a vector on one port, run it through the graph,
+//! transmit it on the other port; alternate ports; wait by poll mode; serve control
+//! commands between two vectors; run housekeeping (expiry, event flush, CPU sample)
+//! about every 100 ms. Per packet it makes no allocation and no syscall beyond the
+//! batched receive and send.
+
+use crate::graph::Graph;
+use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
+use nfx_io::cpu::{cpu_pct, thread_cpu_time};
+use nfx_io::{Notifier, PollMode, Port, Waiter, ADAPTIVE_SPIN};
+use nfx_packet::{Direction, PacketBuf, PacketVector};
+use nfx_vnf::Node;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::time::Duration;
+
+/// How often nodes expire state, events are flushed and CPU is sampled.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Window over which `cpu_pct` is measured.
+pub const CPU_WINDOW: Duration = Duration::from_secs(1);
+
+/// A request to the worker, answered between two vectors.
+pub enum Command {
+    /// Reply with a fresh stats document.
+    Stats(SyncSender<Stats>),
+    /// Swap in a new VNF chain; reply with the old nodes (dropped by the caller, off the
+    /// packet path) and the new node names.
+    Reconfigure(Vec<Box<dyn Node>>, SyncSender<(Vec<Box<dyn Node>>, Vec<String>)>),
+    /// Run `f` on the VNF called `node` (state export/import) and reply with its result.
+    WithNode(String, NodeJob),
+    /// Leave the loop; the final stats are the thread's result.
+    Shutdown,
+}
+
+/// A job run on the worker thread against one node.
+pub type NodeJob = Box<dyn FnOnce(Option<&mut (dyn Node + 'static)>) + Send>;
+
+/// Wakes the worker for commands: a flag checked every loop turn (cheap in busy mode)
+/// and an eventfd that interrupts a blocking poll.
+pub struct Mailbox {
+    pending: AtomicBool,
+    notifier: Notifier,
+}
+
+impl Mailbox {
+    /// Creates the flag and the eventfd.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self { pending: AtomicBool::new(false), notifier: Notifier::new()? })
+    }
+
+    /// Tells the worker a command is queued (call after sending it).
+    pub fn ring(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notifier.notify();
+    }
+}
+
+/// Clock reading for [`nfx_vnf::NodeCtx::now_ns`]: CLOCK_MONOTONIC in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain old data.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: passes a live timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Which port is which: index 0 receives Forward traffic, index 1 Reverse.
+pub const PORT_NAMES: [&str; 2] = ["inside", "outside"];
+
+/// Everything one worker thread owns.
+pub struct Worker {
+    name: String,
+    poll: PollMode,
+    vector: usize,
+    ports: [Box<dyn Port>; 2],
+    graph: Graph,
+    vec: PacketVector,
+    cmds: Receiver<Command>,
+    mailbox: std::sync::Arc<Mailbox>,
+    vectors: u64,
+    vector_packets: u64,
+    started_ns: u64,
+    cpu_at_start: Duration,
+    window: (u64, Duration),
+    window_pct: Option<f64>,
+    rx_error_logged: bool,
+}
+
+impl Worker {
+    /// Assembles a worker; call [`Worker::run`] on the thread that should own it.
+    pub fn new(
+        name: String,
+        poll: PollMode,
+        vector: usize,
+        ports: [Box<dyn Port>; 2],
+        graph: Graph,
+        cmds: Receiver<Command>,
+        mailbox: std::sync::Arc<Mailbox>,
+    ) -> Self {
+        let vector = vector.clamp(1, nfx_packet::MAX_VECTOR);
+        Self {
+            name,
+            poll,
+            vector,
+            ports,
+            graph,
+            vec: PacketVector::new(vector, PacketBuf::GSO_CAPACITY),
+            cmds,
+            mailbox,
+            vectors: 0,
+            vector_packets: 0,
+            started_ns: 0,
+            cpu_at_start: Duration::ZERO,
+            window: (0, Duration::ZERO),
+            window_pct: None,
+            rx_error_logged: false,
+        }
+    }
+
+    /// Runs until a `Shutdown` command (or the controller goes away); returns final stats.
+    pub fn run(mut self) -> Stats {
+        let mut waiter = Waiter::new(&[self.ports[0].fd(), self.ports[1].fd(), self.mailbox.notifier.fd()]);
+        self.started_ns = monotonic_ns();
+        self.cpu_at_start = thread_cpu_time();
+        self.window = (self.started_ns, self.cpu_at_start);
+        let tick_ns = TICK.as_nanos() as u64;
+        let spin_ns = ADAPTIVE_SPIN.as_nanos() as u64;
+        let mut next_tick = self.started_ns + tick_ns;
+        let mut last_packet = self.started_ns;
+        loop {
+            if self.mailbox.pending.swap(false, Ordering::Acquire) {
+                self.mailbox.notifier.clear();
+                if self.serve_commands() {
+                    break;
+                }
+            }
+            let now = monotonic_ns();
+            let got = self.pass(0, now) + self.pass(1, now);
+            if got > 0 {
+                last_packet = now;
+            }
+            if now >= next_tick {
+                self.housekeeping(now);
+                next_tick = now + tick_ns;
+            }
+            if got == 0 {
+                let block = match self.poll {
+                    PollMode::Busy => false,
+                    PollMode::Interrupt => true,
+                    PollMode::Adaptive => now.saturating_sub(last_packet) >= spin_ns,
+                };
+                if block {
+                    let timeout = Duration::from_nanos(next_tick.saturating_sub(now));
+                    if let Err(e) = waiter.wait(timeout) {
+                        log::warn!("{}: poll failed: {e}", self.name);
+                    }
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        self.graph.flush_events();
+        self.stats()
+    }
+
+    /// Receives one vector on port `side`, runs it, transmits the survivors on the other
+    /// port. Returns how many frames were received.
+    fn pass(&mut self, side: usize, now_ns: u64) -> usize {
+        let dir = if side == 0 { Direction::Forward } else { Direction::Reverse };
+        let n = match self.ports[side].recv(self.vec.slots_mut()) {
+            Ok(n) => n,
+            Err(e) => {
+                if !self.rx_error_logged {
+                    log::warn!("{}: receive on {} failed: {e}", self.name, self.ports[side].name());
+                    self.rx_error_logged = true;
+                }
+                0
+            }
+        };
+        if n == 0 {
+            return 0;
+        }
+        self.vec.set_len(n, dir);
+        let live = self.graph.run(self.vec.packets_mut(), dir, now_ns);
+        if live > 0 {
+            let out = &mut self.vec.packets_mut()[..live];
+            self.ports[1 - side].send(out);
+            self.graph.count_tx_drops(out);
+        }
+        self.vectors += 1;
+        self.vector_packets += n as u64;
+        n
+    }
+
+    fn housekeeping(&mut self, now_ns: u64) {
+        self.graph.housekeeping(now_ns);
+        let wall = now_ns.saturating_sub(self.window.0);
+        if wall >= CPU_WINDOW.as_nanos() as u64 {
+            let cpu = thread_cpu_time();
+            self.window_pct = Some(cpu_pct(cpu.saturating_sub(self.window.1), Duration::from_nanos(wall)));
+            self.window = (now_ns, cpu);
+        }
+    }
+
+    /// Serves every queued command; returns true when told to shut down.
+    fn serve_commands(&mut self) -> bool {
+        loop {
+            match self.cmds.try_recv() {
+                Ok(Command::Stats(reply)) => {
+                    let _ = reply.send(self.stats());
+                }
+                Ok(Command::Reconfigure(nodes, reply)) => {
+                    let old = self.graph.replace_chain(nodes);
+                    let _ = reply.send((old, self.graph.vnf_names()));
+                }
+                Ok(Command::WithNode(name, job)) => job(self.graph.vnf_mut(&name)),
+                Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return true,
+                Err(TryRecvError::Empty) => return false,
+            }
+        }
+    }
+
+    /// A fresh stats document (called on the worker thread).
+    pub fn stats(&self) -> Stats {
+        let now = monotonic_ns();
+        let uptime = Duration::from_nanos(now.saturating_sub(self.started_ns));
+        let cpu = thread_cpu_time().saturating_sub(self.cpu_at_start);
+        let ports: Vec<PortStats> = self
+            .ports
+            .iter()
+            .zip(PORT_NAMES)
+            .map(|(p, name)| {
+                let c = p.counters();
+                PortStats {
+                    name: name.to_string(),
+                    iface: p.name().to_string(),
+                    rx_packets: c.rx_packets,
+                    rx_bytes: c.rx_bytes,
+                    tx_packets: c.tx_packets,
+                    tx_bytes: c.tx_bytes,
+                    tx_retries: c.tx_retries,
+                    drops: drops_map(&c.drops),
+                }
+            })
+            .collect();
+        let worker = WorkerStats {
+            id: 0,
+            cpu_pct: self.window_pct.unwrap_or_else(|| cpu_pct(cpu, uptime)),
+            cpu_s: cpu.as_secs_f64(),
+            rx_packets: ports.iter().map(|p| p.rx_packets).sum(),
+            rx_bytes: ports.iter().map(|p| p.rx_bytes).sum(),
+            tx_packets: ports.iter().map(|p| p.tx_packets).sum(),
+            tx_bytes: ports.iter().map(|p| p.tx_bytes).sum(),
+            vectors: self.vectors,
+            mean_vector: if self.vectors == 0 { 0.0 } else { self.vector_packets as f64 / self.vectors as f64 },
+        };
+        Stats {
+            name: self.name.clone(),
+            uptime_s: uptime.as_secs_f64(),
+            mode: if self.vector == 1 { "scalar" } else { "vector" }.to_string(),
+            poll: self.poll.as_str().to_string(),
+            workers: vec![worker],
+            ports,
+            nodes: self.graph.node_stats(),
+            events: self.graph.event_counts(),
+        }
+    }
+}

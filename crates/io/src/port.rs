@@ -1,0 +1,71 @@
+//! The interface every port (AF_PACKET, UDP, TUN) offers the dataplane worker, and the
+//! counters a port keeps about itself.
+
+use nfx_packet::{DropReason, Packet};
+use std::io;
+use std::os::fd::RawFd;
+
+/// Per-port counters, owned and updated by the worker thread that owns the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Frames handed to the dataplane.
+    pub rx_packets: u64,
+    /// Bytes of those frames (without the virtio-net header).
+    pub rx_bytes: u64,
+    /// Frames the kernel accepted for transmission.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Send calls repeated because the kernel queue was momentarily full.
+    pub tx_retries: u64,
+    /// Receive calls that failed with an error other than "nothing to read".
+    pub rx_errors: u64,
+    /// Frames dropped by the port itself, by reason (`TxError`, `Truncated`).
+    pub drops: [u64; DropReason::COUNT],
+}
+
+impl Default for PortCounters {
+    fn default() -> Self {
+        Self {
+            rx_packets: 0,
+            rx_bytes: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            tx_retries: 0,
+            rx_errors: 0,
+            drops: [0; DropReason::COUNT],
+        }
+    }
+}
+
+impl PortCounters {
+    /// Counts one dropped frame.
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+}
+
+/// A packet port. Ports are non-blocking: a receive with nothing queued returns 0 and
+/// the worker decides (by poll mode) whether to spin or to block on [`Port::fd`].
+pub trait Port: Send {
+    /// Interface (or socket) name, for counters and errors.
+    fn name(&self) -> &str;
+
+    /// The MAC address that frames leaving this port carry as source.
+    fn mac(&self) -> [u8; 6];
+
+    /// Descriptor that becomes readable when frames are queued (for poll(2)).
+    fn fd(&self) -> RawFd;
+
+    /// Receives up to `slots.len()` frames into the slots' buffers (and virtio-net
+    /// headers), returning how many slots now hold a frame, in arrival order.
+    fn recv(&mut self, slots: &mut [Packet]) -> io::Result<usize>;
+
+    /// Transmits every packet of `pkts` in order. Packets the kernel would not take after
+    /// a bounded number of retries get `drop = Some(TxError)` and are counted; returns
+    /// how many were sent.
+    fn send(&mut self, pkts: &mut [Packet]) -> usize;
+
+    /// The port's counters.
+    fn counters(&self) -> &PortCounters;
+}

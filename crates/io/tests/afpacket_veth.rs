@@ -1,0 +1,195 @@
+//! AF_PACKET port on a real veth pair between two namespaces made by this test:
+//! batched frames arrive in order with their bytes, a GSO super-packet crosses whole,
+//! a port does not read its own transmissions, and bad interfaces give clear errors.
+
+use nfx_io::{AfPacketOptions, AfPacketPort, Port};
+use nfx_packet::{Direction, Packet, PacketBuf, PacketVector, VnetHdr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Two namespaces joined by one veth pair; removed on drop, even when the test fails.
+struct Pair {
+    a: String,
+    b: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl Pair {
+    fn new(tag: &str) -> Self {
+        let p = Pair { a: format!("nfxio-{tag}-{}-a", std::process::id()), b: format!("nfxio-{tag}-{}-b", std::process::id()) };
+        ip(&["netns", "add", &p.a]);
+        ip(&["netns", "add", &p.b]);
+        ip(&["-n", &p.a, "link", "add", "veth0", "address", "02:00:00:00:aa:01", "type", "veth", "peer", "name", "veth0", "netns", &p.b, "address", "02:00:00:00:bb:01"]);
+        for ns in [&p.a, &p.b] {
+            ip(&["-n", ns, "link", "set", "veth0", "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            // Keep the kernel's own IPv6 chatter off the link so counts are exact.
+            let _ = Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]).status();
+        }
+        p
+    }
+
+    /// Runs `f` on a thread inside namespace `ns`.
+    fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let ns = ns.to_string();
+        std::thread::spawn(move || {
+            nfx_io::netns::enter_netns(&ns).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn udp_frame(seq: u32, len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0xbb, 1]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0xaa, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 99, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 99, 0, 2]);
+    f[42..46].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+fn recv_until(port: &mut AfPacketPort, want: usize, vec: &mut PacketVector, out: &mut Vec<(Vec<u8>, VnetHdr)>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while out.len() < want && Instant::now() < deadline {
+        let n = port.recv(vec.slots_mut()).unwrap();
+        vec.set_len(n, Direction::Forward);
+        for p in vec.packets() {
+            // Only our test frames (IPv4 to 10.99.0.2); the kernel may emit others.
+            if p.buf.len() >= 34 && p.buf.frame()[30..34] == [10, 99, 0, 2] {
+                out.push((p.buf.frame().to_vec(), p.buf.vnet));
+            }
+        }
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn batched_frames_cross_in_order_with_their_bytes() {
+    let pair = Pair::new("batch");
+    let b = pair.b.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        ready_tx.send(()).unwrap();
+        assert_eq!(port.mac(), [0x02, 0, 0, 0, 0xbb, 1]);
+        let mut vec = PacketVector::new(64, PacketBuf::GSO_CAPACITY);
+        let mut got = Vec::new();
+        recv_until(&mut port, 300, &mut vec, &mut got);
+        (got, port.counters().rx_packets)
+    });
+    ready.recv().unwrap();
+    let a = pair.a.clone();
+    let sent = Pair::within(&a, || {
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions { batch: 32, ..Default::default() }).unwrap();
+        let mut pkts: Vec<Packet> = (0..300u32)
+            .map(|i| Packet::new(PacketBuf::from_frame(&udp_frame(i, 60 + (i as usize % 200))), Direction::Forward))
+            .collect();
+        let n = port.send(&mut pkts);
+        assert_eq!(port.counters().tx_packets, 300);
+        n
+    });
+    assert_eq!(sent, 300);
+    let (got, rx_count) = rx.join().unwrap();
+    assert_eq!(got.len(), 300, "received {} of 300", got.len());
+    assert!(rx_count >= 300);
+    for (i, (frame, _)) in got.iter().enumerate() {
+        assert_eq!(frame, &udp_frame(i as u32, 60 + (i % 200)), "frame {i} differs");
+    }
+}
+
+#[test]
+fn gso_super_packet_crosses_unsegmented() {
+    let pair = Pair::new("gso");
+    let b = pair.b.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut vec = PacketVector::new(8, PacketBuf::GSO_CAPACITY);
+        let mut got = Vec::new();
+        recv_until(&mut port, 1, &mut vec, &mut got);
+        got
+    });
+    ready.recv().unwrap();
+    let len = 14 + 20 + 20 + 30_000;
+    let mut f = udp_frame(0, len);
+    f[23] = 6;
+    f[34 + 12] = 5 << 4;
+    f[34 + 13] = 0x18;
+    let vnet = VnetHdr {
+        flags: VnetHdr::F_NEEDS_CSUM,
+        gso_type: VnetHdr::GSO_TCPV4,
+        hdr_len: 54,
+        gso_size: 1448,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    let a = pair.a.clone();
+    let frame = f.clone();
+    Pair::within(&a, move || {
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
+        buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
+        buf.set_len(frame.len());
+        buf.vnet = vnet;
+        let mut pkts = vec![Packet::new(buf, Direction::Forward)];
+        assert_eq!(port.send(&mut pkts), 1, "kernel refused the GSO frame: {:?}", port.counters());
+    });
+    let got = rx.join().unwrap();
+    assert_eq!(got.len(), 1, "GSO frame did not arrive whole");
+    assert_eq!(got[0].0.len(), len);
+    assert_eq!(got[0].1.gso_type, VnetHdr::GSO_TCPV4);
+    assert_eq!(got[0].1.gso_size, 1448);
+    assert!(got[0].1.needs_csum());
+}
+
+#[test]
+fn port_does_not_read_its_own_transmissions() {
+    let pair = Pair::new("own");
+    let a = pair.a.clone();
+    let own = Pair::within(&a, || {
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut pkts = vec![Packet::new(PacketBuf::from_frame(&udp_frame(7, 80)), Direction::Forward)];
+        assert_eq!(port.send(&mut pkts), 1);
+        let mut vec = PacketVector::new(8, PacketBuf::MTU_CAPACITY);
+        let mut own = 0;
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < deadline {
+            let n = port.recv(vec.slots_mut()).unwrap();
+            vec.set_len(n, Direction::Forward);
+            own += vec.packets().iter().filter(|p| p.buf.frame() == udp_frame(7, 80).as_slice()).count();
+        }
+        own
+    });
+    assert_eq!(own, 0, "the port read back its own frame");
+}
+
+#[test]
+fn missing_interface_is_a_clear_error() {
+    let err = AfPacketPort::open("nfx-nope0", AfPacketOptions::default()).err().unwrap();
+    assert!(err.to_string().contains("nfx-nope0"), "{err}");
+}

@@ -1,0 +1,211 @@
+//! The service descriptor: tenants' chains of functions with an SLA.
+
+use crate::check::{ident, non_negative, positive, Unique};
+use crate::error::{parse_yaml, read_file, ModelError};
+use crate::infra::Infrastructure;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A file of service requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSet {
+    /// The services, each chained independently.
+    pub services: Vec<Service>,
+}
+
+/// One tenant's service: traffic enters at `ingress`, crosses `chain` in order, leaves at `egress`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Unique service id.
+    pub id: String,
+    /// Tenant that owns the service.
+    pub tenant: String,
+    /// Host where the service's traffic enters.
+    pub ingress: String,
+    /// Host where the service's traffic leaves.
+    pub egress: String,
+    /// Functions in traversal order.
+    pub chain: Vec<ChainFunction>,
+    /// Performance the chain must deliver.
+    pub sla: Sla,
+}
+
+/// One step of a chain with its VNF configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainFunction {
+    /// Function name (must be supported by some device).
+    pub function: String,
+    /// Opaque configuration handed to the VNF (e.g. firewall rules); null when absent.
+    #[serde(default)]
+    pub config: serde_yaml_ng::Value,
+    /// Capacity the function needs on its instance, in the tier's unit (cores, entries,
+    /// queue pairs).
+    #[serde(default = "one")]
+    pub capacity_need: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A service-level agreement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sla {
+    /// Largest acceptable ingress-to-egress latency, µs.
+    pub max_latency_us: f64,
+    /// Smallest throughput the chain must sustain, Gbit/s.
+    pub min_throughput_gbps: f64,
+}
+
+impl ServiceSet {
+    /// Reads a service file and validates it on its own and against `infra`.
+    pub fn load(path: &Path, infra: &Infrastructure) -> Result<Self, ModelError> {
+        let text = read_file(path)?;
+        Self::from_yaml(&path.display().to_string(), &text, infra)
+    }
+
+    /// Parses and validates service text; `file` names it in errors.
+    pub fn from_yaml(file: &str, text: &str, infra: &Infrastructure) -> Result<Self, ModelError> {
+        let set: ServiceSet = parse_yaml(file, text)?;
+        set.validate(file, infra)?;
+        Ok(set)
+    }
+
+    /// Semantic checks: ids, SLA ranges, and references into the infrastructure.
+    pub fn validate(&self, file: &str, infra: &Infrastructure) -> Result<(), ModelError> {
+        let mut ids = Unique::new("service");
+        for (i, s) in self.services.iter().enumerate() {
+            let f = format!("services[{i}]");
+            ids.insert(file, &format!("{f}.id"), &s.id)?;
+            ident(file, &format!("{f}.tenant"), &s.tenant)?;
+            for (name, host) in [("ingress", &s.ingress), ("egress", &s.egress)] {
+                if infra.host_index(host).is_none() {
+                    return Err(ModelError::new(
+                        file,
+                        format!("{f}.{name}"),
+                        format!("unknown host {host:?}"),
+                    ));
+                }
+            }
+            if s.chain.is_empty() {
+                return Err(ModelError::new(
+                    file,
+                    format!("{f}.chain"),
+                    "a chain needs at least one function",
+                ));
+            }
+            for (j, c) in s.chain.iter().enumerate() {
+                let ff = format!("{f}.chain[{j}]");
+                ident(file, &format!("{ff}.function"), &c.function)?;
+                if !infra.supports(&c.function) {
+                    return Err(ModelError::new(
+                        file,
+                        format!("{ff}.function"),
+                        format!("no device supports function {:?}", c.function),
+                    ));
+                }
+                non_negative(file, &format!("{ff}.capacity_need"), c.capacity_need)?;
+            }
+            positive(file, &format!("{f}.sla.max_latency_us"), s.sla.max_latency_us)?;
+            positive(
+                file,
+                &format!("{f}.sla.min_throughput_gbps"),
+                s.sla.min_throughput_gbps,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFRA: &str = "
+hosts: [{ id: edge, cores: 4 }, { id: cloud, cores: 4 }]
+devices:
+  - { id: sw, host: edge, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 2 }
+links: [{ a: edge, b: cloud, latency_us: 20 }]
+";
+
+    const GOOD: &str = "
+services:
+  - id: web
+    tenant: acme
+    ingress: edge
+    egress: cloud
+    chain:
+      - function: firewall
+        config: { rules: [{ action: allow, dport: 80 }] }
+      - { function: nat, capacity_need: 0.5 }
+    sla: { max_latency_us: 500, min_throughput_gbps: 1 }
+  - id: mail
+    tenant: acme
+    ingress: cloud
+    egress: edge
+    chain: [{ function: nat }]
+    sla: { max_latency_us: 900, min_throughput_gbps: 0.5 }
+";
+
+    fn infra() -> Infrastructure {
+        Infrastructure::from_yaml("infra.yaml", INFRA).unwrap()
+    }
+
+    fn mutate(from: &str, to: &str) -> ModelError {
+        assert!(GOOD.contains(from), "{from}");
+        ServiceSet::from_yaml("svc.yaml", &GOOD.replacen(from, to, 1), &infra()).unwrap_err()
+    }
+
+    #[test]
+    fn good_services_load_with_opaque_config() {
+        let s = ServiceSet::from_yaml("svc.yaml", GOOD, &infra()).unwrap();
+        assert_eq!(s.services.len(), 2);
+        let rules = &s.services[0].chain[0].config["rules"];
+        assert_eq!(rules[0]["dport"].as_u64(), Some(80));
+        assert_eq!(s.services[0].chain[1].capacity_need, 0.5);
+        assert_eq!(s.services[1].chain[0].capacity_need, 1.0);
+    }
+
+    #[test]
+    fn sla_errors_name_the_field() {
+        let e = mutate("max_latency_us: 900", "max_latency_us: -900");
+        assert_eq!(e.file, "svc.yaml");
+        assert_eq!(e.field, "services[1].sla.max_latency_us");
+        assert!(e.message.contains("> 0"));
+        let e = mutate("min_throughput_gbps: 1", "min_throughput_gbps: 0");
+        assert_eq!(e.field, "services[0].sla.min_throughput_gbps");
+        let e = mutate("max_latency_us: 500,", "max_latency_us: 500, jitter_us: 3,");
+        assert_eq!(e.field, "services[0].sla.jitter_us");
+    }
+
+    #[test]
+    fn unsupported_function() {
+        let e = mutate("function: nat }]", "function: dpi }]");
+        assert_eq!(e.field, "services[1].chain[0].function");
+        assert!(e.message.contains("no device supports"));
+    }
+
+    #[test]
+    fn dangling_hosts_and_duplicates() {
+        let e = mutate("egress: cloud", "egress: moon");
+        assert_eq!(e.field, "services[0].egress");
+        let e = mutate("id: mail", "id: web");
+        assert_eq!(e.field, "services[1].id");
+        assert!(e.message.contains("duplicate service"));
+    }
+
+    #[test]
+    fn empty_chain_and_missing_sla() {
+        let e = mutate("chain: [{ function: nat }]", "chain: []");
+        assert_eq!(e.field, "services[1].chain");
+        let e = mutate("    sla: { max_latency_us: 900, min_throughput_gbps: 0.5 }\n", "");
+        assert_eq!(e.field, "services[1]");
+        assert!(e.message.contains("sla"), "{e}");
+        let e = mutate("capacity_need: 0.5", "capacity_need: -1");
+        assert_eq!(e.field, "services[0].chain[1].capacity_need");
+    }
+}

@@ -1,0 +1,135 @@
+//! The placement benchmark behind `nfx bench placement`: exact, FFD and online on the
+//! public bin-packing sets (against their known optima) and on generated HYPER-style
+//! instances, with per-instance rows and per-set summaries.
+
+use crate::error::Result;
+use crate::instance::Instance;
+use crate::solve::{place, Algorithm};
+use serde::Serialize;
+use std::time::Duration;
+
+/// One algorithm's result on one instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlgoResult {
+    /// Total cost of the used devices.
+    pub objective: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// All algorithms on one instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    /// Set name.
+    pub set: String,
+    /// Instance name.
+    pub name: String,
+    /// Number of VNF instances (items).
+    pub n: usize,
+    /// Known optimum, for the public sets.
+    pub known_optimum: Option<u64>,
+    /// Exact solver result.
+    pub exact: AlgoResult,
+    /// Exact solver's proven lower bound.
+    pub exact_bound: u64,
+    /// Whether the exact solver proved optimality.
+    pub exact_proven: bool,
+    /// Enhanced FFD result.
+    pub ffd: AlgoResult,
+    /// Online best-fit result.
+    pub online: AlgoResult,
+}
+
+/// Runs the three algorithms on one instance.
+pub fn run_instance(set: &str, inst: &Instance, known: Option<u64>, limit: Duration) -> Result<BenchRow> {
+    let e = place(inst, Algorithm::Exact, limit)?;
+    let f = place(inst, Algorithm::Ffd, limit)?;
+    let o = place(inst, Algorithm::Online, limit)?;
+    Ok(BenchRow {
+        set: set.to_string(),
+        name: inst.name.clone(),
+        n: inst.vnf_instances.len(),
+        known_optimum: known,
+        exact: AlgoResult {
+            objective: e.objective,
+            seconds: e.seconds,
+        },
+        exact_bound: e.bound,
+        exact_proven: e.proven_optimal,
+        ffd: AlgoResult {
+            objective: f.objective,
+            seconds: f.seconds,
+        },
+        online: AlgoResult {
+            objective: o.objective,
+            seconds: o.seconds,
+        },
+    })
+}
+
+/// Aggregates of one set.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetSummary {
+    /// Set name.
+    pub set: String,
+    /// Instances run.
+    pub instances: usize,
+    /// Instances where the exact solver proved optimality.
+    pub proven_optimal: usize,
+    /// Instances where the exact objective equals the known optimum (public sets).
+    pub reached_known_optimum: Option<usize>,
+    /// Mean exact seconds.
+    pub exact_mean_seconds: f64,
+    /// Max exact seconds.
+    pub exact_max_seconds: f64,
+    /// Total cost (devices) of exact, FFD and online over the set.
+    pub exact_total: u64,
+    /// Total cost of FFD.
+    pub ffd_total: u64,
+    /// Total cost of online best fit.
+    pub online_total: u64,
+    /// Mean of (FFD − exact) / exact, in percent.
+    pub ffd_over_exact_pct: f64,
+    /// Mean of (online − exact) / exact, in percent.
+    pub online_over_exact_pct: f64,
+    /// Mean of (exact − bound) / bound, in percent.
+    pub exact_gap_mean_pct: f64,
+    /// Max of (exact − bound) / bound, in percent.
+    pub exact_gap_max_pct: f64,
+    /// Instances where exact is worse than FFD (must be 0).
+    pub exact_worse_than_ffd: usize,
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * (a as f64 - b as f64) / b as f64
+    }
+}
+
+/// Summarises rows of one set.
+pub fn summarize(set: &str, rows: &[BenchRow]) -> SetSummary {
+    let n = rows.len().max(1) as f64;
+    let known = rows.iter().all(|r| r.known_optimum.is_some()) && !rows.is_empty();
+    SetSummary {
+        set: set.to_string(),
+        instances: rows.len(),
+        proven_optimal: rows.iter().filter(|r| r.exact_proven).count(),
+        reached_known_optimum: known.then(|| {
+            rows.iter()
+                .filter(|r| r.known_optimum == Some(r.exact.objective))
+                .count()
+        }),
+        exact_mean_seconds: rows.iter().map(|r| r.exact.seconds).sum::<f64>() / n,
+        exact_max_seconds: rows.iter().map(|r| r.exact.seconds).fold(0.0, f64::max),
+        exact_total: rows.iter().map(|r| r.exact.objective).sum(),
+        ffd_total: rows.iter().map(|r| r.ffd.objective).sum(),
+        online_total: rows.iter().map(|r| r.online.objective).sum(),
+        ffd_over_exact_pct: rows.iter().map(|r| pct(r.ffd.objective, r.exact.objective)).sum::<f64>() / n,
+        online_over_exact_pct: rows.iter().map(|r| pct(r.online.objective, r.exact.objective)).sum::<f64>() / n,
+        exact_gap_mean_pct: rows.iter().map(|r| pct(r.exact.objective, r.exact_bound)).sum::<f64>() / n,
+        exact_gap_max_pct: rows.iter().map(|r| pct(r.exact.objective, r.exact_bound)).fold(0.0, f64::max),
+        exact_worse_than_ffd: rows.iter().filter(|r| r.exact.objective > r.ffd.objective).count(),
+    }
+}

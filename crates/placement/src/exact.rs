@@ -1,0 +1,218 @@
+//! The exact solver: bounds first (L2 for one device model, then the column-generation
+//! LP bound), greedy incumbents, then column-generation diving with limited
+//! discrepancy search — each node fixes the columns the LP already uses integrally (or
+//! its largest fractional column), re-solves the residual LP with the shared column
+//! pool, prunes by the residual bound and completes greedily. Passes with a growing
+//! discrepancy budget run until the incumbent meets the bound (proven optimal) or the
+//! deadline passes (the gap is then reported).
+
+use crate::bounds;
+use crate::colgen::ColGen;
+use crate::greedy::best_greedy;
+use crate::problem::{Pattern, Problem};
+use std::time::Instant;
+
+/// Largest discrepancy budget tried (passes run 0, 1, ..., this).
+const MAX_DISCREPANCY: u32 = 12;
+/// Alternatives tried at a node that still has discrepancy budget.
+const BREADTH: usize = 3;
+
+/// What the exact solver found.
+#[derive(Debug, Clone)]
+pub struct ExactResult {
+    /// One pattern per used device.
+    pub patterns: Vec<Pattern>,
+    /// Their total cost.
+    pub cost: u64,
+    /// Proven lower bound on the optimum (equal to `cost` when optimal).
+    pub bound: u64,
+}
+
+/// A proven lower bound that needs no LP: L2 when there is one device model whose
+/// throughput never binds, else the fractional share-of-cost bound.
+pub fn quick_bound(p: &Problem) -> u64 {
+    let mut frac = 0.0f64;
+    for (t, ty) in p.types.iter().enumerate() {
+        let per_item = (0..p.models.len())
+            .filter(|&k| p.compat(t, k))
+            .map(|k| {
+                let m = &p.models[k];
+                let share = |x: u64, cap: u64| if cap == 0 { 0.0 } else { x as f64 / cap as f64 };
+                m.cost as f64 * share(p.size(t, k), m.cap).max(share(ty.thr, m.thr_cap))
+            })
+            .fold(f64::INFINITY, f64::min);
+        if per_item.is_finite() {
+            frac += per_item * ty.members.len() as f64;
+        }
+    }
+    let mut lb = (frac - 1e-6).ceil().max(0.0) as u64;
+    if p.models.len() == 1 {
+        let m = &p.models[0];
+        let thr: u128 = p.types.iter().map(|t| u128::from(t.thr) * t.members.len() as u128).sum();
+        if thr <= u128::from(m.thr_cap) {
+            let items: Vec<(u64, u64)> = p
+                .types
+                .iter()
+                .enumerate()
+                .map(|(t, ty)| (p.size(t, 0), ty.members.len() as u64))
+                .collect();
+            lb = lb.max(bounds::l2(&items, m.cap) * m.cost);
+        }
+    }
+    lb
+}
+
+struct Search<'a> {
+    p: &'a Problem,
+    cg: ColGen<'a>,
+    best: Vec<Pattern>,
+    ub: u64,
+    lb: u64,
+    deadline: Instant,
+    fixed: Vec<Pattern>,
+}
+
+/// Solves to optimality or until `deadline`; `incumbent` (a feasible placement, e.g.
+/// FFD's) guarantees the answer is never worse than it.
+pub fn solve(p: &Problem, incumbent: Vec<Pattern>, deadline: Instant) -> ExactResult {
+    let demand = p.demands();
+    let avail = p.counts();
+    let mut s = Search {
+        p,
+        cg: ColGen::new(p),
+        ub: p.cost(&incumbent),
+        best: incumbent,
+        lb: quick_bound(p),
+        deadline,
+        fixed: Vec::new(),
+    };
+    if let Some(g) = best_greedy(p, &demand, &avail) {
+        s.offer_partial(&g, 0);
+    }
+    s.cg.add_patterns(&s.best.clone());
+    if s.lb < s.ub {
+        let root = s.cg.solve(&demand, &avail, f64::INFINITY, deadline);
+        s.lb = s.lb.max(ceil_bound(root.bound));
+        let mut disc = 0;
+        while s.lb < s.ub && disc <= MAX_DISCREPANCY && Instant::now() < deadline {
+            let (mut d, mut a) = (demand.clone(), avail.clone());
+            s.dive(&mut d, &mut a, 0, disc);
+            disc += 1;
+        }
+    }
+    ExactResult {
+        cost: s.ub,
+        bound: s.lb.min(s.ub),
+        patterns: s.best,
+    }
+}
+
+/// Rounds a floating lower bound on an integer cost up, with a tolerance.
+fn ceil_bound(b: f64) -> u64 {
+    (b - 1e-6).ceil().max(0.0) as u64
+}
+
+/// One dive move: copies of patterns to fix.
+type Move = Vec<(Pattern, u32)>;
+
+impl Search<'_> {
+    fn done(&self) -> bool {
+        self.ub <= self.lb || Instant::now() >= self.deadline
+    }
+
+    /// Records `fixed ++ rest` if it is cheaper than the incumbent.
+    fn offer_partial(&mut self, rest: &[Pattern], fixed_cost: u64) {
+        let c = fixed_cost + self.p.cost(rest);
+        if c < self.ub {
+            self.ub = c;
+            self.best = self.fixed.iter().chain(rest).cloned().collect();
+        }
+    }
+
+    fn dive(&mut self, demand: &mut [u32], avail: &mut [u32], fixed_cost: u64, disc: u32) {
+        if self.done() {
+            return;
+        }
+        if demand.iter().all(|&d| d == 0) {
+            self.offer_partial(&[], fixed_cost);
+            return;
+        }
+        if let Some(g) = best_greedy(self.p, demand, avail) {
+            self.offer_partial(&g, fixed_cost);
+        }
+        if self.done() || fixed_cost >= self.ub {
+            return;
+        }
+        let room = (self.ub - fixed_cost) as f64;
+        let out = self.cg.solve(demand, avail, room, self.deadline);
+        if out.infeasible || fixed_cost + ceil_bound(out.bound) >= self.ub {
+            return;
+        }
+        let moves = moves(out.columns);
+        let tries = if disc > 0 { BREADTH } else { 1 };
+        for (i, mv) in moves.into_iter().take(tries).enumerate() {
+            let next_disc = if i == 0 { disc } else { disc - 1 };
+            let mark = self.fixed.len();
+            let mut cost = fixed_cost;
+            for (pat, copies) in mv {
+                for _ in 0..copies {
+                    if avail[pat.model] == 0 {
+                        break;
+                    }
+                    let items: Vec<(u32, u32)> = pat
+                        .items
+                        .iter()
+                        .map(|&(t, c)| (t, c.min(demand[t as usize])))
+                        .filter(|&(_, c)| c > 0)
+                        .collect();
+                    if items.is_empty() {
+                        break;
+                    }
+                    for &(t, c) in &items {
+                        demand[t as usize] -= c;
+                    }
+                    avail[pat.model] -= 1;
+                    cost += self.p.models[pat.model].cost;
+                    self.fixed.push(Pattern {
+                        model: pat.model,
+                        items,
+                    });
+                }
+            }
+            if self.fixed.len() > mark {
+                self.dive(demand, avail, cost, next_disc);
+            }
+            for pat in self.fixed.drain(mark..) {
+                for &(t, c) in &pat.items {
+                    demand[t as usize] += c;
+                }
+                avail[pat.model] += 1;
+            }
+            if self.done() {
+                return;
+            }
+        }
+    }
+}
+
+/// Dive moves from an LP solution: first fix every column at its integer part (or, if
+/// none reaches 1, the largest column once); the alternatives fix one other column once,
+/// largest value first.
+fn moves(mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
+    cols.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let whole: Move = cols
+        .iter()
+        .filter(|(_, x)| *x >= 1.0 - 1e-6)
+        .map(|(pat, x)| (pat.clone(), (x + 1e-6).floor() as u32))
+        .collect();
+    let mut out = Vec::new();
+    if !whole.is_empty() {
+        out.push(whole);
+    }
+    out.extend(
+        cols.into_iter()
+            .filter(|(_, x)| x - (x + 1e-6).floor() > 1e-6)
+            .map(|(pat, _)| vec![(pat, 1)]),
+    );
+    out
+}

@@ -1,0 +1,322 @@
+//! Pricing for column generation: the most valuable content of one device, i.e. a
+//! bounded knapsack with up to two capacity constraints (resource and throughput).
+//! One active constraint with a small capacity: exact dynamic programming over the
+//! capacity with binary splitting of multiplicities. Otherwise: depth-first branch and
+//! bound with the Dantzig bound and a node budget; if the budget runs out, the answer
+//! is the best pattern found plus a valid upper bound, so the LP bound stays proven.
+
+/// Largest capacity × chunk count solved by dynamic programming.
+const DP_LIMIT: u64 = 6_000_000;
+/// Node budget of the branch and bound.
+const NODE_LIMIT: u64 = 400_000;
+
+/// One candidate item type for the knapsack.
+#[derive(Debug, Clone, Copy)]
+pub struct KItem {
+    /// Item type index (echoed in the answer).
+    pub t: u32,
+    /// Resource need.
+    pub w1: u64,
+    /// Throughput need.
+    pub w2: u64,
+    /// Dual value (profit) of one copy.
+    pub v: f64,
+    /// Maximum number of copies.
+    pub copies: u32,
+}
+
+/// The pricing answer.
+#[derive(Debug, Clone, Default)]
+pub struct KAnswer {
+    /// Profit of the best pattern found.
+    pub value: f64,
+    /// Its content as (type, count).
+    pub items: Vec<(u32, u32)>,
+    /// A proven upper bound on the best profit (equal to `value` when exact).
+    pub upper: f64,
+}
+
+/// Reusable buffers so that pricing allocates nothing in steady state.
+#[derive(Default)]
+pub struct Pricer {
+    dp: Vec<f64>,
+    keep: Vec<u64>,
+    chunks: Vec<(usize, u64, f64, u32)>,
+    order: Vec<KItem>,
+    cur: Vec<u32>,
+    best: Vec<u32>,
+}
+
+impl Pricer {
+    /// Maximises Σ v·a subject to Σ w1·a ≤ cap1, Σ w2·a ≤ cap2, 0 ≤ a ≤ copies.
+    pub fn solve(&mut self, items: &[KItem], cap1: u64, cap2: u64) -> KAnswer {
+        let mut its: Vec<KItem> = items
+            .iter()
+            .filter(|i| i.v > 1e-12 && i.copies > 0)
+            .map(|i| {
+                let mut c = i.copies;
+                if i.w1 > 0 {
+                    c = c.min((cap1 / i.w1).min(u64::from(u32::MAX)) as u32);
+                }
+                if i.w2 > 0 {
+                    c = c.min((cap2 / i.w2).min(u64::from(u32::MAX)) as u32);
+                }
+                KItem { copies: c, ..*i }
+            })
+            .filter(|i| i.copies > 0)
+            .collect();
+        let load1: u128 = its.iter().map(|i| u128::from(i.w1) * u128::from(i.copies)).sum();
+        let load2: u128 = its.iter().map(|i| u128::from(i.w2) * u128::from(i.copies)).sum();
+        let tight1 = load1 > u128::from(cap1);
+        let tight2 = load2 > u128::from(cap2);
+        if !tight1 && !tight2 {
+            let value = its.iter().map(|i| i.v * f64::from(i.copies)).sum();
+            let items = its.iter().map(|i| (i.t, i.copies)).collect();
+            return KAnswer {
+                value,
+                items,
+                upper: value,
+            };
+        }
+        if tight1 != tight2 {
+            let (cap, second) = if tight1 { (cap1, false) } else { (cap2, true) };
+            let chunks: u64 = its.iter().map(|i| 64 - u64::from(i.copies.leading_zeros())).sum();
+            if cap.saturating_mul(chunks.max(1)) <= DP_LIMIT {
+                if second {
+                    for i in &mut its {
+                        std::mem::swap(&mut i.w1, &mut i.w2);
+                    }
+                }
+                return self.dp(&its, cap as usize);
+            }
+        }
+        // Branch on the tighter dimension's ratio order.
+        let r1 = load1 as f64 / cap1.max(1) as f64;
+        let r2 = load2 as f64 / cap2.max(1) as f64;
+        let (cap_a, cap_b) = if r1 >= r2 { (cap1, cap2) } else { (cap2, cap1) };
+        if r1 < r2 {
+            for i in &mut its {
+                std::mem::swap(&mut i.w1, &mut i.w2);
+            }
+        }
+        self.branch_and_bound(its, cap_a, cap_b)
+    }
+
+    fn dp(&mut self, its: &[KItem], cap: usize) -> KAnswer {
+        self.chunks.clear();
+        for (idx, i) in its.iter().enumerate() {
+            let mut left = i.copies;
+            let mut k = 1u32;
+            while left > 0 {
+                let take = k.min(left);
+                self.chunks.push((idx, i.w1 * u64::from(take), i.v * f64::from(take), take));
+                left -= take;
+                k = k.saturating_mul(2);
+            }
+        }
+        let width = cap + 1;
+        let words = width.div_ceil(64);
+        self.dp.clear();
+        self.dp.resize(width, 0.0);
+        self.keep.clear();
+        self.keep.resize(words * self.chunks.len(), 0);
+        for (ci, &(_, w, v, _)) in self.chunks.iter().enumerate() {
+            let w = w as usize;
+            if w > cap {
+                continue;
+            }
+            let keep = &mut self.keep[ci * words..(ci + 1) * words];
+            for c in (w..=cap).rev() {
+                let cand = self.dp[c - w] + v;
+                if cand > self.dp[c] + 1e-12 {
+                    self.dp[c] = cand;
+                    keep[c / 64] |= 1 << (c % 64);
+                }
+            }
+        }
+        let mut counts = vec![0u32; its.len()];
+        let mut c = cap;
+        for ci in (0..self.chunks.len()).rev() {
+            if self.keep[ci * words + c / 64] >> (c % 64) & 1 == 1 {
+                let (idx, w, _, take) = self.chunks[ci];
+                counts[idx] += take;
+                c -= w as usize;
+            }
+        }
+        let value = self.dp[cap];
+        let items = its
+            .iter()
+            .zip(&counts)
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (i.t, n))
+            .collect();
+        KAnswer {
+            value,
+            items,
+            upper: value,
+        }
+    }
+
+    fn branch_and_bound(&mut self, mut its: Vec<KItem>, cap_a: u64, cap_b: u64) -> KAnswer {
+        let ratio = |i: &KItem| if i.w1 == 0 { f64::INFINITY } else { i.v / i.w1 as f64 };
+        its.sort_by(|a, b| ratio(b).total_cmp(&ratio(a)));
+        self.order = its;
+        self.cur.clear();
+        self.cur.resize(self.order.len(), 0);
+        self.best.clear();
+        self.best.resize(self.order.len(), 0);
+        let root_bound = self.dantzig(0, cap_a, cap_b, 0.0);
+        let mut st = BbState {
+            best_value: 0.0,
+            nodes: 0,
+        };
+        self.dfs(0, cap_a, cap_b, 0.0, &mut st);
+        let items: Vec<(u32, u32)> = self
+            .order
+            .iter()
+            .zip(&self.best)
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (i.t, n))
+            .collect();
+        let exact = st.nodes < NODE_LIMIT;
+        KAnswer {
+            value: st.best_value,
+            items,
+            upper: if exact { st.best_value } else { root_bound.max(st.best_value) },
+        }
+    }
+
+    /// Fractional (LP) bound of items from `k` on with the remaining capacities.
+    fn dantzig(&self, k: usize, mut rem_a: u64, rem_b: u64, cur: f64) -> f64 {
+        let mut bound = cur;
+        for i in &self.order[k..] {
+            if i.w2 > rem_b {
+                continue;
+            }
+            if i.w1 == 0 {
+                bound += i.v * f64::from(i.copies);
+                continue;
+            }
+            let full = u64::from(i.copies) * i.w1;
+            if full <= rem_a {
+                bound += i.v * f64::from(i.copies);
+                rem_a -= full;
+            } else {
+                bound += i.v * rem_a as f64 / i.w1 as f64;
+                break;
+            }
+        }
+        bound
+    }
+
+    fn dfs(&mut self, k: usize, rem_a: u64, rem_b: u64, cur: f64, st: &mut BbState) {
+        st.nodes += 1;
+        if cur > st.best_value + 1e-12 {
+            st.best_value = cur;
+            self.best.copy_from_slice(&self.cur);
+        }
+        if k == self.order.len() || st.nodes >= NODE_LIMIT {
+            return;
+        }
+        if self.dantzig(k, rem_a, rem_b, cur) <= st.best_value + 1e-12 {
+            return;
+        }
+        let it = self.order[k];
+        let mut max = it.copies;
+        if it.w1 > 0 {
+            max = max.min((rem_a / it.w1) as u32);
+        }
+        if it.w2 > 0 {
+            max = max.min((rem_b / it.w2) as u32);
+        }
+        for n in (0..=max).rev() {
+            self.cur[k] = n;
+            let n64 = u64::from(n);
+            self.dfs(
+                k + 1,
+                rem_a - n64 * it.w1,
+                rem_b - n64 * it.w2,
+                cur + it.v * f64::from(n),
+                st,
+            );
+            if st.nodes >= NODE_LIMIT {
+                break;
+            }
+        }
+        self.cur[k] = 0;
+    }
+}
+
+struct BbState {
+    best_value: f64,
+    nodes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn brute(items: &[KItem], cap1: u64, cap2: u64) -> f64 {
+        fn rec(items: &[KItem], k: usize, r1: u64, r2: u64) -> f64 {
+            if k == items.len() {
+                return 0.0;
+            }
+            let it = items[k];
+            let mut best = 0.0f64;
+            for n in 0..=it.copies {
+                let (a, b) = (it.w1 * u64::from(n), it.w2 * u64::from(n));
+                if a > r1 || b > r2 {
+                    break;
+                }
+                best = best.max(it.v.max(0.0) * f64::from(n) + rec(items, k + 1, r1 - a, r2 - b));
+            }
+            best
+        }
+        rec(items, 0, cap1, cap2)
+    }
+
+    fn check(items: &[KItem], cap1: u64, cap2: u64, ans: &KAnswer) {
+        let (mut a, mut b, mut v) = (0, 0, 0.0);
+        for &(t, n) in &ans.items {
+            let it = items.iter().find(|i| i.t == t).unwrap();
+            assert!(n <= it.copies);
+            a += it.w1 * u64::from(n);
+            b += it.w2 * u64::from(n);
+            v += it.v * f64::from(n);
+        }
+        assert!(a <= cap1 && b <= cap2);
+        assert!((v - ans.value).abs() < 1e-6);
+    }
+
+    proptest! {
+        #[test]
+        fn pricing_matches_brute_force(
+            raw in proptest::collection::vec((0u64..12, 0u64..6, 0u32..40, 1u32..4), 1..7),
+            cap1 in 0u64..30,
+            cap2 in 0u64..12,
+        ) {
+            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
+                t: t as u32, w1, w2, v: f64::from(v) / 7.0, copies: c,
+            }).collect();
+            let ans = Pricer::default().solve(&items, cap1, cap2);
+            check(&items, cap1, cap2, &ans);
+            let want = brute(&items, cap1, cap2);
+            prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
+            prop_assert!(ans.upper + 1e-9 >= want);
+        }
+
+        #[test]
+        fn one_dimensional_dp_matches_brute_force(
+            raw in proptest::collection::vec((1u64..40, 1u32..50, 1u32..5), 1..8),
+            cap in 1u64..100,
+        ) {
+            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, v, c))| KItem {
+                t: t as u32, w1, w2: 0, v: f64::from(v), copies: c,
+            }).collect();
+            let ans = Pricer::default().solve(&items, cap, 0);
+            check(&items, cap, 0, &ans);
+            prop_assert!((ans.value - brute(&items, cap, 0)).abs() < 1e-6);
+        }
+    }
+}

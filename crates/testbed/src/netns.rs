@@ -1,0 +1,200 @@
+//! Network-namespace helpers: list, run a command inside, enter from a thread (setns),
+//! read interface facts, write per-namespace sysctls.
+
+use crate::process;
+use anyhow::{bail, Context};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// Where iproute2 keeps the bind mounts of named namespaces.
+const NETNS_DIR: &str = "/run/netns";
+/// Time limit for one `ip`/`sysctl` call.
+const IP_LIMIT: Duration = Duration::from_secs(10);
+
+/// The bind-mount path of a named namespace.
+pub fn path(ns: &str) -> PathBuf {
+    PathBuf::from(NETNS_DIR).join(ns)
+}
+
+/// Whether a named namespace exists.
+pub fn exists(ns: &str) -> bool {
+    path(ns).exists()
+}
+
+/// Names of all named namespaces (`ip netns list`).
+pub fn list() -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs `ip -n <ns> <args>` and returns stdout.
+pub fn ip(ns: &str, args: &[&str]) -> anyhow::Result<String> {
+    let mut full = vec!["ip", "-n", ns];
+    full.extend_from_slice(args);
+    process::run(&full, IP_LIMIT)
+}
+
+/// Runs a program inside a namespace (`ip netns exec <ns> ...`), bounded by `limit`.
+pub fn exec(ns: &str, args: &[&str], limit: Duration) -> anyhow::Result<String> {
+    let mut full = vec!["ip", "netns", "exec", ns];
+    full.extend_from_slice(args);
+    process::run(&full, limit)
+}
+
+/// A `Command` that runs `args` inside `ns`; the caller spawns and guards it.
+pub fn command(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(args);
+    c
+}
+
+/// Moves the calling thread into namespace `ns` (setns(2) with CLONE_NEWNET).
+///
+/// Only this thread changes namespace; sockets it opens afterwards live in `ns`.
+/// Use it from a dedicated thread (see [`in_netns`]).
+pub fn enter(ns: &str) -> anyhow::Result<()> {
+    let f = std::fs::File::open(path(ns))
+        .with_context(|| format!("network namespace {ns} does not exist"))?;
+    // SAFETY: fd is a valid open namespace file for the duration of the call.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        bail!(
+            "setns into {ns} failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread that has entered `ns`, and returns its result.
+pub fn in_netns<T, F>(ns: &str, f: F) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> anyhow::Result<T> + Send + 'static,
+{
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns)?;
+        f()
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("thread in namespace panicked"))?
+}
+
+/// Writes a sysctl inside `ns`, e.g. `("net/ipv4/ip_forward", "1")`.
+pub fn sysctl_set(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    let file = format!("/proc/sys/{key}");
+    let value = value.to_string();
+    in_netns(ns, move || {
+        std::fs::write(&file, &value).with_context(|| format!("writing {file}"))
+    })
+}
+
+/// Reads a sysctl inside `ns`.
+pub fn sysctl_get(ns: &str, key: &str) -> anyhow::Result<String> {
+    let file = format!("/proc/sys/{key}");
+    in_netns(ns, move || {
+        Ok(std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {file}"))?
+            .trim()
+            .to_string())
+    })
+}
+
+/// One interface as `ip -j link` reports it.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Link {
+    /// Interface name.
+    pub ifname: String,
+    /// MAC address (absent on some device kinds).
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Interface alias; nfx marks the veths it creates with one.
+    #[serde(default)]
+    pub ifalias: Option<String>,
+    /// Operational state (UP, DOWN, LOWERLAYERDOWN, UNKNOWN).
+    #[serde(default)]
+    pub operstate: Option<String>,
+}
+
+/// All interfaces in `ns`.
+pub fn links(ns: &str) -> anyhow::Result<Vec<Link>> {
+    let out = ip(ns, &["-j", "link", "show"])?;
+    serde_json::from_str(&out).with_context(|| format!("parsing `ip -j link` of {ns}"))
+}
+
+/// The MAC address of `iface` inside `ns`.
+pub fn mac(ns: &str, iface: &str) -> anyhow::Result<String> {
+    let out = ip(ns, &["-j", "link", "show", "dev", iface])?;
+    let links: Vec<Link> = serde_json::from_str(&out)
+        .with_context(|| format!("parsing `ip -j link show dev {iface}` of {ns}"))?;
+    links
+        .into_iter()
+        .next()
+        .and_then(|l| l.address)
+        .with_context(|| format!("{iface} in {ns} has no MAC address"))
+}
+
+/// IPv4 addresses (`a.b.c.d/len`) of `iface` inside `ns`.
+pub fn ipv4_addrs(ns: &str, iface: &str) -> anyhow::Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct AddrInfo {
+        family: String,
+        local: String,
+        prefixlen: u8,
+    }
+    #[derive(serde::Deserialize)]
+    struct Iface {
+        #[serde(default)]
+        addr_info: Vec<AddrInfo>,
+    }
+    let out = ip(ns, &["-j", "addr", "show", "dev", iface])?;
+    let v: Vec<Iface> = serde_json::from_str(&out)
+        .with_context(|| format!("parsing `ip -j addr` of {iface} in {ns}"))?;
+    Ok(v.into_iter()
+        .flat_map(|i| i.addr_info)
+        .filter(|a| a.family == "inet")
+        .map(|a| format!("{}/{}", a.local, a.prefixlen))
+        .collect())
+}
+
+/// Process ids running inside `ns` (`ip netns pids`).
+pub fn pids(ns: &str) -> Vec<u32> {
+    process::run(&["ip", "netns", "pids", ns], IP_LIMIT)
+        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_is_under_run_netns() {
+        assert_eq!(path("x"), PathBuf::from("/run/netns/x"));
+    }
+
+    #[test]
+    fn missing_namespace_is_a_clear_error() {
+        let err = enter("nfx-no-such-namespace-xyz").unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(!exists("nfx-no-such-namespace-xyz"));
+    }
+
+    #[test]
+    fn link_json_parses() {
+        let j = r#"[{"ifindex":2,"ifname":"veth0","address":"02:00:00:00:00:01","ifalias":"nfx-testbed","operstate":"UP"}]"#;
+        let v: Vec<Link> = serde_json::from_str(j).unwrap();
+        assert_eq!(v[0].address.as_deref(), Some("02:00:00:00:00:01"));
+        assert_eq!(v[0].ifalias.as_deref(), Some("nfx-testbed"));
+    }
+}

@@ -1,0 +1,253 @@
+//! A bounded flow table: fixed capacity set from config, no allocation after
+//! construction, O(1) lookup, insert and removal, and an incremental expiry scan.
+//!
+//! Layout: buckets of [`BUCKET`] slots; each key may live in one of two buckets
+//! chosen by its hash ("two-choice" bucketized hashing without relocation, so a slot
+//! index stays valid for the life of an entry — NAT links the two directions of a
+//! mapping by slot index). A 16-bit tag per slot filters key comparisons. Inserts go
+//! to the emptier of the two buckets.
+//!
+//! Eviction policy when the table holds `max_flows` entries or both buckets are full:
+//! among the 16 slots of the two buckets, the entry closest to expiry that is either
+//! already expired or that its owner says is evictable ([`TableValue::evictable`],
+//! e.g. not an established TCP connection) is replaced; if there is none the insert
+//! fails and the caller counts a `TableFull` drop.
+
+pub mod blob;
+pub mod hash;
+
+use hash::FlowHasher;
+use nfx_packet::FlowKey;
+
+/// Slots per bucket.
+pub const BUCKET: usize = 8;
+/// Slots allocated per requested flow: 10 % headroom keeps two-choice inserts from
+/// running into full buckets before the table holds `max_flows` entries.
+const HEADROOM: f64 = 1.10;
+
+/// What a node stores per flow; the table only needs to know what may be evicted.
+pub trait TableValue: Copy + Default {
+    /// True when this entry may be replaced by a new flow when the table is full.
+    fn evictable(&self) -> bool;
+}
+
+/// One table slot: the key, when the entry expires and the node's value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Entry<V> {
+    /// Lookup key.
+    pub key: FlowKey,
+    /// Monotonic time after which the entry is dead.
+    pub expires_ns: u64,
+    /// Node-specific state.
+    pub val: V,
+}
+
+/// Result of [`FlowTable::insert`].
+#[derive(Debug, Clone, Copy)]
+pub enum Insert<V> {
+    /// Stored in a free slot.
+    New(usize),
+    /// Stored in this slot in place of the returned entry (expired or evictable).
+    Evicted(usize, Entry<V>),
+    /// No free slot and nothing evictable.
+    Full,
+}
+
+/// The bounded table. See the module documentation for layout and eviction.
+pub struct FlowTable<V> {
+    tags: Box<[u16]>,
+    entries: Box<[Entry<V>]>,
+    nbuckets: usize,
+    max_flows: usize,
+    len: usize,
+    cursor: usize,
+    hasher: FlowHasher,
+    evictions: u64,
+}
+
+impl<V: TableValue> FlowTable<V> {
+    /// A table for up to `max_flows` entries (at least 1) with a random hash seed.
+    pub fn new(max_flows: usize) -> Self {
+        Self::with_hasher(max_flows, FlowHasher::random())
+    }
+
+    /// A table with a given hasher (reproducible tests).
+    pub fn with_hasher(max_flows: usize, hasher: FlowHasher) -> Self {
+        let max_flows = max_flows.max(1);
+        let slots = ((max_flows as f64 * HEADROOM) as usize).max(2 * BUCKET);
+        let nbuckets = slots.div_ceil(BUCKET);
+        let n = nbuckets * BUCKET;
+        Self {
+            tags: vec![0u16; n].into_boxed_slice(),
+            entries: vec![Entry::default(); n].into_boxed_slice(),
+            nbuckets,
+            max_flows,
+            len: 0,
+            cursor: 0,
+            hasher,
+            evictions: 0,
+        }
+    }
+
+    /// Bytes of memory the table holds (fixed at construction).
+    pub fn memory_bytes(&self) -> usize {
+        self.tags.len() * std::mem::size_of::<u16>()
+            + self.entries.len() * std::mem::size_of::<Entry<V>>()
+            + std::mem::size_of::<Self>()
+    }
+
+    /// Most entries the table holds.
+    pub fn capacity(&self) -> usize {
+        self.max_flows
+    }
+
+    /// Number of slots (capacity plus headroom); slot indices are below this.
+    pub fn slots(&self) -> usize {
+        self.tags.len()
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the table holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries replaced by [`Self::insert`] since creation.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    #[inline]
+    fn locate(&self, key: &FlowKey) -> (usize, usize, u16) {
+        let h = self.hasher.hash(key);
+        let n = self.nbuckets as u64;
+        let b1 = ((h & 0xffff_ffff) * n) >> 32;
+        let b2 = ((h >> 32) * n) >> 32;
+        (b1 as usize, b2 as usize, (h as u16) | 1)
+    }
+
+    #[inline]
+    fn find_in(&self, bucket: usize, tag: u16, key: &FlowKey) -> Option<usize> {
+        let base = bucket * BUCKET;
+        (base..base + BUCKET).find(|&i| self.tags[i] == tag && self.entries[i].key == *key)
+    }
+
+    /// The slot holding `key`, if any.
+    #[inline]
+    pub fn find(&self, key: &FlowKey) -> Option<usize> {
+        let (b1, b2, tag) = self.locate(key);
+        self.find_in(b1, tag, key).or_else(|| self.find_in(b2, tag, key))
+    }
+
+    /// The entry in `slot` (a slot returned by this table and not removed since).
+    pub fn get(&self, slot: usize) -> &Entry<V> {
+        &self.entries[slot]
+    }
+
+    /// The entry in `slot`, writable (the key must not be changed).
+    pub fn get_mut(&mut self, slot: usize) -> &mut Entry<V> {
+        &mut self.entries[slot]
+    }
+
+    /// True when `slot` holds an entry.
+    pub fn occupied(&self, slot: usize) -> bool {
+        self.tags.get(slot).is_some_and(|&t| t != 0)
+    }
+
+    fn place(&mut self, slot: usize, tag: u16, entry: Entry<V>) {
+        self.tags[slot] = tag;
+        self.entries[slot] = entry;
+    }
+
+    /// Stores `key` in a free slot without evicting anything; `None` when the table
+    /// holds `max_flows` entries or both buckets are full. `key` must not be present.
+    pub fn insert_free(&mut self, key: FlowKey, expires_ns: u64, val: V) -> Option<usize> {
+        if self.len >= self.max_flows {
+            return None;
+        }
+        let (b1, b2, tag) = self.locate(&key);
+        let free = |b: usize| (b * BUCKET..(b + 1) * BUCKET).filter(|&i| self.tags[i] == 0);
+        let (f1, f2) = (free(b1).count(), free(b2).count());
+        let bucket = if f1 >= f2 { b1 } else { b2 };
+        let slot = free(bucket).next()?;
+        self.place(slot, tag, Entry { key, expires_ns, val });
+        self.len += 1;
+        Some(slot)
+    }
+
+    /// Stores `key` (which must not be present): in a free slot if the table has
+    /// room, else in place of an expired or evictable entry of its two buckets.
+    pub fn insert(&mut self, key: FlowKey, expires_ns: u64, val: V, now_ns: u64) -> Insert<V> {
+        if let Some(slot) = self.insert_free(key, expires_ns, val) {
+            return Insert::New(slot);
+        }
+        let (b1, b2, tag) = self.locate(&key);
+        let victim = (b1 * BUCKET..(b1 + 1) * BUCKET)
+            .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
+            .filter(|&i| {
+                self.tags[i] != 0
+                    && (self.entries[i].expires_ns <= now_ns || self.entries[i].val.evictable())
+            })
+            .min_by_key(|&i| self.entries[i].expires_ns);
+        match victim {
+            Some(slot) => {
+                let old = self.entries[slot];
+                self.place(slot, tag, Entry { key, expires_ns, val });
+                self.evictions += 1;
+                Insert::Evicted(slot, old)
+            }
+            None => Insert::Full,
+        }
+    }
+
+    /// Removes and returns the entry in `slot`.
+    pub fn remove(&mut self, slot: usize) -> Entry<V> {
+        debug_assert!(self.occupied(slot));
+        if self.tags[slot] != 0 {
+            self.tags[slot] = 0;
+            self.len -= 1;
+        }
+        self.entries[slot]
+    }
+
+    /// Advances the expiry cursor over at most `*budget` slots (decrementing it) and
+    /// returns the next slot whose entry expired at `now_ns`, without removing it.
+    /// Calling this with a fixed budget per timer tick sweeps the whole table in
+    /// `slots() / budget` ticks at O(budget) cost per tick.
+    pub fn next_expired(&mut self, now_ns: u64, budget: &mut usize) -> Option<usize> {
+        while *budget > 0 {
+            *budget -= 1;
+            let i = self.cursor;
+            self.cursor = if i + 1 == self.tags.len() { 0 } else { i + 1 };
+            if self.tags[i] != 0 && self.entries[i].expires_ns <= now_ns {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Every occupied slot with its entry (export, stats, tests).
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Entry<V>)> + '_ {
+        self.tags
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t != 0)
+            .map(|(i, _)| (i, &self.entries[i]))
+    }
+
+    /// Applies `f` to every entry (e.g. to rebase expiry times after an import).
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Entry<V>)) {
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            if self.tags[i] != 0 {
+                f(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
