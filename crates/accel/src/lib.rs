@@ -9,7 +9,9 @@
 
 mod alg;
 mod backend;
+pub mod bench;
 mod buf;
+pub mod calibration;
 mod cpu;
 mod engine;
 mod error;
@@ -21,6 +23,7 @@ mod soft;
 pub use alg::{Alg, AlgFamily};
 pub use backend::SYNC_QUEUE_DEPTH;
 pub use buf::Buf;
+pub use calibration::{CalPoint, Calibration, CalibrationError};
 pub use cpu::cpu_engine;
 pub use engine::{Engine, EngineKind, EngineStats};
 pub use error::AccelError;

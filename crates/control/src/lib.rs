@@ -5,10 +5,12 @@
 
 pub mod agent;
 pub mod api;
+pub mod client;
 pub mod controller;
 pub mod enforcer;
 pub mod mediator;
 pub mod ops;
+pub mod server;
 pub mod store;
 pub mod topology;
 pub mod vnfm;

@@ -9,6 +9,7 @@ pub mod config;
 pub mod control;
 pub mod graph;
 pub mod runtime;
+pub mod signals;
 pub mod stats;
 pub mod worker;
 

@@ -104,6 +104,66 @@ impl Stats {
     }
 }
 
+fn gbps(bytes_now: u64, bytes_before: u64, secs: f64) -> String {
+    if secs <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.3}", bytes_now.saturating_sub(bytes_before) as f64 * 8.0 / secs / 1e9)
+}
+
+fn nonzero_drops(drops: &BTreeMap<String, u64>) -> String {
+    let d: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+    if d.is_empty() {
+        "-".into()
+    } else {
+        d.join(" ")
+    }
+}
+
+/// Renders the readable table of `nfx stats` (and the demo's live view). With `prev`
+/// (an earlier sample of the same instance) rates are shown over the interval between.
+pub fn render_table(cur: &Stats, prev: Option<&Stats>) -> String {
+    use std::fmt::Write;
+    let secs = prev.map_or(0.0, |p| cur.uptime_s - p.uptime_s);
+    let mut o = String::new();
+    let _ = writeln!(o, "{}  mode {}  poll {}  up {:.1} s", cur.name, cur.mode, cur.poll, cur.uptime_s);
+    let _ = writeln!(o, "{:<8} {:>7} {:>14} {:>14} {:>10}", "worker", "cpu%", "rx_pkts", "tx_pkts", "mean_vec");
+    for w in &cur.workers {
+        let _ = writeln!(o, "{:<8} {:>7.1} {:>14} {:>14} {:>10.1}", w.id, w.cpu_pct, w.rx_packets, w.tx_packets, w.mean_vector);
+    }
+    let _ = writeln!(o, "{:<8} {:<10} {:>14} {:>10} {:>14} {:>10}  drops", "port", "iface", "rx_pkts", "rx_Gbit/s", "tx_pkts", "tx_Gbit/s");
+    for p in &cur.ports {
+        let before = prev.and_then(|s| s.ports.iter().find(|q| q.name == p.name));
+        let _ = writeln!(
+            o,
+            "{:<8} {:<10} {:>14} {:>10} {:>14} {:>10}  {}",
+            p.name,
+            p.iface,
+            p.rx_packets,
+            before.map_or("-".into(), |b| gbps(p.rx_bytes, b.rx_bytes, secs)),
+            p.tx_packets,
+            before.map_or("-".into(), |b| gbps(p.tx_bytes, b.tx_bytes, secs)),
+            nonzero_drops(&p.drops)
+        );
+    }
+    let _ = writeln!(o, "{:<12} {:>14} {:>10} {:>10}  drops", "node", "packets", "Gbit/s", "cyc/pkt");
+    for n in &cur.nodes {
+        let before = prev.and_then(|s| s.node(&n.name));
+        let _ = writeln!(
+            o,
+            "{:<12} {:>14} {:>10} {:>10.0}  {}",
+            n.name,
+            n.packets,
+            before.map_or("-".into(), |b| gbps(n.bytes, b.bytes, secs)),
+            n.cycles_per_packet,
+            nonzero_drops(&n.drops)
+        );
+    }
+    let ev: Vec<String> = cur.events.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(o, "events: {}", if ev.is_empty() { "-".into() } else { ev.join(" ") });
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +176,33 @@ mod tests {
         assert_eq!(m.len(), DropReason::COUNT);
         assert_eq!(m["acl_deny"], 3);
         assert_eq!(m["tx_error"], 0);
+    }
+
+    #[test]
+    fn table_shows_rates_and_nonzero_drops() {
+        let mut drops = [0u64; DropReason::COUNT];
+        let node = |packets, bytes, drops: &[u64; DropReason::COUNT]| NodeStats {
+            name: "firewall".into(),
+            packets,
+            bytes,
+            cycles_per_packet: 120.0,
+            drops: drops_map(drops),
+            stats: serde_json::Value::Null,
+        };
+        let before = Stats { name: "edge".into(), uptime_s: 1.0, nodes: vec![node(10, 0, &drops)], ..Stats::default() };
+        drops[DropReason::AclDeny as usize] = 4;
+        let mut now = before.clone();
+        now.uptime_s = 2.0;
+        now.nodes = vec![node(20, 125_000_000, &drops)];
+        now.workers = vec![WorkerStats { cpu_pct: 42.0, ..WorkerStats::default() }];
+        let t = render_table(&now, Some(&before));
+        let row = t.lines().find(|l| l.starts_with("firewall")).unwrap();
+        assert!(row.contains("1.000"), "{row}");
+        assert!(row.contains("acl_deny=4"), "{row}");
+        assert!(!row.contains("tx_error"), "{row}");
+        assert!(t.contains("42.0"), "{t}");
+        let once = render_table(&now, None);
+        assert!(once.lines().find(|l| l.starts_with("firewall")).unwrap().contains(" - "));
     }
 
     #[test]

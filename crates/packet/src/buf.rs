@@ -88,7 +88,11 @@ impl PacketBuf {
 
     /// Allocates a zeroed buffer of `cap` bytes holding an empty frame.
     pub fn with_capacity(cap: usize) -> Self {
-        Self { data: vec![0u8; cap].into_boxed_slice(), len: 0, vnet: VnetHdr::default() }
+        Self {
+            data: vec![0u8; cap].into_boxed_slice(),
+            len: 0,
+            vnet: VnetHdr::default(),
+        }
     }
 
     /// Builds a buffer holding a copy of `frame` (tests, generators).

@@ -21,7 +21,13 @@ pub struct FlowKey {
 impl FlowKey {
     /// The key of the same flow seen in the other direction.
     pub fn reversed(&self) -> Self {
-        Self { src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, proto: self.proto }
+        Self {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
     }
 }
 

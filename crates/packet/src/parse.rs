@@ -100,7 +100,11 @@ pub fn parse(frame: &[u8]) -> Result<Meta, DropReason> {
     meta.key.dst = be32(&ip[16..20]);
     meta.key.proto = ip[9];
     let l4 = &ip[ihl..total];
-    let short = if first_fragment { DropReason::Fragment } else { DropReason::BadL4Header };
+    let short = if first_fragment {
+        DropReason::Fragment
+    } else {
+        DropReason::BadL4Header
+    };
     match meta.key.proto {
         IPPROTO_TCP => {
             if l4.len() < 20 {

@@ -68,7 +68,13 @@ pub fn set_port(p: &mut Packet, end: End, port: u16) {
         IPPROTO_TCP | IPPROTO_UDP => {
             let off = m.l4 + if end == End::Src { 0 } else { 2 };
             let co = pseudo_checked_l4(m.key.proto, m.l4).unwrap_or(off);
-            replace16(f, off, port, (!partial).then_some(co), m.key.proto == IPPROTO_UDP);
+            replace16(
+                f,
+                off,
+                port,
+                (!partial).then_some(co),
+                m.key.proto == IPPROTO_UDP,
+            );
             match end {
                 End::Src => p.meta.key.sport = port,
                 End::Dst => p.meta.key.dport = port,
@@ -110,7 +116,13 @@ pub fn set_inner(p: &mut Packet, end: End, addr: u32, port: u16) {
     if let Some(co) = l4c.filter(|_| proto != IPPROTO_ICMP) {
         let cur = be16(&f[co..co + 2]);
         if !(udp && cur == 0) {
-            replace16(f, co, udp_nonzero(proto, update32(cur, old, addr)), icmp_c, false);
+            replace16(
+                f,
+                co,
+                udp_nonzero(proto, update32(cur, old, addr)),
+                icmp_c,
+                false,
+            );
         }
     }
     let poff = match proto {
@@ -124,7 +136,13 @@ pub fn set_inner(p: &mut Packet, end: End, addr: u32, port: u16) {
         if let Some(co) = l4c {
             let cur = be16(&f[co..co + 2]);
             if !(udp && cur == 0) {
-                replace16(f, co, udp_nonzero(proto, update16(cur, old_port, port)), icmp_c, false);
+                replace16(
+                    f,
+                    co,
+                    udp_nonzero(proto, update16(cur, old_port, port)),
+                    icmp_c,
+                    false,
+                );
             }
         }
     }

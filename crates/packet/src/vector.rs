@@ -33,7 +33,12 @@ pub struct Packet {
 impl Packet {
     /// Wraps a buffer as a not-yet-parsed packet travelling in `dir`.
     pub fn new(buf: PacketBuf, dir: Direction) -> Self {
-        Self { buf, meta: Meta::default(), dir, drop: None }
+        Self {
+            buf,
+            meta: Meta::default(),
+            dir,
+            drop: None,
+        }
     }
 
     /// True while no node has dropped the packet.

@@ -36,7 +36,10 @@ fn tcp_udp_icmp_keys() {
     assert_eq!(m.tcp_flags & 0x02, 0x02);
     assert_eq!((m.l3, m.l4, m.payload, m.ip_end), (14, 34, 54, 55));
     let m = parse(&udp([10, 0, 0, 1], [10, 0, 1, 2], 5, 6, b"abc")).unwrap();
-    assert_eq!((m.key.sport, m.key.dport, m.key.proto, m.payload), (5, 6, 17, 42));
+    assert_eq!(
+        (m.key.sport, m.key.dport, m.key.proto, m.payload),
+        (5, 6, 17, 42)
+    );
     let m = parse(&ping([10, 0, 0, 1], [10, 0, 1, 2], 99, b"")).unwrap();
     assert_eq!((m.key.sport, m.key.dport, m.icmp_type), (99, 99, 8));
 }
@@ -116,9 +119,18 @@ fn ip_options() {
     // End-of-list then garbage: valid.
     assert!(parse(&with_options(&base, &[0, 0xff, 0xff, 0xff])).is_ok());
     // Option length 1 and option running past the header: invalid.
-    assert_eq!(parse(&with_options(&base, &[0x94, 1, 0, 0])), Err(DropReason::BadIpHeader));
-    assert_eq!(parse(&with_options(&base, &[1, 1, 0x94, 9])), Err(DropReason::BadIpHeader));
-    assert_eq!(parse(&with_options(&base, &[1, 1, 1, 0x94])), Err(DropReason::BadIpHeader));
+    assert_eq!(
+        parse(&with_options(&base, &[0x94, 1, 0, 0])),
+        Err(DropReason::BadIpHeader)
+    );
+    assert_eq!(
+        parse(&with_options(&base, &[1, 1, 0x94, 9])),
+        Err(DropReason::BadIpHeader)
+    );
+    assert_eq!(
+        parse(&with_options(&base, &[1, 1, 1, 0x94])),
+        Err(DropReason::BadIpHeader)
+    );
 }
 
 #[test]
@@ -176,7 +188,10 @@ fn icmp_error_inner_key() {
     assert!(m.has_inner());
     assert_eq!(m.icmp_type, 11);
     assert_eq!((m.inner_l3, m.inner_l4), (42, 62));
-    assert_eq!((m.inner_key.src, m.inner_key.sport, m.inner_key.dport), (0xc0000264, 1024, 80));
+    assert_eq!(
+        (m.inner_key.src, m.inner_key.sport, m.inner_key.dport),
+        (0xc0000264, 1024, 80)
+    );
     // Quoting fewer than 8 L4 bytes: still a valid ICMP error, just unrelated.
     let mut w = Vec::new();
     PacketBuilder::ethernet2([1; 6], [2; 6])

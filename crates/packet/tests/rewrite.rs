@@ -15,7 +15,9 @@ fn ip(a: [u8; 4]) -> u32 {
 }
 
 fn addrs(h: &PacketHeaders<'_>) -> ([u8; 4], [u8; 4]) {
-    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not ipv4") };
+    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else {
+        panic!("not ipv4")
+    };
     (ip.source, ip.destination)
 }
 
@@ -29,7 +31,14 @@ fn ports(h: &PacketHeaders<'_>) -> (u16, u16) {
 
 #[test]
 fn tcp_snat_and_dnat_rewrite_keeps_checksums_valid() {
-    let mut p = packet(&tcp([10, 0, 0, 1], [10, 0, 1, 2], 40000, 80, 0x12, b"hello"));
+    let mut p = packet(&tcp(
+        [10, 0, 0, 1],
+        [10, 0, 1, 2],
+        40000,
+        80,
+        0x12,
+        b"hello",
+    ));
     set_addr(&mut p, End::Src, ip([192, 0, 2, 7]));
     set_port(&mut p, End::Src, 1024);
     set_addr(&mut p, End::Dst, ip([198, 51, 100, 9]));
@@ -37,7 +46,11 @@ fn tcp_snat_and_dnat_rewrite_keeps_checksums_valid() {
     let h = verify(p.buf.frame());
     assert_eq!(addrs(&h), ([192, 0, 2, 7], [198, 51, 100, 9]));
     assert_eq!(ports(&h), (1024, 8080));
-    assert_eq!(parse(p.buf.frame()).unwrap().key, p.meta.key, "meta follows the bytes");
+    assert_eq!(
+        parse(p.buf.frame()).unwrap().key,
+        p.meta.key,
+        "meta follows the bytes"
+    );
 }
 
 #[test]
@@ -55,7 +68,11 @@ fn udp_rewrite_keeps_checksum_valid_and_zero_stays_zero() {
     set_addr(&mut p, End::Src, ip([203, 0, 113, 1]));
     set_port(&mut p, End::Dst, 5353);
     let m = p.meta;
-    assert_eq!(&p.buf.frame()[m.l4 + 6..m.l4 + 8], &[0, 0], "UDP checksum 0 means none");
+    assert_eq!(
+        &p.buf.frame()[m.l4 + 6..m.l4 + 8],
+        &[0, 0],
+        "UDP checksum 0 means none"
+    );
     verify(p.buf.frame());
 }
 
@@ -79,7 +96,9 @@ fn ttl_decrement_and_expiry() {
     let mut p = packet(&tcp([10, 0, 0, 1], [10, 0, 1, 2], 1, 2, 0x10, b""));
     decrement_ttl(&mut p).unwrap();
     let h = verify(p.buf.frame());
-    let Some(NetHeaders::Ipv4(iph, _)) = &h.net else { panic!() };
+    let Some(NetHeaders::Ipv4(iph, _)) = &h.net else {
+        panic!()
+    };
     assert_eq!(iph.time_to_live, 63);
     let mut f = tcp([10, 0, 0, 1], [10, 0, 1, 2], 1, 2, 0x10, b"");
     let mut p1 = packet(&f);
@@ -117,14 +136,25 @@ fn complete_partial(frame: &mut [u8], p: &Packet) {
     let m = p.meta;
     let co = usize::from(p.buf.vnet.csum_start + p.buf.vnet.csum_offset);
     let c = checksum(&frame[m.l4..m.ip_end]);
-    let c = if c == 0 && m.key.proto == 17 { 0xffff } else { c };
+    let c = if c == 0 && m.key.proto == 17 {
+        0xffff
+    } else {
+        c
+    };
     frame[co..co + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 #[test]
 fn partial_checksum_rewrite_completes_to_valid_checksum() {
     for frame in [
-        tcp([10, 0, 0, 1], [10, 0, 1, 2], 40000, 5201, 0x10, &[7u8; 1000]),
+        tcp(
+            [10, 0, 0, 1],
+            [10, 0, 1, 2],
+            40000,
+            5201,
+            0x10,
+            &[7u8; 1000],
+        ),
         udp([10, 0, 0, 1], [10, 0, 1, 2], 40000, 5201, &[9u8; 333]),
     ] {
         let mut p = packet(&frame);
@@ -171,7 +201,9 @@ fn icmp_error_inner_rewrite() {
         verify(p.buf.frame());
         let inner_bytes = &p.buf.frame()[p.meta.inner_l3..];
         let ih = PacketHeaders::from_ip_slice(inner_bytes).unwrap();
-        let Some(NetHeaders::Ipv4(iph, _)) = &ih.net else { panic!() };
+        let Some(NetHeaders::Ipv4(iph, _)) = &ih.net else {
+            panic!()
+        };
         assert_eq!(iph.source, [10, 0, 0, 1]);
         assert_eq!(iph.header_checksum, iph.calc_header_checksum());
         let payload = ih.payload.slice();

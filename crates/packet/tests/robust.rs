@@ -12,7 +12,9 @@ use proptest::prelude::*;
 
 /// Parses `frame`; when it parses, applies every rewrite and checks the result.
 fn exercise(frame: &[u8]) -> Result<(), TestCaseError> {
-    let Ok(meta) = parse(frame) else { return Ok(()) };
+    let Ok(meta) = parse(frame) else {
+        return Ok(());
+    };
     let mut p = Packet::new(PacketBuf::from_frame(frame), Direction::Forward);
     p.meta = meta;
     set_addr(&mut p, End::Src, 0x0ac80264);
@@ -22,14 +24,25 @@ fn exercise(frame: &[u8]) -> Result<(), TestCaseError> {
     set_inner(&mut p, End::Src, 0x0a000001, 80);
     let _ = decrement_ttl(&mut p);
     let again = parse(p.buf.frame());
-    prop_assert!(again.is_ok(), "rewritten frame no longer parses: {:?}", again);
+    prop_assert!(
+        again.is_ok(),
+        "rewritten frame no longer parses: {:?}",
+        again
+    );
     prop_assert_eq!(again.unwrap().key, p.meta.key);
     Ok(())
 }
 
 fn seeds() -> Vec<Vec<u8>> {
     vec![
-        tcp([10, 0, 0, 1], [10, 0, 1, 2], 1000, 80, 0x12, b"GET / HTTP/1.1"),
+        tcp(
+            [10, 0, 0, 1],
+            [10, 0, 1, 2],
+            1000,
+            80,
+            0x12,
+            b"GET / HTTP/1.1",
+        ),
         udp([10, 0, 0, 1], [10, 0, 1, 2], 1000, 53, b"abcd"),
         ping([10, 0, 0, 1], [10, 0, 1, 2], 7, b"ping"),
     ]

@@ -8,6 +8,7 @@
 
 use crate::bounds;
 use crate::colgen::ColGen;
+use crate::complete;
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
 use std::time::Instant;
@@ -72,16 +73,17 @@ struct Search<'a> {
     fixed: Vec<Pattern>,
 }
 
-/// Solves to optimality or until `deadline`; `incumbent` (a feasible placement, e.g.
-/// FFD's) guarantees the answer is never worse than it.
-pub fn solve(p: &Problem, incumbent: Vec<Pattern>, deadline: Instant) -> ExactResult {
+/// Solves to optimality or until `deadline`. `incumbent` (a feasible placement, e.g.
+/// FFD's) guarantees the answer is never worse than it. `None` means no placement was
+/// found: `Err(true)` if the search proved there is none, `Err(false)` if time ran out.
+pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) -> Result<ExactResult, bool> {
     let demand = p.demands();
     let avail = p.counts();
     let mut s = Search {
         p,
         cg: ColGen::new(p),
-        ub: p.cost(&incumbent),
-        best: incumbent,
+        ub: incumbent.as_ref().map_or(u64::MAX, |i| p.cost(i)),
+        best: incumbent.unwrap_or_default(),
         lb: quick_bound(p),
         deadline,
         fixed: Vec::new(),
@@ -100,11 +102,26 @@ pub fn solve(p: &Problem, incumbent: Vec<Pattern>, deadline: Instant) -> ExactRe
             disc += 1;
         }
     }
-    ExactResult {
+    let mut proven_none = false;
+    if s.lb < s.ub && Instant::now() < deadline {
+        let r = complete::search(p, s.ub, deadline);
+        if let Some(pats) = r.improved {
+            s.ub = p.cost(&pats);
+            s.best = pats;
+        }
+        if r.finished {
+            s.lb = s.ub;
+            proven_none = s.best.is_empty();
+        }
+    }
+    if s.best.is_empty() && demand.iter().any(|&d| d > 0) {
+        return Err(proven_none);
+    }
+    Ok(ExactResult {
         cost: s.ub,
         bound: s.lb.min(s.ub),
         patterns: s.best,
-    }
+    })
 }
 
 /// Rounds a floating lower bound on an integer cost up, with a tolerance.

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bounds;
 pub mod bpp;
 pub mod colgen;
+pub mod complete;
 pub mod error;
 pub mod exact;
 pub mod ffd;

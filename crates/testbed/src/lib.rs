@@ -2,11 +2,18 @@
 //! (iperf3, sockperf, a batched UDP generator and sink), CPU measurement and the
 //! kernel nftables baseline that nfx is compared against.
 
+pub mod acl;
+pub mod control;
 pub mod cpu;
+pub mod iperf;
 pub mod netns;
+pub mod nfxrun;
+pub mod nftables;
 pub mod probe;
 pub mod process;
 pub mod root;
+pub mod runconfig;
+pub mod sockperf;
 pub mod topology;
 pub mod udpgen;
 

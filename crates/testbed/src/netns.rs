@@ -174,6 +174,48 @@ pub fn pids(ns: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Whether a socket listens on `port` inside `ns` (TCP LISTEN, or a bound UDP socket),
+/// read from `/proc/thread-self/net/{tcp,udp}` of a thread inside `ns`.
+pub fn listening(ns: &str, port: u16, udp: bool) -> anyhow::Result<bool> {
+    let file = if udp {
+        "/proc/thread-self/net/udp"
+    } else {
+        "/proc/thread-self/net/tcp"
+    };
+    in_netns(ns, move || {
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        Ok(proc_net_has_listener(&text, port, udp))
+    })
+}
+
+/// Parses `/proc/net/tcp|udp` text: is there a socket on local `port` in the
+/// listening state (TCP `0A`) or bound state (UDP `07`)?
+pub fn proc_net_has_listener(text: &str, port: u16, udp: bool) -> bool {
+    let want_state = if udp { "07" } else { "0A" };
+    text.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = f
+            .get(1)
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| u16::from_str_radix(p, 16).ok());
+        local_port == Some(port) && f.get(3) == Some(&want_state)
+    })
+}
+
+/// Waits (bounded by `limit`) until something listens on `port` inside `ns`.
+pub fn wait_listening(ns: &str, port: u16, udp: bool, limit: Duration) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if listening(ns, port, udp)? {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("nothing listens on port {port} in {ns} after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +230,14 @@ mod tests {
         let err = enter("nfx-no-such-namespace-xyz").unwrap_err().to_string();
         assert!(err.contains("does not exist"), "{err}");
         assert!(!exists("nfx-no-such-namespace-xyz"));
+    }
+
+    #[test]
+    fn proc_net_listener_parsing() {
+        let t = "  sl  local_address rem_address   st tx_queue\n   0: 00000000:1451 00000000:0000 0A 00000000\n   1: 0100007F:0050 0200007F:C350 01 0\n";
+        assert!(proc_net_has_listener(t, 5201, false));
+        assert!(!proc_net_has_listener(t, 80, false));
+        assert!(!proc_net_has_listener(t, 5201, true));
     }
 
     #[test]

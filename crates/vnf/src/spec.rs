@@ -52,12 +52,18 @@ pub struct ConfigError {
 impl ConfigError {
     /// An error about `field`.
     pub fn new(field: impl Into<String>, msg: impl Into<String>) -> Self {
-        Self { field: field.into(), msg: msg.into() }
+        Self {
+            field: field.into(),
+            msg: msg.into(),
+        }
     }
 
     /// The same error with `parent.` put in front of the field path.
     pub fn within(self, parent: &str) -> Self {
-        Self { field: format!("{parent}.{}", self.field), ..self }
+        Self {
+            field: format!("{parent}.{}", self.field),
+            ..self
+        }
     }
 }
 

@@ -48,11 +48,17 @@ pub fn udp(src: &str, sport: u16, dst: &str, dport: u16, payload: &[u8]) -> Vec<
 
 pub fn icmp_echo(src: &str, dst: &str, id: u16, reply: bool) -> Vec<u8> {
     let mut v = Vec::new();
-    let bl = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(b(ip(src)), b(ip(dst)), 64);
+    let bl = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(
+        b(ip(src)),
+        b(ip(dst)),
+        64,
+    );
     if reply {
         bl.icmpv4_echo_reply(id, 1).write(&mut v, b"ping").unwrap();
     } else {
-        bl.icmpv4_echo_request(id, 1).write(&mut v, b"ping").unwrap();
+        bl.icmpv4_echo_request(id, 1)
+            .write(&mut v, b"ping")
+            .unwrap();
     }
     v
 }
@@ -79,14 +85,21 @@ pub fn pkt(frame: &[u8], dir: Direction) -> Packet {
 /// A packet with only its metadata set (nodes that read `meta` only).
 pub fn meta_only(key: FlowKey, tcp_flags: u8, dir: Direction) -> Packet {
     let mut p = Packet::new(PacketBuf::with_capacity(0), dir);
-    p.meta = Meta { key, tcp_flags, ..Meta::default() };
+    p.meta = Meta {
+        key,
+        tcp_flags,
+        ..Meta::default()
+    };
     p
 }
 
 /// Runs one packet through `node` at `now`; returns its drop reason.
 pub fn run1(node: &mut dyn Node, p: &mut Packet, now: u64) -> Option<DropReason> {
     let mut sink = EventSink::default();
-    let mut ctx = NodeCtx { now_ns: now, events: &mut sink };
+    let mut ctx = NodeCtx {
+        now_ns: now,
+        events: &mut sink,
+    };
     node.process(std::slice::from_mut(p), &mut ctx);
     p.drop
 }
@@ -101,25 +114,48 @@ pub fn send(node: &mut dyn Node, frame: &[u8], dir: Direction, now: u64) -> Pack
 /// Checks IP and L4 checksums with etherparse; returns (src, sport, dst, dport).
 pub fn verify(frame: &[u8]) -> (u32, u16, u32, u16) {
     let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses");
-    let Some(NetHeaders::Ipv4(iph, _)) = &h.net else { panic!("not ipv4") };
-    assert_eq!(iph.header_checksum, iph.calc_header_checksum(), "ip checksum");
+    let Some(NetHeaders::Ipv4(iph, _)) = &h.net else {
+        panic!("not ipv4")
+    };
+    assert_eq!(
+        iph.header_checksum,
+        iph.calc_header_checksum(),
+        "ip checksum"
+    );
     let payload = h.payload.slice();
     let (sp, dp) = match &h.transport {
         Some(TransportHeader::Tcp(t)) => {
-            assert_eq!(t.checksum, t.calc_checksum_ipv4(iph, payload).unwrap(), "tcp checksum");
+            assert_eq!(
+                t.checksum,
+                t.calc_checksum_ipv4(iph, payload).unwrap(),
+                "tcp checksum"
+            );
             (t.source_port, t.destination_port)
         }
         Some(TransportHeader::Udp(u)) => {
             if u.checksum != 0 {
-                assert_eq!(u.checksum, u.calc_checksum_ipv4(iph, payload).unwrap(), "udp checksum");
+                assert_eq!(
+                    u.checksum,
+                    u.calc_checksum_ipv4(iph, payload).unwrap(),
+                    "udp checksum"
+                );
             }
             (u.source_port, u.destination_port)
         }
         Some(TransportHeader::Icmpv4(i)) => {
-            assert_eq!(i.checksum, i.icmp_type.calc_checksum(payload), "icmp checksum");
+            assert_eq!(
+                i.checksum,
+                i.icmp_type.calc_checksum(payload),
+                "icmp checksum"
+            );
             (0, 0)
         }
         _ => (0, 0),
     };
-    (u32::from_be_bytes(iph.source), sp, u32::from_be_bytes(iph.destination), dp)
+    (
+        u32::from_be_bytes(iph.source),
+        sp,
+        u32::from_be_bytes(iph.destination),
+        dp,
+    )
 }

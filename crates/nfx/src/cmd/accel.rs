@@ -1,10 +1,71 @@
-//! `nfx accel` (being built; see the issue that owns it).
+//! `nfx accel serve`: the lookaside crypto device process (a reserved core standing in
+//! for a QAT/FPGA lookaside card), with a fixed number of queue pairs.
 
-/// Arguments of this subcommand.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use nfx_accel::lookaside::{serve, DeviceConfig};
+
+/// Default socket of the device.
+pub const DEFAULT_SOCKET: &str = "/run/nfx/accel.sock";
+
+/// Arguments of `nfx accel`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Run the device until killed; clients attach over the unix socket.
+    Serve(ServeArgs),
+}
+
+/// Arguments of `nfx accel serve`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Number of queue pairs (the device's capacity; extra clients are refused).
+    #[arg(long, default_value_t = 1)]
+    queue_pairs: usize,
+    /// Unix socket clients connect to.
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Core to pin the device to (sched_setaffinity).
+    #[arg(long)]
+    core: Option<usize>,
+    /// Entries per submission ring (power of two, at most 4096).
+    #[arg(long, default_value_t = 256)]
+    ring_size: u32,
+    /// Zero-copy buffer slots per queue pair.
+    #[arg(long, default_value_t = 768)]
+    slots: u32,
+    /// Bytes per buffer slot (largest operation buffer).
+    #[arg(long, default_value_t = 16384)]
+    slot_size: u32,
+    /// Microseconds the device keeps polling after its last work before it sleeps.
+    #[arg(long, default_value_t = 200)]
+    spin_us: u64,
+}
 
 /// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.what {
+        What::Serve(a) => {
+            let mut cfg = DeviceConfig::new(&a.socket, a.queue_pairs);
+            cfg.core = a.core;
+            cfg.ring_size = a.ring_size;
+            cfg.slots = a.slots;
+            cfg.slot_size = a.slot_size;
+            cfg.spin = Duration::from_micros(a.spin_us);
+            eprintln!(
+                "nfx accel: device on {} with {} queue pair(s){}",
+                a.socket.display(),
+                a.queue_pairs,
+                a.core.map(|c| format!(", pinned to core {c}")).unwrap_or_default()
+            );
+            serve(cfg).with_context(|| format!("accelerator device on {}", a.socket.display()))
+        }
+    }
 }

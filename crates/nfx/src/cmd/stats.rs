@@ -1,10 +1,85 @@
-//! `nfx stats` (being built; see the issue that owns it).
+//! `nfx stats`: reads the counters of a running `nfx run` through its control socket and
+//! prints them as a table (with Gbit/s over the interval when `--watch`) or as JSON.
 
-/// Arguments of this subcommand.
+use anyhow::{bail, Context};
+use nfx_dataplane::config::default_socket;
+use nfx_dataplane::stats::render_table;
+use nfx_dataplane::{fetch_stats, Stats};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Directory where instances put their control sockets by default.
+const SOCKET_DIR: &str = "/run/nfx";
+
+/// Arguments of `nfx stats`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Instance name (socket /run/nfx/NAME.sock); default: the only running instance.
+    #[arg(long, conflicts_with = "socket")]
+    name: Option<String>,
+    /// Control socket path.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Print JSON (one document; one line per sample with --watch).
+    #[arg(long)]
+    json: bool,
+    /// Print a new sample every SECS seconds until interrupted.
+    #[arg(long, value_name = "SECS")]
+    watch: Option<f64>,
+}
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// Finds the socket: `--socket`, `--name`, or the only one in /run/nfx.
+fn socket_of(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &args.socket {
+        return Ok(s.clone());
+    }
+    if let Some(n) = &args.name {
+        return Ok(default_socket(n));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+        .unwrap_or_default();
+    found.sort();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => bail!("no running instance found in {SOCKET_DIR} (start one with `nfx run`, or pass --socket)"),
+        _ => {
+            let names: Vec<String> =
+                found.iter().filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())).collect();
+            bail!("several instances are running ({}): choose one with --name", names.join(", "))
+        }
+    }
+}
+
+fn print(stats: &Stats, prev: Option<&Stats>, json: bool, watch: bool) -> anyhow::Result<()> {
+    if json && watch {
+        println!("{}", serde_json::to_string(stats)?);
+    } else if json {
+        println!("{}", serde_json::to_string_pretty(stats)?);
+    } else {
+        println!("{}", render_table(stats, prev));
+    }
+    Ok(())
+}
+
+fn fetch(path: &Path) -> anyhow::Result<Stats> {
+    fetch_stats(path).with_context(|| format!("reading stats from {}", path.display()))
+}
+
+/// Prints the stats once, or every `--watch` seconds.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let path = socket_of(&args)?;
+    let Some(secs) = args.watch else {
+        return print(&fetch(&path)?, None, args.json, false);
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("--watch {secs}: must be a positive number of seconds");
+    }
+    let mut prev: Option<Stats> = None;
+    loop {
+        let cur = fetch(&path)?;
+        print(&cur, prev.as_ref(), args.json, true)?;
+        prev = Some(cur);
+        std::thread::sleep(Duration::from_secs_f64(secs));
+    }
 }

@@ -5,7 +5,14 @@ use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TransportHeader};
 use nfx_packet::{parse, Direction, Packet, PacketBuf};
 
 /// Builds an Ethernet/IPv4/TCP frame with valid checksums.
-pub fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+pub fn tcp(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src, dst, 64)
         .tcp(sport, dport, 1000, 65535);
@@ -59,20 +66,33 @@ pub fn packet(frame: &[u8]) -> Packet {
 /// recomputing both independently. Returns the parsed headers for field checks.
 pub fn verify(frame: &[u8]) -> PacketHeaders<'_> {
     let h = PacketHeaders::from_ethernet_slice(frame).expect("etherparse parses");
-    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else { panic!("not ipv4") };
+    let Some(NetHeaders::Ipv4(ip, _)) = &h.net else {
+        panic!("not ipv4")
+    };
     assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "ip checksum");
     let payload = h.payload.slice();
     match &h.transport {
         Some(TransportHeader::Tcp(t)) => {
-            assert_eq!(t.checksum, t.calc_checksum_ipv4(ip, payload).unwrap(), "tcp checksum")
+            assert_eq!(
+                t.checksum,
+                t.calc_checksum_ipv4(ip, payload).unwrap(),
+                "tcp checksum"
+            )
         }
-        Some(TransportHeader::Udp(u)) => {
-            if u.checksum != 0 {
-                assert_eq!(u.checksum, u.calc_checksum_ipv4(ip, payload).unwrap(), "udp checksum")
-            }
+        // A UDP checksum of 0 means "none".
+        Some(TransportHeader::Udp(u)) if u.checksum != 0 => {
+            assert_eq!(
+                u.checksum,
+                u.calc_checksum_ipv4(ip, payload).unwrap(),
+                "udp checksum"
+            )
         }
         Some(TransportHeader::Icmpv4(i)) => {
-            assert_eq!(i.checksum, i.icmp_type.calc_checksum(payload), "icmp checksum")
+            assert_eq!(
+                i.checksum,
+                i.icmp_type.calc_checksum(payload),
+                "icmp checksum"
+            )
         }
         _ => {}
     }

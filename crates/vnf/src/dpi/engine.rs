@@ -28,7 +28,7 @@ pub enum EngineKind {
 }
 
 /// Lazy-DFA cache per engine (the default 2 MiB thrashes with 100+ patterns).
-const HYBRID_CACHE_BYTES: usize = 8 << 20;
+const HYBRID_CACHE_BYTES: usize = 128 << 20;
 /// Bound on the compiled NFA of all patterns together.
 const NFA_SIZE_LIMIT: usize = 64 << 20;
 

@@ -23,7 +23,9 @@ impl Prefix {
         }
         let (a, len) = match s.split_once('/') {
             Some((a, l)) => {
-                let len: u32 = l.parse().map_err(|_| format!("bad prefix length in '{s}'"))?;
+                let len: u32 = l
+                    .parse()
+                    .map_err(|_| format!("bad prefix length in '{s}'"))?;
                 if len > 32 {
                     return Err(format!("prefix length {len} > 32 in '{s}'"));
                 }
@@ -31,10 +33,14 @@ impl Prefix {
             }
             None => (s, 32),
         };
-        let addr: std::net::Ipv4Addr =
-            a.parse().map_err(|_| format!("'{s}' is not an IPv4 address or CIDR prefix"))?;
+        let addr: std::net::Ipv4Addr = a
+            .parse()
+            .map_err(|_| format!("'{s}' is not an IPv4 address or CIDR prefix"))?;
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Ok(Self { addr: u32::from(addr) & mask, mask })
+        Ok(Self {
+            addr: u32::from(addr) & mask,
+            mask,
+        })
     }
 
     /// True when `ip` is inside the prefix.
@@ -55,7 +61,10 @@ pub struct PortRange {
 
 impl PortRange {
     /// Every port.
-    pub const ANY: PortRange = PortRange { lo: 0, hi: u16::MAX };
+    pub const ANY: PortRange = PortRange {
+        lo: 0,
+        hi: u16::MAX,
+    };
 
     /// Parses `80`, `1000-2000` or `any`.
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -64,7 +73,9 @@ impl PortRange {
             return Ok(Self::ANY);
         }
         let port = |p: &str| {
-            p.trim().parse::<u16>().map_err(|_| format!("'{p}' is not a port (0-65535) in '{s}'"))
+            p.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("'{p}' is not a port (0-65535) in '{s}'"))
         };
         let (lo, hi) = match s.split_once('-') {
             Some((a, b)) => (port(a)?, port(b)?),
@@ -123,7 +134,10 @@ pub struct Acl {
 impl Acl {
     /// An ACL with the rules in order and the action when none matches.
     pub fn new(rules: Vec<Rule>, default_allow: bool) -> Self {
-        Self { rules, default_allow }
+        Self {
+            rules,
+            default_allow,
+        }
     }
 
     /// Index of the first rule matching `k` (None: default applies).
@@ -133,7 +147,8 @@ impl Acl {
 
     /// The verdict for a new flow: first match wins.
     pub fn allows(&self, k: &FlowKey) -> bool {
-        self.first_match(k).map_or(self.default_allow, |i| self.rules[i].allow)
+        self.first_match(k)
+            .map_or(self.default_allow, |i| self.rules[i].allow)
     }
 
     /// Number of rules.
@@ -164,7 +179,13 @@ mod tests {
     #[test]
     fn prefixes() {
         let p = Prefix::parse("10.1.2.3/8").unwrap();
-        assert_eq!(p, Prefix { addr: 0x0a00_0000, mask: 0xff00_0000 });
+        assert_eq!(
+            p,
+            Prefix {
+                addr: 0x0a00_0000,
+                mask: 0xff00_0000
+            }
+        );
         assert!(p.contains(0x0aff_ffff) && !p.contains(0x0b00_0000));
         assert!(Prefix::parse("0.0.0.0/0").unwrap().contains(12345));
         assert_eq!(Prefix::parse("1.2.3.4").unwrap().mask, u32::MAX);
@@ -175,8 +196,14 @@ mod tests {
 
     #[test]
     fn port_ranges() {
-        assert_eq!(PortRange::parse("80").unwrap(), PortRange { lo: 80, hi: 80 });
-        assert_eq!(PortRange::parse("1000-2000").unwrap(), PortRange { lo: 1000, hi: 2000 });
+        assert_eq!(
+            PortRange::parse("80").unwrap(),
+            PortRange { lo: 80, hi: 80 }
+        );
+        assert_eq!(
+            PortRange::parse("1000-2000").unwrap(),
+            PortRange { lo: 1000, hi: 2000 }
+        );
         assert_eq!(PortRange::parse("any").unwrap(), PortRange::ANY);
         assert!(PortRange::parse("2000-1000").is_err());
         assert!(PortRange::parse("70000").is_err());
@@ -202,14 +229,29 @@ mod tests {
             dport: PortRange::parse("5000-6000").unwrap(),
         };
         let acl = Acl::new(vec![deny_one, allow_net], false);
-        assert!(!acl.allows(&k("10.0.0.5", "1.1.1.1", 999, 5201, 6)), "deny rule first");
+        assert!(
+            !acl.allows(&k("10.0.0.5", "1.1.1.1", 999, 5201, 6)),
+            "deny rule first"
+        );
         assert!(acl.allows(&k("10.0.0.6", "1.1.1.1", 999, 5201, 6)));
         assert!(acl.allows(&k("10.0.0.5", "1.1.1.1", 999, 5202, 6)));
-        assert!(!acl.allows(&k("10.0.0.6", "1.1.1.1", 999, 5201, 17)), "proto mismatch → default");
-        assert!(!acl.allows(&k("10.0.1.6", "1.1.1.1", 999, 5201, 6)), "prefix mismatch → default");
+        assert!(
+            !acl.allows(&k("10.0.0.6", "1.1.1.1", 999, 5201, 17)),
+            "proto mismatch → default"
+        );
+        assert!(
+            !acl.allows(&k("10.0.1.6", "1.1.1.1", 999, 5201, 6)),
+            "prefix mismatch → default"
+        );
         let swapped = Acl::new(vec![allow_net, deny_one], false);
-        assert!(swapped.allows(&k("10.0.0.5", "1.1.1.1", 999, 5201, 6)), "order matters");
-        assert_eq!(swapped.first_match(&k("10.0.0.5", "1.1.1.1", 9, 5201, 6)), Some(0));
+        assert!(
+            swapped.allows(&k("10.0.0.5", "1.1.1.1", 999, 5201, 6)),
+            "order matters"
+        );
+        assert_eq!(
+            swapped.first_match(&k("10.0.0.5", "1.1.1.1", 9, 5201, 6)),
+            Some(0)
+        );
     }
 
     #[test]
@@ -221,13 +263,19 @@ mod tests {
                 src: Prefix::ANY,
                 dst: Prefix::ANY,
                 sport: PortRange::ANY,
-                dport: PortRange { lo: 1000 + i, hi: 1000 + i },
+                dport: PortRange {
+                    lo: 1000 + i,
+                    hi: 1000 + i,
+                },
             })
             .collect();
         let acl = Acl::new(rules, false);
         assert_eq!(acl.len(), 200);
         assert!(acl.allows(&k("1.1.1.1", "2.2.2.2", 1, 1150, 17)));
         assert!(!acl.allows(&k("1.1.1.1", "2.2.2.2", 1, 1149, 17)));
-        assert_eq!(acl.first_match(&k("1.1.1.1", "2.2.2.2", 1, 1199, 17)), Some(199));
+        assert_eq!(
+            acl.first_match(&k("1.1.1.1", "2.2.2.2", 1, 1199, 17)),
+            Some(199)
+        );
     }
 }

@@ -140,7 +140,9 @@ fn port_range(field: &str, p: &Option<PortField>) -> Result<PortRange, ConfigErr
 }
 
 fn prefix(field: &str, p: &Option<String>) -> Result<Prefix, ConfigError> {
-    p.as_deref().map_or(Ok(Prefix::ANY), |s| Prefix::parse(s).map_err(|m| ConfigError::new(field, m)))
+    p.as_deref().map_or(Ok(Prefix::ANY), |s| {
+        Prefix::parse(s).map_err(|m| ConfigError::new(field, m))
+    })
 }
 
 impl RuleConfig {
@@ -150,7 +152,11 @@ impl RuleConfig {
         let dport = port_range(&format!("{at}.dport"), &self.dport)?;
         let has_ports = sport != PortRange::ANY || dport != PortRange::ANY;
         if has_ports && !matches!(self.proto, Proto::Tcp | Proto::Udp) {
-            let which = if sport != PortRange::ANY { "sport" } else { "dport" };
+            let which = if sport != PortRange::ANY {
+                "sport"
+            } else {
+                "dport"
+            };
             return Err(ConfigError::new(
                 format!("{at}.{which}"),
                 "ports need `proto: tcp` or `proto: udp`",
@@ -215,7 +221,10 @@ fn load_rules_file(file: &str, base_dir: &Path) -> Result<Vec<Rule>, ConfigError
     rules
         .iter()
         .enumerate()
-        .map(|(i, r)| r.to_rule(&format!("rules[{i}]")).map_err(|e| e.within(&format!("rules_file({shown})"))))
+        .map(|(i, r)| {
+            r.to_rule(&format!("rules[{i}]"))
+                .map_err(|e| e.within(&format!("rules_file({shown})")))
+        })
         .collect()
 }
 

@@ -74,7 +74,13 @@ impl Timeouts {
     pub fn from_array(a: [u64; 12]) -> Self {
         let mut tcp = [a[0]; 9];
         tcp[1..9].copy_from_slice(&a[0..8]);
-        Self { tcp, udp: a[8], udp_stream: a[9], icmp: a[10], generic: a[11] }
+        Self {
+            tcp,
+            udp: a[8],
+            udp_stream: a[9],
+            icmp: a[10],
+            generic: a[11],
+        }
     }
 
     fn of(&self, proto: u8, state: u8) -> u64 {
@@ -154,14 +160,17 @@ impl Firewall {
 
     /// The tracked state of the flow `k` belongs to (either direction).
     pub fn state_of(&self, k: &FlowKey) -> Option<u8> {
-        self.table.find(&canonical(k).0).map(|s| self.table.get(s).val.state)
+        self.table
+            .find(&canonical(k).0)
+            .map(|s| self.table.get(s).val.state)
     }
 
     /// Remembers the clock; entries imported before any clock was seen carry
     /// relative expiry times and are rebased on the first tick.
     fn tick(&mut self, now_ns: u64) {
         if self.rebase_pending {
-            self.table.for_each_mut(|e| e.expires_ns = e.expires_ns.saturating_add(now_ns));
+            self.table
+                .for_each_mut(|e| e.expires_ns = e.expires_ns.saturating_add(now_ns));
             self.rebase_pending = false;
         }
         self.now_ns = now_ns;
@@ -240,7 +249,10 @@ impl Firewall {
         if !self.acl.allows(&m.key) {
             return Err(DropReason::AclDeny);
         }
-        let val = FwVal { state, flags: if swapped { SWAPPED } else { 0 } };
+        let val = FwVal {
+            state,
+            flags: if swapped { SWAPPED } else { 0 },
+        };
         let expires = now + self.timeouts.of(m.key.proto, state);
         match self.table.insert(ck, expires, val, now) {
             Insert::New(_) => {}
@@ -302,7 +314,12 @@ impl Node for Firewall {
     fn stats(&self) -> serde_json::Value {
         let by_state: serde_json::Map<String, serde_json::Value> = (0..NSTATES as u8)
             .filter(|&s| s != 0)
-            .map(|s| (state_name(s).to_string(), self.by_state[usize::from(s)].into()))
+            .map(|s| {
+                (
+                    state_name(s).to_string(),
+                    self.by_state[usize::from(s)].into(),
+                )
+            })
             .collect();
         serde_json::json!({
             "flows": self.table.len(),

@@ -42,7 +42,10 @@ fn decode(i: usize, r: &[u8]) -> Result<(FlowKey, FwVal, u64), StateError> {
         return Err(bad(&format!("state code {state}")));
     }
     if (key.proto == IPPROTO_TCP) != (state < STATE_NEW) {
-        return Err(bad(&format!("state code {state} for protocol {}", key.proto)));
+        return Err(bad(&format!(
+            "state code {state} for protocol {}",
+            key.proto
+        )));
     }
     if flags & !(SWAPPED | FINS) != 0 || r[15] != 0 {
         return Err(bad("unknown flag bits"));
@@ -50,7 +53,11 @@ fn decode(i: usize, r: &[u8]) -> Result<(FlowKey, FwVal, u64), StateError> {
     if canonical(&key).1 {
         return Err(bad("key is not in canonical order"));
     }
-    Ok((key, FwVal { state, flags }, u64::from(blob::le32(r, 16)) * 1_000_000))
+    Ok((
+        key,
+        FwVal { state, flags },
+        u64::from(blob::le32(r, 16)) * 1_000_000,
+    ))
 }
 
 pub(super) fn import(fw: &mut Firewall, data: &[u8]) -> Result<usize, StateError> {

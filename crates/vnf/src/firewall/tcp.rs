@@ -131,7 +131,11 @@ pub fn step(state: TcpState, fins: u8, flags: u8, from_orig: bool) -> Step {
         return Step::Invalid;
     }
     if seg == Rst {
-        return if state == S::None { Step::Invalid } else { Step::Go(S::Close, fins) };
+        return if state == S::None {
+            Step::Invalid
+        } else {
+            Step::Go(S::Close, fins)
+        };
     }
     let go = |s| Step::Go(s, fins);
     match (state, seg, from_orig) {
@@ -213,7 +217,13 @@ mod tests {
 
     #[test]
     fn simultaneous_close() {
-        let c = [(SYN, true), (SYN | ACK, false), (ACK, true), (FIN | ACK, true), (FIN | ACK, false)];
+        let c = [
+            (SYN, true),
+            (SYN | ACK, false),
+            (ACK, true),
+            (FIN | ACK, true),
+            (FIN | ACK, false),
+        ];
         assert_eq!(run(&c).0, S::LastAck);
         let mut d = c.to_vec();
         d.push((ACK, true));
@@ -223,7 +233,13 @@ mod tests {
 
     #[test]
     fn retransmitted_fin_is_not_the_second_fin() {
-        let c = [(SYN, true), (SYN | ACK, false), (ACK, true), (FIN | ACK, true), (FIN | ACK, true)];
+        let c = [
+            (SYN, true),
+            (SYN | ACK, false),
+            (ACK, true),
+            (FIN | ACK, true),
+            (FIN | ACK, true),
+        ];
         assert_eq!(run(&c), (S::FinWait, FIN_ORIG));
         // The FIN sender's own ACKs do not mean the peer acknowledged.
         let mut d = c.to_vec();
@@ -233,7 +249,13 @@ mod tests {
 
     #[test]
     fn simultaneous_open() {
-        let c = [(SYN, true), (SYN, false), (SYN | ACK, true), (SYN | ACK, false), (ACK, true)];
+        let c = [
+            (SYN, true),
+            (SYN, false),
+            (SYN | ACK, true),
+            (SYN | ACK, false),
+            (ACK, true),
+        ];
         assert_eq!(run(&c).0, S::Established);
     }
 
@@ -249,9 +271,17 @@ mod tests {
 
     #[test]
     fn invalid_segments() {
-        assert_eq!(step(S::None, 0, ACK, true), Step::Invalid, "no state, not a SYN");
+        assert_eq!(
+            step(S::None, 0, ACK, true),
+            Step::Invalid,
+            "no state, not a SYN"
+        );
         assert_eq!(step(S::None, 0, SYN | ACK, false), Step::Invalid);
-        assert_eq!(step(S::SynSent, 0, ACK, false), Step::Invalid, "ACK before SYN-ACK");
+        assert_eq!(
+            step(S::SynSent, 0, ACK, false),
+            Step::Invalid,
+            "ACK before SYN-ACK"
+        );
         assert_eq!(step(S::SynSent, 0, ACK, true), Step::Invalid);
         assert_eq!(step(S::Established, 0, 0, true), Step::Invalid, "no flags");
         assert_eq!(step(S::TimeWait, 3, SYN, false), Step::Invalid);

@@ -11,16 +11,33 @@ const C: &str = "10.0.0.1";
 const S: &str = "10.9.0.2";
 
 fn allow_all() -> Firewall {
-    Firewall::new("fw", Acl::new(vec![], true), 1000, Timeouts::default(), false, false)
+    Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        1000,
+        Timeouts::default(),
+        false,
+        false,
+    )
 }
 
 fn st(fw: &Firewall, sport: u16) -> Option<&'static str> {
-    let k = FlowKey { src: ip(C), dst: ip(S), sport, dport: 80, proto: 6 };
+    let k = FlowKey {
+        src: ip(C),
+        dst: ip(S),
+        sport,
+        dport: 80,
+        proto: 6,
+    };
     fw.state_of(&k).map(state_name)
 }
 
 fn seg(fw: &mut Firewall, orig: bool, flags: u8, now: u64) -> Option<DropReason> {
-    let f = if orig { tcp(C, 4000, S, 80, flags, b"") } else { tcp(S, 80, C, 4000, flags, b"") };
+    let f = if orig {
+        tcp(C, 4000, S, 80, flags, b"")
+    } else {
+        tcp(S, 80, C, 4000, flags, b"")
+    };
     send(fw, &f, if orig { F } else { R }, now).drop
 }
 
@@ -54,12 +71,19 @@ fn tcp_handshake_data_and_close() {
 fn rst_closes_and_out_of_state_segments_are_dropped() {
     let mut fw = allow_all();
     seg(&mut fw, true, SYN, 1);
-    assert_eq!(seg(&mut fw, false, ACK, 2), Some(DropReason::InvalidState), "ACK before SYN-ACK");
+    assert_eq!(
+        seg(&mut fw, false, ACK, 2),
+        Some(DropReason::InvalidState),
+        "ACK before SYN-ACK"
+    );
     seg(&mut fw, false, SYN | ACK, 3);
     seg(&mut fw, true, ACK, 4);
     assert_eq!(seg(&mut fw, false, RST, 5), None);
     assert_eq!(st(&fw, 4000), Some("close"));
-    assert_eq!(seg(&mut fw, false, SYN | ACK, 6), Some(DropReason::InvalidState));
+    assert_eq!(
+        seg(&mut fw, false, SYN | ACK, 6),
+        Some(DropReason::InvalidState)
+    );
     // CLOSE lasts 10 s.
     fw.expire(5 + 11 * SEC);
     assert_eq!(fw.flows(), 0);
@@ -68,19 +92,45 @@ fn rst_closes_and_out_of_state_segments_are_dropped() {
 #[test]
 fn reverse_new_flows_and_non_syn_without_state() {
     let mut fw = allow_all();
-    assert_eq!(seg(&mut fw, false, SYN, 1), Some(DropReason::InvalidState), "outside may not open");
-    assert_eq!(seg(&mut fw, true, ACK, 1), Some(DropReason::InvalidState), "no state, not SYN");
+    assert_eq!(
+        seg(&mut fw, false, SYN, 1),
+        Some(DropReason::InvalidState),
+        "outside may not open"
+    );
+    assert_eq!(
+        seg(&mut fw, true, ACK, 1),
+        Some(DropReason::InvalidState),
+        "no state, not SYN"
+    );
     assert_eq!(
         send(&mut fw, &udp(S, 53, C, 5000, b"x"), R, 1).drop,
         Some(DropReason::InvalidState)
     );
     assert_eq!(fw.flows(), 0);
-    let mut loose = Firewall::new("fw", Acl::new(vec![], true), 10, Timeouts::default(), true, false);
+    let mut loose = Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        10,
+        Timeouts::default(),
+        true,
+        false,
+    );
     assert_eq!(seg(&mut loose, true, ACK, 1), None, "loose pickup");
     assert_eq!(st(&loose, 4000), Some("established"));
-    let mut rev = Firewall::new("fw", Acl::new(vec![], true), 10, Timeouts::default(), false, true);
+    let mut rev = Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        10,
+        Timeouts::default(),
+        false,
+        true,
+    );
     assert_eq!(seg(&mut rev, false, SYN, 1), None, "reverse_new: acl");
-    assert_eq!(seg(&mut rev, true, SYN | ACK, 2), None, "the server side answers");
+    assert_eq!(
+        seg(&mut rev, true, SYN | ACK, 2),
+        None,
+        "the server side answers"
+    );
 }
 
 fn rule(allow: bool, proto: Option<u8>, dst: &str, dport: &str) -> Rule {
@@ -97,16 +147,31 @@ fn rule(allow: bool, proto: Option<u8>, dst: &str, dport: &str) -> Rule {
 #[test]
 fn acl_first_match_and_default_only_for_new_flows() {
     let acl = Acl::new(
-        vec![rule(false, Some(6), "10.9.0.0/16", "22"), rule(true, Some(6), "10.9.0.0/16", "1-1000")],
+        vec![
+            rule(false, Some(6), "10.9.0.0/16", "22"),
+            rule(true, Some(6), "10.9.0.0/16", "1-1000"),
+        ],
         false,
     );
     let mut fw = Firewall::new("fw", acl, 100, Timeouts::default(), false, false);
-    assert_eq!(send(&mut fw, &tcp(C, 1, S, 22, SYN, b""), F, 1).drop, Some(DropReason::AclDeny));
+    assert_eq!(
+        send(&mut fw, &tcp(C, 1, S, 22, SYN, b""), F, 1).drop,
+        Some(DropReason::AclDeny)
+    );
     assert_eq!(send(&mut fw, &tcp(C, 1, S, 80, SYN, b""), F, 1).drop, None);
-    assert_eq!(send(&mut fw, &tcp(C, 1, S, 5201, SYN, b""), F, 1).drop, Some(DropReason::AclDeny));
-    assert_eq!(send(&mut fw, &udp(C, 1, S, 80, b""), F, 1).drop, Some(DropReason::AclDeny));
+    assert_eq!(
+        send(&mut fw, &tcp(C, 1, S, 5201, SYN, b""), F, 1).drop,
+        Some(DropReason::AclDeny)
+    );
+    assert_eq!(
+        send(&mut fw, &udp(C, 1, S, 80, b""), F, 1).drop,
+        Some(DropReason::AclDeny)
+    );
     // Replies are not checked against the ACL (the rules only name the server port).
-    assert_eq!(send(&mut fw, &tcp(S, 80, C, 1, SYN | ACK, b""), R, 2).drop, None);
+    assert_eq!(
+        send(&mut fw, &tcp(S, 80, C, 1, SYN | ACK, b""), R, 2).drop,
+        None
+    );
     assert_eq!(fw.flows(), 1);
 }
 
@@ -114,12 +179,24 @@ fn acl_first_match_and_default_only_for_new_flows() {
 fn udp_pseudo_state_and_timeouts() {
     let mut fw = allow_all();
     assert_eq!(send(&mut fw, &udp(C, 5000, S, 53, b"q"), F, SEC).drop, None);
-    let k = FlowKey { src: ip(C), dst: ip(S), sport: 5000, dport: 53, proto: 17 };
+    let k = FlowKey {
+        src: ip(C),
+        dst: ip(S),
+        sport: 5000,
+        dport: 53,
+        proto: 17,
+    };
     assert_eq!(fw.state_of(&k).map(state_name), Some("new"));
-    assert_eq!(send(&mut fw, &udp(S, 53, C, 5000, b"a"), R, 2 * SEC).drop, None);
+    assert_eq!(
+        send(&mut fw, &udp(S, 53, C, 5000, b"a"), R, 2 * SEC).drop,
+        None
+    );
     assert_eq!(fw.state_of(&k).map(state_name), Some("replied"));
     // udp_stream timeout (120 s) after the last packet: a late reply is refused.
-    assert_eq!(send(&mut fw, &udp(S, 53, C, 5000, b"a"), R, 100 * SEC).drop, None);
+    assert_eq!(
+        send(&mut fw, &udp(S, 53, C, 5000, b"a"), R, 100 * SEC).drop,
+        None
+    );
     assert_eq!(
         send(&mut fw, &udp(S, 53, C, 5000, b"a"), R, 221 * SEC).drop,
         Some(DropReason::InvalidState)
@@ -137,11 +214,23 @@ fn udp_pseudo_state_and_timeouts() {
 #[test]
 fn icmp_echo_and_related_errors() {
     let mut fw = allow_all();
-    assert_eq!(send(&mut fw, &icmp_echo(S, C, 9, true), R, 1).drop, Some(DropReason::InvalidState));
-    assert_eq!(send(&mut fw, &icmp_echo(C, S, 9, true), F, 1).drop, Some(DropReason::InvalidState));
+    assert_eq!(
+        send(&mut fw, &icmp_echo(S, C, 9, true), R, 1).drop,
+        Some(DropReason::InvalidState)
+    );
+    assert_eq!(
+        send(&mut fw, &icmp_echo(C, S, 9, true), F, 1).drop,
+        Some(DropReason::InvalidState)
+    );
     assert_eq!(send(&mut fw, &icmp_echo(C, S, 9, false), F, 1).drop, None);
     assert_eq!(send(&mut fw, &icmp_echo(S, C, 9, true), R, 2).drop, None);
-    let k = FlowKey { src: ip(C), dst: ip(S), sport: 9, dport: 9, proto: 1 };
+    let k = FlowKey {
+        src: ip(C),
+        dst: ip(S),
+        sport: 9,
+        dport: 9,
+        proto: 1,
+    };
     assert_eq!(fw.state_of(&k).map(state_name), Some("replied"));
     // ICMP error about a tracked UDP flow passes; about an unknown one it does not.
     let q = udp(C, 7000, S, 53, b"q");
@@ -156,9 +245,23 @@ fn icmp_echo_and_related_errors() {
 
 #[test]
 fn table_full_evicts_unestablished_then_refuses() {
-    let mut fw = Firewall::new("fw", Acl::new(vec![], true), 2, Timeouts::default(), false, false);
-    let key = |sport| FlowKey { src: ip(C), dst: ip(S), sport, dport: 80, proto: 6 };
-    let mut open = |fw: &mut Firewall, sport: u16, now: u64| run1(fw, &mut meta_only(key(sport), SYN, F), now);
+    let mut fw = Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        2,
+        Timeouts::default(),
+        false,
+        false,
+    );
+    let key = |sport| FlowKey {
+        src: ip(C),
+        dst: ip(S),
+        sport,
+        dport: 80,
+        proto: 6,
+    };
+    let open =
+        |fw: &mut Firewall, sport: u16, now: u64| run1(fw, &mut meta_only(key(sport), SYN, F), now);
     assert_eq!(open(&mut fw, 1, 1), None);
     assert_eq!(open(&mut fw, 2, 2), None);
     // Full of SYN_SENT entries: the one closest to expiry makes room.
@@ -167,7 +270,11 @@ fn table_full_evicts_unestablished_then_refuses() {
     assert!(fw.state_of(&key(1)).is_none());
     // Established connections are never evicted.
     for sport in [2, 3] {
-        run1(&mut fw, &mut meta_only(key(sport).reversed(), SYN | ACK, R), 4);
+        run1(
+            &mut fw,
+            &mut meta_only(key(sport).reversed(), SYN | ACK, R),
+            4,
+        );
         run1(&mut fw, &mut meta_only(key(sport), ACK, F), 5);
     }
     assert_eq!(fw.stats()["by_state"]["established"], 2);
@@ -178,16 +285,37 @@ fn table_full_evicts_unestablished_then_refuses() {
 #[test]
 fn one_million_flows_fit() {
     let n = 1_000_000u32;
-    let mut fw = Firewall::new("fw", Acl::new(vec![], true), n as usize, Timeouts::default(), false, false);
-    let mut v: Vec<Packet> = (0..256).map(|_| meta_only(FlowKey::default(), 0, F)).collect();
+    let mut fw = Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        n as usize,
+        Timeouts::default(),
+        false,
+        false,
+    );
+    let mut v: Vec<Packet> = (0..256)
+        .map(|_| meta_only(FlowKey::default(), 0, F))
+        .collect();
     let mut sink = crate::EventSink::default();
     for base in (0..n).step_by(256) {
         for (j, p) in v.iter_mut().enumerate() {
             let i = base + j as u32;
-            p.meta.key = FlowKey { src: 0x0a00_0000 + i, dst: 0x0b00_0001, sport: 1000, dport: 53, proto: 17 };
+            p.meta.key = FlowKey {
+                src: 0x0a00_0000 + i,
+                dst: 0x0b00_0001,
+                sport: 1000,
+                dport: 53,
+                proto: 17,
+            };
             p.drop = None;
         }
-        fw.process(&mut v, &mut NodeCtx { now_ns: 1, events: &mut sink });
+        fw.process(
+            &mut v,
+            &mut NodeCtx {
+                now_ns: 1,
+                events: &mut sink,
+            },
+        );
         assert!(v.iter().all(|p| p.alive()));
     }
     let s = fw.stats();
@@ -205,7 +333,10 @@ fn export_import_round_trip_mid_connection() {
     send(&mut a, &udp(C, 5000, S, 53, b"q"), F, SEC);
     let mut blob = Vec::new();
     assert_eq!(a.export_state(&mut blob), 2);
-    assert_eq!(blob.len(), crate::table::blob::HEADER_LEN + 2 * state::RECORD_LEN);
+    assert_eq!(
+        blob.len(),
+        crate::table::blob::HEADER_LEN + 2 * state::RECORD_LEN
+    );
     // A fresh firewall that has not seen any clock yet, on another host.
     let mut b = allow_all();
     assert_eq!(b.import_state(&blob), Ok(2));
@@ -213,7 +344,10 @@ fn export_import_round_trip_mid_connection() {
     // Mid-connection traffic in both directions passes, no InvalidState.
     assert_eq!(seg(&mut b, false, ACK, 500 * SEC), None);
     assert_eq!(seg(&mut b, true, ACK, 500 * SEC), None);
-    assert_eq!(send(&mut b, &udp(S, 53, C, 5000, b"a"), R, 500 * SEC).drop, None);
+    assert_eq!(
+        send(&mut b, &udp(S, 53, C, 5000, b"a"), R, 500 * SEC).drop,
+        None
+    );
     assert_eq!(b.stats()["by_state"]["established"], 1);
     // Importing again adds nothing (already tracked).
     assert_eq!(b.import_state(&blob), Ok(0));
@@ -232,15 +366,41 @@ fn import_rejects_malformed_blobs_without_change() {
     bad_state[crate::table::blob::HEADER_LEN + 13] = 42;
     let mut bad_flags = blob.clone();
     bad_flags[crate::table::blob::HEADER_LEN + 14] = 0x40;
-    for bad in [&blob[..blob.len() - 1], &bad_state[..], &bad_flags[..], b"garbage!garbage!"] {
+    for bad in [
+        &blob[..blob.len() - 1],
+        &bad_state[..],
+        &bad_flags[..],
+        b"garbage!garbage!",
+    ] {
         assert!(matches!(b.import_state(bad), Err(StateError::Malformed(_))));
     }
     assert_eq!(b.stats(), before);
     // Too many flows for the table: all or nothing.
-    let mut tiny = Firewall::new("fw", Acl::new(vec![], true), 1, Timeouts::default(), false, false);
+    let mut tiny = Firewall::new(
+        "fw",
+        Acl::new(vec![], true),
+        1,
+        Timeouts::default(),
+        false,
+        false,
+    );
     let mut big = allow_all();
     for p in 0..5 {
-        run1(&mut big, &mut meta_only(FlowKey { src: 1, dst: 2, sport: p, dport: 9, proto: 17 }, 0, F), 1);
+        run1(
+            &mut big,
+            &mut meta_only(
+                FlowKey {
+                    src: 1,
+                    dst: 2,
+                    sport: p,
+                    dport: 9,
+                    proto: 17,
+                },
+                0,
+                F,
+            ),
+            1,
+        );
     }
     let mut blob = Vec::new();
     big.export_state(&mut blob);

@@ -59,7 +59,15 @@ pub struct NatTimeoutConfig {
 
 impl Default for NatTimeoutConfig {
     fn default() -> Self {
-        Self { tcp: 7440, tcp_syn: 120, tcp_close: 10, udp: 30, udp_stream: 120, icmp: 30, generic: 600 }
+        Self {
+            tcp: 7440,
+            tcp_syn: 120,
+            tcp_close: 10,
+            udp: 30,
+            udp_stream: 120,
+            icmp: 30,
+            generic: 600,
+        }
     }
 }
 
@@ -131,7 +139,10 @@ impl NatConfig {
     /// Validates the configuration and builds the node.
     pub fn build(&self, name: &str) -> Result<Nat, ConfigError> {
         if self.snat.is_none() && self.dnat.is_empty() {
-            return Err(ConfigError::new("snat", "a nat node needs `snat`, `dnat` or both"));
+            return Err(ConfigError::new(
+                "snat",
+                "a nat node needs `snat`, `dnat` or both",
+            ));
         }
         if self.max_flows == 0 || self.max_flows > MAX_FLOWS_LIMIT {
             return Err(ConfigError::new(
@@ -162,7 +173,8 @@ impl NatConfig {
                 other => {
                     return Err(ConfigError::new(
                         format!("{at}.proto"),
-                        format!("{other:?} cannot be port-forwarded: use tcp or udp").to_lowercase(),
+                        format!("{other:?} cannot be port-forwarded: use tcp or udp")
+                            .to_lowercase(),
                     ))
                 }
             };
@@ -177,10 +189,23 @@ impl NatConfig {
                 }
             };
             let public_port = port(&format!("{at}.public_port"), d.public_port, 1)?;
-            let to_port = port(&format!("{at}.to_port"), d.to_port.unwrap_or(d.public_port), 1)?;
+            let to_port = port(
+                &format!("{at}.to_port"),
+                d.to_port.unwrap_or(d.public_port),
+                1,
+            )?;
             let to_ip = parse_ipv4(&format!("{at}.to_ip"), &d.to_ip)?;
-            let rule = Dnat { proto, public_ip, public_port, to_ip, to_port };
-            if dnat.iter().any(|o| (o.proto, o.public_ip, o.public_port) == (proto, public_ip, public_port)) {
+            let rule = Dnat {
+                proto,
+                public_ip,
+                public_port,
+                to_ip,
+                to_port,
+            };
+            if dnat
+                .iter()
+                .any(|o| (o.proto, o.public_ip, o.public_port) == (proto, public_ip, public_port))
+            {
                 return Err(ConfigError::new(
                     format!("{at}.public_port"),
                     format!("{public_port}/{:?} is forwarded twice", d.proto).to_lowercase(),

@@ -153,8 +153,18 @@ impl Mapping {
     /// Key of the Reverse packets (remote → public); for ICMP echo replies both
     /// "ports" are the translated id.
     pub fn rev_key(&self) -> FlowKey {
-        let sport = if self.proto == IPPROTO_ICMP { self.public.1 } else { self.remote.1 };
-        FlowKey { src: self.remote.0, sport, dst: self.public.0, dport: self.public.1, proto: self.proto }
+        let sport = if self.proto == IPPROTO_ICMP {
+            self.public.1
+        } else {
+            self.remote.1
+        };
+        FlowKey {
+            src: self.remote.0,
+            sport,
+            dst: self.public.0,
+            dport: self.public.1,
+            proto: self.proto,
+        }
     }
 }
 
@@ -189,7 +199,13 @@ fn has_ports(proto: u8) -> bool {
 
 impl Nat {
     /// A NAT node with validated settings; `max_flows` counts mappings.
-    pub fn new(name: &str, snat: Option<Snat>, dnat: Vec<Dnat>, max_flows: usize, timeouts: Timeouts) -> Self {
+    pub fn new(
+        name: &str,
+        snat: Option<Snat>,
+        dnat: Vec<Dnat>,
+        max_flows: usize,
+        timeouts: Timeouts,
+    ) -> Self {
         let lo = snat.map_or(1024, |s| s.lo);
         Self {
             name: name.to_string(),
@@ -233,7 +249,8 @@ impl Nat {
 
     fn tick(&mut self, now_ns: u64) {
         if self.rebase_pending {
-            self.table.for_each_mut(|e| e.expires_ns = e.expires_ns.saturating_add(now_ns));
+            self.table
+                .for_each_mut(|e| e.expires_ns = e.expires_ns.saturating_add(now_ns));
             self.rebase_pending = false;
         }
         self.now_ns = now_ns;
@@ -269,9 +286,19 @@ impl Nat {
     fn insert_mapping(&mut self, m: &Mapping, dnat: bool, now: u64) -> Result<usize, DropReason> {
         let shared = if dnat { DNAT } else { 0 };
         let expires = now + self.timeouts.of(m.proto, shared);
-        let fwd = NatVal { addr: m.public.0, port: m.public.1, flags: FWD | shared | PENDING, twin: 0 };
+        let fwd = NatVal {
+            addr: m.public.0,
+            port: m.public.1,
+            flags: FWD | shared | PENDING,
+            twin: 0,
+        };
         let a = self.insert_one(m.fwd_key(), expires, fwd, now)?;
-        let rev = NatVal { addr: m.inside.0, port: m.inside.1, flags: shared, twin: a as u32 };
+        let rev = NatVal {
+            addr: m.inside.0,
+            port: m.inside.1,
+            flags: shared,
+            twin: a as u32,
+        };
         let b = match self.insert_one(m.rev_key(), expires, rev, now) {
             Ok(b) => b,
             Err(r) => {
@@ -285,7 +312,13 @@ impl Nat {
         Ok(a)
     }
 
-    fn insert_one(&mut self, k: FlowKey, expires: u64, v: NatVal, now: u64) -> Result<usize, DropReason> {
+    fn insert_one(
+        &mut self,
+        k: FlowKey,
+        expires: u64,
+        v: NatVal,
+        now: u64,
+    ) -> Result<usize, DropReason> {
         match self.table.insert(k, expires, v, now) {
             Insert::New(s) => Ok(s),
             Insert::Evicted(s, old) => {
@@ -299,18 +332,29 @@ impl Nat {
 
     /// True when `port` is reserved by a port forward of `proto` on `ip`.
     fn reserved(&self, proto: u8, ip: u32, port: u16) -> bool {
-        self.dnat.iter().any(|d| d.proto == proto && d.public_ip == ip && d.public_port == port)
+        self.dnat
+            .iter()
+            .any(|d| d.proto == proto && d.public_ip == ip && d.public_port == port)
     }
 
     /// Picks a public port for a Forward flow `k`: the original port when it is in
     /// range and free towards this remote endpoint, else the next free one.
     fn allocate(&mut self, s: Snat, k: &FlowKey) -> Result<u16, DropReason> {
-        let mut m = Mapping { proto: k.proto, inside: (k.src, k.sport), public: (s.public_ip, 0), remote: (k.dst, k.dport) };
+        let mut m = Mapping {
+            proto: k.proto,
+            inside: (k.src, k.sport),
+            public: (s.public_ip, 0),
+            remote: (k.dst, k.dport),
+        };
         let free = |nat: &Self, m: &Mapping| {
             !nat.reserved(m.proto, m.public.0, m.public.1) && nat.table.find(&m.rev_key()).is_none()
         };
         if !has_ports(k.proto) {
-            return if free(self, &m) { Ok(0) } else { Err(DropReason::NatNoPort) };
+            return if free(self, &m) {
+                Ok(0)
+            } else {
+                Err(DropReason::NatNoPort)
+            };
         }
         if (s.lo..=s.hi).contains(&k.sport) {
             m.public.1 = k.sport;
@@ -366,7 +410,12 @@ impl Nat {
             None => {
                 let Some(s) = self.snat else { return Ok(()) };
                 let port = self.allocate(s, &k)?;
-                let m = Mapping { proto: k.proto, inside: (k.src, k.sport), public: (s.public_ip, port), remote: (k.dst, k.dport) };
+                let m = Mapping {
+                    proto: k.proto,
+                    inside: (k.src, k.sport),
+                    public: (s.public_ip, port),
+                    remote: (k.dst, k.dport),
+                };
                 let slot = self.insert_mapping(&m, false, now)?;
                 self.snat_created += 1;
                 slot
@@ -385,11 +434,22 @@ impl Nat {
             Some(s) if self.table.get(s).val.flags & FWD == 0 => s,
             Some(_) => return Err(DropReason::NatNoMapping),
             None => {
-                let rule = self.dnat.iter().find(|d| d.proto == k.proto && d.public_ip == k.dst && d.public_port == k.dport);
+                let rule = self.dnat.iter().find(|d| {
+                    d.proto == k.proto && d.public_ip == k.dst && d.public_port == k.dport
+                });
                 let Some(d) = rule.copied() else {
-                    return if self.is_public(k.dst) { Err(DropReason::NatNoMapping) } else { Ok(()) };
+                    return if self.is_public(k.dst) {
+                        Err(DropReason::NatNoMapping)
+                    } else {
+                        Ok(())
+                    };
                 };
-                let m = Mapping { proto: k.proto, inside: (d.to_ip, d.to_port), public: (d.public_ip, d.public_port), remote: (k.src, k.sport) };
+                let m = Mapping {
+                    proto: k.proto,
+                    inside: (d.to_ip, d.to_port),
+                    public: (d.public_ip, d.public_port),
+                    remote: (k.src, k.sport),
+                };
                 if self.table.find(&m.fwd_key()).is_some() {
                     return Err(DropReason::NatNoPort);
                 }
@@ -413,9 +473,17 @@ impl Nat {
     /// reverse of the flow it reports on.
     fn icmp_error(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
         let fwd = p.dir == Direction::Forward;
-        let slot = if p.meta.has_inner() { self.lookup(&p.meta.inner_key.reversed(), now) } else { None };
+        let slot = if p.meta.has_inner() {
+            self.lookup(&p.meta.inner_key.reversed(), now)
+        } else {
+            None
+        };
         let Some(slot) = slot.filter(|&s| (self.table.get(s).val.flags & FWD != 0) == fwd) else {
-            return if !fwd && self.is_public(p.meta.key.dst) { Err(DropReason::NatNoMapping) } else { Ok(()) };
+            return if !fwd && self.is_public(p.meta.key.dst) {
+                Err(DropReason::NatNoMapping)
+            } else {
+                Ok(())
+            };
         };
         let v = self.table.get(slot).val;
         if fwd {
@@ -431,7 +499,11 @@ impl Nat {
     fn handle(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
         let m = p.meta;
         if m.key.proto == IPPROTO_ICMP && !icmp_is_echo(m.icmp_type) {
-            return if icmp_is_error(m.icmp_type) { self.icmp_error(p, now) } else { Ok(()) };
+            return if icmp_is_error(m.icmp_type) {
+                self.icmp_error(p, now)
+            } else {
+                Ok(())
+            };
         }
         match p.dir {
             Direction::Forward => self.forward(p, now),

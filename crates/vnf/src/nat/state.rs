@@ -32,13 +32,22 @@ pub(super) fn export(nat: &Nat, out: &mut Vec<u8>) -> usize {
 
 fn decode(i: usize, r: &[u8]) -> Result<(Mapping, u8, u64), StateError> {
     let ep = |at: usize| (blob::le32(r, at), blob::le16(r, at + 4));
-    let m = Mapping { proto: r[0], inside: ep(2), public: ep(8), remote: ep(14) };
+    let m = Mapping {
+        proto: r[0],
+        inside: ep(2),
+        public: ep(8),
+        remote: ep(14),
+    };
     let flags = r[1];
     if flags & !SHARED != 0 {
-        return Err(StateError::Malformed(format!("record {i}: unknown flag bits {flags:#x}")));
+        return Err(StateError::Malformed(format!(
+            "record {i}: unknown flag bits {flags:#x}"
+        )));
     }
     if m.proto == IPPROTO_ICMP && m.remote.1 != m.inside.1 {
-        return Err(StateError::Malformed(format!("record {i}: ICMP mapping with two ids")));
+        return Err(StateError::Malformed(format!(
+            "record {i}: ICMP mapping with two ids"
+        )));
     }
     Ok((m, flags, u64::from(blob::le32(r, 20)) * 1_000_000))
 }
@@ -59,10 +68,20 @@ pub(super) fn import(nat: &mut Nat, data: &[u8]) -> Result<usize, StateError> {
             continue;
         }
         let expires = base + remaining;
-        let fwd = super::NatVal { addr: m.public.0, port: m.public.1, flags: FWD | flags, twin: 0 };
+        let fwd = super::NatVal {
+            addr: m.public.0,
+            port: m.public.1,
+            flags: FWD | flags,
+            twin: 0,
+        };
         let a = nat.table.insert_free(fk, expires, fwd);
         let b = a.and_then(|a| {
-            let rev = super::NatVal { addr: m.inside.0, port: m.inside.1, flags: *flags, twin: a as u32 };
+            let rev = super::NatVal {
+                addr: m.inside.0,
+                port: m.inside.1,
+                flags: *flags,
+                twin: a as u32,
+            };
             nat.table.insert_free(rk, expires, rev)
         });
         match (a, b) {

@@ -11,15 +11,34 @@ const REM: &str = "10.200.3.2";
 const PUB: &str = "10.200.2.100";
 
 fn nat(lo: u16, hi: u16, max: usize) -> Nat {
-    Nat::new("nat", Some(Snat { public_ip: ip(PUB), lo, hi }), vec![], max, Timeouts::default())
+    Nat::new(
+        "nat",
+        Some(Snat {
+            public_ip: ip(PUB),
+            lo,
+            hi,
+        }),
+        vec![],
+        max,
+        Timeouts::default(),
+    )
 }
 
 /// Sends and returns (drop, (src, sport, dst, dport)) after checking checksums.
-fn go(n: &mut Nat, frame: &[u8], dir: Direction, now: u64) -> (Option<DropReason>, (u32, u16, u32, u16)) {
+fn go(
+    n: &mut Nat,
+    frame: &[u8],
+    dir: Direction,
+    now: u64,
+) -> (Option<DropReason>, (u32, u16, u32, u16)) {
     let p = send(n, frame, dir, now);
     let k = p.meta.key;
     if p.drop.is_none() {
-        assert_eq!(verify(p.buf.frame()), (k.src, k.sport, k.dst, k.dport), "meta follows bytes");
+        assert_eq!(
+            verify(p.buf.frame()),
+            (k.src, k.sport, k.dst, k.dport),
+            "meta follows bytes"
+        );
     }
     (p.drop, (k.src, k.sport, k.dst, k.dport))
 }
@@ -48,9 +67,15 @@ fn port_collisions_and_ranges() {
     assert_ne!(b.1, 2000, "same remote endpoint: next free port");
     assert!((2000..=2002).contains(&b.1));
     let (_, c) = go(&mut n, &udp(IN2, 2000, REM, 54, b"q"), F, 1);
-    assert_eq!(c.1, 2000, "another remote port: the original port is free there");
+    assert_eq!(
+        c.1, 2000,
+        "another remote port: the original port is free there"
+    );
     let (_, d) = go(&mut n, &udp(IN, 80, REM, 53, b"q"), F, 1);
-    assert!((2000..=2002).contains(&d.1), "port outside the range is remapped");
+    assert!(
+        (2000..=2002).contains(&d.1),
+        "port outside the range is remapped"
+    );
     // Every port of the range taken towards REM:53 → no port.
     let (e, _) = go(&mut n, &udp("10.200.1.9", 2001, REM, 53, b"q"), F, 1);
     assert_eq!(e, Some(DropReason::NatNoPort));
@@ -58,8 +83,14 @@ fn port_collisions_and_ranges() {
     let (_, t) = go(&mut n, &tcp(IN2, 2000, REM, 53, 0x02, b""), F, 1);
     assert_eq!(t.1, 2000);
     // Replies reach the right inside hosts.
-    assert_eq!(go(&mut n, &udp(REM, 53, PUB, b.1, b"a"), R, 2).1, (ip(REM), 53, ip(IN2), 2000));
-    assert_eq!(go(&mut n, &udp(REM, 53, PUB, 2000, b"a"), R, 2).1, (ip(REM), 53, ip(IN), 2000));
+    assert_eq!(
+        go(&mut n, &udp(REM, 53, PUB, b.1, b"a"), R, 2).1,
+        (ip(REM), 53, ip(IN2), 2000)
+    );
+    assert_eq!(
+        go(&mut n, &udp(REM, 53, PUB, 2000, b"a"), R, 2).1,
+        (ip(REM), 53, ip(IN), 2000)
+    );
 }
 
 #[test]
@@ -80,15 +111,34 @@ fn icmp_echo_id_translation() {
 #[test]
 fn unsolicited_inbound() {
     let mut n = nat(1024, 65535, 100);
-    assert_eq!(go(&mut n, &udp(REM, 53, PUB, 5000, b"x"), R, 1).0, Some(DropReason::NatNoMapping));
+    assert_eq!(
+        go(&mut n, &udp(REM, 53, PUB, 5000, b"x"), R, 1).0,
+        Some(DropReason::NatNoMapping)
+    );
     // Not addressed to a public address: not NAT's business.
     assert_eq!(go(&mut n, &udp(REM, 53, IN, 5000, b"x"), R, 1).0, None);
 }
 
 #[test]
 fn dnat_port_forward() {
-    let d = Dnat { proto: 6, public_ip: ip(PUB), public_port: 8080, to_ip: ip(IN), to_port: 80 };
-    let mut n = Nat::new("nat", Some(Snat { public_ip: ip(PUB), lo: 8000, hi: 8080 }), vec![d], 100, Timeouts::default());
+    let d = Dnat {
+        proto: 6,
+        public_ip: ip(PUB),
+        public_port: 8080,
+        to_ip: ip(IN),
+        to_port: 80,
+    };
+    let mut n = Nat::new(
+        "nat",
+        Some(Snat {
+            public_ip: ip(PUB),
+            lo: 8000,
+            hi: 8080,
+        }),
+        vec![d],
+        100,
+        Timeouts::default(),
+    );
     let (drop, k) = go(&mut n, &tcp(REM, 5555, PUB, 8080, 0x02, b""), R, 1);
     assert_eq!(drop, None);
     assert_eq!(k, (ip(REM), 5555, ip(IN), 80));
@@ -100,7 +150,10 @@ fn dnat_port_forward() {
     let (_, k) = go(&mut n, &tcp(IN2, 8080, REM, 5555, 0x02, b""), F, 3);
     assert_ne!(k.1, 8080);
     // UDP to the forwarded TCP port is not forwarded.
-    assert_eq!(go(&mut n, &udp(REM, 1, PUB, 8080, b""), R, 3).0, Some(DropReason::NatNoMapping));
+    assert_eq!(
+        go(&mut n, &udp(REM, 1, PUB, 8080, b""), R, 3).0,
+        Some(DropReason::NatNoMapping)
+    );
 }
 
 #[test]
@@ -113,31 +166,37 @@ fn icmp_errors_follow_the_mapping() {
     assert_eq!(p.drop, None);
     verify(p.buf.frame());
     assert_eq!(p.meta.key.dst, ip(IN));
-    assert_eq!((p.meta.inner_key.src, p.meta.inner_key.sport), (ip(IN), 4000));
+    assert_eq!(
+        (p.meta.inner_key.src, p.meta.inner_key.sport),
+        (ip(IN), 4000)
+    );
     let other = icmp_unreachable(REM, PUB, &udp(PUB, 4001, REM, 53, b"q"));
-    assert_eq!(send(&mut n, &other, R, 2).drop, Some(DropReason::NatNoMapping));
+    assert_eq!(
+        send(&mut n, &other, R, 2).drop,
+        Some(DropReason::NatNoMapping)
+    );
 }
 
 #[test]
 fn release_on_rst_fin_and_idle() {
     let mut n = nat(1024, 65535, 100);
-    go(&mut n, &tcp(IN, 1, REM, 80, 0x02, b""), F, SEC);
-    go(&mut n, &tcp(REM, 80, PUB, 1, 0x12, b""), R, SEC);
-    go(&mut n, &tcp(IN, 1, REM, 80, 0x04, b""), F, 2 * SEC);
+    go(&mut n, &tcp(IN, 40001, REM, 80, 0x02, b""), F, SEC);
+    go(&mut n, &tcp(REM, 80, PUB, 40001, 0x12, b""), R, SEC);
+    go(&mut n, &tcp(IN, 40001, REM, 80, 0x04, b""), F, 2 * SEC);
     n.expire(11 * SEC);
     assert_eq!(n.mappings(), 1, "closing mappings linger tcp_close (10 s)");
     n.expire(13 * SEC);
     assert_eq!(n.mappings(), 0);
-    go(&mut n, &tcp(IN, 2, REM, 80, 0x02, b""), F, 20 * SEC);
-    go(&mut n, &tcp(REM, 80, PUB, 2, 0x12, b""), R, 20 * SEC);
-    go(&mut n, &tcp(IN, 2, REM, 80, 0x11, b""), F, 21 * SEC);
+    go(&mut n, &tcp(IN, 40002, REM, 80, 0x02, b""), F, 20 * SEC);
+    go(&mut n, &tcp(REM, 80, PUB, 40002, 0x12, b""), R, 20 * SEC);
+    go(&mut n, &tcp(IN, 40002, REM, 80, 0x11, b""), F, 21 * SEC);
     n.expire(100 * SEC);
     assert_eq!(n.mappings(), 1, "one FIN is not a close");
-    go(&mut n, &tcp(REM, 80, PUB, 2, 0x11, b""), R, 101 * SEC);
+    go(&mut n, &tcp(REM, 80, PUB, 40002, 0x11, b""), R, 101 * SEC);
     n.expire(112 * SEC);
     assert_eq!(n.mappings(), 0, "FIN both ways releases");
     // Idle UDP: 30 s unanswered.
-    go(&mut n, &udp(IN, 3, REM, 53, b""), F, 200 * SEC);
+    go(&mut n, &udp(IN, 40003, REM, 53, b""), F, 200 * SEC);
     n.expire(229 * SEC);
     assert_eq!(n.mappings(), 1);
     n.expire(231 * SEC);
@@ -148,13 +207,20 @@ fn release_on_rst_fin_and_idle() {
 #[test]
 fn table_full_evicts_unanswered_then_refuses() {
     let mut n = nat(1024, 65535, 1);
-    assert_eq!(go(&mut n, &udp(IN, 1, REM, 53, b""), F, 1).0, None);
-    assert_eq!(go(&mut n, &udp(IN, 2, REM, 53, b""), F, 2).0, None, "unanswered mapping evicted");
+    assert_eq!(go(&mut n, &udp(IN, 40001, REM, 53, b""), F, 1).0, None);
+    assert_eq!(
+        go(&mut n, &udp(IN, 40002, REM, 53, b""), F, 2).0,
+        None,
+        "unanswered mapping evicted"
+    );
     assert_eq!(n.mappings(), 1);
     assert_eq!(n.table.len(), 2);
     assert_eq!(n.stats()["evicted"], 1);
-    go(&mut n, &udp(REM, 53, PUB, 2, b""), R, 3);
-    assert_eq!(go(&mut n, &udp(IN, 3, REM, 53, b""), F, 4).0, Some(DropReason::TableFull));
+    assert_eq!(go(&mut n, &udp(REM, 53, PUB, 40002, b""), R, 3).0, None);
+    assert_eq!(
+        go(&mut n, &udp(IN, 40003, REM, 53, b""), F, 4).0,
+        Some(DropReason::TableFull)
+    );
     assert_eq!(n.table.len(), 2, "a failed insert leaves no half mapping");
 }
 
@@ -162,7 +228,12 @@ fn table_full_evicts_unanswered_then_refuses() {
 fn one_million_mappings_fit() {
     let mut n = nat(1024, 65535, 1_000_000);
     for i in 0..1_000_000u32 {
-        let m = Mapping { proto: 17, inside: (0x0a00_0000 + i, 5000), public: (ip(PUB), 5000), remote: (0x0b00_0000 + i, 53) };
+        let m = Mapping {
+            proto: 17,
+            inside: (0x0a00_0000 + i, 5000),
+            public: (ip(PUB), 5000),
+            remote: (0x0b00_0000 + i, 53),
+        };
         assert!(n.insert_mapping(&m, false, 1).is_ok(), "mapping {i}");
     }
     assert_eq!(n.mappings(), 1_000_000);
@@ -179,13 +250,25 @@ fn export_import_keeps_mappings() {
     go(&mut a, &tcp(REM, 80, PUB, 40000, 0x12, b""), R, SEC);
     let mut blob = Vec::new();
     assert_eq!(a.export_state(&mut blob), 3);
-    assert_eq!(blob.len(), crate::table::blob::HEADER_LEN + 3 * state::RECORD_LEN);
+    assert_eq!(
+        blob.len(),
+        crate::table::blob::HEADER_LEN + 3 * state::RECORD_LEN
+    );
     let mut b = nat(1024, 65535, 100);
     assert_eq!(b.import_state(&blob), Ok(3));
     // Mid-connection: the reply goes to the same inside host, the forward keeps its port.
-    assert_eq!(go(&mut b, &udp(REM, 53, PUB, k2.1, b"a"), R, 50 * SEC).1, (ip(REM), 53, ip(IN2), 2000));
-    assert_eq!(go(&mut b, &tcp(IN, 40000, REM, 80, 0x10, b"x"), F, 50 * SEC).1, (ip(PUB), 40000, ip(REM), 80));
-    assert_eq!(go(&mut b, &tcp(REM, 80, PUB, 40000, 0x10, b""), R, 50 * SEC).1, (ip(REM), 80, ip(IN), 40000));
+    assert_eq!(
+        go(&mut b, &udp(REM, 53, PUB, k2.1, b"a"), R, 50 * SEC).1,
+        (ip(REM), 53, ip(IN2), 2000)
+    );
+    assert_eq!(
+        go(&mut b, &tcp(IN, 40000, REM, 80, 0x10, b"x"), F, 50 * SEC).1,
+        (ip(PUB), 40000, ip(REM), 80)
+    );
+    assert_eq!(
+        go(&mut b, &tcp(REM, 80, PUB, 40000, 0x10, b""), R, 50 * SEC).1,
+        (ip(REM), 80, ip(IN), 40000)
+    );
     assert_eq!(b.import_state(&blob), Ok(0), "already present");
     assert_eq!(b.mappings(), 3);
 }
@@ -200,12 +283,21 @@ fn import_rejects_bad_blobs_atomically() {
     a.export_state(&mut blob);
     let mut fw_blob = blob.clone();
     fw_blob[5] = 1;
-    assert!(matches!(nat(1024, 65535, 10).import_state(&fw_blob), Err(StateError::WrongKind { .. })));
+    assert!(matches!(
+        nat(1024, 65535, 10).import_state(&fw_blob),
+        Err(StateError::WrongKind { .. })
+    ));
     let mut bad_flags = blob.clone();
     bad_flags[crate::table::blob::HEADER_LEN + 1] = 0x80;
     let mut small = nat(1024, 65535, 2);
-    assert!(matches!(small.import_state(&bad_flags), Err(StateError::Malformed(_))));
-    assert!(matches!(small.import_state(&blob[..20]), Err(StateError::Malformed(_))));
+    assert!(matches!(
+        small.import_state(&bad_flags),
+        Err(StateError::Malformed(_))
+    ));
+    assert!(matches!(
+        small.import_state(&blob[..20]),
+        Err(StateError::Malformed(_))
+    ));
     assert_eq!(small.import_state(&blob), Err(StateError::TableFull(2)));
     assert_eq!(small.table.len(), 0);
 }

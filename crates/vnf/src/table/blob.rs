@@ -41,20 +41,33 @@ pub fn patch_count(out: &mut [u8], at: usize, count: usize) {
 /// Checks the header and the length of a blob; returns its records.
 pub fn records(data: &[u8], kind: BlobKind, rec_len: usize) -> Result<Vec<&[u8]>, StateError> {
     if data.len() < HEADER_LEN {
-        return Err(StateError::Malformed(format!("{} bytes, shorter than the header", data.len())));
+        return Err(StateError::Malformed(format!(
+            "{} bytes, shorter than the header",
+            data.len()
+        )));
     }
     if data[0..4] != MAGIC {
-        return Err(StateError::Malformed("bad magic (not an nfx state blob)".into()));
+        return Err(StateError::Malformed(
+            "bad magic (not an nfx state blob)".into(),
+        ));
     }
     if data[4] != VERSION {
-        return Err(StateError::Malformed(format!("format version {} (expected {VERSION})", data[4])));
+        return Err(StateError::Malformed(format!(
+            "format version {} (expected {VERSION})",
+            data[4]
+        )));
     }
     if data[5] != kind as u8 {
-        return Err(StateError::WrongKind { expected: kind as u8, found: data[5] });
+        return Err(StateError::WrongKind {
+            expected: kind as u8,
+            found: data[5],
+        });
     }
     let len = usize::from(u16::from_le_bytes([data[6], data[7]]));
     if len != rec_len {
-        return Err(StateError::Malformed(format!("record size {len} (expected {rec_len})")));
+        return Err(StateError::Malformed(format!(
+            "record size {len} (expected {rec_len})"
+        )));
     }
     let count = u32::from_le_bytes([data[8], data[9], data[10], data[11]]) as usize;
     let body = &data[HEADER_LEN..];
@@ -94,12 +107,27 @@ mod tests {
         patch_count(&mut v, at, 2);
         let r = records(&v, BlobKind::Nat, 4).unwrap();
         assert_eq!(r, vec![&[1, 2, 3, 4][..], &[5, 6, 7, 8][..]]);
-        assert!(matches!(records(&v, BlobKind::Firewall, 4), Err(StateError::WrongKind { .. })));
-        assert!(matches!(records(&v, BlobKind::Nat, 8), Err(StateError::Malformed(_))));
-        assert!(matches!(records(&v[..15], BlobKind::Nat, 4), Err(StateError::Malformed(_))));
-        assert!(matches!(records(&v[..5], BlobKind::Nat, 4), Err(StateError::Malformed(_))));
+        assert!(matches!(
+            records(&v, BlobKind::Firewall, 4),
+            Err(StateError::WrongKind { .. })
+        ));
+        assert!(matches!(
+            records(&v, BlobKind::Nat, 8),
+            Err(StateError::Malformed(_))
+        ));
+        assert!(matches!(
+            records(&v[..15], BlobKind::Nat, 4),
+            Err(StateError::Malformed(_))
+        ));
+        assert!(matches!(
+            records(&v[..5], BlobKind::Nat, 4),
+            Err(StateError::Malformed(_))
+        ));
         let mut bad = v.clone();
         bad[0] = b'X';
-        assert!(matches!(records(&bad, BlobKind::Nat, 4), Err(StateError::Malformed(_))));
+        assert!(matches!(
+            records(&bad, BlobKind::Nat, 4),
+            Err(StateError::Malformed(_))
+        ));
     }
 }

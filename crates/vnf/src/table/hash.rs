@@ -33,7 +33,10 @@ impl FlowHasher {
 
     /// A hasher with a fixed seed (reproducible tests).
     pub fn with_seed(k0: u64, k1: u64) -> Self {
-        Self { k0: k0 ^ C0, k1: k1 ^ C1 }
+        Self {
+            k0: k0 ^ C0,
+            k1: k1 ^ C1,
+        }
     }
 
     /// The 64-bit hash of `key`.
@@ -53,7 +56,13 @@ mod tests {
     #[test]
     fn every_field_changes_the_hash() {
         let h = FlowHasher::with_seed(1, 2);
-        let k = FlowKey { src: 1, dst: 2, sport: 3, dport: 4, proto: 6 };
+        let k = FlowKey {
+            src: 1,
+            dst: 2,
+            sport: 3,
+            dport: 4,
+            proto: 6,
+        };
         let base = h.hash(&k);
         for v in [
             FlowKey { src: 9, ..k },
@@ -74,7 +83,13 @@ mod tests {
         let mut lo = [0u32; 16];
         let mut hi = [0u32; 16];
         for p in 0..16_000u16 {
-            let x = h.hash(&FlowKey { src: 0x0a000001, dst: 0x0a000002, sport: p, dport: 80, proto: 6 });
+            let x = h.hash(&FlowKey {
+                src: 0x0a000001,
+                dst: 0x0a000002,
+                sport: p,
+                dport: 80,
+                proto: 6,
+            });
             lo[((x as u32) >> 28) as usize] += 1;
             hi[(x >> 60) as usize] += 1;
         }

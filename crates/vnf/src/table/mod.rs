@@ -1,11 +1,14 @@
 //! A bounded flow table: fixed capacity set from config, no allocation after
 //! construction, O(1) lookup, insert and removal, and an incremental expiry scan.
 //!
-//! Layout: buckets of [`BUCKET`] slots; each key may live in one of two buckets
-//! chosen by its hash ("two-choice" bucketized hashing without relocation, so a slot
-//! index stays valid for the life of an entry — NAT links the two directions of a
-//! mapping by slot index). A 16-bit tag per slot filters key comparisons. Inserts go
-//! to the emptier of the two buckets.
+//! Layout: buckets of [`BUCKET`] slots; each key lives in one of two buckets chosen
+//! by its hash ("two-choice" bucketized hashing), going to the emptier one. Entries
+//! are never relocated, so a slot index stays valid for the life of an entry (NAT
+//! links the two directions of a mapping by slot index). When both buckets are full
+//! the entry goes to the next bucket with room after its first bucket, and every
+//! bucket passed counts one overflow (as in F14 hash tables): lookups follow a chain
+//! only while the overflow count says something went further. A 16-bit tag per slot
+//! filters key comparisons.
 //!
 //! Eviction policy when the table holds `max_flows` entries or both buckets are full:
 //! among the 16 slots of the two buckets, the entry closest to expiry that is either
@@ -56,6 +59,7 @@ pub enum Insert<V> {
 /// The bounded table. See the module documentation for layout and eviction.
 pub struct FlowTable<V> {
     tags: Box<[u16]>,
+    overflow: Box<[u32]>,
     entries: Box<[Entry<V>]>,
     nbuckets: usize,
     max_flows: usize,
@@ -79,6 +83,7 @@ impl<V: TableValue> FlowTable<V> {
         let n = nbuckets * BUCKET;
         Self {
             tags: vec![0u16; n].into_boxed_slice(),
+            overflow: vec![0u32; nbuckets].into_boxed_slice(),
             entries: vec![Entry::default(); n].into_boxed_slice(),
             nbuckets,
             max_flows,
@@ -92,6 +97,7 @@ impl<V: TableValue> FlowTable<V> {
     /// Bytes of memory the table holds (fixed at construction).
     pub fn memory_bytes(&self) -> usize {
         self.tags.len() * std::mem::size_of::<u16>()
+            + self.overflow.len() * std::mem::size_of::<u32>()
             + self.entries.len() * std::mem::size_of::<Entry<V>>()
             + std::mem::size_of::<Self>()
     }
@@ -140,7 +146,29 @@ impl<V: TableValue> FlowTable<V> {
     #[inline]
     pub fn find(&self, key: &FlowKey) -> Option<usize> {
         let (b1, b2, tag) = self.locate(key);
-        self.find_in(b1, tag, key).or_else(|| self.find_in(b2, tag, key))
+        if let Some(s) = self
+            .find_in(b1, tag, key)
+            .or_else(|| self.find_in(b2, tag, key))
+        {
+            return Some(s);
+        }
+        let mut b = b1;
+        while self.overflow[b] > 0 {
+            b = self.next_bucket(b);
+            if let Some(s) = self.find_in(b, tag, key) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn next_bucket(&self, b: usize) -> usize {
+        if b + 1 == self.nbuckets {
+            0
+        } else {
+            b + 1
+        }
     }
 
     /// The entry in `slot` (a slot returned by this table and not removed since).
@@ -172,9 +200,29 @@ impl<V: TableValue> FlowTable<V> {
         let (b1, b2, tag) = self.locate(&key);
         let free = |b: usize| (b * BUCKET..(b + 1) * BUCKET).filter(|&i| self.tags[i] == 0);
         let (f1, f2) = (free(b1).count(), free(b2).count());
-        let bucket = if f1 >= f2 { b1 } else { b2 };
-        let slot = free(bucket).next()?;
-        self.place(slot, tag, Entry { key, expires_ns, val });
+        let slot = if f1 == 0 && f2 == 0 {
+            // Both full: walk on from b1, counting an overflow on every bucket passed.
+            // len < max_flows < slots guarantees a free slot somewhere.
+            let mut b = b1;
+            loop {
+                self.overflow[b] += 1;
+                b = self.next_bucket(b);
+                if let Some(s) = (b * BUCKET..(b + 1) * BUCKET).find(|&i| self.tags[i] == 0) {
+                    break s;
+                }
+            }
+        } else {
+            free(if f1 >= f2 { b1 } else { b2 }).next()?
+        };
+        self.place(
+            slot,
+            tag,
+            Entry {
+                key,
+                expires_ns,
+                val,
+            },
+        );
         self.len += 1;
         Some(slot)
     }
@@ -196,7 +244,16 @@ impl<V: TableValue> FlowTable<V> {
         match victim {
             Some(slot) => {
                 let old = self.entries[slot];
-                self.place(slot, tag, Entry { key, expires_ns, val });
+                self.unlink(slot);
+                self.place(
+                    slot,
+                    tag,
+                    Entry {
+                        key,
+                        expires_ns,
+                        val,
+                    },
+                );
                 self.evictions += 1;
                 Insert::Evicted(slot, old)
             }
@@ -208,10 +265,25 @@ impl<V: TableValue> FlowTable<V> {
     pub fn remove(&mut self, slot: usize) -> Entry<V> {
         debug_assert!(self.occupied(slot));
         if self.tags[slot] != 0 {
+            self.unlink(slot);
             self.tags[slot] = 0;
             self.len -= 1;
         }
         self.entries[slot]
+    }
+
+    /// Takes back the overflow counts that the entry in `slot` added on its way from
+    /// its first bucket (none when it sits in one of its own two buckets).
+    fn unlink(&mut self, slot: usize) {
+        let (b1, b2, _) = self.locate(&self.entries[slot].key);
+        let home = slot / BUCKET;
+        if home != b1 && home != b2 {
+            let mut b = b1;
+            while b != home {
+                self.overflow[b] -= 1;
+                b = self.next_bucket(b);
+            }
+        }
     }
 
     /// Advances the expiry cursor over at most `*budget` slots (decrementing it) and

@@ -17,13 +17,29 @@ impl TableValue for V {
 }
 
 fn key(i: u32) -> FlowKey {
-    FlowKey { src: 0x0a00_0000 | i, dst: 0x0a01_0001, sport: (i % 60000) as u16, dport: 80, proto: 6 }
+    FlowKey {
+        src: 0x0a00_0000 | i,
+        dst: 0x0a01_0001,
+        sport: (i % 60000) as u16,
+        dport: 80,
+        proto: 6,
+    }
 }
 
 #[test]
 fn insert_find_remove() {
     let mut t = FlowTable::<V>::with_hasher(100, FlowHasher::with_seed(1, 1));
-    let Insert::New(s) = t.insert(key(1), 10, V { pinned: false, tag: 7 }, 0) else { panic!() };
+    let Insert::New(s) = t.insert(
+        key(1),
+        10,
+        V {
+            pinned: false,
+            tag: 7,
+        },
+        0,
+    ) else {
+        panic!()
+    };
     assert_eq!(t.find(&key(1)), Some(s));
     assert_eq!(t.get(s).val.tag, 7);
     assert_eq!(t.find(&key(2)), None);
@@ -37,10 +53,24 @@ fn insert_find_remove() {
 fn full_table_evicts_only_evictable_or_expired() {
     let mut t = FlowTable::<V>::with_hasher(4, FlowHasher::with_seed(2, 2));
     for i in 0..4 {
-        assert!(matches!(t.insert(key(i), 100 + u64::from(i), V { pinned: true, tag: i }, 0), Insert::New(_)));
+        assert!(matches!(
+            t.insert(
+                key(i),
+                100 + u64::from(i),
+                V {
+                    pinned: true,
+                    tag: i
+                },
+                0
+            ),
+            Insert::New(_)
+        ));
     }
     // At capacity, everything pinned and alive: refused.
-    assert!(matches!(t.insert(key(9), 500, V::default(), 0), Insert::Full));
+    assert!(matches!(
+        t.insert(key(9), 500, V::default(), 0),
+        Insert::Full
+    ));
     // Once time passes the oldest expiry, that entry is replaced.
     match t.insert(key(9), 500, V::default(), 100) {
         Insert::Evicted(_, old) => assert_eq!(old.key, key(0)),
@@ -51,8 +81,24 @@ fn full_table_evicts_only_evictable_or_expired() {
     assert!(t.find(&key(0)).is_none());
     // An evictable entry is replaced even before it expires, the closest to expiry first.
     let mut u = FlowTable::<V>::with_hasher(2, FlowHasher::with_seed(3, 3));
-    u.insert(key(1), 50, V { pinned: true, tag: 1 }, 0);
-    u.insert(key(2), 70, V { pinned: false, tag: 2 }, 0);
+    u.insert(
+        key(1),
+        50,
+        V {
+            pinned: true,
+            tag: 1,
+        },
+        0,
+    );
+    u.insert(
+        key(2),
+        70,
+        V {
+            pinned: false,
+            tag: 2,
+        },
+        0,
+    );
     match u.insert(key(3), 90, V::default(), 0) {
         Insert::Evicted(_, old) => assert_eq!(old.key, key(2)),
         other => panic!("expected eviction, got {other:?}"),
@@ -87,14 +133,41 @@ fn one_million_flows_fit_with_bounded_memory() {
     let n = 1_000_000u32;
     let mut t = FlowTable::<V>::with_hasher(n as usize, FlowHasher::with_seed(5, 5));
     for i in 0..n {
-        let k = FlowKey { src: i, dst: !i, sport: i as u16, dport: (i >> 16) as u16, proto: 17 };
-        assert!(t.insert_free(k, 1, V { pinned: true, tag: i }).is_some(), "flow {i} did not fit");
+        let k = FlowKey {
+            src: i,
+            dst: !i,
+            sport: i as u16,
+            dport: (i >> 16) as u16,
+            proto: 17,
+        };
+        assert!(
+            t.insert_free(
+                k,
+                1,
+                V {
+                    pinned: true,
+                    tag: i
+                }
+            )
+            .is_some(),
+            "flow {i} did not fit"
+        );
     }
     assert_eq!(t.len(), n as usize);
     let per_flow = t.memory_bytes() as f64 / f64::from(n);
     assert!(per_flow < 40.0, "{per_flow} bytes per flow");
-    let k = FlowKey { src: 0, dst: !0, sport: 0, dport: 0, proto: 17 };
-    assert!(t.insert_free(FlowKey { proto: 6, ..k }, 1, V::default()).is_none(), "bounded");
+    let k = FlowKey {
+        src: 0,
+        dst: !0,
+        sport: 0,
+        dport: 0,
+        proto: 17,
+    };
+    assert!(
+        t.insert_free(FlowKey { proto: 6, ..k }, 1, V::default())
+            .is_none(),
+        "bounded"
+    );
 }
 
 #[derive(Debug, Clone)]

@@ -1,0 +1,36 @@
+//! The example workload in configs/examples answers as worked out by hand.
+
+use nfx_chaining::{answer_workload, Status, Workload};
+use std::path::PathBuf;
+
+#[test]
+fn example_workload_answers() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/examples/chain-workload.json");
+    let w = Workload::load(&path).unwrap();
+    let r = answer_workload("chain-workload.json", &w).unwrap();
+    let a: Vec<_> = r.answers.iter().map(|a| (a.id.as_str(), a)).collect();
+    assert_eq!(a[0].0, "web");
+    assert_eq!(a[0].1.status, Status::Ok);
+    assert_eq!(a[0].1.latency_us, Some(193.0));
+    assert_eq!(a[0].1.path, ["fw-tbl", "nat-cloud", "dpi-cloud"]);
+    assert_eq!(a[1].1.status, Status::InfeasibleLatency);
+    assert_eq!(a[1].1.latency_us, Some(193.0));
+    assert!(a[1].1.explanation.contains("by 13.000 µs"), "{}", a[1].1.explanation);
+    assert_eq!(a[2].1.status, Status::InfeasibleResources);
+    assert!(a[2].1.explanation.starts_with("stage 2 (esp)"), "{}", a[2].1.explanation);
+    assert_eq!(a[3].1.status, Status::Ok);
+    assert_eq!(a[3].1.latency_us, Some(105.0));
+}
+
+#[test]
+fn bad_workload_names_file_and_field() {
+    let text = r#"{"nodes":["a"],"transfer_latency_us":[[0]],"instances":[],
+        "slas":[{"id":"s","src_node":"a","dst_node":"b","chain":[],"latency_bound_us":1,
+        "throughput_gbps":1,"capacity_need":1}]}"#;
+    let w: Workload = nfx_model::parse_json("w.json", text).unwrap();
+    let e = answer_workload("w.json", &w).unwrap_err();
+    assert_eq!((e.file.as_str(), e.field.as_str()), ("w.json", "slas[0].dst_node"));
+    let e = nfx_model::parse_json::<Workload>("w.json", &text.replace("\"kind\"", "x").replace("\"chain\"", "\"chains\"")).unwrap_err();
+    assert_eq!(e.field, "slas[0].chains");
+}

@@ -1,0 +1,112 @@
+//! A blocking client of the controller's REST API, used by `nfx plan|deploy|status|
+//! migrate|destroy` and by the tests.
+
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+/// An HTTP answer: status code and JSON body (`{"error": ...}` on failures).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Parsed body (a string value when the body is not JSON).
+    pub body: serde_json::Value,
+}
+
+/// Client of one controller.
+pub struct Client {
+    base: String,
+    token: Option<Zeroizing<String>>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// `base` like `http://127.0.0.1:7878`.
+    pub fn new(base: &str, token: Option<Zeroizing<String>>) -> Self {
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .build(),
+        }
+    }
+
+    /// Sends a request with an optional raw body.
+    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Answer> {
+        let mut r = self.agent.request(method, &format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {}", t.as_str()));
+        }
+        let res = match body {
+            Some(b) => r.set("Content-Type", "application/json").send_string(b),
+            None => r.call(),
+        };
+        let resp = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => anyhow::bail!("{} {}{path}: {e}", method, self.base),
+        };
+        let status = resp.status();
+        let text = resp.into_string()?;
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        Ok(Answer { status, body })
+    }
+
+    /// GET.
+    pub fn get(&self, path: &str) -> anyhow::Result<Answer> {
+        self.send("GET", path, None)
+    }
+
+    /// POST a JSON value.
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<Answer> {
+        self.send("POST", path, Some(&body.to_string()))
+    }
+
+    /// DELETE.
+    pub fn delete(&self, path: &str) -> anyhow::Result<Answer> {
+        self.send("DELETE", path, None)
+    }
+
+    /// Polls an operation until it reaches a final state or `timeout` passes.
+    pub fn wait_operation(&self, id: &str, timeout: Duration) -> anyhow::Result<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let a = self.get(&format!("/api/v1/operations/{id}"))?;
+            if a.status != 200 {
+                anyhow::bail!("operation {id}: HTTP {}: {}", a.status, a.body);
+            }
+            let state = a.body["state"].as_str().unwrap_or_default();
+            if matches!(state, "COMPLETED" | "ROLLED_BACK" | "FAILED") {
+                return Ok(a.body);
+            }
+            if start.elapsed() > timeout {
+                anyhow::bail!("operation {id} still {state} after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The token from `NFX_TOKEN`, else from `file` (trimmed); errors name the file.
+pub fn load_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Zeroizing<String>>> {
+    if let Ok(t) = std::env::var("NFX_TOKEN") {
+        if !t.is_empty() {
+            return Ok(Some(Zeroizing::new(t)));
+        }
+    }
+    match file {
+        Some(f) => {
+            let t = Zeroizing::new(
+                std::fs::read_to_string(f)
+                    .map_err(|e| anyhow::anyhow!("token file {}: {e}", f.display()))?,
+            );
+            let t = Zeroizing::new(t.trim().to_string());
+            if t.is_empty() {
+                anyhow::bail!("token file {}: is empty", f.display());
+            }
+            Ok(Some(t))
+        }
+        None => Ok(None),
+    }
+}

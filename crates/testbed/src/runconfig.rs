@@ -1,0 +1,124 @@
+//! Run configs for `nfx run` on the testbed's edge (the YAML format agreed with
+//! crates/dataplane), built from the testbed's addresses and MACs.
+
+use crate::{acl, Host, Testbed};
+use anyhow::Context;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Which VNFs the chain holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chain {
+    /// No VNF: parse → output (nfx forward-only).
+    Empty,
+    /// firewall → NAT → elephant → DPI with the standard ACL.
+    Full {
+        /// DPI pattern file (absolute, or relative to the config file).
+        patterns: PathBuf,
+        /// Bytes after which a flow is an elephant.
+        elephant_bytes: u64,
+    },
+}
+
+/// Everything that varies between runs.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Instance name.
+    pub name: String,
+    /// Control socket path.
+    pub control_socket: PathBuf,
+    /// Event file (JSON lines), if any.
+    pub events: Option<PathBuf>,
+    /// Vector size (1 = scalar).
+    pub vector: usize,
+    /// busy | interrupt | adaptive.
+    pub poll: String,
+    /// The VNFs.
+    pub chain: Chain,
+}
+
+/// The chain's node list (`chain:` in the run config).
+pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
+    match chain {
+        Chain::Empty => Vec::new(),
+        Chain::Full {
+            patterns,
+            elephant_bytes,
+        } => vec![
+            json!({"firewall": {
+                "default": "deny",
+                "rules": acl::to_nfx(&acl::standard(tb.src_ip())),
+            }}),
+            json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}}),
+            json!({"elephant": {"min_bytes": elephant_bytes, "min_rate_bps": 1_000_000}}),
+            json!({"dpi": {"patterns": patterns.to_string_lossy()}}),
+        ],
+    }
+}
+
+/// The whole run config for a dataplane on edge between `to-src` and `to-cloud`.
+pub fn run_config(tb: &Testbed, spec: &RunSpec) -> anyhow::Result<Value> {
+    let (src_mac, cloud_mac) = tb.edge_peer_macs()?;
+    let mut v = json!({
+        "name": spec.name,
+        "netns": tb.ns(Host::Edge),
+        "control_socket": spec.control_socket.to_string_lossy(),
+        "ports": {
+            "inside": {"iface": "to-src", "peer_mac": src_mac},
+            "outside": {"iface": "to-cloud", "peer_mac": cloud_mac},
+        },
+        "vector": spec.vector,
+        "poll": spec.poll,
+        "chain": chain_nodes(tb, &spec.chain),
+    });
+    if let Some(e) = &spec.events {
+        v["events"] = json!(e.to_string_lossy());
+    }
+    Ok(v)
+}
+
+/// Writes a config value as YAML.
+pub fn write_yaml(path: &Path, v: &Value) -> anyhow::Result<()> {
+    let text = serde_yaml_ng::to_string(v)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Spec;
+
+    #[test]
+    fn full_chain_has_four_nodes_in_order() {
+        let tb = Testbed::attach(Spec {
+            prefix: "x-".into(),
+            subnet_base: 9,
+        })
+        .unwrap();
+        let c = chain_nodes(
+            &tb,
+            &Chain::Full {
+                patterns: "/p.txt".into(),
+                elephant_bytes: 5,
+            },
+        );
+        let kinds: Vec<_> = c
+            .iter()
+            .map(|n| n.as_object().unwrap().keys().next().unwrap().clone())
+            .collect();
+        assert_eq!(kinds, ["firewall", "nat", "elephant", "dpi"]);
+        assert_eq!(c[1]["nat"]["snat"]["public_ip"], "10.9.2.100");
+        assert_eq!(c[0]["firewall"]["rules"].as_array().unwrap().len(), 100);
+        assert!(chain_nodes(&tb, &Chain::Empty).is_empty());
+    }
+
+    #[test]
+    fn yaml_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.yaml");
+        let v = json!({"name": "edge", "chain": [{"nat": {"snat": {"public_ip": "1.2.3.4"}}}]});
+        write_yaml(&p, &v).unwrap();
+        let back: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, v);
+    }
+}
