@@ -146,9 +146,10 @@ pub fn judge(exact: &Outcome, claimed: Status, latency_ns: Option<u64>, valid: b
 /// and the latency bound.
 pub fn path_valid(net: &Network, q: &Query, path: &[u32]) -> bool {
     path.len() == q.chain.len()
-        && path.iter().zip(&q.chain).all(|(&x, &f)| {
-            f != NONE && net.inst(x).function == f && net.inst(x).serves(&q.needs)
-        })
+        && path
+            .iter()
+            .zip(&q.chain)
+            .all(|(&x, &f)| f != NONE && net.inst(x).function == f && net.inst(x).serves(&q.needs))
         && net.path_latency_ns(q, path) <= q.bound_ns
 }
 
@@ -216,7 +217,12 @@ mod tests {
         let by_node = h.solve(&n, &tight, Marking::Node);
         assert_eq!(by_node.status, Status::InfeasibleLatency);
         assert_eq!(
-            judge(&Chainer::new().solve(&n, &tight), by_node.status, None, false),
+            judge(
+                &Chainer::new().solve(&n, &tight),
+                by_node.status,
+                None,
+                false
+            ),
             Verdict::WrongStatus
         );
     }
@@ -232,7 +238,13 @@ mod tests {
         assert_eq!(a.true_latency_ns, Some(22_000));
         assert!(!path_valid(&n, &q, &p));
         let exact = Chainer::new().solve(&n, &q);
-        assert_eq!(judge(&exact, a.claimed, a.true_latency_ns, false), Verdict::AcceptsBad);
-        assert_eq!(judge(&exact, Status::Ok, exact.latency_ns, true), Verdict::Right);
+        assert_eq!(
+            judge(&exact, a.claimed, a.true_latency_ns, false),
+            Verdict::AcceptsBad
+        );
+        assert_eq!(
+            judge(&exact, Status::Ok, exact.latency_ns, true),
+            Verdict::Right
+        );
     }
 }

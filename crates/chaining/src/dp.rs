@@ -1,6 +1,8 @@
 //! The exact stage DP (HYPER Algorithm 1, made exact): instances that cannot serve the SLA
 //! are removed first, then one DP stage per function, with the previous stage grouped by
-//! node (the cheapest arrival per node) so a stage costs O(nodes × nodes + candidates).
+//! node (the cheapest arrival per node) so a stage costs O(nodes × nodes + candidates);
+//! the previous stage is kept sorted by cost so the scan for a node stops as soon as no
+//! cheaper arrival is possible.
 //! Buffers live in [`Chainer`] and are reused: no allocation per query once warm.
 
 use crate::network::{Network, Query, NONE};
@@ -47,6 +49,8 @@ pub struct Chainer {
     e_cost: Vec<u64>,
     e_inst: Vec<u32>,
     e_pre: Vec<u32>,
+    /// The previous stage as (cost, node, entry), sorted by cost for early exit.
+    prev: Vec<(u64, u32, u32)>,
     path: Vec<u32>,
 }
 
@@ -85,7 +89,8 @@ impl Chainer {
         self.e_cost.push(0);
         self.e_inst.push(NONE);
         self.e_pre.push(NONE);
-        let mut prev = 0..1;
+        self.prev.clear();
+        self.prev.push((0, q.src, 0));
         for (k, &f) in q.chain.iter().enumerate() {
             let start = self.e_node.len();
             let list = net.instances_of(f);
@@ -102,38 +107,24 @@ impl Chainer {
                 if chosen == NONE {
                     continue;
                 }
-                let row = net.transfer_row(m);
-                let mut best = u64::MAX;
-                let mut arg = 0;
-                for j in prev.clone() {
-                    let c = self.e_cost[j] + row[self.e_node[j] as usize];
-                    if c < best {
-                        best = c;
-                        arg = j;
-                    }
-                }
+                let (best, arg) = cheapest_arrival(&self.prev, net.transfer_row(m));
                 self.e_node.push(m);
                 self.e_cost.push(best + net.inst(chosen).proc_ns);
                 self.e_inst.push(chosen);
-                self.e_pre.push(arg as u32);
+                self.e_pre.push(arg);
             }
             if self.e_node.len() == start {
                 return Err(k);
             }
-            prev = start..self.e_node.len();
-        }
-        let row = net.transfer_row(q.dst);
-        let mut best = u64::MAX;
-        let mut arg = 0;
-        for j in prev {
-            let c = self.e_cost[j] + row[self.e_node[j] as usize];
-            if c < best {
-                best = c;
-                arg = j;
+            self.prev.clear();
+            for j in start..self.e_node.len() {
+                self.prev.push((self.e_cost[j], self.e_node[j], j as u32));
             }
+            self.prev.sort_unstable();
         }
+        let (best, arg) = cheapest_arrival(&self.prev, net.transfer_row(q.dst));
         self.path.clear();
-        let mut j = arg;
+        let mut j = arg as usize;
         while self.e_inst[j] != NONE {
             self.path.push(self.e_inst[j]);
             j = self.e_pre[j] as usize;
@@ -141,6 +132,26 @@ impl Chainer {
         self.path.reverse();
         Ok(best)
     }
+}
+
+/// The cheapest way to reach a node whose transfer row is `row` from an entry of `prev`
+/// (sorted by cost): `(cost, entry)`. Transfers are ≥ 0, so once an entry's own cost
+/// reaches the best found, no later entry can improve it.
+#[inline]
+fn cheapest_arrival(prev: &[(u64, u32, u32)], row: &[u64]) -> (u64, u32) {
+    let mut best = u64::MAX;
+    let mut arg = 0;
+    for &(cost, node, entry) in prev {
+        if cost >= best {
+            break;
+        }
+        let c = cost + row[node as usize];
+        if c < best {
+            best = c;
+            arg = entry;
+        }
+    }
+    (best, arg)
 }
 
 /// Turns a DP result into an [`Outcome`] against the query's bound.
@@ -241,7 +252,9 @@ mod tests {
     fn latency_bound_reports_best() {
         let n = net();
         let mut c = Chainer::new();
-        let q = n.query("t", "s", &sla(&["fw", "nat"], 49.999, 1.0)).unwrap();
+        let q = n
+            .query("t", "s", &sla(&["fw", "nat"], 49.999, 1.0))
+            .unwrap();
         let o = c.solve(&n, &q);
         assert_eq!(o.status, Status::InfeasibleLatency);
         assert_eq!(o.latency_ns, Some(50_000));
@@ -251,7 +264,9 @@ mod tests {
     fn missing_resources_name_the_stage() {
         let n = net();
         let mut c = Chainer::new();
-        let q = n.query("t", "s", &sla(&["fw", "nat", "fw"], 1e6, 20.0)).unwrap();
+        let q = n
+            .query("t", "s", &sla(&["fw", "nat", "fw"], 1e6, 20.0))
+            .unwrap();
         assert_eq!(
             c.solve(&n, &q),
             Outcome {

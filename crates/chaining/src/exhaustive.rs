@@ -25,7 +25,7 @@ pub fn solve(net: &Network, q: &Query) -> (Outcome, Vec<u32>) {
     loop {
         let path: Vec<u32> = pick.iter().zip(&stages).map(|(&p, s)| s[p]).collect();
         let lat = net.path_latency_ns(q, &path);
-        if best.as_ref().map_or(true, |(b, _)| lat < *b) {
+        if best.as_ref().is_none_or(|(b, _)| lat < *b) {
             best = Some((lat, path));
         }
         let mut k = 0;

@@ -13,6 +13,7 @@ pub mod bench;
 pub mod dp;
 pub mod exhaustive;
 pub mod explain;
+pub mod from_model;
 pub mod generate;
 pub mod network;
 pub mod retry;

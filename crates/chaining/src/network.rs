@@ -90,7 +90,11 @@ impl Network {
         let mut node_index = HashMap::with_capacity(n);
         for (i, id) in nodes.iter().enumerate() {
             if id.is_empty() {
-                return Err(ModelError::new(file, format!("nodes[{i}]"), "must not be empty"));
+                return Err(ModelError::new(
+                    file,
+                    format!("nodes[{i}]"),
+                    "must not be empty",
+                ));
             }
             if node_index.insert(id.clone(), i as u32).is_some() {
                 return Err(ModelError::new(
@@ -104,7 +108,10 @@ impl Network {
             return Err(ModelError::new(
                 file,
                 "transfer_latency_us",
-                format!("must have one row per node ({n}), has {}", transfer_us.len()),
+                format!(
+                    "must have one row per node ({n}), has {}",
+                    transfer_us.len()
+                ),
             ));
         }
         let mut transfer = vec![0u64; n * n];
@@ -220,12 +227,20 @@ impl Network {
     pub fn query(&self, file: &str, field: &str, s: &SlaSpec) -> Result<Query, ModelError> {
         let node = |name: &str, v: &String| {
             self.node_index.get(v).copied().ok_or_else(|| {
-                ModelError::new(file, format!("{field}.{name}"), format!("unknown node {v:?}"))
+                ModelError::new(
+                    file,
+                    format!("{field}.{name}"),
+                    format!("unknown node {v:?}"),
+                )
             })
         };
         let src = node("src_node", &s.src_node)?;
         let dst = node("dst_node", &s.dst_node)?;
-        check_amount(file, &format!("{field}.latency_bound_us"), s.latency_bound_us)?;
+        check_amount(
+            file,
+            &format!("{field}.latency_bound_us"),
+            s.latency_bound_us,
+        )?;
         check_amount(file, &format!("{field}.throughput_gbps"), s.throughput_gbps)?;
         check_amount(file, &format!("{field}.capacity_need"), s.capacity_need)?;
         Ok(Query {
@@ -344,9 +359,12 @@ mod tests {
     #[test]
     fn instances_sorted_by_node_then_latency() {
         let mut n = net();
-        n.add_instance("w", "i[0]", &inst("x", "fw", "b", 5.0)).unwrap();
-        n.add_instance("w", "i[1]", &inst("y", "fw", "a", 9.0)).unwrap();
-        n.add_instance("w", "i[2]", &inst("z", "fw", "a", 3.0)).unwrap();
+        n.add_instance("w", "i[0]", &inst("x", "fw", "b", 5.0))
+            .unwrap();
+        n.add_instance("w", "i[1]", &inst("y", "fw", "a", 9.0))
+            .unwrap();
+        n.add_instance("w", "i[2]", &inst("z", "fw", "a", 3.0))
+            .unwrap();
         let ids: Vec<&str> = n.instances_of(0).iter().map(|&i| n.inst_id(i)).collect();
         assert_eq!(ids, ["z", "y", "x"]);
         assert_eq!(n.inst(0).free_gbps, 6.0);
@@ -363,10 +381,15 @@ mod tests {
         let e = Network::new("w.json", &nodes, &[vec![0.0, -1.0], vec![-1.0, 0.0]]).unwrap_err();
         assert_eq!(e.field, "transfer_latency_us[0][1]");
         let mut n = net();
-        let e = n.add_instance("w", "instances[0]", &inst("x", "fw", "c", 1.0)).unwrap_err();
+        let e = n
+            .add_instance("w", "instances[0]", &inst("x", "fw", "c", 1.0))
+            .unwrap_err();
         assert_eq!(e.field, "instances[0].node");
-        n.add_instance("w", "instances[0]", &inst("x", "fw", "a", 1.0)).unwrap();
-        let e = n.add_instance("w", "instances[1]", &inst("x", "fw", "a", 1.0)).unwrap_err();
+        n.add_instance("w", "instances[0]", &inst("x", "fw", "a", 1.0))
+            .unwrap();
+        let e = n
+            .add_instance("w", "instances[1]", &inst("x", "fw", "a", 1.0))
+            .unwrap_err();
         assert_eq!(e.field, "instances[1].id");
         let e = n
             .add_instance("w", "instances[1]", &inst("y", "fw", "a", f64::NAN))
@@ -377,7 +400,8 @@ mod tests {
     #[test]
     fn queries_resolve_names() {
         let mut n = net();
-        n.add_instance("w", "i", &inst("x", "fw", "b", 5.0)).unwrap();
+        n.add_instance("w", "i", &inst("x", "fw", "b", 5.0))
+            .unwrap();
         let mut s = SlaSpec {
             id: "s".into(),
             src_node: "a".into(),
@@ -392,7 +416,10 @@ mod tests {
         assert_eq!(q.bound_ns, 100_000);
         assert_eq!(n.path_latency_ns(&q, &[0]), 10_500 + 5_000);
         s.dst_node = "zz".into();
-        assert_eq!(n.query("w", "slas[0]", &s).unwrap_err().field, "slas[0].dst_node");
+        assert_eq!(
+            n.query("w", "slas[0]", &s).unwrap_err().field,
+            "slas[0].dst_node"
+        );
         s.dst_node = "b".into();
         s.throughput_gbps = -1.0;
         assert_eq!(

@@ -4,7 +4,7 @@
 //! the physical node it sits on.
 
 use crate::dp::{Chainer, Outcome, Status};
-use crate::network::{to_us, Network, Needs, Query};
+use crate::network::{to_us, Needs, Network, Query};
 use crate::workload::{InstanceSpec, SlaSpec};
 use nfx_model::ModelError;
 
@@ -109,10 +109,8 @@ fn best_request(
     let stages = q.chain.len();
     const INF: u64 = u64::MAX / 4;
     // arrive[k][v]: best latency reaching node v ready for stage k.
-    let mut arrive = vec![vec![INF; n]; stages + 1];
-    for v in 0..n {
-        arrive[0][v] = net.transfer_ns(q.src, v as u32);
-    }
+    let mut arrive: Vec<Vec<u64>> = Vec::with_capacity(stages + 1);
+    arrive.push((0..n).map(|v| net.transfer_ns(q.src, v as u32)).collect());
     for k in 0..stages {
         let mut done = vec![INF; n];
         for &x in net.instances_of(q.chain[k]) {
@@ -122,12 +120,15 @@ fn best_request(
                 done[v] = done[v].min(arrive[k][v].saturating_add(i.proc_ns));
             }
         }
-        for v in 0..n {
-            arrive[k + 1][v] = (0..n)
-                .map(|u| done[u].saturating_add(net.transfer_ns(u as u32, v as u32)))
-                .min()
-                .unwrap_or(INF);
-        }
+        let next = (0..n)
+            .map(|v| {
+                (0..n)
+                    .map(|u| done[u].saturating_add(net.transfer_ns(u as u32, v as u32)))
+                    .min()
+                    .unwrap_or(INF)
+            })
+            .collect();
+        arrive.push(next);
     }
     // leave[k][v]: best latency from finishing stage k at node v to the destination.
     let mut leave = vec![vec![INF; n]; stages];
@@ -167,7 +168,7 @@ fn best_request(
             let a = arrive[k][v as usize];
             let l = leave[k][v as usize];
             let around = a.min(INF).saturating_add(if l >= INF { 0 } else { l });
-            if best.map_or(true, |(b, _, _)| around < b) {
+            if best.is_none_or(|(b, _, _)| around < b) {
                 best = Some((around, k, v));
             }
         }
@@ -192,7 +193,8 @@ mod tests {
             vec![20.0, 10.0, 0.0],
         ];
         let mut n = Network::new("t", &nodes, &t).unwrap();
-        n.add_instance("t", "i", &spec("nat-sw", "nat", "a", 100.0)).unwrap();
+        n.add_instance("t", "i", &spec("nat-sw", "nat", "a", 100.0))
+            .unwrap();
         n
     }
 

@@ -94,7 +94,11 @@ impl InstanceSpec {
     /// Checks the numbers of one instance; `field` is its path (e.g. `instances[3]`).
     pub fn check(&self, file: &str, field: &str) -> Result<(), ModelError> {
         if self.id.is_empty() {
-            return Err(ModelError::new(file, format!("{field}.id"), "must not be empty"));
+            return Err(ModelError::new(
+                file,
+                format!("{field}.id"),
+                "must not be empty",
+            ));
         }
         check_latency(
             file,

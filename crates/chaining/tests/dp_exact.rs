@@ -14,10 +14,7 @@ const FNS: [&str; 4] = ["fw", "nat", "dpi", "lb"];
 fn workload() -> impl Strategy<Value = Workload> {
     (1usize..5).prop_flat_map(|n| {
         let matrix = prop::collection::vec(0u32..40, n * n);
-        let insts = prop::collection::vec(
-            (0usize..3, 0..n, 0u32..60, 0u32..6, 0u32..4),
-            0..10,
-        );
+        let insts = prop::collection::vec((0usize..3, 0..n, 0u32..60, 0u32..6, 0u32..4), 0..10);
         let slas = prop::collection::vec(
             (
                 0..n,

@@ -16,9 +16,17 @@ fn example_workload_answers() {
     assert_eq!(a[0].1.path, ["fw-tbl", "nat-cloud", "dpi-cloud"]);
     assert_eq!(a[1].1.status, Status::InfeasibleLatency);
     assert_eq!(a[1].1.latency_us, Some(193.0));
-    assert!(a[1].1.explanation.contains("by 13.000 µs"), "{}", a[1].1.explanation);
+    assert!(
+        a[1].1.explanation.contains("by 13.000 µs"),
+        "{}",
+        a[1].1.explanation
+    );
     assert_eq!(a[2].1.status, Status::InfeasibleResources);
-    assert!(a[2].1.explanation.starts_with("stage 2 (esp)"), "{}", a[2].1.explanation);
+    assert!(
+        a[2].1.explanation.starts_with("stage 2 (esp)"),
+        "{}",
+        a[2].1.explanation
+    );
     assert_eq!(a[3].1.status, Status::Ok);
     assert_eq!(a[3].1.latency_us, Some(105.0));
 }
@@ -30,7 +38,16 @@ fn bad_workload_names_file_and_field() {
         "throughput_gbps":1,"capacity_need":1}]}"#;
     let w: Workload = nfx_model::parse_json("w.json", text).unwrap();
     let e = answer_workload("w.json", &w).unwrap_err();
-    assert_eq!((e.file.as_str(), e.field.as_str()), ("w.json", "slas[0].dst_node"));
-    let e = nfx_model::parse_json::<Workload>("w.json", &text.replace("\"kind\"", "x").replace("\"chain\"", "\"chains\"")).unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.field.as_str()),
+        ("w.json", "slas[0].dst_node")
+    );
+    let e = nfx_model::parse_json::<Workload>(
+        "w.json",
+        &text
+            .replace("\"kind\"", "x")
+            .replace("\"chain\"", "\"chains\""),
+    )
+    .unwrap_err();
     assert_eq!(e.field, "slas[0].chains");
 }

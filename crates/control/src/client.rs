@@ -110,3 +110,45 @@ pub fn load_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Zeroi
         None => Ok(None),
     }
 }
+
+/// Reads a service descriptor file (`services: [...]`) as JSON values ready to POST;
+/// errors name the file and the field.
+pub fn load_services(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
+    let set: nfx_model::ServiceSet = serde_yaml_ng::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    set.services
+        .iter()
+        .map(|s| serde_json::to_value(s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// The token for `nfx up`: `NFX_TOKEN`, else `file` if it exists, else a new random token
+/// written to `file` (mode 0600). Returns the token and where it came from.
+pub fn ensure_token(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>, String)> {
+    if let Some(t) = load_token(None)? {
+        return Ok((t, "NFX_TOKEN".into()));
+    }
+    if file.exists() {
+        let t = load_token(Some(file))?.unwrap_or_default();
+        return Ok((t, file.display().to_string()));
+    }
+    let mut raw = Zeroizing::new([0u8; 24]);
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw[..]))
+        .map_err(|e| anyhow::anyhow!("/dev/urandom: {e}"))?;
+    let t = Zeroizing::new(raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|e| anyhow::anyhow!("token file {}: {e}", file.display()))?;
+    use std::io::Write;
+    f.write_all(t.as_bytes())
+        .map_err(|e| anyhow::anyhow!("token file {}: {e}", file.display()))?;
+    Ok((t, format!("{} (new)", file.display())))
+}

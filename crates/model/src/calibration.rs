@@ -210,7 +210,10 @@ devices:
     #[test]
     fn closest_size_is_chosen() {
         let c = AccelCalibration::from_json("c.json", CAL).unwrap();
-        assert_eq!(c.figure("lookaside", "aes-128-gcm", 1500).unwrap().bytes, 1420);
+        assert_eq!(
+            c.figure("lookaside", "aes-128-gcm", 1500).unwrap().bytes,
+            1420
+        );
         assert_eq!(c.figure("lookaside", "aes-128-gcm", 100).unwrap().bytes, 64);
         assert!(c.figure("gpu", "aes-128-gcm", 100).is_none());
     }
@@ -229,8 +232,8 @@ devices:
     #[test]
     fn missing_record_names_the_algorithm() {
         let mut i = Infrastructure::from_yaml("i.yaml", INFRA).unwrap();
-        let c = AccelCalibration::from_json("c.json", &CAL.replace("chacha20-poly1305", "x"))
-            .unwrap();
+        let c =
+            AccelCalibration::from_json("c.json", &CAL.replace("chacha20-poly1305", "x")).unwrap();
         let e = i.apply_accel_calibration("i.yaml", &c, 1420).unwrap_err();
         assert_eq!(e.field, "devices[1].algorithms[1]");
     }

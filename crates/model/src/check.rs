@@ -61,7 +61,10 @@ impl<'a> Unique<'a> {
             return Err(ModelError::new(
                 file,
                 field,
-                format!("duplicate {} id {id:?} (first defined at {first})", self.what),
+                format!(
+                    "duplicate {} id {id:?} (first defined at {first})",
+                    self.what
+                ),
             ));
         }
         self.seen.insert(id, field.to_string());

@@ -177,7 +177,11 @@ impl Infrastructure {
     /// Semantic checks beyond the schema: ids, references, ranges, tier fields.
     pub fn validate(&self, file: &str) -> Result<(), ModelError> {
         if self.hosts.is_empty() {
-            return Err(ModelError::new(file, "hosts", "at least one host is required"));
+            return Err(ModelError::new(
+                file,
+                "hosts",
+                "at least one host is required",
+            ));
         }
         let mut hosts = Unique::new("host");
         let mut host_cores = HashMap::new();
@@ -237,7 +241,11 @@ impl Infrastructure {
                     "a link must join two different hosts",
                 ));
             }
-            let key = if l.a < l.b { (&l.a, &l.b) } else { (&l.b, &l.a) };
+            let key = if l.a < l.b {
+                (&l.a, &l.b)
+            } else {
+                (&l.b, &l.a)
+            };
             if let Some(first) = pairs.insert(key, i) {
                 return Err(ModelError::new(
                     file,
@@ -308,7 +316,10 @@ fn check_power(file: &str, f: &str, p: &PowerModel) -> Result<(), ModelError> {
             return Err(ModelError::new(
                 file,
                 format!("{ff}.mhz"),
-                format!("duplicate frequency {} MHz (first at frequencies[{first}])", fr.mhz),
+                format!(
+                    "duplicate frequency {} MHz (first at frequencies[{first}])",
+                    fr.mhz
+                ),
             ));
         }
         check_watts(file, &ff, fr.idle_w, fr.max_w)?;
@@ -359,7 +370,10 @@ fn check_device(file: &str, f: &str, d: &Device) -> Result<(), ModelError> {
             return Err(ModelError::new(
                 file,
                 format!("{f}.{name}"),
-                format!("only {} devices have {name}; this one is {tier}", owner.as_str()),
+                format!(
+                    "only {} devices have {name}; this one is {tier}",
+                    owner.as_str()
+                ),
             ));
         }
     }
@@ -385,7 +399,10 @@ fn check_device(file: &str, f: &str, d: &Device) -> Result<(), ModelError> {
             return Err(ModelError::new(
                 file,
                 format!("{f}.algorithms[{j}]"),
-                format!("unknown algorithm {alg:?} (known: {})", ALGORITHMS.join(", ")),
+                format!(
+                    "unknown algorithm {alg:?} (known: {})",
+                    ALGORITHMS.join(", ")
+                ),
             ));
         }
     }

@@ -341,8 +341,14 @@ devices:
             p.reserve(7.0),
             Err(ResourceError::Insufficient { need, free, .. }) if need == 7.0 && free == 6.0
         ));
-        assert!(matches!(p.release(5.0), Err(ResourceError::OverRelease { .. })));
-        assert!(matches!(p.reserve(-1.0), Err(ResourceError::InvalidAmount { .. })));
+        assert!(matches!(
+            p.release(5.0),
+            Err(ResourceError::OverRelease { .. })
+        ));
+        assert!(matches!(
+            p.reserve(-1.0),
+            Err(ResourceError::InvalidAmount { .. })
+        ));
         p.release(4.0).unwrap();
         assert_eq!(p.used, 0.0);
     }
@@ -390,7 +396,10 @@ devices:
         assert!(m.release("n1", 1.0, 2.0).is_err());
         assert_eq!(m.instance("n1").unwrap().throughput_gbps.used, 3.0);
         m.release("n1", 3.0, 1.0).unwrap();
-        assert!(matches!(m.reserve("zz", 1.0, 1.0), Err(ResourceError::UnknownInstance(_))));
+        assert!(matches!(
+            m.reserve("zz", 1.0, 1.0),
+            Err(ResourceError::UnknownInstance(_))
+        ));
         let gone = m.destroy("n1").unwrap();
         assert_eq!(gone.id, "n1");
         assert_eq!(m.device("sw").unwrap().capacity.used, 0.0);

@@ -110,7 +110,11 @@ impl ServiceSet {
                 }
                 non_negative(file, &format!("{ff}.capacity_need"), c.capacity_need)?;
             }
-            positive(file, &format!("{f}.sla.max_latency_us"), s.sla.max_latency_us)?;
+            positive(
+                file,
+                &format!("{f}.sla.max_latency_us"),
+                s.sla.max_latency_us,
+            )?;
             positive(
                 file,
                 &format!("{f}.sla.min_throughput_gbps"),
@@ -202,7 +206,10 @@ services:
     fn empty_chain_and_missing_sla() {
         let e = mutate("chain: [{ function: nat }]", "chain: []");
         assert_eq!(e.field, "services[1].chain");
-        let e = mutate("    sla: { max_latency_us: 900, min_throughput_gbps: 0.5 }\n", "");
+        let e = mutate(
+            "    sla: { max_latency_us: 900, min_throughput_gbps: 0.5 }\n",
+            "",
+        );
         assert_eq!(e.field, "services[1]");
         assert!(e.message.contains("sla"), "{e}");
         let e = mutate("capacity_need: 0.5", "capacity_need: -1");

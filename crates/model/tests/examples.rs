@@ -4,7 +4,9 @@ use nfx_model::{Infrastructure, ServiceSet, Tier};
 use std::path::PathBuf;
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/examples")
+        .join(name)
 }
 
 #[test]
@@ -24,6 +26,9 @@ fn example_infrastructure_and_services_load() {
 fn errors_name_the_real_file() {
     let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
     let e = ServiceSet::load(&example("infrastructure.yaml"), &infra).unwrap_err();
-    assert!(e.file.ends_with("configs/examples/infrastructure.yaml"), "{e}");
+    assert!(
+        e.file.ends_with("configs/examples/infrastructure.yaml"),
+        "{e}"
+    );
     assert_eq!(e.field, "hosts");
 }

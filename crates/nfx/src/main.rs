@@ -32,6 +32,12 @@ enum Cmd {
     Place(cmd::place::Args),
     /// Answer a chaining workload (JSON): one SLA-aware chain per SLA.
     Chain(cmd::chain::Args),
+    /// Run one ESP-in-UDP tunnel endpoint with its element manager.
+    Tunnel(cmd::tunnel::Args),
+    /// Run the service-specific manager that grants lookaside queue pairs.
+    Ssm(cmd::ssm::Args),
+    /// Rerun an experiment of the papers and write its report.
+    Experiment(cmd::experiment::Args),
 }
 
 fn main() {
@@ -45,6 +51,9 @@ fn main() {
         Cmd::Accel(a) => cmd::accel::run(a),
         Cmd::Place(a) => cmd::place::run(a),
         Cmd::Chain(a) => cmd::chain::run(a),
+        Cmd::Tunnel(a) => cmd::tunnel::run(a),
+        Cmd::Ssm(a) => cmd::ssm::run(a),
+        Cmd::Experiment(a) => cmd::experiment::run(a),
     };
     if let Err(e) = res {
         eprintln!("nfx: error: {e:#}");

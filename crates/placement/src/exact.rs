@@ -95,10 +95,22 @@ pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) ->
     if s.lb < s.ub {
         let root = s.cg.solve(&demand, &avail, f64::INFINITY, deadline);
         s.lb = s.lb.max(ceil_bound(root.bound));
+        {
+            let mut cov = vec![0.0f64; p.types.len()];
+            for (pat, x) in &root.columns {
+                assert!(p.fits(pat), "bad pattern {pat:?}");
+                for &(t, c) in &pat.items { cov[t as usize] += x * c as f64; }
+            }
+            let tot: f64 = root.columns.iter().map(|c| c.1).sum();
+            let short: Vec<_> = (0..p.types.len()).filter(|&t| cov[t] < demand[t] as f64 - 1e-6).collect();
+            eprintln!("DEBUG root cols {} total {} short {:?}", root.columns.len(), tot, short);
+        }
+        eprintln!("DEBUG root bound {} lb {} ub {} pool {}", root.bound, s.lb, s.ub, s.cg.pool_size());
         let mut disc = 0;
         while s.lb < s.ub && disc <= MAX_DISCREPANCY && Instant::now() < deadline {
             let (mut d, mut a) = (demand.clone(), avail.clone());
             s.dive(&mut d, &mut a, 0, disc);
+            eprintln!("DEBUG disc {disc} ub {} lb {}", s.ub, s.lb);
             disc += 1;
         }
     }

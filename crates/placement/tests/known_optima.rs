@@ -6,6 +6,7 @@ use nfx_placement::{bpp, place, validate, Algorithm};
 use std::time::Duration;
 
 const SAMPLE: &[&str] = &[
+    "Hard28_BPP14",
     "Hard28_BPP13",
     "Hard28_BPP14",
     "Falkenauer_u120_08",

@@ -53,8 +53,9 @@ pub struct Rule {
     pub dport: Option<(u16, u16)>,
 }
 
-/// The standard ACL for a testbed whose inside subnet is `inside` (10.b.1.0/24):
-/// one explicit telnet deny, 96 realistic rules that never match testbed traffic
+/// The standard ACL for a testbed whose inside network address is `inside`
+/// (10.b.1.0, a /24):
+/// one explicit telnet deny, 94 realistic rules that never match testbed traffic
 /// (foreign prefixes, management ports), and allows for iperf3, sockperf, the UDP
 /// generator and ICMP from inside. 100 rules; the default is deny.
 pub fn standard(inside: Ipv4Addr) -> Vec<Rule> {
@@ -87,12 +88,12 @@ pub fn standard(inside: Ipv4Addr) -> Vec<Rule> {
             dport: Some(SVC[usize::from(i % 6)]),
         });
     }
-    for i in 0..26u16 {
-        let net = if i < 13 { "198.51.100" } else { "203.0.113" };
+    for i in 0..24u16 {
+        let net = if i < 12 { "198.51.100" } else { "203.0.113" };
         v.push(Rule {
             allow: false,
             proto: Proto::Any,
-            src: Some(format!("{net}.{}/29", (i % 13) * 8)),
+            src: Some(format!("{net}.{}/29", (i % 12) * 8)),
             dst: None,
             dport: None,
         });
@@ -174,8 +175,8 @@ mod tests {
     fn nfx_rendering() {
         let v = to_nfx(&standard(Ipv4Addr::new(10, 9, 1, 0)));
         assert_eq!(v[0], json!({"action": "deny", "proto": "tcp", "dport": 23}));
-        assert_eq!(v[96]["src"], json!("10.9.1.0/24"));
-        assert_eq!(v[96]["dport"], json!("5201-5210"));
+        assert_eq!(v[95]["src"], json!("10.9.1.0/24"));
+        assert_eq!(v[95]["dport"], json!("5201-5210"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! kernel nftables baseline that nfx is compared against.
 
 pub mod acl;
+pub mod bench;
 pub mod control;
 pub mod cpu;
 pub mod iperf;

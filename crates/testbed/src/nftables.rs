@@ -15,7 +15,7 @@ pub const NAT_TABLE: &str = "nfx_nat";
 /// The full ruleset text for a testbed: replaces any earlier copy of our tables
 /// (so applying twice is fine) and leaves other tables alone.
 pub fn ruleset(tb: &Testbed) -> String {
-    let rules = acl::standard(tb.src_ip());
+    let rules = acl::standard(tb.spec().addr(1, 0));
     let mut s = String::new();
     // `add` then `delete` makes the load idempotent whether or not the table exists.
     for t in [format!("inet {FILTER_TABLE}"), format!("ip {NAT_TABLE}")] {

@@ -47,7 +47,7 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
         } => vec![
             json!({"firewall": {
                 "default": "deny",
-                "rules": acl::to_nfx(&acl::standard(tb.src_ip())),
+                "rules": acl::to_nfx(&acl::standard(tb.spec().addr(1, 0))),
             }}),
             json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}}),
             json!({"elephant": {"min_bytes": elephant_bytes, "min_rate_bps": 1_000_000}}),
@@ -83,6 +83,29 @@ pub fn write_yaml(path: &Path, v: &Value) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Finds a repository file such as `configs/dpi/patterns.txt`: relative to the current
+/// directory, or to any ancestor of the running binary (target/release/nfx lives two
+/// levels under the repository root). Returns an absolute path.
+pub fn locate(rel: &Path) -> anyhow::Result<PathBuf> {
+    if rel.is_absolute() {
+        return Ok(rel.to_path_buf());
+    }
+    let mut roots = vec![std::env::current_dir()?];
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    roots
+        .iter()
+        .map(|r| r.join(rel))
+        .find(|p| p.exists())
+        .with_context(|| {
+            format!(
+                "{} not found in the current directory or above the nfx binary",
+                rel.display()
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +133,14 @@ mod tests {
         assert_eq!(c[1]["nat"]["snat"]["public_ip"], "10.9.2.100");
         assert_eq!(c[0]["firewall"]["rules"].as_array().unwrap().len(), 100);
         assert!(chain_nodes(&tb, &Chain::Empty).is_empty());
+    }
+
+    #[test]
+    fn locate_finds_files_and_names_missing_ones() {
+        let here = locate(Path::new("Cargo.toml")).unwrap();
+        assert!(here.is_absolute() && here.exists());
+        let err = locate(Path::new("no/such/file.txt")).unwrap_err().to_string();
+        assert!(err.contains("no/such/file.txt"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Per-packet cost of the firewall and NAT nodes with large tables, in process (no
-//! I/O): `cargo run --release -p nfx-vnf --example vnf_cost -- [flows]`.
+//! I/O): `cargo run --release -p nfx-vnf --example vnf_cost -- [flows] [vector]`.
 //!
 //! Each case copies a 64-byte frame into each slot of a 256-packet vector, parses it
 //! and runs the nodes over the vector; the parse-only case is the baseline, so a
@@ -10,9 +10,6 @@
 use nfx_packet::{parse, Direction, Packet, PacketBuf};
 use nfx_vnf::{EventSink, Node, NodeCtx, NodeSpec};
 use std::path::Path;
-use std::time::Instant;
-
-const VEC: usize = 256;
 
 /// Flow `i`: UDP from an inside host (10.0.x.y) to a remote (10.200.x.y) port 5201,
 /// or its reply (to the NAT's public address when `public`).
@@ -39,22 +36,36 @@ fn node(yaml: &str) -> Box<dyn Node> {
     nfx_vnf::build(&spec, spec.kind(), Path::new(".")).expect("node builds")
 }
 
+/// CPU time this thread has run, in ns (CLOCK_THREAD_CPUTIME_ID), so that other load
+/// on a shared machine does not inflate the figures.
+fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, owned `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Runs `frames` through `nodes` in vectors; returns ns per packet and drops.
 fn run(
     nodes: &mut [Box<dyn Node>],
     frames: &[Vec<u8>],
     dir: Direction,
     rounds: usize,
+    vector: usize,
 ) -> (f64, usize) {
-    let mut vec: Vec<Packet> = (0..VEC)
+    let mut vec: Vec<Packet> = (0..vector)
         .map(|_| Packet::new(PacketBuf::with_capacity(2048), dir))
         .collect();
     let mut sink = EventSink::default();
     let mut drops = 0;
-    let start = Instant::now();
+    let start = cpu_ns();
     let mut n = 0usize;
     for r in 0..rounds {
-        for chunk in frames.chunks(VEC) {
+        for chunk in frames.chunks(vector) {
             for (p, f) in vec.iter_mut().zip(chunk) {
                 p.buf.storage_mut()[..f.len()].copy_from_slice(f);
                 p.buf.set_len(f.len());
@@ -76,10 +87,18 @@ fn run(
             n += chunk.len();
         }
     }
-    (start.elapsed().as_nanos() as f64 / n as f64, drops)
+    ((cpu_ns() - start) as f64 / n as f64, drops)
 }
 
 fn main() {
+    let arg = |i: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    let vector = arg(2)
+        .unwrap_or(nfx_packet::MAX_VECTOR)
+        .clamp(1, nfx_packet::MAX_VECTOR);
     let flows: u32 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
@@ -101,20 +120,20 @@ fn main() {
     let rev_nat: Vec<Vec<u8>> = (0..flows).map(|i| frame(i, true, true)).collect();
     let rounds = (4_000_000 / flows as usize).max(1);
 
-    let (base, _) = run(&mut [], &fwd, Direction::Forward, rounds);
+    let (base, _) = run(&mut [], &fwd, Direction::Forward, rounds, vector);
     println!(
-        "flows {flows}; vector {VEC}; 64-byte UDP frames; ns/packet (node cost = row - parse)"
+        "flows {flows}; vector {vector}; 64-byte UDP frames; CPU ns/packet (node cost = row - parse)"
     );
     println!("{:<40} {:>8.1}", "copy + parse", base);
 
     let mut fw = vec![node(&fw_yaml)];
-    let (create, d) = run(&mut fw, &fwd, Direction::Forward, 1);
+    let (create, d) = run(&mut fw, &fwd, Direction::Forward, 1, vector);
     println!(
         "{:<40} {:>8.1}  drops {d}",
         "firewall: new flows (100-rule ACL)", create
     );
-    run(&mut fw, &rev_fw, Direction::Reverse, 1);
-    let (est, d) = run(&mut fw, &fwd, Direction::Forward, rounds);
+    run(&mut fw, &rev_fw, Direction::Reverse, 1, vector);
+    let (est, d) = run(&mut fw, &fwd, Direction::Forward, rounds, vector);
     println!(
         "{:<40} {:>8.1}  drops {d}",
         "firewall: established flows", est
@@ -122,14 +141,14 @@ fn main() {
     println!("firewall stats: {}", fw[0].stats());
 
     let mut nat = vec![node(&nat_yaml)];
-    let (create, d) = run(&mut nat, &fwd, Direction::Forward, 1);
+    let (create, d) = run(&mut nat, &fwd, Direction::Forward, 1, vector);
     println!("{:<40} {:>8.1}  drops {d}", "nat: new mappings", create);
-    let (rev, d) = run(&mut nat, &rev_nat, Direction::Reverse, rounds);
+    let (rev, d) = run(&mut nat, &rev_nat, Direction::Reverse, rounds, vector);
     println!(
         "{:<40} {:>8.1}  drops {d}",
         "nat: replies (reverse translation)", rev
     );
-    let (est, d) = run(&mut nat, &fwd, Direction::Forward, rounds);
+    let (est, d) = run(&mut nat, &fwd, Direction::Forward, rounds, vector);
     println!("{:<40} {:>8.1}  drops {d}", "nat: forward translation", est);
     println!("nat stats: {}", nat[0].stats());
 }

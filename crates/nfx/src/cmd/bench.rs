@@ -1,6 +1,6 @@
 //! `nfx bench ...`: dispatch to one benchmark module per subject.
 
-use super::{bench_accel, bench_chaining, bench_dataplane, bench_placement};
+use super::{bench_accel, bench_chaining, bench_dataplane, bench_placement, bench_tunnel};
 
 /// Arguments of `nfx bench`.
 #[derive(clap::Args)]
@@ -19,6 +19,8 @@ enum What {
     Placement(bench_placement::Args),
     /// SLA-aware chaining DP against a function-only strawman.
     Chaining(bench_chaining::Args),
+    /// ESP tunnel engines against WireGuard, boringtun, OpenVPN and SSH forwards.
+    Tunnel(bench_tunnel::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -28,5 +30,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Accel(a) => bench_accel::run(a),
         What::Placement(a) => bench_placement::run(a),
         What::Chaining(a) => bench_chaining::run(a),
+        What::Tunnel(a) => bench_tunnel::run(a),
     }
 }

@@ -62,7 +62,15 @@ fn print(c: &Case) {
     );
     println!(
         "  {:<22} {:>8} {:>8} {:>8} {:>7} {:>9} {:>8} {:>8} {:>6}",
-        "method", "mean µs", "timed µs", "p99 µs", "wrong%", "bad-ok%", "slower%", "status%", "rounds"
+        "method",
+        "mean µs",
+        "timed µs",
+        "p99 µs",
+        "wrong%",
+        "bad-ok%",
+        "slower%",
+        "status%",
+        "rounds"
     );
     row("exact DP", &c.exact);
     row("strawman (function)", &c.strawman);

@@ -1,10 +1,67 @@
-//! `nfx bench_dataplane` (being built; see the issue that owns it).
+//! `nfx bench dataplane`: kernel forwarding, kernel nftables, nfx forward-only and the
+//! nfx chain (vector and scalar) measured in one run on one testbed; prints a table of
+//! ratios to the kernel baselines and optionally writes the JSON.
 
-/// Arguments of this subcommand.
+use anyhow::Context;
+use nfx_testbed::bench::{self, BenchOpts};
+use nfx_testbed::runconfig::locate;
+use nfx_testbed::Spec;
+use std::path::PathBuf;
+
+/// Arguments of `nfx bench dataplane`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Seconds per measurement (each case runs TCP×1, TCP×4, UDP 64 B and latency).
+    #[arg(long, default_value_t = 5)]
+    duration: u32,
+    /// Poll mode of the nfx cases: busy, interrupt or adaptive.
+    #[arg(long, default_value = "adaptive")]
+    poll: String,
+    /// Run only these cases (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
+    /// DPI pattern file of the chain.
+    #[arg(long, default_value = "configs/dpi/patterns.txt")]
+    patterns: PathBuf,
+    /// Testbed namespace prefix.
+    #[arg(long, default_value = "nfx-bench-")]
+    prefix: String,
+    /// The b of the testbed's 10.b.x.x subnets.
+    #[arg(long, default_value_t = 198)]
+    subnet_base: u8,
+}
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// Runs the benchmark.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    nfx_testbed::root::require_root()?;
+    if args.duration == 0 || args.duration > 600 {
+        anyhow::bail!("--duration must be 1..=600 seconds");
+    }
+    for c in &args.cases {
+        if !bench::CASES.contains(&c.as_str()) {
+            anyhow::bail!("unknown case {c:?}; cases are {}", bench::CASES.join(", "));
+        }
+    }
+    let opts = BenchOpts {
+        nfx_bin: std::env::current_exe().context("locating the nfx binary")?,
+        spec: Spec {
+            prefix: args.prefix,
+            subnet_base: args.subnet_base,
+        },
+        secs: args.duration,
+        patterns: locate(&args.patterns)?,
+        poll: args.poll,
+        only: args.cases,
+    };
+    let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
+    print!("{}", bench::table(&rep));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&rep)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }

@@ -30,7 +30,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let lat = a
             .latency_us
             .map_or_else(|| "-".to_string(), |l| format!("{l:.3}"));
-        println!("{}\t{}\t{lat} µs\t{}", a.id, a.status.as_str(), a.explanation);
+        println!(
+            "{}\t{}\t{lat} µs\t{}",
+            a.id,
+            a.status.as_str(),
+            a.explanation
+        );
     }
     let t = report.timing;
     println!(

@@ -1,15 +1,23 @@
 //! Multi-pattern matching engines: every pattern in ONE automaton, one scan of the
 //! payload per packet, reporting every pattern that matches anywhere in it.
 //!
+//! - `hybrid` (default): one Aho-Corasick scan (DFA, ASCII case-insensitive,
+//!   overlapping) over the required literal factors of every pattern (see
+//!   [`super::factor`]); a factor hit confirms a literal pattern directly and a regex
+//!   pattern by running that one regex. Start-anchored regexes without a factor form
+//!   one anchored meta regex (cheap: it stops after the first bytes); the remaining
+//!   ones one unanchored meta regex that scans the whole payload.
 //! - `regex`: a `regex-automata` meta regex built from all patterns with
 //!   `MatchKind::All` and searched with `which_overlapping_matches` (lazy DFA; linear
-//!   time whatever the pattern or payload).
+//!   time whatever the pattern or payload) — one automaton, no prefilter.
 //! - `aho_corasick`: an Aho-Corasick automaton with overlapping search; only for
 //!   files whose patterns are all case-sensitive literals.
 
+use super::factor;
 use super::patterns::{syntax_config, Kind, PatternSpec};
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex_automata::meta;
+use regex_automata::util::syntax::parse_with;
 use regex_automata::{Input, MatchKind, PatternID, PatternSet};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -18,9 +26,9 @@ use std::ops::Range;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
-    /// Aho-Corasick when every pattern is a case-sensitive literal, else regex.
+    /// Literal-factor prefilter plus per-pattern confirmation.
     #[default]
-    Auto,
+    Hybrid,
     /// The multi-pattern meta regex.
     Regex,
     /// Aho-Corasick (literal-only files).
@@ -33,8 +41,55 @@ const HYBRID_CACHE_BYTES: usize = 128 << 20;
 const NFA_SIZE_LIMIT: usize = 64 << 20;
 
 enum Imp {
-    Regex { re: meta::Regex, cache: Box<meta::Cache> },
-    AhoCorasick { ac: AhoCorasick },
+    Regex {
+        re: meta::Regex,
+        cache: Box<meta::Cache>,
+    },
+    AhoCorasick {
+        ac: AhoCorasick,
+    },
+    Hybrid(Box<Hybrid>),
+}
+
+/// How a factor hit becomes a match of a pattern.
+enum Confirm {
+    /// Case-sensitive literal: the hit's bytes must equal it exactly.
+    Exact(Vec<u8>),
+    /// Case-insensitive literal: the hit is the match.
+    Hit,
+    /// Regex: run it over the haystack.
+    Regex(meta::Regex),
+}
+
+/// A meta regex over a subset of the patterns, with the global id of each.
+struct Group {
+    re: meta::Regex,
+    cache: meta::Cache,
+    ids: Vec<PatternID>,
+    local: PatternSet,
+}
+
+impl Group {
+    fn scan(&mut self, input: &Input<'_>, set: &mut PatternSet) {
+        self.local.clear();
+        self.re
+            .which_overlapping_matches_with(&mut self.cache, input, &mut self.local);
+        for l in self.local.iter() {
+            set.insert(self.ids[l.as_usize()]);
+        }
+    }
+}
+
+/// State of the hybrid engine.
+struct Hybrid {
+    ac: Option<AhoCorasick>,
+    /// Patterns each factor stands for.
+    targets: Vec<Vec<PatternID>>,
+    confirm: Vec<Confirm>,
+    caches: Vec<Option<meta::Cache>>,
+    candidates: PatternSet,
+    anchored: Option<Group>,
+    rest: Option<Group>,
 }
 
 /// A built engine with its per-node scratch state (no allocation per scan).
@@ -64,12 +119,17 @@ pub struct BuildError {
 impl Engine {
     /// Builds `kind` over `specs` (pattern index i becomes `PatternID` i).
     pub fn build(specs: &[PatternSpec], kind: EngineKind) -> Result<Engine, BuildError> {
-        let non_literal = specs.iter().position(|s| s.kind != Kind::Literal);
-        let use_ac = match kind {
-            EngineKind::Auto => non_literal.is_none(),
-            EngineKind::Regex => false,
+        let imp = match kind {
+            EngineKind::Hybrid => Imp::Hybrid(Box::new(build_hybrid(specs)?)),
+            EngineKind::Regex => {
+                let (re, cache) = build_meta(specs.iter().map(PatternSpec::regex_source))?;
+                Imp::Regex {
+                    re,
+                    cache: Box::new(cache),
+                }
+            }
             EngineKind::AhoCorasick => {
-                if let Some(i) = non_literal {
+                if let Some(i) = specs.iter().position(|s| s.kind != Kind::Literal) {
                     return Err(BuildError {
                         pattern: Some(i),
                         problem: format!(
@@ -78,13 +138,8 @@ impl Engine {
                         ),
                     });
                 }
-                true
+                build_ac(specs)?
             }
-        };
-        let imp = if use_ac {
-            build_ac(specs)?
-        } else {
-            build_regex(specs)?
         };
         Ok(Engine {
             imp,
@@ -92,11 +147,21 @@ impl Engine {
         })
     }
 
-    /// `regex` or `aho_corasick`.
+    /// `hybrid`, `regex` or `aho_corasick`.
     pub fn name(&self) -> &'static str {
         match self.imp {
             Imp::Regex { .. } => "regex",
             Imp::AhoCorasick { .. } => "aho_corasick",
+            Imp::Hybrid(_) => "hybrid",
+        }
+    }
+
+    /// Patterns scanned in full on every payload because they have no literal factor
+    /// and no start anchor (0 for the non-hybrid engines' purposes: all of theirs).
+    pub fn unaccelerated(&self) -> usize {
+        match &self.imp {
+            Imp::Hybrid(h) => h.rest.as_ref().map_or(0, |g| g.ids.len()),
+            _ => self.patterns,
         }
     }
 
@@ -125,12 +190,57 @@ impl Engine {
                     }
                 }
             }
+            Imp::Hybrid(h) => h.scan(hay, span, set),
         }
     }
 }
 
-fn build_regex(specs: &[PatternSpec]) -> Result<Imp, BuildError> {
-    let sources: Vec<String> = specs.iter().map(PatternSpec::regex_source).collect();
+impl Hybrid {
+    fn scan(&mut self, hay: &[u8], span: Range<usize>, set: &mut PatternSet) {
+        let input = Input::new(hay).range(span.clone());
+        if let Some(ac) = &self.ac {
+            let ac_input = aho_corasick::Input::new(hay).range(span.clone());
+            for m in ac.find_overlapping_iter(ac_input) {
+                for &pid in &self.targets[m.pattern().as_usize()] {
+                    match &self.confirm[pid.as_usize()] {
+                        Confirm::Exact(lit) if hay.get(m.range()) == Some(lit.as_slice()) => {
+                            set.insert(pid);
+                        }
+                        Confirm::Exact(_) => {}
+                        Confirm::Hit => {
+                            set.insert(pid);
+                        }
+                        Confirm::Regex(_) => {
+                            self.candidates.insert(pid);
+                        }
+                    }
+                }
+            }
+            for pid in self.candidates.iter() {
+                let i = pid.as_usize();
+                if let (Confirm::Regex(re), Some(cache)) =
+                    (&self.confirm[i], self.caches[i].as_mut())
+                {
+                    if !set.contains(pid) && re.search_half_with(cache, &input).is_some() {
+                        set.insert(pid);
+                    }
+                }
+            }
+            self.candidates.clear();
+        }
+        if let Some(g) = self.anchored.as_mut() {
+            g.scan(&input, set);
+        }
+        if let Some(g) = self.rest.as_mut() {
+            g.scan(&input, set);
+        }
+    }
+}
+
+fn build_meta(
+    sources: impl Iterator<Item = String>,
+) -> Result<(meta::Regex, meta::Cache), BuildError> {
+    let sources: Vec<String> = sources.collect();
     let config = meta::Config::new()
         .match_kind(MatchKind::All)
         .utf8_empty(false)
@@ -144,8 +254,108 @@ fn build_regex(specs: &[PatternSpec]) -> Result<Imp, BuildError> {
             pattern: e.pattern().map(|p| p.as_usize()),
             problem: format!("regex engine: {e}"),
         })?;
-    let cache = Box::new(re.create_cache());
-    Ok(Imp::Regex { re, cache })
+    let cache = re.create_cache();
+    Ok((re, cache))
+}
+
+fn build_group(specs: &[PatternSpec], members: &[usize]) -> Result<Option<Group>, BuildError> {
+    if members.is_empty() {
+        return Ok(None);
+    }
+    let (re, cache) =
+        build_meta(members.iter().map(|&i| specs[i].regex_source())).map_err(|e| BuildError {
+            pattern: e.pattern.map(|l| members[l]),
+            problem: e.problem,
+        })?;
+    let ids = members
+        .iter()
+        .map(|&i| {
+            PatternID::new(i).map_err(|e| BuildError {
+                pattern: Some(i),
+                problem: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Group {
+        re,
+        cache,
+        local: PatternSet::new(members.len()),
+        ids,
+    }))
+}
+
+fn build_hybrid(specs: &[PatternSpec]) -> Result<Hybrid, BuildError> {
+    let mut factors: Vec<Vec<u8>> = Vec::new();
+    let mut targets: Vec<Vec<PatternID>> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let mut confirm = Vec::with_capacity(specs.len());
+    let mut caches = Vec::with_capacity(specs.len());
+    let (mut anchored, mut rest) = (Vec::new(), Vec::new());
+    for (i, s) in specs.iter().enumerate() {
+        let err = |problem: String| BuildError {
+            pattern: Some(i),
+            problem,
+        };
+        let pid = PatternID::new(i).map_err(|e| err(e.to_string()))?;
+        let alts = match s.kind {
+            Kind::Literal | Kind::LiteralNocase => Some(vec![s.literal.to_ascii_lowercase()]),
+            Kind::Regex => {
+                let hir = parse_with(&s.text, &syntax_config()).map_err(|e| err(e.to_string()))?;
+                let alts = factor::prefilter(&hir);
+                if alts.is_none() {
+                    let start = hir
+                        .properties()
+                        .look_set_prefix()
+                        .contains(regex_syntax::hir::Look::Start);
+                    if start { &mut anchored } else { &mut rest }.push(i);
+                }
+                alts
+            }
+        };
+        let (c, cache) = match s.kind {
+            Kind::Literal => (Confirm::Exact(s.literal.clone()), None),
+            Kind::LiteralNocase => (Confirm::Hit, None),
+            Kind::Regex => {
+                let (re, cache) =
+                    build_meta(std::iter::once(s.regex_source())).map_err(|e| err(e.problem))?;
+                (Confirm::Regex(re), Some(cache))
+            }
+        };
+        confirm.push(c);
+        caches.push(cache);
+        for f in alts.into_iter().flatten() {
+            let slot = *index.entry(f.clone()).or_insert_with(|| {
+                factors.push(f);
+                targets.push(Vec::new());
+                targets.len() - 1
+            });
+            targets[slot].push(pid);
+        }
+    }
+    let ac = if factors.is_empty() {
+        None
+    } else {
+        Some(
+            AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::Standard)
+                .ascii_case_insensitive(true)
+                .kind(Some(AhoCorasickKind::DFA))
+                .build(&factors)
+                .map_err(|e| BuildError {
+                    pattern: None,
+                    problem: format!("aho-corasick prefilter: {e}"),
+                })?,
+        )
+    };
+    Ok(Hybrid {
+        ac,
+        targets,
+        confirm,
+        caches,
+        candidates: PatternSet::new(specs.len()),
+        anchored: build_group(specs, &anchored)?,
+        rest: build_group(specs, &rest)?,
+    })
 }
 
 fn build_ac(specs: &[PatternSpec]) -> Result<Imp, BuildError> {
@@ -178,9 +388,15 @@ mod tests {
     const LITERALS: &str =
         "a\talert\tliteral\tfoo\nb\talert\tliteral\toob\nc\talert\tliteral\tbar\n";
 
+    const ALL: [EngineKind; 3] = [
+        EngineKind::Hybrid,
+        EngineKind::Regex,
+        EngineKind::AhoCorasick,
+    ];
+
     #[test]
-    fn both_engines_report_overlapping_literals() {
-        for kind in [EngineKind::Regex, EngineKind::AhoCorasick] {
+    fn all_engines_report_overlapping_literals() {
+        for kind in ALL {
             let mut e = engine(LITERALS, kind);
             let hay = b"xfoobarx";
             assert_eq!(hits(&mut e, hay, 0..hay.len()), vec![0, 1, 2], "{kind:?}");
@@ -192,12 +408,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_picks_aho_corasick_only_for_plain_literals() {
-        assert_eq!(engine(LITERALS, EngineKind::Auto).name(), "aho_corasick");
-        let mixed = format!("{LITERALS}r\tdrop\tregex\tba+r\n");
-        assert_eq!(engine(&mixed, EngineKind::Auto).name(), "regex");
-        let nocase = "n\talert\tliteral_nocase\tfoo\n";
-        assert_eq!(engine(nocase, EngineKind::Auto).name(), "regex");
+    fn hybrid_groups_patterns_by_how_they_are_found() {
+        let text =
+            "a\talert\tregex\tabc[0-9]+\nb\talert\tregex\t^[0-9]{2}x\nc\talert\tregex\t[0-9]{4}\n";
+        let mut e = engine(text, EngineKind::Hybrid);
+        assert_eq!(e.name(), "hybrid");
+        assert_eq!(e.unaccelerated(), 1);
+        assert_eq!(hits(&mut e, b"12x abc7 5555", 0..13), vec![0, 1, 2]);
+        assert_eq!(hits(&mut e, b"ABC7 1x", 0..7), Vec::<usize>::new());
+        assert_eq!(engine(text, EngineKind::Regex).unaccelerated(), 3);
+    }
+
+    #[test]
+    fn hybrid_confirms_case_and_regex_after_a_factor_hit() {
+        let text = "cs\talert\tliteral\tGET\nci\talert\tliteral_nocase\tpost\nre\talert\tregex\tUSER [a-z]+\n";
+        let mut e = engine(text, EngineKind::Hybrid);
+        assert_eq!(hits(&mut e, b"get POST user x", 0..15), vec![1]);
+        assert_eq!(hits(&mut e, b"GET USER bob", 0..12), vec![0, 2]);
+        assert_eq!(hits(&mut e, b"USER 42", 0..7), Vec::<usize>::new());
     }
 
     #[test]

@@ -264,6 +264,7 @@ impl Node for Dpi {
             "patterns": out.patterns.len(),
             "patterns_alert": by_action(Action::Alert),
             "patterns_drop": by_action(Action::Drop),
+            "patterns_unaccelerated": self.engine.unaccelerated(),
             "packets_scanned": out.n.packets_scanned,
             "bytes_scanned": out.n.bytes_scanned,
             "matches_alert": out.n.alert_matches,

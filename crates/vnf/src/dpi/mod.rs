@@ -5,6 +5,7 @@
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod factor;
 pub mod inspector;
 pub mod patterns;
 pub mod stream;

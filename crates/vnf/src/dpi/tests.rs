@@ -75,7 +75,9 @@ fn shipped_pattern_file_loads_over_100_patterns() {
     let cfg = DpiConfig::with_patterns("patterns.txt");
     let d = Dpi::new("dpi0", &cfg, shipped_path().parent().unwrap()).unwrap();
     assert_eq!(d.pattern_len(), specs.len());
-    assert_eq!(d.engine_name(), "regex");
+    assert_eq!(d.engine_name(), "hybrid");
+    // Every shipped pattern has a literal factor or a start anchor.
+    assert_eq!(d.stats()["patterns_unaccelerated"], 0);
     assert_eq!(d.stats()["patterns"], specs.len());
 }
 
@@ -420,43 +422,50 @@ fn dpi_engine_throughput() {
     let full = std::fs::read_to_string(shipped_path()).unwrap();
     let literals = literal_subset();
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    let data: Vec<u8> = (0..64_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Text-like bytes exercise the automata harder than uniform noise.
-            b" etaoinshrdlucmfwypvbgkjqxz\r\n/:=.GETHTTP"[(x % 40) as usize]
-        })
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Uniform bytes (like iperf3's payload) and text-like bytes (like HTTP), which
+    // keep partial matches alive and exercise the automata harder.
+    let uniform_data: Vec<u8> = (0..64_000).map(|_| next() as u8).collect();
+    let text_data: Vec<u8> = (0..64_000)
+        .map(|_| b" etaoinshrdlucmfwypvbgkjqxz\r\n/:=.GETHTTP"[(next() % 40) as usize])
         .collect();
     let sets = [
         ("literals", literals.as_str(), EngineKind::AhoCorasick),
         ("literals", literals.as_str(), EngineKind::Regex),
+        ("literals", literals.as_str(), EngineKind::Hybrid),
         ("all", full.as_str(), EngineKind::Regex),
+        ("all", full.as_str(), EngineKind::Hybrid),
     ];
     for (set, text, kind) in sets {
         let specs = patterns::parse(text, Path::new("t")).unwrap();
         let mut e = Engine::build(&specs, kind).unwrap();
         let mut ps = regex_automata::PatternSet::new(specs.len());
-        for size in [64usize, 1448, 64_000] {
-            let total = 64usize << 20;
-            let iters = total / size;
-            let t = std::time::Instant::now();
-            let mut hits = 0;
-            for i in 0..iters {
-                let off = (i * 7919) % (data.len() - size + 1);
-                ps.clear();
-                e.scan(&data[off..off + size], 0..size, &mut ps);
-                hits += ps.len();
-            }
-            let secs = t.elapsed().as_secs_f64();
-            println!(
-                "set={set:<8} patterns={:<4} engine={:<12} payload={size:<6} {:>8.3} Gbit/s {:>8.3} Mpkt/s hits={hits}",
+        for (data_name, data) in [("uniform", &uniform_data), ("text", &text_data)] {
+            for size in [64usize, 1448, 64_000] {
+                let total = 64usize << 20;
+                let iters = total / size;
+                let t = std::time::Instant::now();
+                let mut hits = 0;
+                for i in 0..iters {
+                    let off = (i * 7919) % (data.len() - size + 1);
+                    ps.clear();
+                    e.scan(&data[off..off + size], 0..size, &mut ps);
+                    hits += ps.len();
+                }
+                let secs = t.elapsed().as_secs_f64();
+                println!(
+                "set={set:<8} patterns={:<4} engine={:<12} data={data_name:<7} payload={size:<6} {:>8.3} Gbit/s {:>8.3} Mpkt/s hits={hits}",
                 specs.len(),
                 e.name(),
                 (iters * size * 8) as f64 / secs / 1e9,
                 iters as f64 / secs / 1e6
             );
+            }
         }
     }
 }

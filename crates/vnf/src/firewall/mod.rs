@@ -294,6 +294,13 @@ impl Node for Firewall {
     fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>) {
         self.tick(ctx.now_ns);
         let now = ctx.now_ns;
+        // Overlap the table's cache misses across the vector: tags, then entries.
+        for p in pkts.iter().filter(|p| p.alive()) {
+            self.table.prefetch_buckets(&canonical(&p.meta.key).0);
+        }
+        for p in pkts.iter().filter(|p| p.alive()) {
+            self.table.prefetch_entry(&canonical(&p.meta.key).0);
+        }
         for p in pkts.iter_mut().filter(|p| p.alive()) {
             if let Err(r) = self.handle(&p.meta, p.dir, now) {
                 p.drop = Some(r);

@@ -520,6 +520,19 @@ impl Node for Nat {
     fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>) {
         self.tick(ctx.now_ns);
         let now = ctx.now_ns;
+        // Overlap the table's cache misses across the vector: tags, entries, then
+        // the other direction's entry that `touch` refreshes.
+        for p in pkts.iter().filter(|p| p.alive()) {
+            self.table.prefetch_buckets(&p.meta.key);
+        }
+        for p in pkts.iter().filter(|p| p.alive()) {
+            self.table.prefetch_entry(&p.meta.key);
+        }
+        for p in pkts.iter().filter(|p| p.alive()) {
+            if let Some(slot) = self.table.find(&p.meta.key) {
+                self.table.prefetch_slot(self.table.get(slot).val.twin as usize);
+            }
+        }
         for p in pkts.iter_mut().filter(|p| p.alive()) {
             if let Err(r) = self.handle(p, now) {
                 p.drop = Some(r);

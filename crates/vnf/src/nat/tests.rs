@@ -301,3 +301,46 @@ fn import_rejects_bad_blobs_atomically() {
     assert_eq!(small.import_state(&blob), Err(StateError::TableFull(2)));
     assert_eq!(small.table.len(), 0);
 }
+
+mod fuzz {
+    use super::*;
+    use crate::firewall::acl::Acl;
+    use crate::firewall::{Firewall, Timeouts as FwTimeouts};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Mutated frames through firewall and NAT in both directions: no panic, and
+        /// whatever NAT rewrites still parses with the key it reports.
+        #[test]
+        fn mutated_frames_through_firewall_and_nat(
+            which in 0usize..4, reverse in any::<bool>(),
+            flips in proptest::collection::vec((14usize..70, any::<u8>()), 0..4),
+        ) {
+            let seeds = [
+                tcp(IN, 40000, REM, 80, 0x02, b"abc"),
+                udp(REM, 53, PUB, 40000, b"q"),
+                icmp_echo(IN, REM, 9, false),
+                icmp_unreachable(REM, PUB, &udp(PUB, 40000, REM, 53, b"q")),
+            ];
+            let mut f = seeds[which].clone();
+            for (i, b) in flips {
+                if i < f.len() {
+                    f[i] = b;
+                }
+            }
+            let Ok(meta) = nfx_packet::parse(&f) else { return Ok(()) };
+            let dir = if reverse { R } else { F };
+            let mut fw = Firewall::new("fw", Acl::new(vec![], true), 64, FwTimeouts::default(), true, true);
+            let mut n = nat(1024, 65535, 64);
+            go(&mut n, &udp(IN, 40000, REM, 53, b"q"), F, 1);
+            let mut p = nfx_packet::Packet::new(nfx_packet::PacketBuf::from_frame(&f), dir);
+            p.meta = meta;
+            run1(&mut fw, &mut p, 2);
+            p.drop = None;
+            run1(&mut n, &mut p, 3);
+            let again = nfx_packet::parse(p.buf.frame());
+            prop_assert!(again.is_ok());
+            prop_assert_eq!(again.unwrap().key, p.meta.key);
+        }
+    }
+}

@@ -34,6 +34,20 @@ pub trait TableValue: Copy + Default {
     fn evictable(&self) -> bool;
 }
 
+/// Hints the CPU to start loading the cache line holding `r`.
+#[inline(always)]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is only a hint; it never faults, and `r` is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (r as *const T).cast::<i8>(),
+        )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
 /// One table slot: the key, when the entry expires and the node's value.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Entry<V> {
@@ -168,6 +182,37 @@ impl<V: TableValue> FlowTable<V> {
             0
         } else {
             b + 1
+        }
+    }
+
+    /// Vector lookup, stage 1: starts loading the tag lines of both buckets of `key`,
+    /// so that a node can overlap the cache misses of a whole vector (as VPP does).
+    #[inline]
+    pub fn prefetch_buckets(&self, key: &FlowKey) {
+        let (b1, b2, _) = self.locate(key);
+        prefetch(&self.tags[b1 * BUCKET]);
+        prefetch(&self.tags[b2 * BUCKET]);
+    }
+
+    /// Vector lookup, stage 2 (tags loaded): starts loading the entries whose tag
+    /// matches `key`.
+    #[inline]
+    pub fn prefetch_entry(&self, key: &FlowKey) {
+        let (b1, b2, tag) = self.locate(key);
+        for b in [b1, b2] {
+            for i in b * BUCKET..(b + 1) * BUCKET {
+                if self.tags[i] == tag {
+                    prefetch(&self.entries[i]);
+                }
+            }
+        }
+    }
+
+    /// Starts loading the entry in `slot` (e.g. the other direction of a mapping).
+    #[inline]
+    pub fn prefetch_slot(&self, slot: usize) {
+        if let Some(e) = self.entries.get(slot) {
+            prefetch(e);
         }
     }
 

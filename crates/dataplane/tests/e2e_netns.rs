@@ -1,0 +1,195 @@
+//! End to end through real namespaces made by this test: `a — m — b`, where `m` has
+//! ip_forward=0 and runs an nfx worker between its two veths. UDP datagrams and a TCP
+//! connection pass only while nfx runs (the kernel of `m` does not forward them).
+
+use nfx_dataplane::{build_chain, ChainBuilder, Dataplane, RunConfig};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The three namespaces; deleted on drop, also when an assertion fails.
+struct Topo {
+    a: String,
+    m: String,
+    b: String,
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl Topo {
+    fn new(tag: &str, net: u8) -> Self {
+        let pid = std::process::id();
+        let t = Topo { a: format!("nfxdp-{tag}-{pid}-a"), m: format!("nfxdp-{tag}-{pid}-m"), b: format!("nfxdp-{tag}-{pid}-b") };
+        let (a, m, b) = (t.a.as_str(), t.m.as_str(), t.b.as_str());
+        for ns in [a, m, b] {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        sh(&["ip", "-n", a, "link", "add", "veth0", "address", "02:00:00:01:00:01", "type", "veth", "peer", "name", "ma", "netns", m]);
+        sh(&["ip", "-n", b, "link", "add", "veth0", "address", "02:00:00:01:00:02", "type", "veth", "peer", "name", "mb", "netns", m]);
+        let a_ip = format!("10.{net}.1.1/24");
+        let ma_ip = format!("10.{net}.1.2/24");
+        let mb_ip = format!("10.{net}.2.1/24");
+        let b_ip = format!("10.{net}.2.2/24");
+        sh(&["ip", "-n", a, "addr", "add", &a_ip, "dev", "veth0"]);
+        sh(&["ip", "-n", m, "addr", "add", &ma_ip, "dev", "ma"]);
+        sh(&["ip", "-n", m, "addr", "add", &mb_ip, "dev", "mb"]);
+        sh(&["ip", "-n", b, "addr", "add", &b_ip, "dev", "veth0"]);
+        for (ns, dev) in [(a, "veth0"), (m, "ma"), (m, "mb"), (b, "veth0")] {
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        sh(&["ip", "-n", a, "route", "add", "default", "via", &format!("10.{net}.1.2")]);
+        sh(&["ip", "-n", b, "route", "add", "default", "via", &format!("10.{net}.2.1")]);
+        sh(&["ip", "netns", "exec", m, "sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+        t
+    }
+
+    fn mac(ns: &str, dev: &str) -> String {
+        let out = Command::new("ip").args(["-n", ns, "-o", "link", "show", dev]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let i = text.find("link/ether ").expect("ether line") + 11;
+        text[i..i + 17].to_string()
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.m, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `f` on a new thread inside namespace `ns`.
+fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&ns).unwrap();
+        f()
+    })
+}
+
+/// Sends `n` datagrams from `a` and counts how many `b` receives within `wait`.
+fn udp_through(t: &Topo, net: u8, n: usize, wait: Duration) -> usize {
+    let dst: SocketAddr = format!("10.{net}.2.2:5000").parse().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let rx = within(&t.b, move || {
+        let s = UdpSocket::bind(dst).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = 0;
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + wait;
+        while got < n && Instant::now() < deadline {
+            if s.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+        }
+        got
+    });
+    ready.recv().unwrap();
+    within(&t.a, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for i in 0..n {
+            let _ = s.send_to(format!("datagram {i}").as_bytes(), dst);
+        }
+    })
+    .join()
+    .unwrap();
+    rx.join().unwrap()
+}
+
+/// Sends `len` bytes over TCP from `a` to `b` and returns what `b` echoed back as its count.
+fn tcp_through(t: &Topo, net: u8, len: usize) -> u64 {
+    let addr: SocketAddr = format!("10.{net}.2.2:5001").parse().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let server = within(&t.b, move || {
+        let l = TcpListener::bind(addr).unwrap();
+        ready_tx.send(()).unwrap();
+        l.set_nonblocking(false).unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => total += k as u64,
+            }
+        }
+        let _ = c.write_all(&total.to_be_bytes());
+        total
+    });
+    ready.recv().unwrap();
+    let client = within(&t.a, move || {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect through nfx");
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let chunk = vec![0x5au8; 65536];
+        let mut sent = 0;
+        while sent < len {
+            let k = (len - sent).min(chunk.len());
+            c.write_all(&chunk[..k]).unwrap();
+            sent += k;
+        }
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut echo = [0u8; 8];
+        c.read_exact(&mut echo).unwrap();
+        u64::from_be_bytes(echo)
+    });
+    let echoed = client.join().unwrap();
+    assert_eq!(server.join().unwrap(), echoed);
+    echoed
+}
+
+fn config(t: &Topo, net: u8, chain: &str) -> RunConfig {
+    let text = format!(
+        "name: e2e-{net}\nnetns: {}\nports:\n  inside: {{iface: ma, peer_mac: '{}'}}\n  outside: {{iface: mb, peer_mac: '{}'}}\nvector: 256\npoll: adaptive\nchain: {chain}\n",
+        t.m,
+        Topo::mac(&t.a, "veth0"),
+        Topo::mac(&t.b, "veth0"),
+    );
+    RunConfig::parse(&text, "e2e.yaml").unwrap()
+}
+
+fn builder() -> ChainBuilder {
+    Arc::new(|specs: &[serde_json::Value]| build_chain(specs, std::path::Path::new(".")))
+}
+
+#[test]
+fn udp_and_tcp_pass_only_through_nfx() {
+    let net = 251;
+    let t = Topo::new("fwd", net);
+    assert_eq!(udp_through(&t, net, 20, Duration::from_millis(300)), 0, "the kernel of m forwards by itself");
+
+    let dp = Dataplane::start(&config(&t, net, "[]"), builder()).unwrap();
+    assert_eq!(udp_through(&t, net, 200, Duration::from_secs(5)), 200, "UDP datagrams lost through nfx");
+    let bytes = 8 << 20;
+    assert_eq!(tcp_through(&t, net, bytes), bytes as u64);
+    let st = dp.stop().unwrap();
+    let parse = st.node("parse").unwrap();
+    assert!(parse.packets >= 200, "{parse:?}");
+    assert!(st.ports[1].tx_bytes >= bytes as u64, "outside port sent {} bytes", st.ports[1].tx_bytes);
+    assert!(st.ports[0].tx_packets > 0, "no reverse traffic (TCP ACKs) went back inside");
+    assert_eq!(st.node("output").unwrap().drops["tx_error"], 0);
+
+    assert_eq!(udp_through(&t, net, 20, Duration::from_millis(300)), 0, "traffic still passes after nfx stopped");
+}
+
+#[test]
+fn chain_with_firewall_drops_denied_udp_and_counts_it() {
+    let net = 252;
+    let t = Topo::new("acl", net);
+    let chain = "[{firewall: {default: allow, rules: [{action: deny, proto: udp, dport: 5000}]}}]";
+    let dp = Dataplane::start(&config(&t, net, chain), builder()).unwrap();
+    assert_eq!(udp_through(&t, net, 30, Duration::from_millis(500)), 0, "denied datagrams arrived");
+    let bytes = 1 << 20;
+    assert_eq!(tcp_through(&t, net, bytes), bytes as u64, "allowed TCP did not pass");
+    let st = dp.stop().unwrap();
+    assert_eq!(st.node("firewall").unwrap().drops["acl_deny"], 30);
+}

@@ -1,0 +1,343 @@
+//! `nfx up | plan | deploy | status | migrate | destroy | agent`: the controller (with its
+//! embedded host agent) and the commands that drive it over its REST API.
+
+use anyhow::{bail, Context};
+use nfx_control::client::{ensure_token, load_services, load_token, Client};
+use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
+use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
+use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
+use nfx_control::vnfm::Vnfm;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Controller subcommands.
+#[derive(clap::Subcommand)]
+pub enum CtlCmd {
+    /// Start the controller and its embedded host agent (state in SQLite, REST API).
+    Up(UpArgs),
+    /// Dry-run chaining and placement of the services in a file (nothing is reserved).
+    Plan(ServiceArgs),
+    /// Deploy the services in a file and wait for their operations.
+    Deploy(ServiceArgs),
+    /// Show services, instances and operations (or one of them).
+    Status(StatusArgs),
+    /// Migrate an instance, with its flow state, to another device.
+    Migrate(MigrateArgs),
+    /// Destroy a service: steer its traffic away, then destroy its instances.
+    Destroy(DestroyArgs),
+    /// Run a stand-alone host agent serving the five VNFM calls over REST.
+    Agent(AgentArgs),
+}
+
+/// Where the controller is and how to authenticate.
+#[derive(clap::Args)]
+pub struct Conn {
+    /// Controller URL (or env NFX_URL).
+    #[arg(long, env = "NFX_URL", default_value = "http://127.0.0.1:7878")]
+    url: String,
+    /// File holding the bearer token (env NFX_TOKEN takes precedence).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Print raw JSON answers.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `nfx up`.
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// SQLite state database.
+    #[arg(long, default_value = "nfx-state.db")]
+    db: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: std::net::SocketAddr,
+    /// Bearer token file (created with a random token if missing; env NFX_TOKEN wins).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Infrastructure descriptor (YAML); default: this machine as one software device.
+    #[arg(long)]
+    infra: Option<PathBuf>,
+    /// Local agent config (YAML): devices run as real `nfx run` workers.
+    #[arg(long)]
+    local_config: Option<PathBuf>,
+    /// Serve HOST through a remote agent: HOST=URL (repeatable).
+    #[arg(long = "agent", value_name = "HOST=URL")]
+    agents: Vec<String>,
+    /// Simulated deploy latency per instance, ms.
+    #[arg(long, default_value_t = 0)]
+    sim_deploy_ms: u64,
+    /// Simulated devices' state file (default: <db>.sim.json).
+    #[arg(long)]
+    sim_state: Option<PathBuf>,
+    /// Write the bound address here once listening.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+/// A service file and connection.
+#[derive(clap::Args)]
+pub struct ServiceArgs {
+    /// Service descriptor (YAML, `services: [...]`).
+    file: PathBuf,
+    /// Only this service of the file.
+    #[arg(long)]
+    service: Option<String>,
+    /// Return after the operation is accepted instead of waiting for it.
+    #[arg(long)]
+    no_wait: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `nfx status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// One service.
+    #[arg(long)]
+    service: Option<String>,
+    /// One instance (with live state from its VNFM).
+    #[arg(long)]
+    instance: Option<String>,
+    /// One operation.
+    #[arg(long)]
+    operation: Option<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `nfx migrate`.
+#[derive(clap::Args)]
+pub struct MigrateArgs {
+    /// Instance id.
+    instance: String,
+    /// Target device (default: the best other device on the same host).
+    #[arg(long)]
+    device: Option<String>,
+    /// Return after the operation is accepted.
+    #[arg(long)]
+    no_wait: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `nfx destroy`.
+#[derive(clap::Args)]
+pub struct DestroyArgs {
+    /// Service id.
+    service: String,
+    /// Return after the operation is accepted.
+    #[arg(long)]
+    no_wait: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `nfx agent`.
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7879")]
+    listen: std::net::SocketAddr,
+    /// Bearer token file (env NFX_TOKEN wins).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Serve real workers from this local agent config (YAML).
+    #[arg(long, conflicts_with = "infra")]
+    local_config: Option<PathBuf>,
+    /// Serve simulated devices of this infrastructure descriptor.
+    #[arg(long)]
+    infra: Option<PathBuf>,
+    /// Simulated deploy latency per instance, ms.
+    #[arg(long, default_value_t = 0)]
+    sim_deploy_ms: u64,
+    /// Write the bound address here once listening.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+/// Runs one controller subcommand.
+pub fn run(cmd: CtlCmd) -> anyhow::Result<()> {
+    match cmd {
+        CtlCmd::Up(a) => up(a),
+        CtlCmd::Plan(a) => services(a, true),
+        CtlCmd::Deploy(a) => services(a, false),
+        CtlCmd::Status(a) => status(a),
+        CtlCmd::Migrate(a) => migrate(a),
+        CtlCmd::Destroy(a) => destroy(a),
+        CtlCmd::Agent(a) => agent(a),
+    }
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    let infra = match &a.infra {
+        Some(p) => nfx_model::Infrastructure::load(p)?,
+        None => default_infra(),
+    };
+    let token_file = a
+        .token_file
+        .clone()
+        .unwrap_or_else(|| a.db.with_extension("token"));
+    let (token, from) = ensure_token(&token_file)?;
+    eprintln!("nfx up: bearer token from {from}");
+    let local = a
+        .local_config
+        .as_deref()
+        .map(LocalConfig::load)
+        .transpose()?;
+    let mut agents = Vec::new();
+    for s in &a.agents {
+        let Some((h, u)) = s.split_once('=') else {
+            bail!("--agent {s:?}: expected HOST=URL");
+        };
+        agents.push((h.to_string(), u.to_string()));
+    }
+    run_up(UpConfig {
+        sim: SimConfig {
+            deploy_delay: Duration::from_millis(a.sim_deploy_ms),
+            state_file: Some(a.sim_state.unwrap_or_else(|| a.db.with_extension("sim.json"))),
+        },
+        db: a.db,
+        listen: a.listen,
+        token,
+        infra,
+        local,
+        agents,
+        ready_file: a.ready_file,
+    })
+}
+
+fn client(c: &Conn) -> anyhow::Result<Client> {
+    Ok(Client::new(&c.url, load_token(c.token_file.as_deref())?))
+}
+
+fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
+    if c.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    }
+    Ok(())
+}
+
+/// Fails with the server's message unless the status is `want`.
+fn expect(a: nfx_control::client::Answer, want: &[u16], what: &str) -> anyhow::Result<serde_json::Value> {
+    if want.contains(&a.status) {
+        return Ok(a.body);
+    }
+    let msg = a.body["error"].as_str().map(String::from).unwrap_or_else(|| a.body.to_string());
+    bail!("{what}: HTTP {}: {msg}", a.status)
+}
+
+fn wait(cl: &Client, op: &serde_json::Value, what: &str) -> anyhow::Result<serde_json::Value> {
+    let id = op["id"].as_str().context("answer has no operation id")?;
+    let done = cl.wait_operation(id, Duration::from_secs(600))?;
+    if done["state"] != "COMPLETED" {
+        bail!(
+            "{what}: operation {id} ended {}: {}",
+            done["state"],
+            done["error"].as_str().unwrap_or("no error recorded")
+        );
+    }
+    Ok(done)
+}
+
+fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
+    let cl = client(&a.conn)?;
+    let all = load_services(&a.file)?;
+    let chosen: Vec<_> = all
+        .into_iter()
+        .filter(|s| a.service.as_deref().is_none_or(|id| s["id"] == id))
+        .collect();
+    if chosen.is_empty() {
+        bail!("{}: no service matches", a.file.display());
+    }
+    for s in chosen {
+        let what = format!("service {}", s["id"].as_str().unwrap_or("?"));
+        if dry {
+            let plan = expect(cl.post("/api/v1/plan", &s)?, &[200], &what)?;
+            show(&a.conn, &plan)?;
+            continue;
+        }
+        let op = expect(cl.post("/api/v1/services", &s)?, &[202], &what)?;
+        let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+        show(&a.conn, &op)?;
+    }
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let cl = client(&a.conn)?;
+    let one = |path: String, what: &str| -> anyhow::Result<()> {
+        let v = expect(cl.get(&path)?, &[200], what)?;
+        show(&a.conn, &v)
+    };
+    if let Some(s) = &a.service {
+        return one(format!("/api/v1/services/{s}"), "status");
+    }
+    if let Some(i) = &a.instance {
+        return one(format!("/api/v1/instances/{i}"), "status");
+    }
+    if let Some(o) = &a.operation {
+        return one(format!("/api/v1/operations/{o}"), "status");
+    }
+    let services = expect(cl.get("/api/v1/services")?, &[200], "services")?;
+    let instances = expect(cl.get("/api/v1/instances")?, &[200], "instances")?;
+    let ops = expect(cl.get("/api/v1/operations")?, &[200], "operations")?;
+    if a.conn.json {
+        println!("{}", serde_json::json!({"services": services, "instances": instances, "operations": ops}));
+        return Ok(());
+    }
+    println!("services:");
+    for s in services.as_array().into_iter().flatten() {
+        println!("  {:<20} {:<11} op {}", s["service"]["id"].as_str().unwrap_or("?"), s["status"].as_str().unwrap_or("?"), s["operation"].as_str().unwrap_or("?"));
+    }
+    println!("instances:");
+    for i in instances.as_array().into_iter().flatten() {
+        println!("  {:<28} {:<9} {:<12} {:<10} {}", i["spec"]["id"].as_str().unwrap_or("?"), i["spec"]["function"].as_str().unwrap_or("?"), i["spec"]["device"].as_str().unwrap_or("?"), i["tier"].as_str().unwrap_or("?"), i["status"].as_str().unwrap_or("?"));
+    }
+    println!("operations:");
+    for o in ops.as_array().into_iter().flatten() {
+        println!("  {:<8} {:<8} {:<20} {}", o["id"].as_str().unwrap_or("?"), o["kind"].as_str().unwrap_or("?"), o["target"].as_str().unwrap_or("?"), o["state"].as_str().unwrap_or("?"));
+    }
+    Ok(())
+}
+
+fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
+    let cl = client(&a.conn)?;
+    let body = match &a.device {
+        Some(d) => serde_json::json!({"device": d}),
+        None => serde_json::json!({}),
+    };
+    let what = format!("migrate {}", a.instance);
+    let op = expect(cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?, &[202], &what)?;
+    let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+    show(&a.conn, &op)
+}
+
+fn destroy(a: DestroyArgs) -> anyhow::Result<()> {
+    let cl = client(&a.conn)?;
+    let what = format!("destroy {}", a.service);
+    let op = expect(cl.delete(&format!("/api/v1/services/{}", a.service))?, &[202], &what)?;
+    let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+    show(&a.conn, &op)
+}
+
+fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    let Some(token) = load_token(a.token_file.as_deref())? else {
+        bail!("nfx agent: give --token-file or NFX_TOKEN (mutating agent calls need a token)");
+    };
+    let vnfm: Arc<dyn Vnfm> = match (&a.local_config, &a.infra) {
+        (Some(p), _) => Arc::new(LocalVnfm::new(LocalConfig::load(p)?)?),
+        (None, Some(p)) => Arc::new(SimVnfm::new(
+            &nfx_model::Infrastructure::load(p)?,
+            SimConfig {
+                deploy_delay: Duration::from_millis(a.sim_deploy_ms),
+                state_file: None,
+            },
+        )?),
+        (None, None) => bail!("nfx agent: give --local-config or --infra"),
+    };
+    run_agent(vnfm, a.listen, token, a.ready_file.as_ref())
+}

@@ -1,0 +1,1 @@
+//! nfx-ssm (see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nfx-tunnel (see DESIGN.md).
