@@ -121,9 +121,9 @@ pub fn generate(shape: &Shape, seed: u64) -> Workload {
                 kind: kind.to_string(),
                 processing_latency_us: tenth(lat),
                 throughput_total_gbps: tput,
-                throughput_used_gbps: tenth(tput * rng.random_range(0.2..1.0)),
+                throughput_used_gbps: tenth(tput * rng.random_range(0.0..0.9)),
                 capacity_total: cap,
-                capacity_used: (cap * rng.random_range(0.2..1.0)).floor(),
+                capacity_used: (cap * rng.random_range(0.0..0.9)).floor(),
             }
         })
         .collect();
@@ -143,8 +143,8 @@ pub fn generate(shape: &Shape, seed: u64) -> Workload {
                 dst_node: nodes[rng.random_range(0..nodes.len())].clone(),
                 chain,
                 latency_bound_us: tenth(rng.random_range(100.0..900.0)),
-                throughput_gbps: tenth(rng.random_range(0.5..8.0)),
-                capacity_need: rng.random_range(1..=6) as f64,
+                throughput_gbps: tenth(rng.random_range(0.5..5.0)),
+                capacity_need: rng.random_range(1..=4) as f64,
             }
         })
         .collect();

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod enforcer;
 pub mod mediator;
 pub mod ops;
+pub mod scale;
 pub mod server;
 pub mod store;
 pub mod topology;

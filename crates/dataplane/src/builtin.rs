@@ -69,9 +69,9 @@ impl Node for OutputNode {
 mod tests {
     use super::*;
     use nfx_packet::checksum::checksum;
+    use nfx_packet::DropReason;
     use nfx_packet::PacketBuf;
     use nfx_vnf::EventSink;
-    use nfx_packet::DropReason;
 
     fn ipv4_frame(ttl: u8, tos: u8, id: u16) -> Vec<u8> {
         let mut f = vec![0u8; 14 + 20 + 8];
@@ -95,7 +95,13 @@ mod tests {
 
     fn run(node: &mut dyn Node, pkts: &mut [Packet]) {
         let mut sink = EventSink::default();
-        node.process(pkts, &mut NodeCtx { now_ns: 0, events: &mut sink });
+        node.process(
+            pkts,
+            &mut NodeCtx {
+                now_ns: 0,
+                events: &mut sink,
+            },
+        );
     }
 
     #[test]
@@ -103,7 +109,10 @@ mod tests {
         let mut arp = ipv4_frame(64, 0, 1);
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         let mut pkts = vec![
-            Packet::new(PacketBuf::from_frame(&ipv4_frame(64, 0, 1)), Direction::Forward),
+            Packet::new(
+                PacketBuf::from_frame(&ipv4_frame(64, 0, 1)),
+                Direction::Forward,
+            ),
             Packet::new(PacketBuf::from_frame(&arp), Direction::Forward),
             Packet::new(PacketBuf::from_frame(&[0u8; 10]), Direction::Forward),
         ];
@@ -116,21 +125,49 @@ mod tests {
 
     #[test]
     fn output_rewrites_macs_by_direction() {
-        let fwd = L2Rewrite { dst: [2, 0, 0, 0, 0, 2], src: [2, 0, 0, 0, 0, 0x20] };
-        let rev = L2Rewrite { dst: [2, 0, 0, 0, 0, 1], src: [2, 0, 0, 0, 0, 0x10] };
-        let mut out = OutputNode { forward: fwd, reverse: rev };
+        let fwd = L2Rewrite {
+            dst: [2, 0, 0, 0, 0, 2],
+            src: [2, 0, 0, 0, 0, 0x20],
+        };
+        let rev = L2Rewrite {
+            dst: [2, 0, 0, 0, 0, 1],
+            src: [2, 0, 0, 0, 0, 0x10],
+        };
+        let mut out = OutputNode {
+            forward: fwd,
+            reverse: rev,
+        };
         let mut pkts = vec![
-            Packet::new(PacketBuf::from_frame(&ipv4_frame(64, 0, 1)), Direction::Forward),
-            Packet::new(PacketBuf::from_frame(&ipv4_frame(64, 0, 1)), Direction::Reverse),
-            Packet::new(PacketBuf::from_frame(&ipv4_frame(1, 0, 1)), Direction::Forward),
+            Packet::new(
+                PacketBuf::from_frame(&ipv4_frame(64, 0, 1)),
+                Direction::Forward,
+            ),
+            Packet::new(
+                PacketBuf::from_frame(&ipv4_frame(64, 0, 1)),
+                Direction::Reverse,
+            ),
+            Packet::new(
+                PacketBuf::from_frame(&ipv4_frame(1, 0, 1)),
+                Direction::Forward,
+            ),
         ];
         run(&mut ParseNode, &mut pkts);
         run(&mut out, &mut pkts);
-        assert_eq!(&pkts[0].buf.frame()[0..12], &[fwd.dst, fwd.src].concat()[..]);
-        assert_eq!(&pkts[1].buf.frame()[0..12], &[rev.dst, rev.src].concat()[..]);
+        assert_eq!(
+            &pkts[0].buf.frame()[0..12],
+            &[fwd.dst, fwd.src].concat()[..]
+        );
+        assert_eq!(
+            &pkts[1].buf.frame()[0..12],
+            &[rev.dst, rev.src].concat()[..]
+        );
         assert_eq!(pkts[0].buf.frame()[14 + 8], 63);
         assert_eq!(pkts[0].meta.ttl, 63);
-        assert_eq!(checksum(&pkts[0].buf.frame()[14..34]), 0, "IP checksum broken by the TTL update");
+        assert_eq!(
+            checksum(&pkts[0].buf.frame()[14..34]),
+            0,
+            "IP checksum broken by the TTL update"
+        );
         assert_eq!(pkts[2].drop, Some(DropReason::TtlExpired));
     }
 }

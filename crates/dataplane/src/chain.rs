@@ -10,11 +10,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Builds every node of `specs`; relative paths in specs resolve against `base_dir`.
-pub fn build_chain(specs: &[serde_json::Value], base_dir: &Path) -> Result<Vec<Box<dyn Node>>, ConfigError> {
+pub fn build_chain(
+    specs: &[serde_json::Value],
+    base_dir: &Path,
+) -> Result<Vec<Box<dyn Node>>, ConfigError> {
     let mut seen: HashMap<&'static str, usize> = HashMap::new();
     let mut nodes = Vec::with_capacity(specs.len());
     for (i, v) in specs.iter().enumerate() {
-        let at = |field: &str| if field.is_empty() { format!("chain[{i}]") } else { format!("chain[{i}].{field}") };
+        let at = |field: &str| {
+            if field.is_empty() {
+                format!("chain[{i}]")
+            } else {
+                format!("chain[{i}].{field}")
+            }
+        };
         let spec: NodeSpec = serde_path_to_error::deserialize(v).map_err(|e| {
             let path = e.path().to_string();
             ConfigError {
@@ -26,9 +35,16 @@ pub fn build_chain(specs: &[serde_json::Value], base_dir: &Path) -> Result<Vec<B
         let kind = spec.kind();
         let n = seen.entry(kind).or_insert(0);
         *n += 1;
-        let name = if *n == 1 { kind.to_string() } else { format!("{kind}-{n}") };
-        let node = nfx_vnf::build(&spec, &name, base_dir)
-            .map_err(|e| ConfigError { file: String::new(), field: at(&e.field), problem: e.msg })?;
+        let name = if *n == 1 {
+            kind.to_string()
+        } else {
+            format!("{kind}-{n}")
+        };
+        let node = nfx_vnf::build(&spec, &name, base_dir).map_err(|e| ConfigError {
+            file: String::new(),
+            field: at(&e.field),
+            problem: e.msg,
+        })?;
         nodes.push(node);
     }
     Ok(nodes)
@@ -46,7 +62,11 @@ mod tests {
 
     fn names(specs: serde_json::Value) -> Vec<String> {
         let specs = specs.as_array().unwrap().clone();
-        build_chain(&specs, Path::new(".")).unwrap().iter().map(|n| n.name().to_string()).collect()
+        build_chain(&specs, Path::new("."))
+            .unwrap()
+            .iter()
+            .map(|n| n.name().to_string())
+            .collect()
     }
 
     #[test]
@@ -54,20 +74,33 @@ mod tests {
         let fw = json!({"firewall": {"default": "allow"}});
         let el = json!({"elephant": {}});
         assert_eq!(names(json!([fw, el])), ["firewall", "elephant"]);
-        assert_eq!(names(json!([fw, el, fw, fw])), ["firewall", "elephant", "firewall-2", "firewall-3"]);
+        assert_eq!(
+            names(json!([fw, el, fw, fw])),
+            ["firewall", "elephant", "firewall-2", "firewall-3"]
+        );
         assert!(names(json!([])).is_empty());
     }
 
     #[test]
     fn errors_name_entry_and_field() {
-        let e = build_chain(&[json!({"elephant": {}}), json!({"firewall": {"max_flows": 0}})], Path::new("."))
+        let e = build_chain(
+            &[
+                json!({"elephant": {}}),
+                json!({"firewall": {"max_flows": 0}}),
+            ],
+            Path::new("."),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.field, "chain[1].firewall.max_flows");
+        let e = build_chain(&[json!({"router": {}})], Path::new("."))
             .err()
             .unwrap();
-        assert_eq!(e.field, "chain[1].firewall.max_flows");
-        let e = build_chain(&[json!({"router": {}})], Path::new(".")).err().unwrap();
         assert!(e.field.starts_with("chain[0]"), "{e}");
         assert!(e.problem.contains("router"), "{e}");
-        let e = build_chain(&[json!({"firewall": {"defualt": "deny"}})], Path::new(".")).err().unwrap();
+        let e = build_chain(&[json!({"firewall": {"defualt": "deny"}})], Path::new("."))
+            .err()
+            .unwrap();
         assert!(e.field.starts_with("chain[0].firewall"), "{e}");
         assert!(e.problem.contains("defualt"), "{e}");
     }

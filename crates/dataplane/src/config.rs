@@ -111,32 +111,61 @@ impl RunConfig {
                 problem: e.into_inner().to_string(),
             }
         })?;
-        let cfg = RunConfig { source: file.to_string(), ..cfg };
+        let cfg = RunConfig {
+            source: file.to_string(),
+            ..cfg
+        };
         cfg.validate(file)?;
         Ok(cfg)
     }
 
     /// Checks the values serde cannot: name charset, vector range, MACs, interface names.
     pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
-        let err = |field: &str, problem: String| ConfigError { file: file.to_string(), field: field.to_string(), problem };
+        let err = |field: &str, problem: String| ConfigError {
+            file: file.to_string(),
+            field: field.to_string(),
+            problem,
+        };
         if self.name.is_empty()
             || self.name.len() > 64
-            || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             || self.name.starts_with('.')
         {
             return Err(err("name", format!("`{}` must be 1..64 characters of A-Z a-z 0-9 - _ . (it names the control socket)", self.name)));
         }
         if !(1..=nfx_packet::MAX_VECTOR).contains(&self.vector) {
-            return Err(err("vector", format!("{} is out of range 1..={}", self.vector, nfx_packet::MAX_VECTOR)));
+            return Err(err(
+                "vector",
+                format!(
+                    "{} is out of range 1..={}",
+                    self.vector,
+                    nfx_packet::MAX_VECTOR
+                ),
+            ));
         }
-        for (side, p) in [("inside", &self.ports.inside), ("outside", &self.ports.outside)] {
+        for (side, p) in [
+            ("inside", &self.ports.inside),
+            ("outside", &self.ports.outside),
+        ] {
             if p.iface.is_empty() || p.iface.len() >= 16 || p.iface.contains(['/', ' ', '\0']) {
-                return Err(err(&format!("ports.{side}.iface"), format!("`{}` is not an interface name (1..15 characters)", p.iface)));
+                return Err(err(
+                    &format!("ports.{side}.iface"),
+                    format!("`{}` is not an interface name (1..15 characters)", p.iface),
+                ));
             }
             parse_mac(&p.peer_mac).map_err(|e| err(&format!("ports.{side}.peer_mac"), e))?;
         }
         if self.ports.inside.iface == self.ports.outside.iface {
-            return Err(err("ports.outside.iface", format!("`{}` is also the inside interface", self.ports.outside.iface)));
+            return Err(err(
+                "ports.outside.iface",
+                format!(
+                    "`{}` is also the inside interface",
+                    self.ports.outside.iface
+                ),
+            ));
         }
         for (i, spec) in self.chain.iter().enumerate() {
             match spec.as_object() {
@@ -149,12 +178,17 @@ impl RunConfig {
 
     /// Directory that relative paths inside the chain specs are resolved against.
     pub fn base_dir(&self) -> PathBuf {
-        Path::new(&self.source).parent().map(Path::to_path_buf).unwrap_or_default()
+        Path::new(&self.source)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
     }
 
     /// The control socket path: `control_socket` or `/run/nfx/<name>.sock`.
     pub fn socket_path(&self) -> PathBuf {
-        self.control_socket.clone().unwrap_or_else(|| default_socket(&self.name))
+        self.control_socket
+            .clone()
+            .unwrap_or_else(|| default_socket(&self.name))
     }
 
     /// True when the vector is 1 (one packet per syscall).
@@ -217,11 +251,18 @@ chain:
 
     #[test]
     fn unknown_field_names_file_and_path() {
-        let e = err_of(&GOOD.replace("peer_mac: \"02:00:00:00:00:02\"", "peer_mac: \"02:00:00:00:00:02\", mtu: 9000"));
+        let e = err_of(&GOOD.replace(
+            "peer_mac: \"02:00:00:00:00:02\"",
+            "peer_mac: \"02:00:00:00:00:02\", mtu: 9000",
+        ));
         assert_eq!(e.file, "bad.yaml");
         assert_eq!(e.field, "ports.outside.mtu");
         assert!(e.problem.contains("mtu"), "{e}");
-        assert!(e.to_string().starts_with("bad.yaml: field `ports.outside.mtu`"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("bad.yaml: field `ports.outside.mtu`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -230,10 +271,16 @@ chain:
             (GOOD.replace("vector: 64", "vector: 0"), "vector"),
             (GOOD.replace("vector: 64", "vector: 300"), "vector"),
             (GOOD.replace("poll: busy", "poll: lazy"), "poll"),
-            (GOOD.replace("02:00:00:00:00:01", "02:00:00:00:01"), "ports.inside.peer_mac"),
+            (
+                GOOD.replace("02:00:00:00:00:01", "02:00:00:00:01"),
+                "ports.inside.peer_mac",
+            ),
             (GOOD.replace("to-cloud", "to-src"), "ports.outside.iface"),
             (GOOD.replace("name: edge", "name: ../etc"), "name"),
-            (GOOD.replace("  - nat: {}", "  - nat: {}\n    dpi: {}"), "chain[1]"),
+            (
+                GOOD.replace("  - nat: {}", "  - nat: {}\n    dpi: {}"),
+                "chain[1]",
+            ),
             (GOOD.replace("vector: 64", "vector: many"), "vector"),
         ];
         for (text, field) in cases {
@@ -246,6 +293,10 @@ chain:
     #[test]
     fn missing_file_names_the_file() {
         let e = RunConfig::load(Path::new("/nonexistent/nfx.yaml")).unwrap_err();
-        assert!(e.to_string().starts_with("/nonexistent/nfx.yaml: cannot read"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/nfx.yaml: cannot read"),
+            "{e}"
+        );
     }
 }

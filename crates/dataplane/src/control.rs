@@ -31,25 +31,38 @@ impl ControlServer {
         }
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
-                return Err(anyhow!("control socket {} is in use by a running instance", path.display()));
+                return Err(anyhow!(
+                    "control socket {} is in use by a running instance",
+                    path.display()
+                ));
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale socket {}", path.display()))?;
         }
-        let listener = UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))?;
+        let listener = UnixListener::bind(path)
+            .with_context(|| format!("binding control socket {}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
-        let thread = std::thread::Builder::new().name("nfx-control".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if stop2.load(Ordering::Acquire) {
-                    break;
+        let thread = std::thread::Builder::new()
+            .name("nfx-control".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Ok(conn) = conn {
+                        let ctl = ctl.clone();
+                        let _ = std::thread::Builder::new()
+                            .name("nfx-control-conn".into())
+                            .spawn(move || serve(conn, ctl));
+                    }
                 }
-                if let Ok(conn) = conn {
-                    let ctl = ctl.clone();
-                    let _ = std::thread::Builder::new().name("nfx-control-conn".into()).spawn(move || serve(conn, ctl));
-                }
-            }
-        })?;
-        Ok(Self { path: path.to_path_buf(), stop, thread: Some(thread) })
+            })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Where the socket listens.
@@ -59,7 +72,9 @@ impl ControlServer {
 }
 
 fn serve(conn: UnixStream, ctl: Controller) {
-    let Ok(mut out) = conn.try_clone() else { return };
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(conn.take(MAX_LINE));
     let mut line = String::new();
     loop {
@@ -94,14 +109,24 @@ impl Drop for ControlServer {
 /// Sends one request to the control socket at `path` and returns the parsed response;
 /// a `{"error": ...}` response becomes an `Err`.
 pub fn request(path: &Path, req: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
-    let mut s = UnixStream::connect(path)
-        .with_context(|| format!("connecting to {} (is `nfx run` running with this name?)", path.display()))?;
+    let mut s = UnixStream::connect(path).with_context(|| {
+        format!(
+            "connecting to {} (is `nfx run` running with this name?)",
+            path.display()
+        )
+    })?;
     s.set_read_timeout(Some(Duration::from_secs(15)))?;
     writeln!(s, "{req}")?;
     let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line).with_context(|| format!("reading the answer from {}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&line).with_context(|| format!("{} answered with something that is not JSON", path.display()))?;
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .with_context(|| format!("reading the answer from {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&line).with_context(|| {
+        format!(
+            "{} answered with something that is not JSON",
+            path.display()
+        )
+    })?;
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
         return Err(anyhow!("{}: {e}", path.display()));
     }

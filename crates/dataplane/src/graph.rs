@@ -26,7 +26,12 @@ pub struct NodeCounters {
 
 impl Default for NodeCounters {
     fn default() -> Self {
-        Self { packets: 0, bytes: 0, cycles: 0, drops: [0; DropReason::COUNT] }
+        Self {
+            packets: 0,
+            bytes: 0,
+            cycles: 0,
+            drops: [0; DropReason::COUNT],
+        }
     }
 }
 
@@ -37,7 +42,10 @@ struct Stage {
 
 impl Stage {
     fn new(node: Box<dyn Node>) -> Self {
-        Self { node, counters: NodeCounters::default() }
+        Self {
+            node,
+            counters: NodeCounters::default(),
+        }
     }
 
     /// Runs the node on the live packets `pkts`, counts, and compacts the survivors to the
@@ -73,7 +81,11 @@ impl Stage {
             name: self.node.name().to_string(),
             packets: c.packets,
             bytes: c.bytes,
-            cycles_per_packet: if c.packets == 0 { 0.0 } else { c.cycles as f64 / c.packets as f64 },
+            cycles_per_packet: if c.packets == 0 {
+                0.0
+            } else {
+                c.cycles as f64 / c.packets as f64
+            },
             drops: drops_map(&c.drops),
             stats: self.node.stats(),
         }
@@ -112,7 +124,11 @@ pub struct Graph {
 
 impl Graph {
     /// Builds `parse` → `chain` → `output`; events go to `events_out` as JSON lines.
-    pub fn new(chain: Vec<Box<dyn Node>>, output: OutputNode, events_out: Option<Box<dyn Write + Send>>) -> Self {
+    pub fn new(
+        chain: Vec<Box<dyn Node>>,
+        output: OutputNode,
+        events_out: Option<Box<dyn Write + Send>>,
+    ) -> Self {
         Self {
             parse: Stage::new(Box::new(ParseNode)),
             chain: chain.into_iter().map(Stage::new).collect(),
@@ -128,7 +144,10 @@ impl Graph {
     /// packets (the returned count) are ready to transmit, in arrival order; the others
     /// are dropped and counted.
     pub fn run(&mut self, pkts: &mut [Packet], dir: Direction, now_ns: u64) -> usize {
-        let mut ctx = NodeCtx { now_ns, events: &mut self.sink };
+        let mut ctx = NodeCtx {
+            now_ns,
+            events: &mut self.sink,
+        };
         let mut live = self.parse.run(pkts, &mut ctx);
         match dir {
             Direction::Forward => {
@@ -206,22 +225,36 @@ impl Graph {
 
     /// The VNF called `name`, for state export/import.
     pub fn vnf_mut(&mut self, name: &str) -> Option<&mut (dyn Node + 'static)> {
-        self.chain.iter_mut().find(|s| s.node.name() == name).map(|s| s.node.as_mut())
+        self.chain
+            .iter_mut()
+            .find(|s| s.node.name() == name)
+            .map(|s| s.node.as_mut())
     }
 
     /// Names of the VNFs in Forward order.
     pub fn vnf_names(&self) -> Vec<String> {
-        self.chain.iter().map(|s| s.node.name().to_string()).collect()
+        self.chain
+            .iter()
+            .map(|s| s.node.name().to_string())
+            .collect()
     }
 
     /// Stats of every node in Forward order: `parse`, VNFs, `output`.
     pub fn node_stats(&self) -> Vec<NodeStats> {
-        std::iter::once(&self.parse).chain(&self.chain).chain(std::iter::once(&self.output)).map(Stage::stats).collect()
+        std::iter::once(&self.parse)
+            .chain(&self.chain)
+            .chain(std::iter::once(&self.output))
+            .map(Stage::stats)
+            .collect()
     }
 
     /// Events raised so far, by kind; failed event-file writes appear as `write_error`.
     pub fn event_counts(&self) -> BTreeMap<String, u64> {
-        let mut m: BTreeMap<String, u64> = self.event_counts.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let mut m: BTreeMap<String, u64> = self
+            .event_counts
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
         if self.event_write_errors > 0 {
             m.insert("write_error".into(), self.event_write_errors);
         }

@@ -11,13 +11,21 @@ use std::sync::{Arc, Mutex};
 
 fn output() -> OutputNode {
     OutputNode {
-        forward: L2Rewrite { dst: [2, 0, 0, 0, 0, 2], src: [2, 0, 0, 0, 0, 0x20] },
-        reverse: L2Rewrite { dst: [2, 0, 0, 0, 0, 1], src: [2, 0, 0, 0, 0, 0x10] },
+        forward: L2Rewrite {
+            dst: [2, 0, 0, 0, 0, 2],
+            src: [2, 0, 0, 0, 0, 0x20],
+        },
+        reverse: L2Rewrite {
+            dst: [2, 0, 0, 0, 0, 1],
+            src: [2, 0, 0, 0, 0, 0x10],
+        },
     }
 }
 
 fn tags(ids: &[u8]) -> Vec<Box<dyn Node>> {
-    ids.iter().map(|&i| Box::new(TagNode::new(&format!("tag{i}"), i)) as Box<dyn Node>).collect()
+    ids.iter()
+        .map(|&i| Box::new(TagNode::new(&format!("tag{i}"), i)) as Box<dyn Node>)
+        .collect()
 }
 
 fn vector_of(seqs: impl Iterator<Item = u32>, dir: Direction) -> PacketVector {
@@ -55,14 +63,20 @@ fn forward_runs_chain_in_order_and_reverse_backwards() {
 fn drops_count_against_the_deciding_node_and_survivors_keep_order() {
     let mut middle = TagNode::new("tag2", 2);
     middle.drop_every = Some(3);
-    let chain: Vec<Box<dyn Node>> =
-        vec![Box::new(TagNode::new("tag1", 1)), Box::new(middle), Box::new(TagNode::new("tag3", 3))];
+    let chain: Vec<Box<dyn Node>> = vec![
+        Box::new(TagNode::new("tag1", 1)),
+        Box::new(middle),
+        Box::new(TagNode::new("tag3", 3)),
+    ];
     let mut g = Graph::new(chain, output(), None);
     let mut v = vector_of(0..100, Direction::Forward);
     let live = g.run(v.packets_mut(), Direction::Forward, 1);
     let dropped = (0..100).filter(|s| s % 3 == 0).count();
     assert_eq!(live, 100 - dropped);
-    let seqs: Vec<u32> = v.packets()[..live].iter().map(|p| seq_of(p.buf.frame())).collect();
+    let seqs: Vec<u32> = v.packets()[..live]
+        .iter()
+        .map(|p| seq_of(p.buf.frame()))
+        .collect();
     let want: Vec<u32> = (0..100).filter(|s| s % 3 != 0).collect();
     assert_eq!(seqs, want, "survivors reordered");
     let st = g.node_stats();
@@ -144,7 +158,10 @@ fn events_are_counted_and_written_as_json_lines() {
     assert_eq!(counts["elephant"], 4);
     assert_eq!(counts["dpi_match"], 0);
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[1]["kind"], "elephant");
     assert_eq!(lines[1]["node"], "tag1");

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 /// Builds VNF nodes from chain specs (`{"firewall": {...}}` each). On error it names the
 /// entry and the field (`chain[1].nat.snat.public_ip`); the file is filled in by the caller.
-pub type ChainBuilder = Arc<dyn Fn(&[serde_json::Value]) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync>;
+pub type ChainBuilder =
+    Arc<dyn Fn(&[serde_json::Value]) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync>;
 
 /// Opens the two ports on the worker thread (after it entered the namespace).
 pub type PortOpener = Box<dyn FnOnce() -> anyhow::Result<[Box<dyn Port>; 2]> + Send>;
@@ -40,7 +41,10 @@ pub struct Controller {
 
 impl Controller {
     fn send(&self, cmd: Command) -> anyhow::Result<()> {
-        self.inner.tx.send(cmd).map_err(|_| anyhow!("the worker has stopped"))?;
+        self.inner
+            .tx
+            .send(cmd)
+            .map_err(|_| anyhow!("the worker has stopped"))?;
         self.inner.mailbox.ring();
         Ok(())
     }
@@ -48,7 +52,8 @@ impl Controller {
     fn ask<T>(&self, make: impl FnOnce(mpsc::SyncSender<T>) -> Command) -> anyhow::Result<T> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.send(make(tx))?;
-        rx.recv_timeout(REPLY_TIMEOUT).map_err(|_| anyhow!("the worker did not answer within {REPLY_TIMEOUT:?}"))
+        rx.recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| anyhow!("the worker did not answer within {REPLY_TIMEOUT:?}"))
     }
 
     /// Fresh counters, taken by the worker between two vectors.
@@ -59,7 +64,8 @@ impl Controller {
     /// Builds a new chain from `specs` and swaps it in between two vectors: no packet is
     /// lost or reordered (they wait in the port's socket queue). Returns the new names.
     pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<Vec<String>> {
-        let nodes = (self.inner.builder)(specs).map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
+        let nodes = (self.inner.builder)(specs)
+            .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
         let (old, names) = self.ask(|tx| Command::Reconfigure(nodes, tx))?;
         drop(old);
         Ok(names)
@@ -83,7 +89,8 @@ impl Controller {
                 });
             }),
         ))?;
-        rx.recv_timeout(REPLY_TIMEOUT).map_err(|_| anyhow!("the worker did not answer within {REPLY_TIMEOUT:?}"))?
+        rx.recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| anyhow!("the worker did not answer within {REPLY_TIMEOUT:?}"))?
     }
 
     /// The flow state of VNF `node`, serialized by the node (for migration).
@@ -98,7 +105,10 @@ impl Controller {
     /// Loads flow state exported by another instance into VNF `node`; returns how many
     /// flows were added (all or nothing).
     pub fn import_state(&self, node: &str, data: Vec<u8>) -> anyhow::Result<usize> {
-        self.with_node(node, move |n| n.import_state(&data).map_err(|e| anyhow!("{}: {e}", n.name())))
+        self.with_node(node, move |n| {
+            n.import_state(&data)
+                .map_err(|e| anyhow!("{}: {e}", n.name()))
+        })
     }
 
     /// Asks the worker to stop after the current vector.
@@ -117,9 +127,14 @@ impl Controller {
 
     fn handle_json(&self, line: &str) -> anyhow::Result<serde_json::Value> {
         let req: serde_json::Value = serde_json::from_str(line).context("request is not JSON")?;
-        let cmd = req.get("cmd").and_then(|c| c.as_str()).ok_or_else(|| anyhow!("request has no string field `cmd`"))?;
+        let cmd = req
+            .get("cmd")
+            .and_then(|c| c.as_str())
+            .ok_or_else(|| anyhow!("request has no string field `cmd`"))?;
         let field = |name: &str| {
-            req.get(name).and_then(|v| v.as_str()).ok_or_else(|| anyhow!("`{cmd}` needs a string field `{name}`"))
+            req.get(name)
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| anyhow!("`{cmd}` needs a string field `{name}`"))
         };
         match cmd {
             "stats" => Ok(serde_json::to_value(self.stats()?)?),
@@ -149,7 +164,9 @@ impl Controller {
                 self.shutdown()?;
                 Ok(serde_json::json!({ "ok": true }))
             }
-            other => bail!("unknown cmd `{other}` (stats, reconfigure, export_state, import_state, shutdown)"),
+            other => bail!(
+                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, shutdown)"
+            ),
         }
     }
 }
@@ -166,9 +183,15 @@ impl Dataplane {
     /// could not be).
     pub fn start(cfg: &RunConfig, builder: ChainBuilder) -> anyhow::Result<Self> {
         let batch = cfg.vector;
-        let names = [cfg.ports.inside.iface.clone(), cfg.ports.outside.iface.clone()];
+        let names = [
+            cfg.ports.inside.iface.clone(),
+            cfg.ports.outside.iface.clone(),
+        ];
         let open: PortOpener = Box::new(move || {
-            let opts = AfPacketOptions { batch, ..AfPacketOptions::default() };
+            let opts = AfPacketOptions {
+                batch,
+                ..AfPacketOptions::default()
+            };
             let inside = AfPacketPort::open(&names[0], opts.clone())?;
             let outside = AfPacketPort::open(&names[1], opts)?;
             Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
@@ -177,21 +200,35 @@ impl Dataplane {
     }
 
     /// Starts a worker whose ports are made by `open` (tests use in-memory ports).
-    pub fn start_with_ports(cfg: &RunConfig, builder: ChainBuilder, open: PortOpener) -> anyhow::Result<Self> {
-        let nodes = builder(&cfg.chain).map_err(|e| ConfigError { file: cfg.source.clone(), ..e })?;
+    pub fn start_with_ports(
+        cfg: &RunConfig,
+        builder: ChainBuilder,
+        open: PortOpener,
+    ) -> anyhow::Result<Self> {
+        let nodes = builder(&cfg.chain).map_err(|e| ConfigError {
+            file: cfg.source.clone(),
+            ..e
+        })?;
         let events: Option<Box<dyn std::io::Write + Send>> = match &cfg.events {
             Some(path) => {
-                let f = std::fs::File::create(path).with_context(|| format!("creating events file {}", path.display()))?;
+                let f = std::fs::File::create(path)
+                    .with_context(|| format!("creating events file {}", path.display()))?;
                 Some(Box::new(std::io::BufWriter::new(f)))
             }
             None => None,
         };
-        let peer = |side: &str, mac: &str| parse_mac(mac).map_err(|e| anyhow!("ports.{side}.peer_mac: {e}"));
-        let peers = [peer("inside", &cfg.ports.inside.peer_mac)?, peer("outside", &cfg.ports.outside.peer_mac)?];
+        let peer = |side: &str, mac: &str| {
+            parse_mac(mac).map_err(|e| anyhow!("ports.{side}.peer_mac: {e}"))
+        };
+        let peers = [
+            peer("inside", &cfg.ports.inside.peer_mac)?,
+            peer("outside", &cfg.ports.outside.peer_mac)?,
+        ];
         let mailbox = Arc::new(Mailbox::new().context("creating the worker's eventfd")?);
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<()>>(1);
-        let (name, poll, vector, netns) = (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
+        let (name, poll, vector, netns) =
+            (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
         let mb = mailbox.clone();
         let worker = std::thread::Builder::new()
             .name(format!("nfx-worker-{name}"))
@@ -210,8 +247,14 @@ impl Dataplane {
                     }
                 };
                 let output = OutputNode {
-                    forward: L2Rewrite { dst: peers[1], src: ports[1].mac() },
-                    reverse: L2Rewrite { dst: peers[0], src: ports[0].mac() },
+                    forward: L2Rewrite {
+                        dst: peers[1],
+                        src: ports[1].mac(),
+                    },
+                    reverse: L2Rewrite {
+                        dst: peers[0],
+                        src: ports[0].mac(),
+                    },
                 };
                 let graph = Graph::new(nodes, output, events);
                 let worker = Worker::new(name, poll, vector, ports, graph, rx, mb);
@@ -227,7 +270,16 @@ impl Dataplane {
             }
             Err(_) => bail!("the worker thread died while starting"),
         }
-        Ok(Self { controller: Controller { inner: Arc::new(Inner { tx, mailbox, builder }) }, worker: Some(worker) })
+        Ok(Self {
+            controller: Controller {
+                inner: Arc::new(Inner {
+                    tx,
+                    mailbox,
+                    builder,
+                }),
+            },
+            worker: Some(worker),
+        })
     }
 
     /// The handle for commands.
@@ -243,7 +295,10 @@ impl Dataplane {
     /// Stops the worker (if still running) and returns its final stats.
     pub fn stop(mut self) -> anyhow::Result<Stats> {
         let _ = self.controller.shutdown();
-        let w = self.worker.take().ok_or_else(|| anyhow!("already stopped"))?;
+        let w = self
+            .worker
+            .take()
+            .ok_or_else(|| anyhow!("already stopped"))?;
         w.join().map_err(|_| anyhow!("the worker thread panicked"))
     }
 }

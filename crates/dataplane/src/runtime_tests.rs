@@ -28,8 +28,13 @@ fn rig(poll: &str, vector: usize, chain: &str) -> Rig {
     let inside = (a.wire.clone(), a.ready.clone());
     let outside = (b.wire.clone(), b.ready.clone());
     let open: PortOpener = Box::new(move || Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
-    let dp = Dataplane::start_with_ports(&config(poll, vector, chain), tag_builder(), open).unwrap();
-    Rig { dp, inside, outside }
+    let dp =
+        Dataplane::start_with_ports(&config(poll, vector, chain), tag_builder(), open).unwrap();
+    Rig {
+        dp,
+        inside,
+        outside,
+    }
 }
 
 fn wait_tx(wire: &Mutex<Wire>, n: usize) -> Vec<Vec<u8>> {
@@ -50,8 +55,13 @@ fn forwards_both_ways_in_every_poll_mode() {
         let back = wait_tx(&r.inside.0, 100);
         assert_eq!(out.len(), 500, "{poll}");
         assert_eq!(back.len(), 100, "{poll}");
-        assert!(out.iter().enumerate().all(|(i, f)| seq_of(f) == i as u32 && trace_of(f) == [1, 2]));
-        assert!(back.iter().all(|f| trace_of(f) == [2, 1] && f[..6] == [2, 0, 0, 0, 0, 1]));
+        assert!(out
+            .iter()
+            .enumerate()
+            .all(|(i, f)| seq_of(f) == i as u32 && trace_of(f) == [1, 2]));
+        assert!(back
+            .iter()
+            .all(|f| trace_of(f) == [2, 1] && f[..6] == [2, 0, 0, 0, 0, 1]));
         let st = r.dp.stop().unwrap();
         assert_eq!(st.poll, poll);
         assert_eq!(st.workers[0].rx_packets, 600);
@@ -88,27 +98,41 @@ fn reconfigure_under_load_loses_and_reorders_nothing() {
     let mut swaps = 0;
     while r.outside.0.lock().unwrap().tx.len() < N as usize / 2 {
         let id = 2 + (swaps % 2);
-        let names = ctl.reconfigure(&[serde_json::json!({"tag": {"id": id}})]).unwrap();
+        let names = ctl
+            .reconfigure(&[serde_json::json!({"tag": {"id": id}})])
+            .unwrap();
         assert_eq!(names, [format!("tag{id}")]);
         swaps += 1;
     }
     feeder.join().unwrap();
     let out = wait_tx(&r.outside.0, N as usize);
-    assert_eq!(out.len(), N as usize, "packets lost across {swaps} reconfigurations");
+    assert_eq!(
+        out.len(),
+        N as usize,
+        "packets lost across {swaps} reconfigurations"
+    );
     for (i, f) in out.iter().enumerate() {
         assert_eq!(seq_of(f), i as u32, "reordered at {i}");
         assert_eq!(trace_of(f).len(), 1, "a packet went through two chains");
     }
     assert!(swaps > 0);
     let st = r.dp.stop().unwrap();
-    assert_eq!(st.nodes.iter().map(|n| n.name.as_str()).filter(|n| n.starts_with("tag")).count(), 1);
+    assert_eq!(
+        st.nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .filter(|n| n.starts_with("tag"))
+            .count(),
+        1
+    );
 }
 
 #[test]
 fn control_protocol_answers_and_rejects_clearly() {
     let r = rig("interrupt", 256, "[{tag: {id: 1}}]");
     let ctl = r.dp.controller();
-    let st: serde_json::Value = serde_json::from_str(&ctl.handle_line(r#"{"cmd":"stats"}"#)).unwrap();
+    let st: serde_json::Value =
+        serde_json::from_str(&ctl.handle_line(r#"{"cmd":"stats"}"#)).unwrap();
     assert_eq!(st["name"], "t");
     assert_eq!(st["mode"], "vector");
     assert_eq!(st["nodes"][1]["name"], "tag1");
@@ -118,15 +142,24 @@ fn control_protocol_answers_and_rejects_clearly() {
         (r#"{"nocmd":1}"#, "cmd"),
         (r#"{"cmd":"export_state","node":"nat"}"#, "no node `nat`"),
         (r#"{"cmd":"export_state"}"#, "node"),
-        (r#"{"cmd":"import_state","node":"tag1","data_b64":"@@"}"#, "base64"),
-        (r#"{"cmd":"reconfigure","chain":[{"bogus":{}}]}"#, "chain[0]"),
+        (
+            r#"{"cmd":"import_state","node":"tag1","data_b64":"@@"}"#,
+            "base64",
+        ),
+        (
+            r#"{"cmd":"reconfigure","chain":[{"bogus":{}}]}"#,
+            "chain[0]",
+        ),
         (r#"{"cmd":"reconfigure"}"#, "chain"),
     ] {
         let v: serde_json::Value = serde_json::from_str(&ctl.handle_line(req)).unwrap();
-        let e = v["error"].as_str().unwrap_or_else(|| panic!("{req} gave {v}"));
+        let e = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{req} gave {v}"));
         assert!(e.contains(needle), "{req}: {e}");
     }
-    let v: serde_json::Value = serde_json::from_str(&ctl.handle_line(r#"{"cmd":"shutdown"}"#)).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ctl.handle_line(r#"{"cmd":"shutdown"}"#)).unwrap();
     assert_eq!(v["ok"], true);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !r.dp.finished() && Instant::now() < deadline {
@@ -146,7 +179,10 @@ fn control_socket_serves_stats_to_clients() {
     assert_eq!(st.workers[0].tx_packets, 10);
     let err = crate::request(&path, &serde_json::json!({"cmd": "nope"})).unwrap_err();
     assert!(err.to_string().contains("unknown cmd"), "{err}");
-    assert!(crate::ControlServer::start(&path, r.dp.controller()).is_err(), "a second server took a live socket");
+    assert!(
+        crate::ControlServer::start(&path, r.dp.controller()).is_err(),
+        "a second server took a live socket"
+    );
     drop(server);
     assert!(!path.exists());
     assert!(crate::fetch_stats(&path).is_err());
@@ -157,13 +193,17 @@ fn bad_chain_fails_start_with_the_entry_named() {
     let a = MemPort::new("in0", [0; 6]);
     let b = MemPort::new("out0", [0; 6]);
     let open: PortOpener = Box::new(move || Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
-    let err = Dataplane::start_with_ports(&config("busy", 8, "[{tag: {}}]"), tag_builder(), open).err().unwrap();
+    let err = Dataplane::start_with_ports(&config("busy", 8, "[{tag: {}}]"), tag_builder(), open)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("chain[0].tag.id"), "{err}");
 }
 
 #[test]
 fn port_open_failure_is_reported() {
     let open: PortOpener = Box::new(|| Err(anyhow::anyhow!("no such interface in0")));
-    let err = Dataplane::start_with_ports(&config("busy", 8, "[]"), tag_builder(), open).err().unwrap();
+    let err = Dataplane::start_with_ports(&config("busy", 8, "[]"), tag_builder(), open)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("in0"), "{err}");
 }

@@ -30,7 +30,10 @@ impl TerminationSignals {
 
     /// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal number if one came.
     pub fn wait(&self, timeout: Duration) -> Option<i32> {
-        let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
         // SAFETY: passes the live set and timespec; no siginfo is requested.
         let sig = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
         (sig > 0).then_some(sig)

@@ -89,13 +89,20 @@ pub struct NodeStats {
 
 /// Turns a dense drop-counter array into the by-name map of the stats document.
 pub fn drops_map(drops: &[u64; DropReason::COUNT]) -> BTreeMap<String, u64> {
-    DropReason::ALL.iter().map(|r| (r.as_str().to_string(), drops[*r as usize])).collect()
+    DropReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), drops[*r as usize]))
+        .collect()
 }
 
 impl Stats {
     /// Total drops of node `name` (all reasons), 0 if there is no such node.
     pub fn node_drops(&self, name: &str) -> u64 {
-        self.nodes.iter().filter(|n| n.name == name).flat_map(|n| n.drops.values()).sum()
+        self.nodes
+            .iter()
+            .filter(|n| n.name == name)
+            .flat_map(|n| n.drops.values())
+            .sum()
     }
 
     /// The node called `name`.
@@ -108,11 +115,18 @@ fn gbps(bytes_now: u64, bytes_before: u64, secs: f64) -> String {
     if secs <= 0.0 {
         return "-".into();
     }
-    format!("{:.3}", bytes_now.saturating_sub(bytes_before) as f64 * 8.0 / secs / 1e9)
+    format!(
+        "{:.3}",
+        bytes_now.saturating_sub(bytes_before) as f64 * 8.0 / secs / 1e9
+    )
 }
 
 fn nonzero_drops(drops: &BTreeMap<String, u64>) -> String {
-    let d: Vec<String> = drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+    let d: Vec<String> = drops
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     if d.is_empty() {
         "-".into()
     } else {
@@ -126,12 +140,28 @@ pub fn render_table(cur: &Stats, prev: Option<&Stats>) -> String {
     use std::fmt::Write;
     let secs = prev.map_or(0.0, |p| cur.uptime_s - p.uptime_s);
     let mut o = String::new();
-    let _ = writeln!(o, "{}  mode {}  poll {}  up {:.1} s", cur.name, cur.mode, cur.poll, cur.uptime_s);
-    let _ = writeln!(o, "{:<8} {:>7} {:>14} {:>14} {:>10}", "worker", "cpu%", "rx_pkts", "tx_pkts", "mean_vec");
+    let _ = writeln!(
+        o,
+        "{}  mode {}  poll {}  up {:.1} s",
+        cur.name, cur.mode, cur.poll, cur.uptime_s
+    );
+    let _ = writeln!(
+        o,
+        "{:<8} {:>7} {:>14} {:>14} {:>10}",
+        "worker", "cpu%", "rx_pkts", "tx_pkts", "mean_vec"
+    );
     for w in &cur.workers {
-        let _ = writeln!(o, "{:<8} {:>7.1} {:>14} {:>14} {:>10.1}", w.id, w.cpu_pct, w.rx_packets, w.tx_packets, w.mean_vector);
+        let _ = writeln!(
+            o,
+            "{:<8} {:>7.1} {:>14} {:>14} {:>10.1}",
+            w.id, w.cpu_pct, w.rx_packets, w.tx_packets, w.mean_vector
+        );
     }
-    let _ = writeln!(o, "{:<8} {:<10} {:>14} {:>10} {:>14} {:>10}  drops", "port", "iface", "rx_pkts", "rx_Gbit/s", "tx_pkts", "tx_Gbit/s");
+    let _ = writeln!(
+        o,
+        "{:<8} {:<10} {:>14} {:>10} {:>14} {:>10}  drops",
+        "port", "iface", "rx_pkts", "rx_Gbit/s", "tx_pkts", "tx_Gbit/s"
+    );
     for p in &cur.ports {
         let before = prev.and_then(|s| s.ports.iter().find(|q| q.name == p.name));
         let _ = writeln!(
@@ -146,7 +176,11 @@ pub fn render_table(cur: &Stats, prev: Option<&Stats>) -> String {
             nonzero_drops(&p.drops)
         );
     }
-    let _ = writeln!(o, "{:<12} {:>14} {:>10} {:>10}  drops", "node", "packets", "Gbit/s", "cyc/pkt");
+    let _ = writeln!(
+        o,
+        "{:<12} {:>14} {:>10} {:>10}  drops",
+        "node", "packets", "Gbit/s", "cyc/pkt"
+    );
     for n in &cur.nodes {
         let before = prev.and_then(|s| s.node(&n.name));
         let _ = writeln!(
@@ -160,7 +194,15 @@ pub fn render_table(cur: &Stats, prev: Option<&Stats>) -> String {
         );
     }
     let ev: Vec<String> = cur.events.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let _ = writeln!(o, "events: {}", if ev.is_empty() { "-".into() } else { ev.join(" ") });
+    let _ = writeln!(
+        o,
+        "events: {}",
+        if ev.is_empty() {
+            "-".into()
+        } else {
+            ev.join(" ")
+        }
+    );
     o
 }
 
@@ -189,12 +231,20 @@ mod tests {
             drops: drops_map(drops),
             stats: serde_json::Value::Null,
         };
-        let before = Stats { name: "edge".into(), uptime_s: 1.0, nodes: vec![node(10, 0, &drops)], ..Stats::default() };
+        let before = Stats {
+            name: "edge".into(),
+            uptime_s: 1.0,
+            nodes: vec![node(10, 0, &drops)],
+            ..Stats::default()
+        };
         drops[DropReason::AclDeny as usize] = 4;
         let mut now = before.clone();
         now.uptime_s = 2.0;
         now.nodes = vec![node(20, 125_000_000, &drops)];
-        now.workers = vec![WorkerStats { cpu_pct: 42.0, ..WorkerStats::default() }];
+        now.workers = vec![WorkerStats {
+            cpu_pct: 42.0,
+            ..WorkerStats::default()
+        }];
         let t = render_table(&now, Some(&before));
         let row = t.lines().find(|l| l.starts_with("firewall")).unwrap();
         assert!(row.contains("1.000"), "{row}");
@@ -202,7 +252,11 @@ mod tests {
         assert!(!row.contains("tx_error"), "{row}");
         assert!(t.contains("42.0"), "{t}");
         let once = render_table(&now, None);
-        assert!(once.lines().find(|l| l.starts_with("firewall")).unwrap().contains(" - "));
+        assert!(once
+            .lines()
+            .find(|l| l.starts_with("firewall"))
+            .unwrap()
+            .contains(" - "));
     }
 
     #[test]

@@ -54,7 +54,13 @@ pub struct TagNode {
 impl TagNode {
     /// A node that only tags.
     pub fn new(name: &str, id: u8) -> Self {
-        Self { name: name.into(), id, drop_every: None, reason: DropReason::AclDeny, event_every: None }
+        Self {
+            name: name.into(),
+            id,
+            drop_every: None,
+            reason: DropReason::AclDeny,
+            event_every: None,
+        }
     }
 }
 
@@ -66,7 +72,7 @@ impl Node for TagNode {
     fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>) {
         for p in pkts.iter_mut().filter(|p| p.alive()) {
             let seq = seq_of(p.buf.frame());
-            if self.drop_every.is_some_and(|n| seq % n == 0) {
+            if self.drop_every.is_some_and(|n| seq.is_multiple_of(n)) {
                 p.drop = Some(self.reason);
                 continue;
             }
@@ -74,7 +80,7 @@ impl Node for TagNode {
             let n = usize::from(f[TRACE_AT]);
             f[TRACE_AT + 1 + n] = self.id;
             f[TRACE_AT] += 1;
-            if self.event_every.is_some_and(|n| seq % n == 0) {
+            if self.event_every.is_some_and(|n| seq.is_multiple_of(n)) {
                 ctx.events.push(Event {
                     ts_ns: ctx.now_ns,
                     node: self.name.clone(),
@@ -104,9 +110,15 @@ pub fn tag_builder() -> crate::ChainBuilder {
                     problem: problem.into(),
                 };
                 let t = s.get("tag").ok_or_else(|| err("", "unknown node kind"))?;
-                let id = t.get("id").and_then(|v| v.as_u64()).ok_or_else(|| err(".tag.id", "missing"))?;
+                let id = t
+                    .get("id")
+                    .and_then(|v| v.as_u64())
+                    .ok_or_else(|| err(".tag.id", "missing"))?;
                 let mut n = TagNode::new(&format!("tag{id}"), id as u8);
-                n.drop_every = t.get("drop_every").and_then(|v| v.as_u64()).map(|v| v as u32);
+                n.drop_every = t
+                    .get("drop_every")
+                    .and_then(|v| v.as_u64())
+                    .map(|v| v as u32);
                 Ok(Box::new(n) as Box<dyn Node>)
             })
             .collect()

@@ -25,12 +25,15 @@ pub enum Command {
     Stats(SyncSender<Stats>),
     /// Swap in a new VNF chain; reply with the old nodes (dropped by the caller, off the
     /// packet path) and the new node names.
-    Reconfigure(Vec<Box<dyn Node>>, SyncSender<(Vec<Box<dyn Node>>, Vec<String>)>),
+    Reconfigure(Vec<Box<dyn Node>>, SyncSender<Swapped>),
     /// Run `f` on the VNF called `node` (state export/import) and reply with its result.
     WithNode(String, NodeJob),
     /// Leave the loop; the final stats are the thread's result.
     Shutdown,
 }
+
+/// What a reconfiguration hands back: the old nodes and the new node names.
+pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>);
 
 /// A job run on the worker thread against one node.
 pub type NodeJob = Box<dyn FnOnce(Option<&mut (dyn Node + 'static)>) + Send>;
@@ -45,7 +48,10 @@ pub struct Mailbox {
 impl Mailbox {
     /// Creates the flag and the eventfd.
     pub fn new() -> std::io::Result<Self> {
-        Ok(Self { pending: AtomicBool::new(false), notifier: Notifier::new()? })
+        Ok(Self {
+            pending: AtomicBool::new(false),
+            notifier: Notifier::new()?,
+        })
     }
 
     /// Tells the worker a command is queued (call after sending it).
@@ -119,7 +125,11 @@ impl Worker {
 
     /// Runs until a `Shutdown` command (or the controller goes away); returns final stats.
     pub fn run(mut self) -> Stats {
-        let mut waiter = Waiter::new(&[self.ports[0].fd(), self.ports[1].fd(), self.mailbox.notifier.fd()]);
+        let mut waiter = Waiter::new(&[
+            self.ports[0].fd(),
+            self.ports[1].fd(),
+            self.mailbox.notifier.fd(),
+        ]);
         self.started_ns = monotonic_ns();
         self.cpu_at_start = thread_cpu_time();
         self.window = (self.started_ns, self.cpu_at_start);
@@ -166,12 +176,20 @@ impl Worker {
     /// Receives one vector on port `side`, runs it, transmits the survivors on the other
     /// port. Returns how many frames were received.
     fn pass(&mut self, side: usize, now_ns: u64) -> usize {
-        let dir = if side == 0 { Direction::Forward } else { Direction::Reverse };
+        let dir = if side == 0 {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
         let n = match self.ports[side].recv(self.vec.slots_mut()) {
             Ok(n) => n,
             Err(e) => {
                 if !self.rx_error_logged {
-                    log::warn!("{}: receive on {} failed: {e}", self.name, self.ports[side].name());
+                    log::warn!(
+                        "{}: receive on {} failed: {e}",
+                        self.name,
+                        self.ports[side].name()
+                    );
                     self.rx_error_logged = true;
                 }
                 0
@@ -197,7 +215,10 @@ impl Worker {
         let wall = now_ns.saturating_sub(self.window.0);
         if wall >= CPU_WINDOW.as_nanos() as u64 {
             let cpu = thread_cpu_time();
-            self.window_pct = Some(cpu_pct(cpu.saturating_sub(self.window.1), Duration::from_nanos(wall)));
+            self.window_pct = Some(cpu_pct(
+                cpu.saturating_sub(self.window.1),
+                Duration::from_nanos(wall),
+            ));
             self.window = (now_ns, cpu);
         }
     }
@@ -252,7 +273,11 @@ impl Worker {
             tx_packets: ports.iter().map(|p| p.tx_packets).sum(),
             tx_bytes: ports.iter().map(|p| p.tx_bytes).sum(),
             vectors: self.vectors,
-            mean_vector: if self.vectors == 0 { 0.0 } else { self.vector_packets as f64 / self.vectors as f64 },
+            mean_vector: if self.vectors == 0 {
+                0.0
+            } else {
+                self.vector_packets as f64 / self.vectors as f64
+            },
         };
         Stats {
             name: self.name.clone(),

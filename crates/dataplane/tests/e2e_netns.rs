@@ -17,21 +17,64 @@ struct Topo {
 }
 
 fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Topo {
     fn new(tag: &str, net: u8) -> Self {
         let pid = std::process::id();
-        let t = Topo { a: format!("nfxdp-{tag}-{pid}-a"), m: format!("nfxdp-{tag}-{pid}-m"), b: format!("nfxdp-{tag}-{pid}-b") };
+        let t = Topo {
+            a: format!("nfxdp-{tag}-{pid}-a"),
+            m: format!("nfxdp-{tag}-{pid}-m"),
+            b: format!("nfxdp-{tag}-{pid}-b"),
+        };
         let (a, m, b) = (t.a.as_str(), t.m.as_str(), t.b.as_str());
         for ns in [a, m, b] {
             sh(&["ip", "netns", "add", ns]);
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
-        sh(&["ip", "-n", a, "link", "add", "veth0", "address", "02:00:00:01:00:01", "type", "veth", "peer", "name", "ma", "netns", m]);
-        sh(&["ip", "-n", b, "link", "add", "veth0", "address", "02:00:00:01:00:02", "type", "veth", "peer", "name", "mb", "netns", m]);
+        sh(&[
+            "ip",
+            "-n",
+            a,
+            "link",
+            "add",
+            "veth0",
+            "address",
+            "02:00:00:01:00:01",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "ma",
+            "netns",
+            m,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            b,
+            "link",
+            "add",
+            "veth0",
+            "address",
+            "02:00:00:01:00:02",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "mb",
+            "netns",
+            m,
+        ]);
         let a_ip = format!("10.{net}.1.1/24");
         let ma_ip = format!("10.{net}.1.2/24");
         let mb_ip = format!("10.{net}.2.1/24");
@@ -41,16 +84,45 @@ impl Topo {
         sh(&["ip", "-n", m, "addr", "add", &mb_ip, "dev", "mb"]);
         sh(&["ip", "-n", b, "addr", "add", &b_ip, "dev", "veth0"]);
         for (ns, dev) in [(a, "veth0"), (m, "ma"), (m, "mb"), (b, "veth0")] {
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", ns, "link", "set", "dev", dev, "up"]);
         }
-        sh(&["ip", "-n", a, "route", "add", "default", "via", &format!("10.{net}.1.2")]);
-        sh(&["ip", "-n", b, "route", "add", "default", "via", &format!("10.{net}.2.1")]);
-        sh(&["ip", "netns", "exec", m, "sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+        sh(&[
+            "ip",
+            "-n",
+            a,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.{net}.1.2"),
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            b,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.{net}.2.1"),
+        ]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            m,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=0",
+        ]);
         t
     }
 
     fn mac(ns: &str, dev: &str) -> String {
-        let out = Command::new("ip").args(["-n", ns, "-o", "link", "show", dev]).output().unwrap();
+        let out = Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", dev])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let i = text.find("link/ether ").expect("ether line") + 11;
         text[i..i + 17].to_string()
@@ -66,7 +138,10 @@ impl Drop for Topo {
 }
 
 /// Runs `f` on a new thread inside namespace `ns`.
-fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+fn within<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     let ns = ns.to_string();
     std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&ns).unwrap();
@@ -127,7 +202,8 @@ fn tcp_through(t: &Topo, net: u8, len: usize) -> u64 {
     });
     ready.recv().unwrap();
     let client = within(&t.a, move || {
-        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect through nfx");
+        let mut c =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect through nfx");
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
         let chunk = vec![0x5au8; 65536];
@@ -165,20 +241,39 @@ fn builder() -> ChainBuilder {
 fn udp_and_tcp_pass_only_through_nfx() {
     let net = 251;
     let t = Topo::new("fwd", net);
-    assert_eq!(udp_through(&t, net, 20, Duration::from_millis(300)), 0, "the kernel of m forwards by itself");
+    assert_eq!(
+        udp_through(&t, net, 20, Duration::from_millis(300)),
+        0,
+        "the kernel of m forwards by itself"
+    );
 
     let dp = Dataplane::start(&config(&t, net, "[]"), builder()).unwrap();
-    assert_eq!(udp_through(&t, net, 200, Duration::from_secs(5)), 200, "UDP datagrams lost through nfx");
+    assert_eq!(
+        udp_through(&t, net, 200, Duration::from_secs(5)),
+        200,
+        "UDP datagrams lost through nfx"
+    );
     let bytes = 8 << 20;
     assert_eq!(tcp_through(&t, net, bytes), bytes as u64);
     let st = dp.stop().unwrap();
     let parse = st.node("parse").unwrap();
     assert!(parse.packets >= 200, "{parse:?}");
-    assert!(st.ports[1].tx_bytes >= bytes as u64, "outside port sent {} bytes", st.ports[1].tx_bytes);
-    assert!(st.ports[0].tx_packets > 0, "no reverse traffic (TCP ACKs) went back inside");
+    assert!(
+        st.ports[1].tx_bytes >= bytes as u64,
+        "outside port sent {} bytes",
+        st.ports[1].tx_bytes
+    );
+    assert!(
+        st.ports[0].tx_packets > 0,
+        "no reverse traffic (TCP ACKs) went back inside"
+    );
     assert_eq!(st.node("output").unwrap().drops["tx_error"], 0);
 
-    assert_eq!(udp_through(&t, net, 20, Duration::from_millis(300)), 0, "traffic still passes after nfx stopped");
+    assert_eq!(
+        udp_through(&t, net, 20, Duration::from_millis(300)),
+        0,
+        "traffic still passes after nfx stopped"
+    );
 }
 
 #[test]
@@ -187,9 +282,17 @@ fn chain_with_firewall_drops_denied_udp_and_counts_it() {
     let t = Topo::new("acl", net);
     let chain = "[{firewall: {default: allow, rules: [{action: deny, proto: udp, dport: 5000}]}}]";
     let dp = Dataplane::start(&config(&t, net, chain), builder()).unwrap();
-    assert_eq!(udp_through(&t, net, 30, Duration::from_millis(500)), 0, "denied datagrams arrived");
+    assert_eq!(
+        udp_through(&t, net, 30, Duration::from_millis(500)),
+        0,
+        "denied datagrams arrived"
+    );
     let bytes = 1 << 20;
-    assert_eq!(tcp_through(&t, net, bytes), bytes as u64, "allowed TCP did not pass");
+    assert_eq!(
+        tcp_through(&t, net, bytes),
+        bytes as u64,
+        "allowed TCP did not pass"
+    );
     let st = dp.stop().unwrap();
     assert_eq!(st.node("firewall").unwrap().drops["acl_deny"], 30);
 }

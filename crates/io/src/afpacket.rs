@@ -24,7 +24,12 @@ pub struct AfPacketOptions {
 
 impl Default for AfPacketOptions {
     fn default() -> Self {
-        Self { batch: nfx_packet::MAX_VECTOR, socket_buffer: 32 << 20, qdisc_bypass: true, tx_retries: 16 }
+        Self {
+            batch: nfx_packet::MAX_VECTOR,
+            socket_buffer: 32 << 20,
+            qdisc_bypass: true,
+            tx_retries: 16,
+        }
     }
 }
 
@@ -51,25 +56,45 @@ const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
 impl AfPacketPort {
     /// Opens the port on `iface` in the calling thread's network namespace.
     pub fn open(iface: &str, opts: AfPacketOptions) -> io::Result<Self> {
-        let with = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("AF_PACKET port on `{iface}`: {what}: {e}"));
+        let with = |what: &str, e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("AF_PACKET port on `{iface}`: {what}: {e}"),
+            )
+        };
         let index = ifindex(iface)?;
         let mac = iface_mac(iface)?;
         // Protocol 0: receive nothing until bound, so no frame of another interface slips in.
         // SAFETY: plain socket(2) call.
         let fd = owned(unsafe {
-            libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
         })
         .map_err(|e| with("socket (needs CAP_NET_RAW)", e))?;
         let raw = fd.as_raw_fd();
-        setsockopt_int(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1).map_err(|e| with("PACKET_VNET_HDR", e))?;
+        setsockopt_int(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
+            .map_err(|e| with("PACKET_VNET_HDR", e))?;
         setsockopt_int(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
             .map_err(|e| with("PACKET_IGNORE_OUTGOING", e))?;
         if opts.qdisc_bypass {
             setsockopt_int(raw, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
                 .map_err(|e| with("PACKET_QDISC_BYPASS", e))?;
         }
-        set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, opts.socket_buffer);
-        set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, opts.socket_buffer);
+        set_buffer(
+            raw,
+            libc::SO_RCVBUFFORCE,
+            libc::SO_RCVBUF,
+            opts.socket_buffer,
+        );
+        set_buffer(
+            raw,
+            libc::SO_SNDBUFFORCE,
+            libc::SO_SNDBUF,
+            opts.socket_buffer,
+        );
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -102,7 +127,10 @@ impl AfPacketPort {
         })
         .map_err(|e| with("promiscuous membership", e))?;
         let batch = opts.batch.clamp(1, nfx_packet::MAX_VECTOR);
-        let empty_iov = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        let empty_iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
         Ok(Self {
             fd,
             iface: iface.to_string(),
@@ -119,19 +147,32 @@ impl AfPacketPort {
     /// Points message `i` at header `i` and at `data` (`len` bytes).
     fn aim(&mut self, i: usize, data: *mut u8, len: usize) {
         self.iovs[i] = [
-            libc::iovec { iov_base: self.hdrs[i].as_mut_ptr().cast(), iov_len: VnetHdr::LEN },
-            libc::iovec { iov_base: data.cast(), iov_len: len },
+            libc::iovec {
+                iov_base: self.hdrs[i].as_mut_ptr().cast(),
+                iov_len: VnetHdr::LEN,
+            },
+            libc::iovec {
+                iov_base: data.cast(),
+                iov_len: len,
+            },
         ];
         // SAFETY: msghdr is plain old data; all-zero is a valid value.
         let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
         hdr.msg_iov = self.iovs[i].as_mut_ptr();
         hdr.msg_iovlen = 2;
-        self.msgs[i] = libc::mmsghdr { msg_hdr: hdr, msg_len: 0 };
+        self.msgs[i] = libc::mmsghdr {
+            msg_hdr: hdr,
+            msg_len: 0,
+        };
     }
 
     /// Waits up to 1 ms for room in the socket's send queue.
     fn wait_writable(&self) {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
         // SAFETY: one live pollfd. The result only decides whether to retry, which the
         // caller bounds anyway.
         unsafe { libc::poll(&mut pfd, 1, 1) };
@@ -160,7 +201,13 @@ impl Port for AfPacketPort {
         }
         // SAFETY: the first `n` messages point at live buffers borrowed for this call.
         let got = unsafe {
-            libc::recvmmsg(self.fd.as_raw_fd(), self.msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
         if got < 0 {
             let e = io::Error::last_os_error();
@@ -203,7 +250,14 @@ impl Port for AfPacketPort {
                 self.aim(i, frame.as_ptr().cast_mut(), frame.len());
             }
             // SAFETY: the first `n` messages point at live frames; sendmmsg only reads them.
-            let sent = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), self.msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+            let sent = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    n as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
             if sent > 0 {
                 for p in &pkts[done..done + sent as usize] {
                     self.counters.tx_packets += 1;

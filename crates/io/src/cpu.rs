@@ -48,12 +48,19 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert!(idle < busy.0, "parked thread used {idle:?}, spinning one {:?}", busy.0);
+        assert!(
+            idle < busy.0,
+            "parked thread used {idle:?}, spinning one {:?}",
+            busy.0
+        );
     }
 
     #[test]
     fn pct_of_wall() {
-        assert_eq!(cpu_pct(Duration::from_millis(50), Duration::from_millis(100)), 50.0);
+        assert_eq!(
+            cpu_pct(Duration::from_millis(50), Duration::from_millis(100)),
+            50.0
+        );
         assert_eq!(cpu_pct(Duration::from_millis(5), Duration::ZERO), 0.0);
     }
 }

@@ -19,14 +19,22 @@ pub fn netns_path(name: &str) -> String {
 /// start in it too; sockets opened afterwards belong to it for their whole life.
 pub fn enter_netns(name: &str) -> io::Result<()> {
     let path = netns_path(name);
-    let c = CString::new(path.clone())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("netns name `{name}` has a NUL")))?;
+    let c = CString::new(path.clone()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("netns name `{name}` has a NUL"),
+        )
+    })?;
     // SAFETY: `c` is a valid NUL-terminated path.
     let fd = owned(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })
         .map_err(|e| io::Error::new(e.kind(), format!("opening network namespace {path}: {e}")))?;
     // SAFETY: setns on a namespace descriptor we own.
-    check(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) })
-        .map_err(|e| io::Error::new(e.kind(), format!("entering network namespace {path} (needs root): {e}")))?;
+    check(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("entering network namespace {path} (needs root): {e}"),
+        )
+    })?;
     Ok(())
 }
 
@@ -42,7 +50,14 @@ mod tests {
 
     #[test]
     fn missing_namespace_is_a_clear_error() {
-        let err = std::thread::spawn(|| enter_netns("nfx-no-such-namespace-xyz")).join().unwrap().unwrap_err();
-        assert!(err.to_string().contains("/run/netns/nfx-no-such-namespace-xyz"), "{err}");
+        let err = std::thread::spawn(|| enter_netns("nfx-no-such-namespace-xyz"))
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/run/netns/nfx-no-such-namespace-xyz"),
+            "{err}"
+        );
     }
 }

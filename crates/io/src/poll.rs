@@ -40,7 +40,9 @@ impl FromStr for PollMode {
             "busy" => Ok(PollMode::Busy),
             "interrupt" => Ok(PollMode::Interrupt),
             "adaptive" => Ok(PollMode::Adaptive),
-            _ => Err(format!("unknown poll mode `{s}` (expected busy, interrupt or adaptive)")),
+            _ => Err(format!(
+                "unknown poll mode `{s}` (expected busy, interrupt or adaptive)"
+            )),
         }
     }
 }
@@ -89,14 +91,25 @@ pub struct Waiter {
 impl Waiter {
     /// Watches `fds` for readability.
     pub fn new(fds: &[RawFd]) -> Self {
-        Self { fds: fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect() }
+        Self {
+            fds: fds
+                .iter()
+                .map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect(),
+        }
     }
 
     /// Waits until a descriptor is readable or `timeout` passes; returns whether one is.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<bool> {
         let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: passes the live pollfd array and its length.
-        match check(unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) }) {
+        match check(unsafe {
+            libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms)
+        }) {
             Ok(n) => Ok(n > 0),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(false),
             Err(e) => Err(e),

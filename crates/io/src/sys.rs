@@ -72,7 +72,10 @@ pub(crate) fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
 /// Index of interface `iface` in the calling thread's network namespace.
 pub fn ifindex(iface: &str) -> io::Result<u32> {
     let name = CString::new(iface).map_err(|_| {
-        io::Error::new(io::ErrorKind::InvalidInput, format!("interface name `{iface}` has a NUL"))
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name `{iface}` has a NUL"),
+        )
     })?;
     // SAFETY: `name` is a valid NUL-terminated string.
     let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -89,7 +92,8 @@ pub fn ifindex(iface: &str) -> io::Result<u32> {
 pub fn iface_mac(iface: &str) -> io::Result<[u8; 6]> {
     let mut req = ifreq(iface)?;
     // SAFETY: plain datagram socket used only for the ioctl below.
-    let sock = owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let sock =
+        owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: SIOCGIFHWADDR reads the name from and writes the address into `req`.
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) })
         .map_err(|e| io::Error::new(e.kind(), format!("reading the MAC of `{iface}`: {e}")))?;
@@ -107,9 +111,13 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for m in mac.iter_mut() {
-        let p = parts.next().ok_or_else(|| format!("`{s}` is not a MAC address (need 6 hex bytes like 02:00:00:00:00:01)"))?;
+        let p = parts.next().ok_or_else(|| {
+            format!("`{s}` is not a MAC address (need 6 hex bytes like 02:00:00:00:00:01)")
+        })?;
         if p.len() != 2 {
-            return Err(format!("`{s}` is not a MAC address (need 6 hex bytes like 02:00:00:00:00:01)"));
+            return Err(format!(
+                "`{s}` is not a MAC address (need 6 hex bytes like 02:00:00:00:00:01)"
+            ));
         }
         *m = u8::from_str_radix(p, 16)
             .map_err(|_| format!("`{s}` is not a MAC address (`{p}` is not a hex byte)"))?;
@@ -123,7 +131,10 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 /// Formats six bytes as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &[u8; 6]) -> String {
     let m = mac;
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
 }
 
 #[cfg(test)]
@@ -139,7 +150,13 @@ mod tests {
 
     #[test]
     fn bad_macs_are_rejected() {
-        for bad in ["", "02:00:00:00:00", "02:00:00:00:00:01:02", "0g:00:00:00:00:01", "2:00:00:00:00:01"] {
+        for bad in [
+            "",
+            "02:00:00:00:00",
+            "02:00:00:00:00:01:02",
+            "0g:00:00:00:00:01",
+            "2:00:00:00:00:01",
+        ] {
             assert!(parse_mac(bad).is_err(), "{bad}");
         }
     }

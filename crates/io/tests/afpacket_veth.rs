@@ -15,20 +15,53 @@ struct Pair {
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Pair {
     fn new(tag: &str) -> Self {
-        let p = Pair { a: format!("nfxio-{tag}-{}-a", std::process::id()), b: format!("nfxio-{tag}-{}-b", std::process::id()) };
+        let p = Pair {
+            a: format!("nfxio-{tag}-{}-a", std::process::id()),
+            b: format!("nfxio-{tag}-{}-b", std::process::id()),
+        };
         ip(&["netns", "add", &p.a]);
         ip(&["netns", "add", &p.b]);
-        ip(&["-n", &p.a, "link", "add", "veth0", "address", "02:00:00:00:aa:01", "type", "veth", "peer", "name", "veth0", "netns", &p.b, "address", "02:00:00:00:bb:01"]);
+        ip(&[
+            "-n",
+            &p.a,
+            "link",
+            "add",
+            "veth0",
+            "address",
+            "02:00:00:00:aa:01",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "veth0",
+            "netns",
+            &p.b,
+            "address",
+            "02:00:00:00:bb:01",
+        ]);
         for ns in [&p.a, &p.b] {
             ip(&["-n", ns, "link", "set", "veth0", "up"]);
             ip(&["-n", ns, "link", "set", "lo", "up"]);
             // Keep the kernel's own IPv6 chatter off the link so counts are exact.
-            let _ = Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]).status();
+            let _ = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                ])
+                .status();
         }
         p
     }
@@ -68,7 +101,12 @@ fn udp_frame(seq: u32, len: usize) -> Vec<u8> {
     f
 }
 
-fn recv_until(port: &mut AfPacketPort, want: usize, vec: &mut PacketVector, out: &mut Vec<(Vec<u8>, VnetHdr)>) {
+fn recv_until(
+    port: &mut AfPacketPort,
+    want: usize,
+    vec: &mut PacketVector,
+    out: &mut Vec<(Vec<u8>, VnetHdr)>,
+) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while out.len() < want && Instant::now() < deadline {
         let n = port.recv(vec.slots_mut()).unwrap();
@@ -103,9 +141,21 @@ fn batched_frames_cross_in_order_with_their_bytes() {
     ready.recv().unwrap();
     let a = pair.a.clone();
     let sent = Pair::within(&a, || {
-        let mut port = AfPacketPort::open("veth0", AfPacketOptions { batch: 32, ..Default::default() }).unwrap();
+        let mut port = AfPacketPort::open(
+            "veth0",
+            AfPacketOptions {
+                batch: 32,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let mut pkts: Vec<Packet> = (0..300u32)
-            .map(|i| Packet::new(PacketBuf::from_frame(&udp_frame(i, 60 + (i as usize % 200))), Direction::Forward))
+            .map(|i| {
+                Packet::new(
+                    PacketBuf::from_frame(&udp_frame(i, 60 + (i as usize % 200))),
+                    Direction::Forward,
+                )
+            })
             .collect();
         let n = port.send(&mut pkts);
         assert_eq!(port.counters().tx_packets, 300);
@@ -116,7 +166,11 @@ fn batched_frames_cross_in_order_with_their_bytes() {
     assert_eq!(got.len(), 300, "received {} of 300", got.len());
     assert!(rx_count >= 300);
     for (i, (frame, _)) in got.iter().enumerate() {
-        assert_eq!(frame, &udp_frame(i as u32, 60 + (i % 200)), "frame {i} differs");
+        assert_eq!(
+            frame,
+            &udp_frame(i as u32, 60 + (i % 200)),
+            "frame {i} differs"
+        );
     }
 }
 
@@ -157,7 +211,12 @@ fn gso_super_packet_crosses_unsegmented() {
         buf.set_len(frame.len());
         buf.vnet = vnet;
         let mut pkts = vec![Packet::new(buf, Direction::Forward)];
-        assert_eq!(port.send(&mut pkts), 1, "kernel refused the GSO frame: {:?}", port.counters());
+        assert_eq!(
+            port.send(&mut pkts),
+            1,
+            "kernel refused the GSO frame: {:?}",
+            port.counters()
+        );
     });
     let got = rx.join().unwrap();
     assert_eq!(got.len(), 1, "GSO frame did not arrive whole");
@@ -173,7 +232,10 @@ fn port_does_not_read_its_own_transmissions() {
     let a = pair.a.clone();
     let own = Pair::within(&a, || {
         let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
-        let mut pkts = vec![Packet::new(PacketBuf::from_frame(&udp_frame(7, 80)), Direction::Forward)];
+        let mut pkts = vec![Packet::new(
+            PacketBuf::from_frame(&udp_frame(7, 80)),
+            Direction::Forward,
+        )];
         assert_eq!(port.send(&mut pkts), 1);
         let mut vec = PacketVector::new(8, PacketBuf::MTU_CAPACITY);
         let mut own = 0;
@@ -181,7 +243,11 @@ fn port_does_not_read_its_own_transmissions() {
         while Instant::now() < deadline {
             let n = port.recv(vec.slots_mut()).unwrap();
             vec.set_len(n, Direction::Forward);
-            own += vec.packets().iter().filter(|p| p.buf.frame() == udp_frame(7, 80).as_slice()).count();
+            own += vec
+                .packets()
+                .iter()
+                .filter(|p| p.buf.frame() == udp_frame(7, 80).as_slice())
+                .count();
         }
         own
     });
@@ -190,6 +256,8 @@ fn port_does_not_read_its_own_transmissions() {
 
 #[test]
 fn missing_interface_is_a_clear_error() {
-    let err = AfPacketPort::open("nfx-nope0", AfPacketOptions::default()).err().unwrap();
+    let err = AfPacketPort::open("nfx-nope0", AfPacketOptions::default())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("nfx-nope0"), "{err}");
 }

@@ -133,3 +133,24 @@ pub fn summarize(set: &str, rows: &[BenchRow]) -> SetSummary {
         exact_worse_than_ffd: rows.iter().filter(|r| r.exact.objective > r.ffd.objective).count(),
     }
 }
+
+/// Runs the first `max` (0 = all) instances of a public set listed in `optima`.
+pub fn public_set_rows(optima: &[crate::bpp::OptimumEntry], set: &str, max: usize, limit: Duration) -> Result<Vec<BenchRow>> {
+    let mut entries: Vec<_> = optima.iter().filter(|e| e.set == set).collect();
+    if max > 0 {
+        entries.truncate(max);
+    }
+    let mut rows = Vec::with_capacity(entries.len());
+    for e in entries {
+        let b = crate::bpp::read_bpp(&e.file)?;
+        rows.push(run_instance(set, &b.to_instance(), Some(e.optimum), limit)?);
+    }
+    Ok(rows)
+}
+
+/// Runs `count` generated HYPER-style instances with `n` VNF instances (seeds 0..count).
+pub fn generated_rows(n: usize, count: usize, limit: Duration) -> Result<Vec<BenchRow>> {
+    (0..count as u64)
+        .map(|seed| run_instance(&format!("hyper_n{n}"), &crate::generator::generate(n, seed), None, limit))
+        .collect()
+}

@@ -172,7 +172,6 @@ impl<'a> ColGen<'a> {
             bound = bound.max(theta * dy).max(lagr);
             let obj = lp.objective();
             if new_cols.is_empty() {
-                eprintln!("DEBUG cg conv proven={proven} obj={obj} bound={bound}");
                 if proven {
                     bound = bound.max(obj);
                     converged = true;
@@ -193,7 +192,6 @@ impl<'a> ColGen<'a> {
                 }
             }
             if !added || Instant::now() >= deadline {
-                eprintln!("DEBUG cg stop added={added} obj={obj} bound={bound}");
                 break;
             }
         }

@@ -9,6 +9,7 @@
 use crate::bounds;
 use crate::colgen::ColGen;
 use crate::complete;
+use crate::waste;
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
 use std::time::Instant;
@@ -95,22 +96,13 @@ pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) ->
     if s.lb < s.ub {
         let root = s.cg.solve(&demand, &avail, f64::INFINITY, deadline);
         s.lb = s.lb.max(ceil_bound(root.bound));
-        {
-            let mut cov = vec![0.0f64; p.types.len()];
-            for (pat, x) in &root.columns {
-                assert!(p.fits(pat), "bad pattern {pat:?}");
-                for &(t, c) in &pat.items { cov[t as usize] += x * c as f64; }
-            }
-            let tot: f64 = root.columns.iter().map(|c| c.1).sum();
-            let short: Vec<_> = (0..p.types.len()).filter(|&t| cov[t] < demand[t] as f64 - 1e-6).collect();
-            eprintln!("DEBUG root cols {} total {} short {:?}", root.columns.len(), tot, short);
-        }
-        eprintln!("DEBUG root bound {} lb {} ub {} pool {}", root.bound, s.lb, s.ub, s.cg.pool_size());
         let mut disc = 0;
         while s.lb < s.ub && disc <= MAX_DISCREPANCY && Instant::now() < deadline {
             let (mut d, mut a) = (demand.clone(), avail.clone());
             s.dive(&mut d, &mut a, 0, disc);
-            eprintln!("DEBUG disc {disc} ub {} lb {}", s.ub, s.lb);
+            if disc == 0 && s.lb < s.ub {
+                s.try_waste_proof();
+            }
             disc += 1;
         }
     }
@@ -145,6 +137,27 @@ fn ceil_bound(b: f64) -> u64 {
 type Move = Vec<(Pattern, u32)>;
 
 impl Search<'_> {
+    /// For one device model with non-binding throughput (classical bin packing):
+    /// raises the bound to the incumbent if no packing with one device fewer exists.
+    fn try_waste_proof(&mut self) {
+        let p = self.p;
+        if p.models.len() != 1 || p.models[0].cost == 0 {
+            return;
+        }
+        let m = &p.models[0];
+        let thr: u128 = p.types.iter().map(|t| u128::from(t.thr) * t.members.len() as u128).sum();
+        if thr > u128::from(m.thr_cap) || p.types.iter().any(|t| t.need_hw.max(t.need_sw) > m.cap) {
+            return;
+        }
+        let items: Vec<(u64, u32)> = (0..p.types.len())
+            .map(|t| (p.size(t, 0), p.types[t].members.len() as u32))
+            .collect();
+        let k = self.ub / m.cost - 1;
+        if self.lb <= k * m.cost && waste::no_packing_in(&items, m.cap, k, self.deadline) {
+            self.lb = self.ub;
+        }
+    }
+
     fn done(&self) -> bool {
         self.ub <= self.lb || Instant::now() >= self.deadline
     }

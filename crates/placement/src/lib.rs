@@ -17,10 +17,12 @@ pub mod greedy;
 pub mod instance;
 pub mod online;
 pub mod pricing;
+pub mod pricing_exact;
 pub mod problem;
 pub mod simplex;
 pub mod solve;
 pub mod validate;
+pub mod waste;
 
 pub use error::{PlacementError, Result};
 pub use instance::{Device, DeviceKind, Instance, VnfInstance};

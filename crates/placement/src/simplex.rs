@@ -44,12 +44,19 @@ pub struct Master {
     since_refactor: usize,
     y: Vec<f64>,
     d: Vec<f64>,
+    nz: Vec<usize>,
 }
 
 impl Master {
     /// Creates the master with covering rows `rhs_ge` (artificial columns of cost
     /// `big_m` make the start feasible) and count rows `rhs_le` (with slacks).
     pub fn new(rhs_ge: &[f64], rhs_le: &[f64], big_m: f64) -> Master {
+        Master::with_rows(rhs_ge, rhs_le, big_m, true)
+    }
+
+    /// Like [`Master::new`], but with `surplus == false` the covering rows are
+    /// equalities (exact cover).
+    pub fn with_rows(rhs_ge: &[f64], rhs_le: &[f64], big_m: f64, surplus: bool) -> Master {
         let n_ge = rhs_ge.len();
         let m = n_ge + rhs_le.len();
         let mut cols = Vec::with_capacity(2 * m + 64);
@@ -68,11 +75,13 @@ impl Master {
             });
         }
         for r in 0..n_ge {
-            cols.push(Column {
-                cost: 0.0,
-                rows: vec![r as u32],
-                vals: vec![-1.0],
-            });
+            if surplus {
+                cols.push(Column {
+                    cost: 0.0,
+                    rows: vec![r as u32],
+                    vals: vec![-1.0],
+                });
+            }
         }
         let first_structural = cols.len();
         let mut rhs = rhs_ge.to_vec();
@@ -98,6 +107,7 @@ impl Master {
             since_refactor: 0,
             y: vec![0.0; m],
             d: vec![0.0; m],
+            nz: Vec::with_capacity(m),
         }
     }
 
@@ -178,7 +188,7 @@ impl Master {
             if iter % 32 == 0 && Instant::now() >= deadline {
                 return LpStatus::TimeLimit;
             }
-            if self.since_refactor >= REFACTOR_EVERY {
+            if self.since_refactor >= REFACTOR_EVERY.max(self.m) {
                 self.refactor();
             }
             self.compute_duals();
@@ -265,27 +275,28 @@ impl Master {
             self.xb[i] -= theta * self.d[i];
         }
         self.xb[leave] = theta;
-        let (before, rest) = self.binv.split_at_mut(leave * m);
-        let (prow, after) = rest.split_at_mut(m);
-        for v in prow.iter_mut() {
-            *v /= dp;
+        let mut nz = std::mem::take(&mut self.nz);
+        nz.clear();
+        {
+            let prow = &mut self.binv[leave * m..(leave + 1) * m];
+            for (j, v) in prow.iter_mut().enumerate() {
+                if *v != 0.0 {
+                    *v /= dp;
+                    nz.push(j);
+                }
+            }
         }
-        for (i, row) in before.chunks_exact_mut(m).enumerate() {
+        for i in 0..m {
             let f = self.d[i];
-            if f != 0.0 {
-                for (a, &b) in row.iter_mut().zip(prow.iter()) {
-                    *a -= f * b;
-                }
+            if i == leave || f == 0.0 {
+                continue;
+            }
+            for &j in &nz {
+                let b = self.binv[leave * m + j];
+                self.binv[i * m + j] -= f * b;
             }
         }
-        for (j, row) in after.chunks_exact_mut(m).enumerate() {
-            let f = self.d[leave + 1 + j];
-            if f != 0.0 {
-                for (a, &b) in row.iter_mut().zip(prow.iter()) {
-                    *a -= f * b;
-                }
-            }
-        }
+        self.nz = nz;
         self.pos[self.basis[leave]] = usize::MAX;
         self.basis[leave] = enter;
         self.pos[enter] = leave;
@@ -326,19 +337,31 @@ impl Master {
                 }
             }
             let piv = a[k * m + k];
+            let mut nz_a = Vec::new();
+            let mut nz_i = Vec::new();
             for j in 0..m {
-                a[k * m + j] /= piv;
-                inv[k * m + j] /= piv;
+                if a[k * m + j] != 0.0 {
+                    a[k * m + j] /= piv;
+                    nz_a.push(j);
+                }
+                if inv[k * m + j] != 0.0 {
+                    inv[k * m + j] /= piv;
+                    nz_i.push(j);
+                }
             }
             for i in 0..m {
-                if i != k {
-                    let f = a[i * m + k];
-                    if f != 0.0 {
-                        for j in 0..m {
-                            a[i * m + j] -= f * a[k * m + j];
-                            inv[i * m + j] -= f * inv[k * m + j];
-                        }
-                    }
+                if i == k {
+                    continue;
+                }
+                let f = a[i * m + k];
+                if f == 0.0 {
+                    continue;
+                }
+                for &j in &nz_a {
+                    a[i * m + j] -= f * a[k * m + j];
+                }
+                for &j in &nz_i {
+                    inv[i * m + j] -= f * inv[k * m + j];
                 }
             }
         }

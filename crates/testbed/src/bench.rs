@@ -83,6 +83,9 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
     let mut rep = BenchReport::default();
     let want = |c: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == c);
     for case in CASES.into_iter().filter(|c| want(c)) {
+        if crate::stop::requested() {
+            anyhow::bail!("interrupted");
+        }
         log(&format!("case {case}"));
         let r = (|| -> anyhow::Result<CaseResult> {
             match case {
@@ -118,7 +121,7 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
             }
         }
     }
-    if want("nfx-chain") {
+    if want("nfx-chain") && !crate::stop::requested() {
         tb.set_edge_forwarding(false)?;
         match adaptive_checks(opts, &tb, dir.path(), log) {
             Ok((idle, ratio)) => {

@@ -15,7 +15,10 @@ pub mod process;
 pub mod root;
 pub mod runconfig;
 pub mod sockperf;
+pub mod stop;
 pub mod topology;
 pub mod udpgen;
 
+/// Re-exported so the binary and its tests share one temp-dir implementation.
+pub use tempfile;
 pub use topology::{Host, Spec, Testbed, TestbedGuard};

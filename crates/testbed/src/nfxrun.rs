@@ -101,11 +101,40 @@ impl NfxRun {
     }
 }
 
+/// Reads a JSON-lines event file (missing file = no events; bad lines are skipped
+/// with their count returned as the second value).
+pub fn read_events(path: &Path) -> (Vec<Value>, usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut bad = 0;
+    let evs = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let v = serde_json::from_str(l).ok();
+            bad += usize::from(v.is_none());
+            v
+        })
+        .collect();
+    (evs, bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runconfig::Chain;
     use crate::Spec;
+
+    #[test]
+    fn events_file_is_read_line_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e.jsonl");
+        std::fs::write(&p, "{\"kind\":\"elephant\"}\nnot json\n\n{\"kind\":\"dpi_match\"}\n").unwrap();
+        let (evs, bad) = read_events(&p);
+        assert_eq!(evs.len(), 2);
+        assert_eq!(bad, 1);
+        assert_eq!(evs[1]["kind"], "dpi_match");
+        assert!(read_events(&dir.path().join("none")).0.is_empty());
+    }
 
     #[test]
     fn a_binary_that_exits_is_reported_with_its_log() {

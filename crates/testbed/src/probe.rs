@@ -158,6 +158,112 @@ fn echo_here(target: Ipv4Addr, count: u16, interval: Duration) -> anyhow::Result
     Ok(res)
 }
 
+/// How a TCP request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpOutcome {
+    /// Connected; the server's reply (until it closed).
+    Reply(String),
+    /// The peer refused (RST): the packets got through but nothing listens.
+    Refused,
+    /// No answer within the limit: the SYN (or its reply) was dropped on the way.
+    TimedOut,
+}
+
+/// Connects from namespace `ns` to `addr:port` within `limit`, sends `msg` and reads
+/// the reply until the server closes (also within `limit`).
+pub fn tcp_request(
+    ns: &str,
+    addr: Ipv4Addr,
+    port: u16,
+    msg: &[u8],
+    limit: Duration,
+) -> anyhow::Result<TcpOutcome> {
+    use std::io::{ErrorKind, Read, Write};
+    let msg = msg.to_vec();
+    netns::in_netns(ns, move || {
+        let sa = std::net::SocketAddr::V4(SocketAddrV4::new(addr, port));
+        let mut s = match std::net::TcpStream::connect_timeout(&sa, limit) {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Ok(TcpOutcome::Refused),
+            Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
+                return Ok(TcpOutcome::TimedOut)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        s.set_read_timeout(Some(limit))?;
+        s.write_all(&msg)?;
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply)?;
+        Ok(TcpOutcome::Reply(reply))
+    })
+    .with_context(|| format!("TCP request to {addr}:{port} from {ns}"))
+}
+
+/// A TCP server inside a namespace that answers every connection with the address it
+/// sees the client coming from (to prove NAT), after reading the client's message.
+pub struct PeerEcho {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PeerEcho {
+    /// Listens on `0.0.0.0:port` inside `ns`; returns once listening.
+    pub fn start(ns: &str, port: u16) -> anyhow::Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (ns2, st) = (ns.to_string(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let l = match netns::enter(&ns2)
+                .and_then(|_| Ok(std::net::TcpListener::bind(("0.0.0.0", port))?))
+                .and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    Ok(l)
+                }) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("{e:#}")));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(()));
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, peer)) => serve_peer(s, peer),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .context("peer-echo server did not start")?
+            .map_err(|e| anyhow::anyhow!("peer-echo server in {ns}: {e}"))?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+fn serve_peer(mut s: std::net::TcpStream, peer: std::net::SocketAddr) {
+    use std::io::{Read, Write};
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut buf = [0u8; 4096];
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    let _ = s.write_all(peer.ip().to_string().as_bytes());
+}
+
+impl Drop for PeerEcho {
+    fn drop(&mut self) {
+        self.stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +299,11 @@ mod tests {
         let r = (|| -> anyhow::Result<EchoResult> {
             netns::ip(ns, &["link", "set", "lo", "up"])?;
             udp_reachable(ns, Ipv4Addr::LOCALHOST, Duration::from_secs(2))?;
+            let _echo = PeerEcho::start(ns, 7001)?;
+            let got = tcp_request(ns, Ipv4Addr::LOCALHOST, 7001, b"hi", Duration::from_secs(2))?;
+            assert_eq!(got, TcpOutcome::Reply("127.0.0.1".into()));
+            let refused = tcp_request(ns, Ipv4Addr::LOCALHOST, 7002, b"hi", Duration::from_secs(2))?;
+            assert_eq!(refused, TcpOutcome::Refused);
             icmp_echo(ns, Ipv4Addr::LOCALHOST, 2, Duration::from_millis(50))
         })();
         crate::process::run(&["ip", "netns", "del", ns], Duration::from_secs(5)).unwrap();

@@ -507,6 +507,13 @@ impl TestbedGuard {
         Testbed::up(spec)?;
         Ok(guard)
     }
+
+    /// Disarms the guard: the testbed stays up (e.g. `nfx demo --keep`).
+    pub fn keep(self) -> Testbed {
+        let tb = self.tb.clone();
+        std::mem::forget(self);
+        tb
+    }
 }
 
 impl std::ops::Deref for TestbedGuard {

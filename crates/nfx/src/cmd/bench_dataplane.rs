@@ -56,6 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         poll: args.poll,
         only: args.cases,
     };
+    nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     print!("{}", bench::table(&rep));
     if let Some(path) = args.json {

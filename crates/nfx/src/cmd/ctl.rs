@@ -33,9 +33,9 @@ pub enum CtlCmd {
 /// Where the controller is and how to authenticate.
 #[derive(clap::Args)]
 pub struct Conn {
-    /// Controller URL (or env NFX_URL).
-    #[arg(long, env = "NFX_URL", default_value = "http://127.0.0.1:7878")]
-    url: String,
+    /// Controller URL (default: env NFX_URL, else http://127.0.0.1:7878).
+    #[arg(long)]
+    url: Option<String>,
     /// File holding the bearer token (env NFX_TOKEN takes precedence).
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -209,7 +209,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
 }
 
 fn client(c: &Conn) -> anyhow::Result<Client> {
-    Ok(Client::new(&c.url, load_token(c.token_file.as_deref())?))
+    let url = c
+        .url
+        .clone()
+        .or_else(|| std::env::var("NFX_URL").ok())
+        .unwrap_or_else(|| "http://127.0.0.1:7878".into());
+    Ok(Client::new(&url, load_token(c.token_file.as_deref())?))
 }
 
 fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {

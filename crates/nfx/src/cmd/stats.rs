@@ -37,7 +37,11 @@ fn socket_of(args: &Args) -> anyhow::Result<PathBuf> {
         return Ok(default_socket(n));
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                .collect()
+        })
         .unwrap_or_default();
     found.sort();
     match found.len() {

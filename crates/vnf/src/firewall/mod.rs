@@ -256,7 +256,7 @@ impl Firewall {
         let expires = now + self.timeouts.of(m.key.proto, state);
         match self.table.insert(ck, expires, val, now) {
             Insert::New(_) => {}
-            Insert::Evicted(_, old) => self.by_state[usize::from(old.val.state)] -= 1,
+            Insert::Evicted { old, .. } => self.by_state[usize::from(old.val.state)] -= 1,
             Insert::Full => return Err(DropReason::TableFull),
         }
         self.by_state[usize::from(state)] += 1;
@@ -311,7 +311,7 @@ impl Node for Firewall {
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
         // Sweep the whole table about every 5 s at the runtime's 100 ms ticks.
-        let mut budget = (self.table.slots() / 50).max(1024);
+        let mut budget = (self.table.slots() / 50).max(4096);
         while let Some(slot) = self.table.next_expired(now_ns, &mut budget) {
             self.remove(slot);
             self.expired += 1;

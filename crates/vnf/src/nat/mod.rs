@@ -321,8 +321,8 @@ impl Nat {
     ) -> Result<usize, DropReason> {
         match self.table.insert(k, expires, v, now) {
             Insert::New(s) => Ok(s),
-            Insert::Evicted(s, old) => {
-                self.drop_twin(s, &old.val);
+            Insert::Evicted { slot: s, from, old } => {
+                self.drop_twin(from, &old.val);
                 self.evicted += 1;
                 Ok(s)
             }
@@ -530,7 +530,8 @@ impl Node for Nat {
         }
         for p in pkts.iter().filter(|p| p.alive()) {
             if let Some(slot) = self.table.find(&p.meta.key) {
-                self.table.prefetch_slot(self.table.get(slot).val.twin as usize);
+                self.table
+                    .prefetch_slot(self.table.get(slot).val.twin as usize);
             }
         }
         for p in pkts.iter_mut().filter(|p| p.alive()) {
@@ -542,7 +543,7 @@ impl Node for Nat {
 
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
-        let mut budget = (self.table.slots() / 50).max(1024);
+        let mut budget = (self.table.slots() / 50).max(4096);
         while let Some(slot) = self.table.next_expired(now_ns, &mut budget) {
             self.remove_pair(slot);
             self.expired += 1;

@@ -10,11 +10,12 @@
 //! only while the overflow count says something went further. A 16-bit tag per slot
 //! filters key comparisons.
 //!
-//! Eviction policy when the table holds `max_flows` entries or both buckets are full:
-//! among the 16 slots of the two buckets, the entry closest to expiry that is either
-//! already expired or that its owner says is evictable ([`TableValue::evictable`],
-//! e.g. not an established TCP connection) is replaced; if there is none the insert
-//! fails and the caller counts a `TableFull` drop.
+//! Eviction policy when the table holds `max_flows` entries: among the 40 slots of
+//! the key's two buckets and the buckets right after its first one, the entry
+//! closest to expiry that is either already expired or that its owner says is
+//! evictable ([`TableValue::evictable`], e.g. not an established TCP connection) is
+//! replaced; if there is none the insert fails and the caller counts a `TableFull`
+//! drop.
 
 pub mod blob;
 pub mod hash;
@@ -24,6 +25,9 @@ use nfx_packet::FlowKey;
 
 /// Slots per bucket.
 pub const BUCKET: usize = 8;
+/// Buckets searched for an eviction victim, from the key's first bucket on (plus
+/// its second bucket).
+pub const EVICT_WINDOW: usize = 4;
 /// Slots allocated per requested flow: 10 % headroom keeps two-choice inserts from
 /// running into full buckets before the table holds `max_flows` entries.
 const HEADROOM: f64 = 1.10;
@@ -64,8 +68,15 @@ pub struct Entry<V> {
 pub enum Insert<V> {
     /// Stored in a free slot.
     New(usize),
-    /// Stored in this slot in place of the returned entry (expired or evictable).
-    Evicted(usize, Entry<V>),
+    /// Stored in `slot` after removing `old` (expired or evictable) from `from`.
+    Evicted {
+        /// Where the new entry went.
+        slot: usize,
+        /// Where the evicted entry was.
+        from: usize,
+        /// The evicted entry.
+        old: Entry<V>,
+    },
     /// No free slot and nothing evictable.
     Full,
 }
@@ -237,27 +248,37 @@ impl<V: TableValue> FlowTable<V> {
     }
 
     /// Stores `key` in a free slot without evicting anything; `None` when the table
-    /// holds `max_flows` entries or both buckets are full. `key` must not be present.
+    /// holds `max_flows` entries. `key` must not be present.
     pub fn insert_free(&mut self, key: FlowKey, expires_ns: u64, val: V) -> Option<usize> {
-        if self.len >= self.max_flows {
-            return None;
-        }
+        (self.len < self.max_flows).then(|| self.insert_unchecked(key, expires_ns, val))
+    }
+
+    /// Places an entry; the caller made sure that `len < max_flows`, so a free slot
+    /// exists and the walk below ends.
+    fn insert_unchecked(&mut self, key: FlowKey, expires_ns: u64, val: V) -> usize {
         let (b1, b2, tag) = self.locate(&key);
-        let free = |b: usize| (b * BUCKET..(b + 1) * BUCKET).filter(|&i| self.tags[i] == 0);
-        let (f1, f2) = (free(b1).count(), free(b2).count());
-        let slot = if f1 == 0 && f2 == 0 {
-            // Both full: walk on from b1, counting an overflow on every bucket passed.
-            // len < max_flows < slots guarantees a free slot somewhere.
-            let mut b = b1;
-            loop {
-                self.overflow[b] += 1;
-                b = self.next_bucket(b);
-                if let Some(s) = (b * BUCKET..(b + 1) * BUCKET).find(|&i| self.tags[i] == 0) {
-                    break s;
-                }
-            }
+        let free = |t: &Self, b: usize| {
+            t.tags[b * BUCKET..(b + 1) * BUCKET]
+                .iter()
+                .filter(|&&x| x == 0)
+                .count()
+        };
+        let mut b = if free(self, b2) > free(self, b1) {
+            b2
         } else {
-            free(if f1 >= f2 { b1 } else { b2 }).next()?
+            b1
+        };
+        let slot = loop {
+            if let Some(i) = self.tags[b * BUCKET..(b + 1) * BUCKET]
+                .iter()
+                .position(|&x| x == 0)
+            {
+                break b * BUCKET + i;
+            }
+            // Both of the key's buckets are full: walk on from b1, counting an
+            // overflow on every bucket passed.
+            self.overflow[b] += 1;
+            b = self.next_bucket(b);
         };
         self.place(
             slot,
@@ -269,41 +290,34 @@ impl<V: TableValue> FlowTable<V> {
             },
         );
         self.len += 1;
-        Some(slot)
+        slot
     }
 
     /// Stores `key` (which must not be present): in a free slot if the table has
-    /// room, else in place of an expired or evictable entry of its two buckets.
+    /// room, else in place of the expired or evictable entry closest to expiry among
+    /// the key's two buckets and the [`EVICT_WINDOW`] buckets from its first.
     pub fn insert(&mut self, key: FlowKey, expires_ns: u64, val: V, now_ns: u64) -> Insert<V> {
         if let Some(slot) = self.insert_free(key, expires_ns, val) {
             return Insert::New(slot);
         }
-        let (b1, b2, tag) = self.locate(&key);
-        let victim = (b1 * BUCKET..(b1 + 1) * BUCKET)
-            .chain(b2 * BUCKET..(b2 + 1) * BUCKET)
+        let (b1, b2, _) = self.locate(&key);
+        let n = self.nbuckets;
+        let victim = (0..EVICT_WINDOW.min(n))
+            .map(|d| (b1 + d) % n)
+            .chain(std::iter::once(b2))
+            .flat_map(|b| b * BUCKET..(b + 1) * BUCKET)
             .filter(|&i| {
                 self.tags[i] != 0
                     && (self.entries[i].expires_ns <= now_ns || self.entries[i].val.evictable())
             })
             .min_by_key(|&i| self.entries[i].expires_ns);
-        match victim {
-            Some(slot) => {
-                let old = self.entries[slot];
-                self.unlink(slot);
-                self.place(
-                    slot,
-                    tag,
-                    Entry {
-                        key,
-                        expires_ns,
-                        val,
-                    },
-                );
-                self.evictions += 1;
-                Insert::Evicted(slot, old)
-            }
-            None => Insert::Full,
-        }
+        let Some(from) = victim else {
+            return Insert::Full;
+        };
+        let old = self.remove(from);
+        self.evictions += 1;
+        let slot = self.insert_unchecked(key, expires_ns, val);
+        Insert::Evicted { slot, from, old }
     }
 
     /// Removes and returns the entry in `slot`.

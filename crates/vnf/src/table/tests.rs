@@ -73,7 +73,7 @@ fn full_table_evicts_only_evictable_or_expired() {
     ));
     // Once time passes the oldest expiry, that entry is replaced.
     match t.insert(key(9), 500, V::default(), 100) {
-        Insert::Evicted(_, old) => assert_eq!(old.key, key(0)),
+        Insert::Evicted { old, .. } => assert_eq!(old.key, key(0)),
         other => panic!("expected eviction, got {other:?}"),
     }
     assert_eq!(t.len(), 4);
@@ -100,7 +100,7 @@ fn full_table_evicts_only_evictable_or_expired() {
         0,
     );
     match u.insert(key(3), 90, V::default(), 0) {
-        Insert::Evicted(_, old) => assert_eq!(old.key, key(2)),
+        Insert::Evicted { old, .. } => assert_eq!(old.key, key(2)),
         other => panic!("expected eviction, got {other:?}"),
     }
 }
@@ -199,12 +199,12 @@ proptest! {
                     let v = V { pinned, tag: exp as u32 };
                     match t.insert(k, exp, v, now) {
                         Insert::New(_) => {}
-                        Insert::Evicted(_, old) => {
+                        Insert::Evicted { old, .. } => {
                             prop_assert!(old.expires_ns <= now || old.val.evictable());
                             prop_assert!(model.remove(&old.key).is_some());
                         }
                         Insert::Full => {
-                            prop_assert!(model.len() >= BUCKET || model.len() == cap);
+                            prop_assert_eq!(model.len(), cap, "refused only when full");
                             continue;
                         }
                     }

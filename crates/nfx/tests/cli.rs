@@ -1,0 +1,183 @@
+//! End-to-end tests of the `nfx` binary's testbed, demo, bench and config handling.
+//! Namespace tests need root; each uses its own prefix and subnet and cleans up.
+
+use nfx_testbed::{netns, Spec, Testbed};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+const NFX: &str = env!("CARGO_BIN_EXE_nfx");
+/// Tests that move traffic share two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn root() -> bool {
+    let ok = nfx_testbed::root::effective_uid() == 0;
+    if !ok {
+        eprintln!("skipped: needs root");
+    }
+    ok
+}
+
+fn nfx(args: &[&str]) -> Output {
+    Command::new(NFX).args(args).output().expect("running nfx")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Removes a testbed on drop, whatever happened in the test.
+struct Down(Spec);
+impl Drop for Down {
+    fn drop(&mut self) {
+        if let Ok(tb) = Testbed::attach(self.0.clone()) {
+            let _ = tb.down();
+        }
+    }
+}
+
+fn ours(prefix: &str) -> Vec<String> {
+    netns::list().into_iter().filter(|n| n.starts_with(prefix)).collect()
+}
+
+#[test]
+fn testbed_up_twice_then_down_leaves_nothing() {
+    if !root() {
+        return;
+    }
+    let prefix = "nfxe2e-cli-";
+    let _down = Down(Spec {
+        prefix: prefix.into(),
+        subnet_base: 243,
+    });
+    let args = ["--prefix", prefix, "--subnet-base", "243"];
+    for _ in 0..2 {
+        let o = nfx(&[&["testbed", "up"][..], &args].concat());
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = nfx(&[&["testbed", "status", "--json"][..], &args].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(st["hosts"].as_array().unwrap().len(), 4);
+    assert_eq!(st["hosts"][1]["forwarding"], true);
+    assert_eq!(ours(prefix).len(), 4);
+    let o = nfx(&[&["testbed", "down"][..], &args].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(ours(prefix).is_empty(), "{:?}", ours(prefix));
+    let o = nfx(&[&["testbed", "down"][..], &args].concat());
+    assert!(text(&o).contains("nothing to remove"), "{}", text(&o));
+}
+
+#[test]
+fn not_root_gets_a_clear_message() {
+    let want = nfx_testbed::root::NEED_ROOT;
+    if !root() {
+        let o = nfx(&["testbed", "up", "--prefix", "nfxe2e-nr-"]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains(want), "{}", text(&o));
+        return;
+    }
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(setpriv) = setpriv else {
+        assert_eq!(nfx_testbed::root::check_euid(1000).unwrap_err().to_string(), want);
+        return;
+    };
+    for action in ["up", "down", "status"] {
+        let o = Command::new(setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", NFX])
+            .args(["testbed", action, "--prefix", "nfxe2e-nr-"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert!(text(&o).contains(want), "{action}: {}", text(&o));
+    }
+    assert!(ours("nfxe2e-nr-").is_empty());
+}
+
+#[test]
+fn wrong_config_names_file_and_field() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "unknown.yaml",
+            "name: x\nports:\n  inside: {iface: a, peer_mac: \"02:00:00:00:00:01\"}\n  outside: {iface: b, peer_mac: \"02:00:00:00:00:02\"}\nvectr: 8\n",
+            "vectr",
+        ),
+        (
+            "badport.yaml",
+            "name: x\nports:\n  inside: {iface: a, peer_mac: \"02:00:00:00:00:01\"}\n  outside: {iface: b, peer_mac: \"02:00:00:00:00:02\"}\nchain:\n  - firewall: {rules: [{action: allow, proto: tcp, dport: 70000}]}\n",
+            "dport",
+        ),
+    ];
+    for (file, body, field) in cases {
+        let p = dir.path().join(file);
+        std::fs::write(&p, body).unwrap();
+        let o = nfx(&["run", "--config", p.to_str().unwrap(), "--duration", "1"]);
+        assert!(!o.status.success(), "{file} was accepted");
+        let t = text(&o);
+        assert!(t.contains(file), "{file}: {t}");
+        assert!(t.contains(field), "{file}: {t}");
+    }
+}
+
+#[test]
+fn bench_dataplane_writes_the_agreed_json() {
+    if !root() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _down = Down(Spec {
+        prefix: "nfxe2e-bench-".into(),
+        subnet_base: 244,
+    });
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let o = Command::new(NFX)
+        .args(["bench", "dataplane", "--duration", "1", "--cases", "kernel-forward,nfx-forward"])
+        .args(["--prefix", "nfxe2e-bench-", "--subnet-base", "244", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    assert_eq!(cases[0]["name"], "kernel-forward");
+    for c in cases {
+        for k in ["tcp1_gbps", "tcp4_gbps", "udp64_mpps", "lat_p50_us", "lat_p99_us", "cpu_cores"] {
+            assert!(c[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {c}");
+        }
+    }
+    assert!(v.get("idle_cpu_pct_adaptive").is_some());
+    assert!(v.get("adaptive_vs_busy_throughput").is_some());
+    assert!(ours("nfxe2e-bench-").is_empty());
+}
+
+#[test]
+fn demo_runs_and_cleans_up() {
+    if !root() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _down = Down(Spec {
+        prefix: "nfxe2e-demo-".into(),
+        subnet_base: 245,
+    });
+    let o = Command::new(NFX)
+        .args(["demo", "--duration", "6", "--prefix", "nfxe2e-demo-", "--subnet-base", "245"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in ["firewall", "nat", "elephant", "dpi", "summary", "acl_deny", "tearing down"] {
+        assert!(t.contains(want), "demo output lacks {want}: {t}");
+    }
+    assert!(ours("nfxe2e-demo-").is_empty());
+}
