@@ -73,16 +73,20 @@ fn dedup_links(y: &str) -> String {
 }
 
 /// A 6-function service between two hosts.
-pub fn chain6_service(id: &str, ingress: &str, egress: &str, max_latency_us: f64) -> Service {
+pub fn chain6_service(
+    id: &str,
+    ingress: &str,
+    egress: &str,
+    max_latency_us: f64,
+) -> anyhow::Result<Service> {
     let chain = CHAIN6
         .iter()
         .map(|f| format!("{{ function: {f} }}"))
         .collect::<Vec<_>>()
         .join(", ");
-    serde_yaml_ng::from_str(&format!(
-        "{{ id: {id}, tenant: bench, ingress: {ingress}, egress: {egress}, chain: [{chain}], sla: {{ max_latency_us: {max_latency_us}, min_throughput_gbps: 1 }} }}"
-    ))
-    .unwrap_or_else(|e| panic!("built-in service text: {e}"))
+    Ok(serde_yaml_ng::from_str(&format!(
+        "{{ id: {id:?}, tenant: bench, ingress: {ingress:?}, egress: {egress:?}, chain: [{chain}], sla: {{ max_latency_us: {max_latency_us}, min_throughput_gbps: 1 }} }}"
+    ))?)
 }
 
 /// Times `services` successive 6-function chain placements on `hosts` simulated hosts;
@@ -102,7 +106,7 @@ pub fn bench_chain_placement(hosts: usize, services: usize) -> anyhow::Result<se
     for s in 0..services {
         let (a, b) = ((s * 131) % hosts, (s * 131 + hosts / 2) % hosts);
         let bound = if s % 2 == 0 { 600.0 } else { 200.0 };
-        let svc = chain6_service(&format!("s{s}"), &format!("h{a}"), &format!("h{b}"), bound);
+        let svc = chain6_service(&format!("s{s}"), &format!("h{a}"), &format!("h{b}"), bound)?;
         let t = Instant::now();
         let plan = med.plan_deploy(&svc);
         let plan = match plan {

@@ -20,36 +20,111 @@ struct Topo {
 }
 
 fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Topo {
     fn new() -> Self {
         let pid = std::process::id();
-        let t = Topo { ns: ["a", "m", "b"].map(|s| format!("nfxbench-{pid}-{s}")) };
+        let t = Topo {
+            ns: ["a", "m", "b"].map(|s| format!("nfxbench-{pid}-{s}")),
+        };
         let [a, m, b] = [&t.ns[0], &t.ns[1], &t.ns[2]].map(|s| s.as_str());
         for ns in [a, m, b] {
             sh(&["ip", "netns", "add", ns]);
             sh(&["ip", "-n", ns, "link", "set", "dev", "lo", "up"]);
         }
-        sh(&["ip", "-n", a, "link", "add", "veth0", "type", "veth", "peer", "name", "ma", "netns", m]);
-        sh(&["ip", "-n", b, "link", "add", "veth0", "type", "veth", "peer", "name", "mb", "netns", m]);
-        sh(&["ip", "-n", a, "addr", "add", &format!("10.{NET}.1.1/24"), "dev", "veth0"]);
-        sh(&["ip", "-n", m, "addr", "add", &format!("10.{NET}.1.2/24"), "dev", "ma"]);
-        sh(&["ip", "-n", m, "addr", "add", &format!("10.{NET}.2.1/24"), "dev", "mb"]);
-        sh(&["ip", "-n", b, "addr", "add", &format!("10.{NET}.2.2/24"), "dev", "veth0"]);
+        sh(&[
+            "ip", "-n", a, "link", "add", "veth0", "type", "veth", "peer", "name", "ma", "netns", m,
+        ]);
+        sh(&[
+            "ip", "-n", b, "link", "add", "veth0", "type", "veth", "peer", "name", "mb", "netns", m,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            a,
+            "addr",
+            "add",
+            &format!("10.{NET}.1.1/24"),
+            "dev",
+            "veth0",
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            m,
+            "addr",
+            "add",
+            &format!("10.{NET}.1.2/24"),
+            "dev",
+            "ma",
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            m,
+            "addr",
+            "add",
+            &format!("10.{NET}.2.1/24"),
+            "dev",
+            "mb",
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            b,
+            "addr",
+            "add",
+            &format!("10.{NET}.2.2/24"),
+            "dev",
+            "veth0",
+        ]);
         for (ns, dev) in [(a, "veth0"), (m, "ma"), (m, "mb"), (b, "veth0")] {
             sh(&["ip", "-n", ns, "link", "set", "dev", dev, "up"]);
         }
-        sh(&["ip", "-n", a, "route", "add", "default", "via", &format!("10.{NET}.1.2")]);
-        sh(&["ip", "-n", b, "route", "add", "default", "via", &format!("10.{NET}.2.1")]);
+        sh(&[
+            "ip",
+            "-n",
+            a,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.{NET}.1.2"),
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            b,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.{NET}.2.1"),
+        ]);
         t
     }
 
     fn forward(&self, on: bool) {
-        sh(&["ip", "netns", "exec", &self.ns[1], "sysctl", "-qw", &format!("net.ipv4.ip_forward={}", u8::from(on))]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.ns[1],
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.ip_forward={}", u8::from(on)),
+        ]);
     }
 
     fn mac(&self, i: usize, dev: &str) -> String {
@@ -69,19 +144,35 @@ impl Drop for Topo {
 
 fn iperf_tcp(t: &Topo, secs: u64) -> f64 {
     let mut server = Command::new("ip")
-        .args(["netns", "exec", &t.ns[2], "iperf3", "-s", "-1", "-p", "5299"])
+        .args([
+            "netns", "exec", &t.ns[2], "iperf3", "-s", "-1", "-p", "5299",
+        ])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let out = Command::new("ip")
-        .args(["netns", "exec", &t.ns[0], "iperf3", "-c", &format!("10.{NET}.2.2"), "-p", "5299", "-J", "-t"])
+        .args([
+            "netns",
+            "exec",
+            &t.ns[0],
+            "iperf3",
+            "-c",
+            &format!("10.{NET}.2.2"),
+            "-p",
+            "5299",
+            "-J",
+            "-t",
+        ])
         .arg(secs.to_string())
         .output()
         .unwrap();
     let _ = server.wait();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / 1e9
 }
 
 fn config(t: &Topo, poll: &str, vector: usize) -> RunConfig {
@@ -111,8 +202,9 @@ fn udp_flood(t: &Topo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
             .udp(4000, 4001);
         let mut frame = Vec::new();
         b.write(&mut frame, &[0u8; 18]).unwrap();
-        let mut pkts: Vec<Packet> =
-            (0..256).map(|_| Packet::new(PacketBuf::from_frame(&frame), Direction::Forward)).collect();
+        let mut pkts: Vec<Packet> = (0..256)
+            .map(|_| Packet::new(PacketBuf::from_frame(&frame), Direction::Forward))
+            .collect();
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
             for p in pkts.iter_mut() {
@@ -139,12 +231,18 @@ fn udp_pps(t: &Topo, vector: usize, secs: u64) -> (f64, f64) {
     let offered = gen.join().unwrap();
     let st = dp.stop().unwrap();
     let pps = (s1.ports[1].tx_packets - s0.ports[1].tx_packets) as f64 / dt;
-    eprintln!("  vector {vector}: offered {offered} frames, mean vector {:.1}", st.workers[0].mean_vector);
+    eprintln!(
+        "  vector {vector}: offered {offered} frames, mean vector {:.1}",
+        st.workers[0].mean_vector
+    );
     (pps, st.workers[0].mean_vector)
 }
 
 fn main() {
-    let secs: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let t = Topo::new();
     t.forward(true);
     let kernel = iperf_tcp(&t, secs);

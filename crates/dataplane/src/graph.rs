@@ -207,20 +207,34 @@ impl Graph {
     }
 
     /// Replaces the VNF chain between two vectors. A new node named like an old one keeps
-    /// the old one's counters, so stats stay continuous. Returns the old nodes.
-    pub fn replace_chain(&mut self, nodes: Vec<Box<dyn Node>>) -> Vec<Box<dyn Node>> {
+    /// the old one's counters (stats stay continuous) and its flow state (exported from
+    /// the old node, imported into the new one, so established flows survive a rule
+    /// change). Returns the old nodes and how many flows were carried over.
+    pub fn replace_chain(&mut self, nodes: Vec<Box<dyn Node>>) -> (Vec<Box<dyn Node>>, usize) {
         let mut old: Vec<Stage> = std::mem::take(&mut self.chain);
+        let mut carried = 0;
+        let mut blob = Vec::new();
         self.chain = nodes
             .into_iter()
-            .map(|node| {
-                let counters = match old.iter().position(|s| s.node.name() == node.name()) {
-                    Some(i) => std::mem::take(&mut old[i].counters),
-                    None => NodeCounters::default(),
+            .map(|mut node| {
+                let Some(i) = old.iter().position(|s| s.node.name() == node.name()) else {
+                    return Stage::new(node);
                 };
-                Stage { node, counters }
+                blob.clear();
+                old[i].node.export_state(&mut blob);
+                match node.import_state(&blob) {
+                    Ok(n) => carried += n,
+                    Err(e) => {
+                        log::warn!("reconfigure: {} starts with empty state: {e}", node.name())
+                    }
+                }
+                Stage {
+                    node,
+                    counters: std::mem::take(&mut old[i].counters),
+                }
             })
             .collect();
-        old.into_iter().map(|s| s.node).collect()
+        (old.into_iter().map(|s| s.node).collect(), carried)
     }
 
     /// The VNF called `name`, for state export/import.

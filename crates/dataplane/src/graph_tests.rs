@@ -175,8 +175,9 @@ fn replacing_the_chain_keeps_counters_of_same_named_nodes() {
     let mut g = Graph::new(tags(&[1, 2]), output(), None);
     let mut v = vector_of(0..10, Direction::Forward);
     g.run(v.packets_mut(), Direction::Forward, 1);
-    let old = g.replace_chain(tags(&[2, 3]));
+    let (old, carried) = g.replace_chain(tags(&[2, 3]));
     assert_eq!(old.len(), 2);
+    assert_eq!(carried, 1, "only tag2 exists on both sides");
     assert_eq!(g.vnf_names(), ["tag2", "tag3"]);
     let mut v = vector_of(0..10, Direction::Forward);
     g.run(v.packets_mut(), Direction::Forward, 2);
@@ -184,6 +185,11 @@ fn replacing_the_chain_keeps_counters_of_same_named_nodes() {
     assert_eq!(st[1].name, "tag2");
     assert_eq!(st[1].packets, 20);
     assert_eq!(st[2].packets, 10);
+    assert_eq!(
+        st[1].stats["tagged"], 20,
+        "tag2's state was not carried over"
+    );
+    assert_eq!(st[2].stats["tagged"], 10);
     assert_eq!(trace_of(v.packets()[0].buf.frame()), vec![2, 3]);
     assert!(g.vnf_mut("tag3").is_some());
     assert!(g.vnf_mut("tag1").is_none());

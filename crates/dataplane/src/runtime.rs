@@ -62,13 +62,14 @@ impl Controller {
     }
 
     /// Builds a new chain from `specs` and swaps it in between two vectors: no packet is
-    /// lost or reordered (they wait in the port's socket queue). Returns the new names.
-    pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<Vec<String>> {
+    /// lost or reordered (they wait in the port's socket queue); nodes keeping their name
+    /// keep their flow state. Returns the new names and the number of flows carried over.
+    pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<(Vec<String>, usize)> {
         let nodes = (self.inner.builder)(specs)
             .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
-        let (old, names) = self.ask(|tx| Command::Reconfigure(nodes, tx))?;
+        let (old, names, carried) = self.ask(|tx| Command::Reconfigure(nodes, tx))?;
         drop(old);
-        Ok(names)
+        Ok((names, carried))
     }
 
     /// Runs `job` on the worker thread against the VNF called `node`.
@@ -143,8 +144,8 @@ impl Controller {
                     .get("chain")
                     .and_then(|c| c.as_array())
                     .ok_or_else(|| anyhow!("`reconfigure` needs an array field `chain`"))?;
-                let names = self.reconfigure(chain)?;
-                Ok(serde_json::json!({ "ok": true, "nodes": names }))
+                let (names, carried) = self.reconfigure(chain)?;
+                Ok(serde_json::json!({ "ok": true, "nodes": names, "flows_carried": carried }))
             }
             "export_state" => {
                 let node = field("node")?;

@@ -98,7 +98,7 @@ fn reconfigure_under_load_loses_and_reorders_nothing() {
     let mut swaps = 0;
     while r.outside.0.lock().unwrap().tx.len() < N as usize / 2 {
         let id = 2 + (swaps % 2);
-        let names = ctl
+        let (names, _) = ctl
             .reconfigure(&[serde_json::json!({"tag": {"id": id}})])
             .unwrap();
         assert_eq!(names, [format!("tag{id}")]);

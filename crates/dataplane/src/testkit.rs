@@ -49,6 +49,8 @@ pub struct TagNode {
     pub reason: DropReason,
     /// Raise an `elephant` event for packets with `seq % event_every == 0`.
     pub event_every: Option<u32>,
+    /// Stand-in for flow state: packets tagged so far (exported and imported).
+    pub tagged: u64,
 }
 
 impl TagNode {
@@ -60,6 +62,7 @@ impl TagNode {
             drop_every: None,
             reason: DropReason::AclDeny,
             event_every: None,
+            tagged: 0,
         }
     }
 }
@@ -80,6 +83,7 @@ impl Node for TagNode {
             let n = usize::from(f[TRACE_AT]);
             f[TRACE_AT + 1 + n] = self.id;
             f[TRACE_AT] += 1;
+            self.tagged += 1;
             if self.event_every.is_some_and(|n| seq.is_multiple_of(n)) {
                 ctx.events.push(Event {
                     ts_ns: ctx.now_ns,
@@ -93,7 +97,20 @@ impl Node for TagNode {
     }
 
     fn stats(&self) -> serde_json::Value {
-        serde_json::json!({ "id": self.id })
+        serde_json::json!({ "id": self.id, "tagged": self.tagged })
+    }
+
+    fn export_state(&self, out: &mut Vec<u8>) -> usize {
+        out.extend_from_slice(&self.tagged.to_be_bytes());
+        1
+    }
+
+    fn import_state(&mut self, data: &[u8]) -> Result<usize, nfx_vnf::StateError> {
+        let b: [u8; 8] = data
+            .try_into()
+            .map_err(|_| nfx_vnf::StateError::Malformed(format!("{} bytes", data.len())))?;
+        self.tagged = u64::from_be_bytes(b);
+        Ok(1)
     }
 }
 

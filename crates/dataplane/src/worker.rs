@@ -32,8 +32,9 @@ pub enum Command {
     Shutdown,
 }
 
-/// What a reconfiguration hands back: the old nodes and the new node names.
-pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>);
+/// What a reconfiguration hands back: the old nodes, the new node names and how many
+/// flows were carried from old to new nodes of the same name.
+pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>, usize);
 
 /// A job run on the worker thread against one node.
 pub type NodeJob = Box<dyn FnOnce(Option<&mut (dyn Node + 'static)>) + Send>;
@@ -231,8 +232,8 @@ impl Worker {
                     let _ = reply.send(self.stats());
                 }
                 Ok(Command::Reconfigure(nodes, reply)) => {
-                    let old = self.graph.replace_chain(nodes);
-                    let _ = reply.send((old, self.graph.vnf_names()));
+                    let (old, carried) = self.graph.replace_chain(nodes);
+                    let _ = reply.send((old, self.graph.vnf_names(), carried));
                 }
                 Ok(Command::WithNode(name, job)) => job(self.graph.vnf_mut(&name)),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return true,

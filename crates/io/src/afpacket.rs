@@ -2,9 +2,10 @@
 //! virtio-net header, so that GSO/GRO super-packets (up to 64 KiB) and partial checksums
 //! cross userspace without being segmented. Batched with `recvmmsg`/`sendmmsg`.
 
+use crate::mmsg::MsgBatch;
 use crate::port::{Port, PortCounters};
 use crate::sys::{check, iface_mac, ifindex, owned, set_buffer, setsockopt_int};
-use nfx_packet::{DropReason, Packet, VnetHdr};
+use nfx_packet::Packet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -39,17 +40,10 @@ pub struct AfPacketPort {
     fd: OwnedFd,
     iface: String,
     mac: [u8; 6],
-    opts: AfPacketOptions,
-    hdrs: Vec<[u8; VnetHdr::LEN]>,
-    iovs: Vec<[libc::iovec; 2]>,
-    msgs: Vec<libc::mmsghdr>,
+    retries: u32,
+    batch: MsgBatch,
     counters: PortCounters,
 }
-
-// SAFETY: the raw pointers inside `iovs`/`msgs` are scratch space, rewritten before every
-// syscall from live borrows and never dereferenced by Rust code; moving the port to the
-// worker thread is therefore sound.
-unsafe impl Send for AfPacketPort {}
 
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
 
@@ -127,55 +121,14 @@ impl AfPacketPort {
         })
         .map_err(|e| with("promiscuous membership", e))?;
         let batch = opts.batch.clamp(1, nfx_packet::MAX_VECTOR);
-        let empty_iov = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
         Ok(Self {
             fd,
             iface: iface.to_string(),
             mac,
-            opts: AfPacketOptions { batch, ..opts },
-            hdrs: vec![[0; VnetHdr::LEN]; batch],
-            iovs: vec![[empty_iov; 2]; batch],
-            // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-            msgs: vec![unsafe { std::mem::zeroed() }; batch],
+            retries: opts.tx_retries,
+            batch: MsgBatch::new(batch, true),
             counters: PortCounters::default(),
         })
-    }
-
-    /// Points message `i` at header `i` and at `data` (`len` bytes).
-    fn aim(&mut self, i: usize, data: *mut u8, len: usize) {
-        self.iovs[i] = [
-            libc::iovec {
-                iov_base: self.hdrs[i].as_mut_ptr().cast(),
-                iov_len: VnetHdr::LEN,
-            },
-            libc::iovec {
-                iov_base: data.cast(),
-                iov_len: len,
-            },
-        ];
-        // SAFETY: msghdr is plain old data; all-zero is a valid value.
-        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        hdr.msg_iov = self.iovs[i].as_mut_ptr();
-        hdr.msg_iovlen = 2;
-        self.msgs[i] = libc::mmsghdr {
-            msg_hdr: hdr,
-            msg_len: 0,
-        };
-    }
-
-    /// Waits up to 1 ms for room in the socket's send queue.
-    fn wait_writable(&self) {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd. The result only decides whether to retry, which the
-        // caller bounds anyway.
-        unsafe { libc::poll(&mut pfd, 1, 1) };
     }
 }
 
@@ -193,101 +146,18 @@ impl Port for AfPacketPort {
     }
 
     fn recv(&mut self, slots: &mut [Packet]) -> io::Result<usize> {
-        let n = slots.len().min(self.opts.batch);
-        for (i, p) in slots[..n].iter_mut().enumerate() {
-            let storage = p.buf.storage_mut();
-            let (ptr, len) = (storage.as_mut_ptr(), storage.len());
-            self.aim(i, ptr, len);
-        }
-        // SAFETY: the first `n` messages point at live buffers borrowed for this call.
-        let got = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                self.msgs.as_mut_ptr(),
-                n as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
-                _ => {
-                    self.counters.rx_errors += 1;
-                    Err(e)
-                }
-            };
-        }
-        let mut kept = 0;
-        for i in 0..got as usize {
-            let m = &self.msgs[i];
-            let total = m.msg_len as usize;
-            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || total < VnetHdr::LEN {
-                self.counters.drop(DropReason::Truncated);
-                continue;
-            }
-            let p = &mut slots[i];
-            p.buf.set_len(total - VnetHdr::LEN);
-            p.buf.vnet = VnetHdr::from_bytes(&self.hdrs[i]);
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += (total - VnetHdr::LEN) as u64;
-            slots.swap(kept, i);
-            kept += 1;
-        }
-        Ok(kept)
+        self.batch
+            .recv(self.fd.as_raw_fd(), slots, 0, &mut self.counters)
     }
 
     fn send(&mut self, pkts: &mut [Packet]) -> usize {
-        let mut done = 0;
-        let mut retries = 0;
-        while done < pkts.len() {
-            let n = (pkts.len() - done).min(self.opts.batch);
-            for i in 0..n {
-                let p = &pkts[done + i];
-                self.hdrs[i] = p.buf.vnet.to_bytes();
-                let frame = p.buf.frame();
-                self.aim(i, frame.as_ptr().cast_mut(), frame.len());
-            }
-            // SAFETY: the first `n` messages point at live frames; sendmmsg only reads them.
-            let sent = unsafe {
-                libc::sendmmsg(
-                    self.fd.as_raw_fd(),
-                    self.msgs.as_mut_ptr(),
-                    n as u32,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if sent > 0 {
-                for p in &pkts[done..done + sent as usize] {
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += p.buf.len() as u64;
-                }
-                done += sent as usize;
-                retries = 0;
-                continue;
-            }
-            match io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => {}
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) if retries < self.opts.tx_retries => {
-                    retries += 1;
-                    self.counters.tx_retries += 1;
-                    self.wait_writable();
-                }
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
-                _ => {
-                    // This frame itself is refused (too big, bad offload header): drop it alone.
-                    pkts[done].drop = Some(DropReason::TxError);
-                    self.counters.drop(DropReason::TxError);
-                    done += 1;
-                }
-            }
-        }
-        for p in &mut pkts[done..] {
-            p.drop = Some(DropReason::TxError);
-            self.counters.drop(DropReason::TxError);
-        }
-        pkts.iter().filter(|p| p.drop.is_none()).count()
+        self.batch.send(
+            self.fd.as_raw_fd(),
+            pkts,
+            0,
+            self.retries,
+            &mut self.counters,
+        )
     }
 
     fn counters(&self) -> &PortCounters {

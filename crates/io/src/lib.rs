@@ -6,11 +6,16 @@
 
 pub mod afpacket;
 pub mod cpu;
+mod mmsg;
 pub mod netns;
 pub mod poll;
 pub mod port;
 pub mod sys;
+pub mod tun;
+pub mod udp;
 
 pub use afpacket::{AfPacketOptions, AfPacketPort};
 pub use poll::{Notifier, PollMode, Waiter, ADAPTIVE_SPIN};
 pub use port::{Port, PortCounters};
+pub use tun::TunPort;
+pub use udp::UdpPort;

@@ -58,7 +58,16 @@ impl<'a> ColGen<'a> {
 
     /// Solves the LP of the residual problem (`demand` per type, `avail` per model);
     /// stops early once the bound reaches `stop_at`.
-    pub fn solve(&mut self, demand: &[u32], avail: &[u32], stop_at: f64, deadline: Instant) -> LpOutcome {
+    /// `hint`, if given, replaces the whole pool as the starting columns (a dive node
+    /// starts from its parent's LP columns; pricing regenerates anything missing).
+    pub fn solve(
+        &mut self,
+        demand: &[u32],
+        avail: &[u32],
+        hint: Option<&[Pattern]>,
+        stop_at: f64,
+        deadline: Instant,
+    ) -> LpOutcome {
         let p = self.p;
         let types: Vec<usize> = (0..p.types.len()).filter(|&t| demand[t] > 0).collect();
         let mut row_of_type = vec![usize::MAX; p.types.len()];
@@ -104,8 +113,8 @@ impl<'a> ColGen<'a> {
                     items: vec![(t as u32, 1)],
                 })
         });
-        let clipped: Vec<Pattern> = self
-            .pool
+        let start: &[Pattern] = hint.unwrap_or(&self.pool);
+        let clipped: Vec<Pattern> = start
             .iter()
             .filter(|pat| row_of_model[pat.model] != usize::MAX)
             .filter_map(|pat| {
@@ -134,7 +143,7 @@ impl<'a> ColGen<'a> {
             if lp.solve(deadline) == LpStatus::TimeLimit {
                 break;
             }
-            let y: Vec<f64> = lp.duals().iter().map(|&v| v).collect();
+            let y: Vec<f64> = lp.duals().to_vec();
             let dy: f64 = types.iter().enumerate().map(|(r, &t)| f64::from(demand[t]) * y[r].max(0.0)).sum();
             let mut theta = 1.0f64;
             let mut lagr = dy;
@@ -205,7 +214,7 @@ impl<'a> ColGen<'a> {
             .collect();
         LpOutcome {
             bound,
-            infeasible: converged && lp.artificial() > 1e-6,
+            infeasible: converged && lp.artificial() > 1e-3,
             columns,
         }
     }

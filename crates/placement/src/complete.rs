@@ -45,14 +45,15 @@ fn share(x: u64, cap: u64) -> f64 {
     }
 }
 
-/// Searches for a placement cheaper than `ub` until `deadline`.
-pub fn search(p: &Problem, ub: u64, deadline: Instant) -> CompleteResult {
+/// Searches for a placement of `demand` items on `avail` devices cheaper than `ub`
+/// until `deadline`.
+pub fn search(p: &Problem, demand: &[u32], avail: &[u32], ub: u64, deadline: Instant) -> CompleteResult {
     let mut items: Vec<usize> = Vec::new();
     let sizes: Vec<f64> = (0..p.types.len()).map(|t| p.rel_size(t)).collect();
     let mut order: Vec<usize> = (0..p.types.len()).collect();
     order.sort_by(|&a, &b| sizes[b].total_cmp(&sizes[a]));
     for t in order {
-        items.extend(std::iter::repeat_n(t, p.types[t].members.len()));
+        items.extend(std::iter::repeat_n(t, demand[t] as usize));
     }
     let min_share: Vec<f64> = (0..p.types.len())
         .map(|t| {
@@ -75,7 +76,7 @@ pub fn search(p: &Problem, ub: u64, deadline: Instant) -> CompleteResult {
         bins: Vec::new(),
         placed: vec![usize::MAX; items.len()],
         items,
-        avail: p.counts(),
+        avail: avail.to_vec(),
         best: None,
         ub,
         deadline,

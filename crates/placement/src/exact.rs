@@ -16,6 +16,10 @@ use std::time::Instant;
 
 /// Largest discrepancy budget tried (passes run 0, 1, ..., this).
 const MAX_DISCREPANCY: u32 = 12;
+/// Residual problems with at most this many items are searched completely.
+const RESIDUAL_ITEMS: usize = 40;
+/// Time slice of one complete residual search.
+const RESIDUAL_TIME: std::time::Duration = std::time::Duration::from_millis(30);
 /// Alternatives tried at a node that still has discrepancy budget.
 const BREADTH: usize = 3;
 
@@ -94,12 +98,12 @@ pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) ->
     }
     s.cg.add_patterns(&s.best.clone());
     if s.lb < s.ub {
-        let root = s.cg.solve(&demand, &avail, f64::INFINITY, deadline);
+        let root = s.cg.solve(&demand, &avail, None, f64::INFINITY, deadline);
         s.lb = s.lb.max(ceil_bound(root.bound));
         let mut disc = 0;
         while s.lb < s.ub && disc <= MAX_DISCREPANCY && Instant::now() < deadline {
             let (mut d, mut a) = (demand.clone(), avail.clone());
-            s.dive(&mut d, &mut a, 0, disc);
+            s.dive(&mut d, &mut a, 0, disc, None);
             if disc == 0 && s.lb < s.ub {
                 s.try_waste_proof();
             }
@@ -108,7 +112,7 @@ pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) ->
     }
     let mut proven_none = false;
     if s.lb < s.ub && Instant::now() < deadline {
-        let r = complete::search(p, s.ub, deadline);
+        let r = complete::search(p, &demand, &avail, s.ub, deadline);
         if let Some(pats) = r.improved {
             s.ub = p.cost(&pats);
             s.best = pats;
@@ -171,7 +175,7 @@ impl Search<'_> {
         }
     }
 
-    fn dive(&mut self, demand: &mut [u32], avail: &mut [u32], fixed_cost: u64, disc: u32) {
+    fn dive(&mut self, demand: &mut [u32], avail: &mut [u32], fixed_cost: u64, disc: u32, hint: Option<&[Pattern]>) {
         if self.done() {
             return;
         }
@@ -186,11 +190,22 @@ impl Search<'_> {
             return;
         }
         let room = (self.ub - fixed_cost) as f64;
-        let out = self.cg.solve(demand, avail, room, self.deadline);
+        let out = self.cg.solve(demand, avail, hint, room, self.deadline);
         if out.infeasible || fixed_cost + ceil_bound(out.bound) >= self.ub {
             return;
         }
-        let moves = moves(out.columns);
+        if demand.iter().map(|&d| d as usize).sum::<usize>() <= RESIDUAL_ITEMS {
+            let slice = (Instant::now() + RESIDUAL_TIME).min(self.deadline);
+            let r = complete::search(self.p, demand, avail, self.ub - fixed_cost, slice);
+            if let Some(rest) = r.improved {
+                self.offer_partial(&rest, fixed_cost);
+            }
+            if r.finished {
+                return;
+            }
+        }
+        let child_hint: Vec<Pattern> = out.columns.iter().map(|(p, _)| p.clone()).collect();
+        let moves = moves(self.p, out.columns);
         let tries = if disc > 0 { BREADTH } else { 1 };
         for (i, mv) in moves.into_iter().take(tries).enumerate() {
             let next_disc = if i == 0 { disc } else { disc - 1 };
@@ -222,7 +237,7 @@ impl Search<'_> {
                 }
             }
             if self.fixed.len() > mark {
-                self.dive(demand, avail, cost, next_disc);
+                self.dive(demand, avail, cost, next_disc, Some(&child_hint));
             }
             for pat in self.fixed.drain(mark..) {
                 for &(t, c) in &pat.items {
@@ -237,22 +252,34 @@ impl Search<'_> {
     }
 }
 
-/// Dive moves from an LP solution: first fix every column at its integer part (or, if
-/// none reaches 1, the largest column once); the alternatives fix one other column once,
-/// largest value first.
-fn moves(mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
-    cols.sort_by(|a, b| b.1.total_cmp(&a.1));
+/// Dive moves from an LP solution: first fix the largest column once (ties: the fuller
+/// device); the alternatives fix every column at its integer part, or one other
+/// fractional column once, largest value first.
+fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
+    let fill = |pat: &Pattern| -> f64 {
+        let m = &p.models[pat.model];
+        let used: u64 = pat.items.iter().map(|&(t, c)| p.size(t as usize, pat.model) * u64::from(c)).sum();
+        used as f64 / m.cap.max(1) as f64
+    };
+    cols.sort_by(|a, b| {
+        let (xa, xb) = ((a.1 * 1e4).round(), (b.1 * 1e4).round());
+        xb.total_cmp(&xa).then(fill(&b.0).total_cmp(&fill(&a.0)))
+    });
     let whole: Move = cols
         .iter()
         .filter(|(_, x)| *x >= 1.0 - 1e-6)
         .map(|(pat, x)| (pat.clone(), (x + 1e-6).floor() as u32))
         .collect();
-    let mut out = Vec::new();
-    if !whole.is_empty() {
+    let mut out: Vec<Move> = Vec::new();
+    if let Some((pat, _)) = cols.first() {
+        out.push(vec![(pat.clone(), 1)]);
+    }
+    if whole.len() > 1 {
         out.push(whole);
     }
     out.extend(
         cols.into_iter()
+            .skip(1)
             .filter(|(_, x)| x - (x + 1e-6).floor() > 1e-6)
             .map(|(pat, _)| vec![(pat, 1)]),
     );

@@ -35,8 +35,11 @@ pub enum EngineKind {
     AhoCorasick,
 }
 
-/// Lazy-DFA cache per engine (the default 2 MiB thrashes with 100+ patterns).
-const HYBRID_CACHE_BYTES: usize = 128 << 20;
+/// Lazy-DFA cache of a regex over many patterns (the default 2 MiB thrashes with
+/// 100+ patterns).
+const SET_CACHE_BYTES: usize = 8 << 20;
+/// Lazy-DFA cache of one pattern's confirmation regex (the library default).
+const ONE_CACHE_BYTES: usize = 2 << 20;
 /// Bound on the compiled NFA of all patterns together.
 const NFA_SIZE_LIMIT: usize = 64 << 20;
 
@@ -122,7 +125,8 @@ impl Engine {
         let imp = match kind {
             EngineKind::Hybrid => Imp::Hybrid(Box::new(build_hybrid(specs)?)),
             EngineKind::Regex => {
-                let (re, cache) = build_meta(specs.iter().map(PatternSpec::regex_source))?;
+                let (re, cache) =
+                    build_meta(specs.iter().map(PatternSpec::regex_source), SET_CACHE_BYTES)?;
                 Imp::Regex {
                     re,
                     cache: Box::new(cache),
@@ -239,12 +243,13 @@ impl Hybrid {
 
 fn build_meta(
     sources: impl Iterator<Item = String>,
+    cache_bytes: usize,
 ) -> Result<(meta::Regex, meta::Cache), BuildError> {
     let sources: Vec<String> = sources.collect();
     let config = meta::Config::new()
         .match_kind(MatchKind::All)
         .utf8_empty(false)
-        .hybrid_cache_capacity(HYBRID_CACHE_BYTES)
+        .hybrid_cache_capacity(cache_bytes)
         .nfa_size_limit(Some(NFA_SIZE_LIMIT));
     let re = meta::Builder::new()
         .configure(config)
@@ -262,11 +267,14 @@ fn build_group(specs: &[PatternSpec], members: &[usize]) -> Result<Option<Group>
     if members.is_empty() {
         return Ok(None);
     }
-    let (re, cache) =
-        build_meta(members.iter().map(|&i| specs[i].regex_source())).map_err(|e| BuildError {
-            pattern: e.pattern.map(|l| members[l]),
-            problem: e.problem,
-        })?;
+    let (re, cache) = build_meta(
+        members.iter().map(|&i| specs[i].regex_source()),
+        SET_CACHE_BYTES,
+    )
+    .map_err(|e| BuildError {
+        pattern: e.pattern.map(|l| members[l]),
+        problem: e.problem,
+    })?;
     let ids = members
         .iter()
         .map(|&i| {
@@ -316,8 +324,8 @@ fn build_hybrid(specs: &[PatternSpec]) -> Result<Hybrid, BuildError> {
             Kind::Literal => (Confirm::Exact(s.literal.clone()), None),
             Kind::LiteralNocase => (Confirm::Hit, None),
             Kind::Regex => {
-                let (re, cache) =
-                    build_meta(std::iter::once(s.regex_source())).map_err(|e| err(e.problem))?;
+                let (re, cache) = build_meta(std::iter::once(s.regex_source()), ONE_CACHE_BYTES)
+                    .map_err(|e| err(e.problem))?;
                 (Confirm::Regex(re), Some(cache))
             }
         };

@@ -141,7 +141,15 @@ fn unescape(text: &str) -> Result<Vec<u8>, String> {
 /// Checks a regex on its own so that its error names its line and id, and refuses
 /// regexes that can match the empty string (they would match every packet).
 fn check_regex(text: &str) -> Result<(), String> {
-    let hir = syntax::parse_with(text, &syntax_config()).map_err(|e| e.to_string())?;
+    let hir = syntax::parse_with(text, &syntax_config()).map_err(|e| {
+        // regex-syntax prints the pattern, a caret line and `error: ...`; keep one line.
+        let full = e.to_string();
+        full.lines()
+            .last()
+            .unwrap_or(&full)
+            .trim_start_matches("error: ")
+            .to_string()
+    })?;
     if hir.properties().minimum_len() == Some(0) {
         return Err("can match the empty string (it would match every packet)".into());
     }
@@ -285,7 +293,11 @@ mod tests {
             ("a\talert\tpcre\tx", "pats.txt:1: pattern a: kind \"pcre\""),
             (
                 "a\talert\tregex\t(unclosed",
-                "pats.txt:1: pattern a: bad regex: ",
+                "pats.txt:1: pattern a: bad regex: unclosed group",
+            ),
+            (
+                "a\talert\tregex\t[a-",
+                "pats.txt:1: pattern a: bad regex: unclosed character class",
             ),
             (
                 "a\talert\tregex\tx*",

@@ -469,3 +469,53 @@ fn dpi_engine_throughput() {
         }
     }
 }
+
+#[test]
+fn chain_spec_builds_dpi_and_elephant_nodes() {
+    let dir = shipped_path().parent().unwrap().to_path_buf();
+    let v = serde_json::json!({"dpi": {"patterns": "patterns.txt", "stream_window": 32}});
+    let spec: crate::spec::NodeSpec = serde_json::from_value(v).unwrap();
+    let node = crate::spec::build(&spec, "dpi0", &dir).unwrap();
+    assert_eq!(node.name(), "dpi0");
+    assert!(node.stats()["patterns"].as_u64().unwrap() >= 100);
+    let bad = serde_json::json!({"dpi": {"patterns": "missing.txt"}});
+    let spec: crate::spec::NodeSpec = serde_json::from_value(bad).unwrap();
+    let e = crate::spec::build(&spec, "dpi0", &dir).err().unwrap();
+    assert_eq!(e.field, "dpi.patterns");
+    let v = serde_json::json!({"elephant": {"min_bytes": 1000}});
+    let spec: crate::spec::NodeSpec = serde_json::from_value(v).unwrap();
+    assert_eq!(
+        crate::spec::build(&spec, "ele0", &dir).unwrap().stats()["elephants"],
+        0
+    );
+    let bad = serde_json::json!({"elephant": {"window_ms": 0}});
+    let spec: crate::spec::NodeSpec = serde_json::from_value(bad).unwrap();
+    assert_eq!(
+        crate::spec::build(&spec, "ele0", &dir).err().unwrap().field,
+        "elephant.window_ms"
+    );
+    let unknown = serde_json::json!({"elephant": {"thresh": 1}});
+    assert!(serde_json::from_value::<crate::spec::NodeSpec>(unknown).is_err());
+}
+
+/// Fixed memory of both nodes with default configs (a measurement, not a test):
+/// `cargo test -p nfx-vnf -- --ignored --nocapture memory_of_default_configs`.
+#[test]
+#[ignore]
+fn memory_of_default_configs() {
+    let d = Dpi::new(
+        "dpi0",
+        &DpiConfig::with_patterns("patterns.txt"),
+        shipped_path().parent().unwrap(),
+    )
+    .unwrap();
+    let e =
+        crate::elephant::ElephantDetector::new("ele0", &crate::elephant::ElephantConfig::default())
+            .unwrap();
+    println!("dpi: {}", d.stats());
+    println!(
+        "elephant: {} (slot {} bytes)",
+        e.stats(),
+        crate::elephant::ElephantDetector::slot_bytes()
+    );
+}
