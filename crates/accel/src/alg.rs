@@ -67,9 +67,9 @@ impl Alg {
     pub fn family(self) -> AlgFamily {
         match self {
             Alg::Aes128Gcm | Alg::Aes256Gcm | Alg::Chacha20Poly1305 => AlgFamily::Aead,
-            Alg::Aes128CtrHmacSha256 | Alg::Present80CtrHmacSha256 | Alg::Present128CtrHmacSha256 => {
-                AlgFamily::CtrHmac
-            }
+            Alg::Aes128CtrHmacSha256
+            | Alg::Present80CtrHmacSha256
+            | Alg::Present128CtrHmacSha256 => AlgFamily::CtrHmac,
             Alg::Sha256 => AlgFamily::Digest,
         }
     }

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 
 use crate::op::{split, Parts};
 use crate::{
-    AccelError, AlgFamily, Buf, Completion, Direction, Engine, EngineKind, EngineStats, Iv,
-    Layout, Op, SessionId, SessionSpec, Status,
+    AccelError, AlgFamily, Buf, Completion, Direction, Engine, EngineKind, EngineStats, Iv, Layout,
+    Op, SessionId, SessionSpec, Status,
 };
 
 /// The primitives an implementation provides; composition lives in `execute`.
@@ -153,7 +153,13 @@ impl<B: Backend> Sessions<B> {
     }
 
     /// Runs one operation on raw buffer bytes.
-    pub(crate) fn run(&mut self, id: SessionId, iv: &Iv, layout: &Layout, buf: &mut [u8]) -> Status {
+    pub(crate) fn run(
+        &mut self,
+        id: SessionId,
+        iv: &Iv,
+        layout: &Layout,
+        buf: &mut [u8],
+    ) -> Status {
         match self.slots.get_mut(id.0 as usize) {
             Some(Some((meta, s))) => execute::<B>(meta, s, iv, layout, buf),
             _ => Status::NoSession,

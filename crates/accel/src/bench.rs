@@ -74,7 +74,11 @@ pub fn measure(
     spec: &BenchSpec,
 ) -> Result<Measurement, AccelError> {
     let key: Vec<u8> = (0..alg.cipher_key_len() as u8).collect();
-    let auth: &[u8] = if alg.needs_auth_key() { &[0x5a; 32] } else { &[] };
+    let auth: &[u8] = if alg.needs_auth_key() {
+        &[0x5a; 32]
+    } else {
+        &[]
+    };
     let sid = e.create_session(SessionSpec::new(alg, Direction::Encrypt, &key, auth))?;
     let total = spec.aad_len + bytes + 32;
     let n_bufs = spec.batch * spec.depth.max(1);

@@ -50,7 +50,11 @@ impl SlotPool {
     pub(crate) fn slot_ptr(&self, slot: u32) -> *mut u8 {
         debug_assert!(slot < self.count);
         // SAFETY: `new` checked that every slot lies inside the mapping.
-        unsafe { self.map.ptr().add(self.offset + slot as usize * self.slot_size) }
+        unsafe {
+            self.map
+                .ptr()
+                .add(self.offset + slot as usize * self.slot_size)
+        }
     }
 
     /// Bytes per slot.

@@ -105,10 +105,7 @@ impl Calibration {
             0 => None,
             1 => Some(pts[0].1 * (b / pts[0].0).max(f64::MIN_POSITIVE)),
             n => {
-                let i = pts
-                    .windows(2)
-                    .position(|w| b <= w[1].0)
-                    .unwrap_or(n - 2);
+                let i = pts.windows(2).position(|w| b <= w[1].0).unwrap_or(n - 2);
                 let ((x0, y0), (x1, y1)) = (pts[i], pts[i + 1]);
                 let y = y0 + (y1 - y0) * (b - x0) / (x1 - x0);
                 Some(y.max(1.0))
@@ -167,9 +164,15 @@ mod tests {
         c.points[0].mbps = -1.0;
         c.save(&path).unwrap();
         let e = Calibration::load(&path).unwrap_err().to_string();
-        assert!(e.contains("cal.json") && e.contains("points[0].mbps"), "{e}");
+        assert!(
+            e.contains("cal.json") && e.contains("points[0].mbps"),
+            "{e}"
+        );
         std::fs::write(&path, "{\"points\": [{\"engine\": 3}]}").unwrap();
-        assert!(Calibration::load(&path).unwrap_err().to_string().contains("cal.json"));
+        assert!(Calibration::load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("cal.json"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

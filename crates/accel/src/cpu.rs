@@ -10,7 +10,9 @@ use crate::backend::{Backend, SyncEngine};
 use crate::soft::present::Present;
 use crate::{AccelError, Alg, Engine, EngineKind, SessionSpec};
 
-/// Expanded keys of one cpu session (aws-lc zeroizes its key schedules on drop).
+/// Expanded keys of one cpu session (aws-lc zeroizes its key schedules on drop). Sessions
+/// live in a table and are created once, so variant sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CpuSession {
     Aead(LessSafeKey),
     AesCtr { ctr: EncryptingKey, hmac: hmac::Key },

@@ -130,12 +130,16 @@ mod tests {
 
     #[test]
     fn validate_checks_lengths() {
-        assert!(SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[0; 16], &[])
-            .validate()
-            .is_ok());
-        assert!(SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[0; 15], &[])
-            .validate()
-            .is_err());
+        assert!(
+            SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[0; 16], &[])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[0; 15], &[])
+                .validate()
+                .is_err()
+        );
         assert!(
             SessionSpec::new(Alg::Aes128CtrHmacSha256, Direction::Encrypt, &[0; 16], &[])
                 .validate()
@@ -144,7 +148,12 @@ mod tests {
         assert!(SessionSpec::new(Alg::Sha256, Direction::Encrypt, &[], &[1])
             .validate()
             .is_err());
-        let mut s = SessionSpec::new(Alg::Aes128CtrHmacSha256, Direction::Encrypt, &[0; 16], &[1; 32]);
+        let mut s = SessionSpec::new(
+            Alg::Aes128CtrHmacSha256,
+            Direction::Encrypt,
+            &[0; 16],
+            &[1; 32],
+        );
         s.tag_len = 32;
         assert!(s.validate().is_ok());
         s.tag_len = 20;

@@ -75,11 +75,25 @@ fn aead_vectors_every_engine() {
     for_each_engine(|name, e| {
         for v in AEAD {
             let key = hex(v.key);
-            let out = run(e, &enc(v.alg, &key, &[]), &hex(v.iv), &hex(v.aad), &hex(v.pt), &[]);
+            let out = run(
+                e,
+                &enc(v.alg, &key, &[]),
+                &hex(v.iv),
+                &hex(v.aad),
+                &hex(v.pt),
+                &[],
+            );
             assert_eq!(out.status, Status::Ok, "{name} {}", v.alg);
             assert_eq!(out.data, hex(v.ct), "{name} {} ciphertext", v.alg);
             assert_eq!(out.tag, hex(v.tag), "{name} {} tag", v.alg);
-            let back = run(e, &dec(v.alg, &key, &[]), &hex(v.iv), &hex(v.aad), &hex(v.ct), &hex(v.tag));
+            let back = run(
+                e,
+                &dec(v.alg, &key, &[]),
+                &hex(v.iv),
+                &hex(v.aad),
+                &hex(v.ct),
+                &hex(v.tag),
+            );
             assert_eq!(back.status, Status::Ok, "{name} {} open", v.alg);
             assert_eq!(back.data, hex(v.pt), "{name} {} plaintext", v.alg);
         }
@@ -109,27 +123,73 @@ fn tamper_and_wrong_key_release_no_plaintext() {
             for (k, a, c, t) in cases {
                 let out = run(e, &dec(v.alg, &k, &[]), &iv, &a, &c, &t);
                 assert_eq!(out.status, Status::AuthFailed, "{name} {}", v.alg);
-                assert!(out.data.iter().all(|b| *b == 0), "{name} {} leaked data", v.alg);
+                assert!(
+                    out.data.iter().all(|b| *b == 0),
+                    "{name} {} leaked data",
+                    v.alg
+                );
             }
         }
         // CTR+HMAC and SHA-256 verification.
         let spec_key = [9u8; 16];
         let auth = [5u8; 32];
-        let sealed = run(e, &enc(Alg::Aes128CtrHmacSha256, &spec_key, &auth), &[1; 16], b"hdr", b"secret data", &[]);
+        let sealed = run(
+            e,
+            &enc(Alg::Aes128CtrHmacSha256, &spec_key, &auth),
+            &[1; 16],
+            b"hdr",
+            b"secret data",
+            &[],
+        );
         let mut t = sealed.tag.clone();
         t[0] ^= 1;
-        let out = run(e, &dec(Alg::Aes128CtrHmacSha256, &spec_key, &auth), &[1; 16], b"hdr", &sealed.data, &t);
+        let out = run(
+            e,
+            &dec(Alg::Aes128CtrHmacSha256, &spec_key, &auth),
+            &[1; 16],
+            b"hdr",
+            &sealed.data,
+            &t,
+        );
         assert_eq!(out.status, Status::AuthFailed, "{name} ctr-hmac");
         assert!(out.data.iter().all(|b| *b == 0));
-        let out = run(e, &dec(Alg::Aes128CtrHmacSha256, &spec_key, &[6u8; 32]), &[1; 16], b"hdr", &sealed.data, &sealed.tag);
-        assert_eq!(out.status, Status::AuthFailed, "{name} ctr-hmac wrong auth key");
-        let ok = run(e, &dec(Alg::Aes128CtrHmacSha256, &spec_key, &auth), &[1; 16], b"hdr", &sealed.data, &sealed.tag);
-        assert_eq!((ok.status, ok.data.as_slice()), (Status::Ok, &b"secret data"[..]), "{name}");
+        let out = run(
+            e,
+            &dec(Alg::Aes128CtrHmacSha256, &spec_key, &[6u8; 32]),
+            &[1; 16],
+            b"hdr",
+            &sealed.data,
+            &sealed.tag,
+        );
+        assert_eq!(
+            out.status,
+            Status::AuthFailed,
+            "{name} ctr-hmac wrong auth key"
+        );
+        let ok = run(
+            e,
+            &dec(Alg::Aes128CtrHmacSha256, &spec_key, &auth),
+            &[1; 16],
+            b"hdr",
+            &sealed.data,
+            &sealed.tag,
+        );
+        assert_eq!(
+            (ok.status, ok.data.as_slice()),
+            (Status::Ok, &b"secret data"[..]),
+            "{name}"
+        );
         let d = run(e, &enc(Alg::Sha256, &[], &[]), &[], b"", b"abc", &[]);
         let mut bad = d.tag.clone();
         bad[31] ^= 1;
-        assert_eq!(run(e, &dec(Alg::Sha256, &[], &[]), &[], b"", b"abc", &d.tag).status, Status::Ok);
-        assert_eq!(run(e, &dec(Alg::Sha256, &[], &[]), &[], b"", b"abc", &bad).status, Status::AuthFailed);
+        assert_eq!(
+            run(e, &dec(Alg::Sha256, &[], &[]), &[], b"", b"abc", &d.tag).status,
+            Status::Ok
+        );
+        assert_eq!(
+            run(e, &dec(Alg::Sha256, &[], &[]), &[], b"", b"abc", &bad).status,
+            Status::AuthFailed
+        );
     });
 }
 
@@ -156,7 +216,12 @@ fn rfc4231_hmac_sha256_every_engine() {
             // Same MAC split across AAD and data (data is encrypted, MAC covers ciphertext).
             spec.tag_len = 32;
             let full = run(e, &spec, &[0; 16], msg, &[], &[]);
-            assert_eq!(&full.tag[..want.len()], &want[..], "{name} case {} full tag", i + 1);
+            assert_eq!(
+                &full.tag[..want.len()],
+                &want[..],
+                "{name} case {} full tag",
+                i + 1
+            );
         }
     });
 }
@@ -165,13 +230,35 @@ fn rfc4231_hmac_sha256_every_engine() {
 fn rfc3686_aes_ctr_every_engine() {
     // (key, nonce ‖ IV ‖ counter 1, plaintext, ciphertext): RFC 3686 §6 vectors 1-3.
     let cases = [
-        ("ae6852f8121067cc4bf7a5765577f39e", "00000030000000000000000000000001", "53696e676c6520626c6f636b206d7367", "e4095d4fb7a7b3792d6175a3261311b8"),
-        ("7e24067817fae0d743d6ce1f32539163", "006cb6dbc0543b59da48d90b00000001", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", "5104a106168a72d9790d41ee8edad388eb2e1efc46da57c8fce630df9141be28"),
-        ("7691be035e5020a8ac6e618529f9a0dc", "00e0017b27777f3f4a1786f000000001", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223", "c1cf48a89f2ffdd9cf4652e9efdb72d74540a42bde6d7836d59a5ceaaef3105325b2072f"),
+        (
+            "ae6852f8121067cc4bf7a5765577f39e",
+            "00000030000000000000000000000001",
+            "53696e676c6520626c6f636b206d7367",
+            "e4095d4fb7a7b3792d6175a3261311b8",
+        ),
+        (
+            "7e24067817fae0d743d6ce1f32539163",
+            "006cb6dbc0543b59da48d90b00000001",
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+            "5104a106168a72d9790d41ee8edad388eb2e1efc46da57c8fce630df9141be28",
+        ),
+        (
+            "7691be035e5020a8ac6e618529f9a0dc",
+            "00e0017b27777f3f4a1786f000000001",
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223",
+            "c1cf48a89f2ffdd9cf4652e9efdb72d74540a42bde6d7836d59a5ceaaef3105325b2072f",
+        ),
     ];
     for_each_engine(|name, e| {
         for (k, ctr, pt, ct) in cases {
-            let out = run(e, &enc(Alg::Aes128CtrHmacSha256, &hex(k), &[1; 32]), &hex(ctr), &[], &hex(pt), &[]);
+            let out = run(
+                e,
+                &enc(Alg::Aes128CtrHmacSha256, &hex(k), &[1; 32]),
+                &hex(ctr),
+                &[],
+                &hex(pt),
+                &[],
+            );
             assert_eq!(out.data, hex(ct), "{name} RFC 3686 {k}");
         }
     });
@@ -181,9 +268,18 @@ fn rfc3686_aes_ctr_every_engine() {
 fn fips180_sha256_every_engine() {
     let million = vec![b'a'; 1_000_000];
     let cases: [(&[u8], &str); 4] = [
-        (b"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
-        (b"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
-        (b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+        (
+            b"abc",
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ),
+        (
+            b"",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
+        (
+            b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+        ),
         (&million[..9000], ""),
     ];
     for_each_engine(|name, e| {
@@ -199,8 +295,18 @@ fn fips180_sha256_every_engine() {
     // The million-'a' vector exceeds one buffer; it is checked on the in-process engines
     // with the digest split over AAD and data.
     for mut e in [nfx_accel::soft_engine(), nfx_accel::cpu_engine()] {
-        let out = run(e.as_mut(), &enc(Alg::Sha256, &[], &[]), &[], &million[..400_000], &million[400_000..], &[]);
-        assert_eq!(out.tag, hex("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+        let out = run(
+            e.as_mut(),
+            &enc(Alg::Sha256, &[], &[]),
+            &[],
+            &million[..400_000],
+            &million[400_000..],
+            &[],
+        );
+        assert_eq!(
+            out.tag,
+            hex("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        );
     }
 }
 
@@ -208,19 +314,71 @@ fn fips180_sha256_every_engine() {
 fn present_paper_vectors_every_engine() {
     // CTR with the plaintext block as counter and zero data yields E_K(P).
     let cases: [(Alg, Vec<u8>, u64, u64); 8] = [
-        (Alg::Present80CtrHmacSha256, vec![0; 10], 0, 0x5579c1387b228445),
-        (Alg::Present80CtrHmacSha256, vec![0xff; 10], 0, 0xe72c46c0f5945049),
-        (Alg::Present80CtrHmacSha256, vec![0; 10], u64::MAX, 0xa112ffc72f68417b),
-        (Alg::Present80CtrHmacSha256, vec![0xff; 10], u64::MAX, 0x3333dcd3213210d2),
-        (Alg::Present128CtrHmacSha256, vec![0; 16], 0, 0x96db702a2e6900af),
-        (Alg::Present128CtrHmacSha256, vec![0xff; 16], 0, 0x13238c710272a5d8),
-        (Alg::Present128CtrHmacSha256, vec![0; 16], u64::MAX, 0x3c6019e5e5edd563),
-        (Alg::Present128CtrHmacSha256, vec![0xff; 16], u64::MAX, 0x628d9fbd4218e5b4),
+        (
+            Alg::Present80CtrHmacSha256,
+            vec![0; 10],
+            0,
+            0x5579c1387b228445,
+        ),
+        (
+            Alg::Present80CtrHmacSha256,
+            vec![0xff; 10],
+            0,
+            0xe72c46c0f5945049,
+        ),
+        (
+            Alg::Present80CtrHmacSha256,
+            vec![0; 10],
+            u64::MAX,
+            0xa112ffc72f68417b,
+        ),
+        (
+            Alg::Present80CtrHmacSha256,
+            vec![0xff; 10],
+            u64::MAX,
+            0x3333dcd3213210d2,
+        ),
+        (
+            Alg::Present128CtrHmacSha256,
+            vec![0; 16],
+            0,
+            0x96db702a2e6900af,
+        ),
+        (
+            Alg::Present128CtrHmacSha256,
+            vec![0xff; 16],
+            0,
+            0x13238c710272a5d8,
+        ),
+        (
+            Alg::Present128CtrHmacSha256,
+            vec![0; 16],
+            u64::MAX,
+            0x3c6019e5e5edd563,
+        ),
+        (
+            Alg::Present128CtrHmacSha256,
+            vec![0xff; 16],
+            u64::MAX,
+            0x628d9fbd4218e5b4,
+        ),
     ];
     for_each_engine(|name, e| {
         for (alg, key, pt, ct) in &cases {
-            let out = run(e, &enc(*alg, key, &[3; 32]), &pt.to_be_bytes(), &[], &[0; 8], &[]);
-            assert_eq!(out.data, ct.to_be_bytes(), "{name} {alg} key {:02x}", key[0]);
+            let out = run(
+                e,
+                &enc(*alg, key, &[3; 32]),
+                &pt.to_be_bytes(),
+                &[],
+                &[0; 8],
+                &[],
+            );
+            assert_eq!(
+                out.data,
+                ct.to_be_bytes(),
+                "{name} {alg} key {:02x}",
+                key[0]
+            );
         }
     });
 }
@@ -229,11 +387,25 @@ fn present_paper_vectors_every_engine() {
 fn bad_arguments_are_statuses_not_panics() {
     for_each_engine(|name, e| {
         // Wrong IV length.
-        let out = run(e, &enc(Alg::Aes128Gcm, &[0; 16], &[]), &[0; 8], &[], &[1; 20], &[]);
+        let out = run(
+            e,
+            &enc(Alg::Aes128Gcm, &[0; 16], &[]),
+            &[0; 8],
+            &[],
+            &[1; 20],
+            &[],
+        );
         assert_eq!(out.status, Status::BadArgument, "{name}");
         assert_eq!(out.data, vec![1; 20], "{name} unchanged");
         // Bad key length is an API error.
-        assert!(e.create_session(enc(Alg::Aes256Gcm, &[0; 16], &[])).is_err(), "{name}");
-        assert!(e.destroy_session(nfx_accel::SessionId(999)).is_err(), "{name}");
+        assert!(
+            e.create_session(enc(Alg::Aes256Gcm, &[0; 16], &[]))
+                .is_err(),
+            "{name}"
+        );
+        assert!(
+            e.destroy_session(nfx_accel::SessionId(999)).is_err(),
+            "{name}"
+        );
     });
 }

@@ -62,7 +62,9 @@ fn reference(alg: Alg, n: usize, len: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     submit_all(cpu.as_mut(), ops, &mut out);
     assert!(out.iter().all(|c| c.status == Status::Ok));
-    out.into_iter().map(|c| c.op.buf.as_slice().to_vec()).collect()
+    out.into_iter()
+        .map(|c| c.op.buf.as_slice().to_vec())
+        .collect()
 }
 
 #[test]
@@ -76,7 +78,9 @@ fn capacity_is_enforced_and_released() {
     let dev = nfx_accel::lookaside::Device::start(cfg).unwrap();
     let first = LookasideEngine::connect(&path, EngineKind::Cpu).unwrap();
     match LookasideEngine::connect(&path, EngineKind::Cpu) {
-        Err(AccelError::Refused(why)) => assert!(why.contains("all 1 queue pairs are in use"), "{why}"),
+        Err(AccelError::Refused(why)) => {
+            assert!(why.contains("all 1 queue pairs are in use"), "{why}")
+        }
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
     assert_eq!(dev.queue_pairs_in_use(), 1);
@@ -99,7 +103,9 @@ fn capacity_is_enforced_and_released() {
 fn zero_copy_and_bounce_buffers_complete_in_order() {
     let mut la = lookaside(1);
     let e = &mut la.engine;
-    let sid = e.create_session(enc(Alg::Aes128CtrHmacSha256, &[4; 16], &[8; 32])).unwrap();
+    let sid = e
+        .create_session(enc(Alg::Aes128CtrHmacSha256, &[4; 16], &[8; 32]))
+        .unwrap();
     let want = reference(Alg::Aes128CtrHmacSha256, 60, 700);
     for from_pool in [true, false] {
         let ops = ops_for(e, sid, 60, 700, from_pool, 16);
@@ -223,7 +229,10 @@ fn killing_the_device_mid_batch_loses_nothing() {
         }
         assert!(Instant::now() < deadline + Duration::from_secs(60), "stuck");
     }
-    assert!(killed_with_in_flight > 0, "device finished before it was killed");
+    assert!(
+        killed_with_in_flight > 0,
+        "device finished before it was killed"
+    );
     assert_eq!(out.len(), n);
     for (i, c) in out.iter().enumerate() {
         assert_eq!(c.op.user, i as u64, "completion order");
@@ -235,8 +244,17 @@ fn killing_the_device_mid_batch_loses_nothing() {
     assert!(st.resubmitted > 0);
     assert_eq!(e.active(), EngineKind::Cpu);
     // Sessions keep working on the fallback, including new ones.
-    let s2 = e.create_session(enc(Alg::Aes128Gcm, &[2; 16], &[])).unwrap();
-    let o = run(&mut e, &enc(Alg::Aes128Gcm, &[2; 16], &[]), &[0; 12], b"", b"abc", &[]);
+    let s2 = e
+        .create_session(enc(Alg::Aes128Gcm, &[2; 16], &[]))
+        .unwrap();
+    let o = run(
+        &mut e,
+        &enc(Alg::Aes128Gcm, &[2; 16], &[]),
+        &[0; 12],
+        b"",
+        b"abc",
+        &[],
+    );
     assert_eq!(o.status, Status::Ok);
     e.destroy_session(s2).unwrap();
 }

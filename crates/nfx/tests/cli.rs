@@ -41,7 +41,10 @@ impl Drop for Down {
 }
 
 fn ours(prefix: &str) -> Vec<String> {
-    netns::list().into_iter().filter(|n| n.starts_with(prefix)).collect()
+    netns::list()
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect()
 }
 
 #[test]
@@ -85,7 +88,10 @@ fn not_root_gets_a_clear_message() {
         .into_iter()
         .find(|p| Path::new(p).exists());
     let Some(setpriv) = setpriv else {
-        assert_eq!(nfx_testbed::root::check_euid(1000).unwrap_err().to_string(), want);
+        assert_eq!(
+            nfx_testbed::root::check_euid(1000).unwrap_err().to_string(),
+            want
+        );
         return;
     };
     for action in ["up", "down", "status"] {
@@ -139,18 +145,39 @@ fn bench_dataplane_writes_the_agreed_json() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let o = Command::new(NFX)
-        .args(["bench", "dataplane", "--duration", "1", "--cases", "kernel-forward,nfx-forward"])
-        .args(["--prefix", "nfxe2e-bench-", "--subnet-base", "244", "--json"])
+        .args([
+            "bench",
+            "dataplane",
+            "--duration",
+            "1",
+            "--cases",
+            "kernel-forward,nfx-forward",
+        ])
+        .args([
+            "--prefix",
+            "nfxe2e-bench-",
+            "--subnet-base",
+            "244",
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let cases = v["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 2);
     assert_eq!(cases[0]["name"], "kernel-forward");
     for c in cases {
-        for k in ["tcp1_gbps", "tcp4_gbps", "udp64_mpps", "lat_p50_us", "lat_p99_us", "cpu_cores"] {
+        for k in [
+            "tcp1_gbps",
+            "tcp4_gbps",
+            "udp64_mpps",
+            "lat_p50_us",
+            "lat_p99_us",
+            "cpu_cores",
+        ] {
             assert!(c[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {c}");
         }
     }
@@ -170,13 +197,29 @@ fn demo_runs_and_cleans_up() {
         subnet_base: 245,
     });
     let o = Command::new(NFX)
-        .args(["demo", "--duration", "6", "--prefix", "nfxe2e-demo-", "--subnet-base", "245"])
+        .args([
+            "demo",
+            "--duration",
+            "6",
+            "--prefix",
+            "nfxe2e-demo-",
+            "--subnet-base",
+            "245",
+        ])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    for want in ["firewall", "nat", "elephant", "dpi", "summary", "acl_deny", "tearing down"] {
+    for want in [
+        "firewall",
+        "nat",
+        "elephant",
+        "dpi",
+        "summary",
+        "acl_deny",
+        "tearing down",
+    ] {
         assert!(t.contains(want), "demo output lacks {want}: {t}");
     }
     assert!(ours("nfxe2e-demo-").is_empty());

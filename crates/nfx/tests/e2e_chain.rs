@@ -84,7 +84,8 @@ fn chain_carries_traffic_translates_and_enforces() {
     let tcp = iperf::client(&ClientSpec::tcp(&src, dst, IPERF_PORT, 2, 1)).unwrap();
     let after = nfx.stats().unwrap();
     assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
-    let rx = port_counter(&after, "inside", "rx_bytes") - port_counter(&before, "inside", "rx_bytes");
+    let rx =
+        port_counter(&after, "inside", "rx_bytes") - port_counter(&before, "inside", "rx_bytes");
     let sent = tcp.sent_bytes as f64;
     assert!(
         rx as f64 >= sent && (rx as f64) <= sent * 1.08 + 2e6,
@@ -96,17 +97,28 @@ fn chain_carries_traffic_translates_and_enforces() {
     let mut u = ClientSpec::tcp(&src, dst, IPERF_PORT, 1, 1);
     u.udp = Some(("20M".into(), 1000));
     let udp = iperf::client(&u).unwrap();
-    assert!(udp.udp_packets > 0 && udp.udp_lost < udp.udp_packets, "{udp:?}");
+    assert!(
+        udp.udp_packets > 0 && udp.udp_lost < udp.udp_packets,
+        "{udp:?}"
+    );
     assert!(udp.received_bytes > 0, "{udp:?}");
 
     // NAT: dst sees 10.b.2.100 and the reply comes back to src.
     let _echo = PeerEcho::start(&dst_ns, IPERF_PORT + 8).unwrap();
-    let seen = probe::tcp_request(&src, dst, IPERF_PORT + 8, b"who am i", Duration::from_secs(3)).unwrap();
+    let seen = probe::tcp_request(
+        &src,
+        dst,
+        IPERF_PORT + 8,
+        b"who am i",
+        Duration::from_secs(3),
+    )
+    .unwrap();
     assert_eq!(seen, TcpOutcome::Reply(tb.nat_ip().to_string()));
 
     // A port the ACL denies: the connection fails and acl_deny rises.
     let denied_before = total_drop(&nfx.stats().unwrap(), "acl_deny");
-    let denied = probe::tcp_request(&src, dst, DENIED_PORT, b"x", Duration::from_millis(1500)).unwrap();
+    let denied =
+        probe::tcp_request(&src, dst, DENIED_PORT, b"x", Duration::from_millis(1500)).unwrap();
     assert_eq!(denied, TcpOutcome::TimedOut);
     assert!(total_drop(&nfx.stats().unwrap(), "acl_deny") > denied_before);
 
@@ -120,9 +132,14 @@ fn chain_carries_traffic_translates_and_enforces() {
     g.pps = Some(20);
     udpgen::generate(g).unwrap();
     assert!(eventually(Duration::from_secs(3), || {
-        nfx.stats().map(|s| events(&s, "dpi_match") > 0).unwrap_or(false)
+        nfx.stats()
+            .map(|s| events(&s, "dpi_match") > 0)
+            .unwrap_or(false)
     }));
-    assert!(sink.finish().unwrap().matched > 0, "alert-only pattern must still be delivered");
+    assert!(
+        sink.finish().unwrap().matched > 0,
+        "alert-only pattern must still be delivered"
+    );
 
     // Ping gets answered and is no elephant.
     let ping = probe::icmp_echo(&src, dst, 3, Duration::from_millis(100)).unwrap();
@@ -133,9 +150,18 @@ fn chain_carries_traffic_translates_and_enforces() {
     let (evs, bad) = read_events(&ev_path);
     assert_eq!(bad, 0);
     let kinds = |k: &str| evs.iter().filter(move |e| e["kind"] == k);
-    assert!(kinds("dpi_match").any(|e| e["detail"].to_string().contains("nfx-test-alert")), "{evs:?}");
-    assert!(kinds("elephant").any(|e| is_flow(e, 6, IPERF_PORT)), "{evs:?}");
-    assert!(!kinds("elephant").any(|e| e["flow"]["proto"] == 1), "{evs:?}");
+    assert!(
+        kinds("dpi_match").any(|e| e["detail"].to_string().contains("nfx-test-alert")),
+        "{evs:?}"
+    );
+    assert!(
+        kinds("elephant").any(|e| is_flow(e, 6, IPERF_PORT)),
+        "{evs:?}"
+    );
+    assert!(
+        !kinds("elephant").any(|e| e["flow"]["proto"] == 1),
+        "{evs:?}"
+    );
 }
 
 #[test]
@@ -156,9 +182,14 @@ fn edge_kernel_forwards_nothing_without_nfx() {
     tb.set_edge_forwarding(false).unwrap();
     assert!(probe::udp_reachable(&src, dst, Duration::from_secs(1)).is_err());
     let sink = Sink::start(&dst_ns, UDPGEN_PORT, &[]).unwrap();
-    let sent = udpgen::generate(GenSpec::flood(&src, dst, UDPGEN_PORT, Duration::from_millis(500)))
-        .unwrap()
-        .sent;
+    let sent = udpgen::generate(GenSpec::flood(
+        &src,
+        dst,
+        UDPGEN_PORT,
+        Duration::from_millis(500),
+    ))
+    .unwrap()
+    .sent;
     assert!(sent > 0);
     assert_eq!(sink.finish().unwrap().packets, 0);
     let _echo = PeerEcho::start(&dst_ns, IPERF_PORT).unwrap();

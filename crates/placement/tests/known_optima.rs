@@ -6,9 +6,8 @@ use nfx_placement::{bpp, place, validate, Algorithm};
 use std::time::Duration;
 
 const SAMPLE: &[&str] = &[
-    "Hard28_BPP14",
-    "Hard28_BPP13",
-    "Hard28_BPP14",
+    "Hard28_BPP47",
+    "Hard28_BPP531",
     "Falkenauer_u120_08",
     "Falkenauer_u250_00",
     "Falkenauer_t60_00",

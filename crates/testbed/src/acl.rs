@@ -78,7 +78,14 @@ pub fn standard(inside: Ipv4Addr) -> Vec<Rule> {
             dport: Some((p, p)),
         });
     }
-    const SVC: [(u16, u16); 6] = [(53, 53), (123, 123), (161, 162), (500, 500), (4500, 4500), (1194, 1194)];
+    const SVC: [(u16, u16); 6] = [
+        (53, 53),
+        (123, 123),
+        (161, 162),
+        (500, 500),
+        (4500, 4500),
+        (1194, 1194),
+    ];
     for i in 0..30u16 {
         v.push(Rule {
             allow: true,
@@ -130,7 +137,11 @@ pub fn to_nfx(rules: &[Rule]) -> Value {
                     o["dst"] = json!(d);
                 }
                 if let Some((lo, hi)) = r.dport {
-                    o["dport"] = if lo == hi { json!(lo) } else { json!(format!("{lo}-{hi}")) };
+                    o["dport"] = if lo == hi {
+                        json!(lo)
+                    } else {
+                        json!(format!("{lo}-{hi}"))
+                    };
                 }
                 o
             })
@@ -149,7 +160,11 @@ pub fn to_nft(r: &Rule) -> String {
     }
     match (r.proto, r.dport) {
         (Proto::Tcp | Proto::Udp, Some((lo, hi))) => {
-            let range = if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") };
+            let range = if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            };
             parts.push(format!("{} dport {range}", r.proto.name()));
         }
         (Proto::Any, _) => {}
@@ -184,7 +199,10 @@ mod tests {
         let v = standard(Ipv4Addr::new(10, 9, 1, 0));
         assert_eq!(to_nft(&v[0]), "tcp dport 23 drop");
         assert_eq!(to_nft(&v[1]), "ip saddr 172.16.0.0/24 tcp dport 22 drop");
-        assert_eq!(to_nft(&v[99]), "ip saddr 10.9.1.0/24 meta l4proto icmp accept");
+        assert_eq!(
+            to_nft(&v[99]),
+            "ip saddr 10.9.1.0/24 meta l4proto icmp accept"
+        );
         assert_eq!(to_nft(&v[75]), "ip saddr 198.51.100.32/29 drop");
     }
 }

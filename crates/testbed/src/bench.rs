@@ -232,7 +232,9 @@ fn adaptive_checks(
     dir: &Path,
     log: &mut dyn FnMut(&str),
 ) -> anyhow::Result<(f64, f64)> {
-    let tmp = tempfile::Builder::new().prefix("adaptive-").tempdir_in(dir)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("adaptive-")
+        .tempdir_in(dir)?;
     let mut mpps = Vec::new();
     let mut idle = 0.0;
     for poll in ["adaptive", "busy"] {
@@ -267,7 +269,17 @@ pub fn table(rep: &BenchReport) -> String {
     };
     let mut s = format!(
         "{:<17} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>9} {:>9} {:>9} {:>9}\n",
-        "case", "tcp1", "tcp4", "udp64", "p50", "p99", "cores", "tcp1/kfwd", "tcp1/knft", "udp/kfwd", "+p50 µs"
+        "case",
+        "tcp1",
+        "tcp4",
+        "udp64",
+        "p50",
+        "p99",
+        "cores",
+        "tcp1/kfwd",
+        "tcp1/knft",
+        "udp/kfwd",
+        "+p50 µs"
     );
     s.push_str(&format!(
         "{:<17} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} |\n",
@@ -332,7 +344,12 @@ mod tests {
         let v = serde_json::to_value(&rep).unwrap();
         let keys: Vec<_> = v["cases"][0].as_object().unwrap().keys().cloned().collect();
         let mut want = vec![
-            "name", "tcp1_gbps", "tcp4_gbps", "udp64_mpps", "lat_p50_us", "lat_p99_us",
+            "name",
+            "tcp1_gbps",
+            "tcp4_gbps",
+            "udp64_mpps",
+            "lat_p50_us",
+            "lat_p99_us",
             "cpu_cores",
         ];
         want.sort();

@@ -92,8 +92,22 @@ pub fn client(spec: &ClientSpec) -> anyhow::Result<IperfResult> {
         spec.streams.to_string(),
     );
     let mut args = vec![
-        "ip", "netns", "exec", &spec.ns, "iperf3", "-c", &srv, "-p", &port, "-t", &t, "-P", &p,
-        "-J", "--connect-timeout", "3000",
+        "ip",
+        "netns",
+        "exec",
+        &spec.ns,
+        "iperf3",
+        "-c",
+        &srv,
+        "-p",
+        &port,
+        "-t",
+        &t,
+        "-P",
+        &p,
+        "-J",
+        "--connect-timeout",
+        "3000",
     ];
     let len;
     if let Some((rate, l)) = &spec.udp {
@@ -122,7 +136,10 @@ pub fn parse_client_json(text: &str) -> anyhow::Result<IperfResult> {
     }
     let end = v.get("end").context("iperf3 JSON has no `end`")?;
     let num = |o: &Value, k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    if let Some(sum) = end.get("sum").filter(|_| end.get("sum_sent").is_none() || is_udp(&v)) {
+    if let Some(sum) = end
+        .get("sum")
+        .filter(|_| end.get("sum_sent").is_none() || is_udp(&v))
+    {
         let sent = end.get("sum_sent").unwrap_or(sum);
         let recv = end.get("sum_received").unwrap_or(sum);
         let packets = num(sum, "packets") as u64;
@@ -135,7 +152,9 @@ pub fn parse_client_json(text: &str) -> anyhow::Result<IperfResult> {
             udp_lost: lost,
         });
     }
-    let sent = end.get("sum_sent").context("iperf3 JSON has no end.sum_sent")?;
+    let sent = end
+        .get("sum_sent")
+        .context("iperf3 JSON has no end.sum_sent")?;
     let recv = end
         .get("sum_received")
         .context("iperf3 JSON has no end.sum_received")?;
@@ -149,7 +168,9 @@ pub fn parse_client_json(text: &str) -> anyhow::Result<IperfResult> {
 }
 
 fn is_udp(v: &Value) -> bool {
-    v.pointer("/start/test_start/protocol").and_then(Value::as_str) == Some("UDP")
+    v.pointer("/start/test_start/protocol")
+        .and_then(Value::as_str)
+        == Some("UDP")
 }
 
 #[cfg(test)]
@@ -180,8 +201,8 @@ mod tests {
 
     #[test]
     fn errors_are_reported() {
-        let e = parse_client_json(r#"{"start":{},"end":{},"error":"unable to connect"}"#)
-            .unwrap_err();
+        let e =
+            parse_client_json(r#"{"start":{},"end":{},"error":"unable to connect"}"#).unwrap_err();
         assert!(e.to_string().contains("unable to connect"));
         assert!(parse_client_json("garbage").is_err());
         assert!(parse_client_json("{}").is_err());

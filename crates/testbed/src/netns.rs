@@ -170,7 +170,11 @@ pub fn ipv4_addrs(ns: &str, iface: &str) -> anyhow::Result<Vec<String>> {
 /// Process ids running inside `ns` (`ip netns pids`).
 pub fn pids(ns: &str) -> Vec<u32> {
     process::run(&["ip", "netns", "pids", ns], IP_LIMIT)
-        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

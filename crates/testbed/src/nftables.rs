@@ -21,7 +21,9 @@ pub fn ruleset(tb: &Testbed) -> String {
     for t in [format!("inet {FILTER_TABLE}"), format!("ip {NAT_TABLE}")] {
         s.push_str(&format!("add table {t}\ndelete table {t}\n"));
     }
-    s.push_str(&format!("table inet {FILTER_TABLE} {{\n  chain forward {{\n"));
+    s.push_str(&format!(
+        "table inet {FILTER_TABLE} {{\n  chain forward {{\n"
+    ));
     s.push_str("    type filter hook forward priority filter; policy drop;\n");
     s.push_str("    ct state established,related accept\n");
     s.push_str("    ct state invalid drop\n");
@@ -31,7 +33,9 @@ pub fn ruleset(tb: &Testbed) -> String {
         s.push('\n');
     }
     s.push_str("  }\n}\n");
-    s.push_str(&format!("table ip {NAT_TABLE} {{\n  chain postrouting {{\n"));
+    s.push_str(&format!(
+        "table ip {NAT_TABLE} {{\n  chain postrouting {{\n"
+    ));
     s.push_str("    type nat hook postrouting priority srcnat; policy accept;\n");
     s.push_str("    oifname \"to-cloud\" masquerade\n  }\n}\n");
     s
@@ -51,7 +55,9 @@ impl NftBaseline {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().context("starting nft (is nftables installed?)")?;
+        let mut child = cmd
+            .spawn()
+            .context("starting nft (is nftables installed?)")?;
         child
             .stdin
             .take()
@@ -87,9 +93,17 @@ impl NftBaseline {
     /// Removes our tables (also done on drop).
     pub fn remove(&self) -> anyhow::Result<()> {
         for t in [["inet", FILTER_TABLE], ["ip", NAT_TABLE]] {
-            let exists = netns::exec(&self.ns, &["nft", "list", "table", t[0], t[1]], Duration::from_secs(10));
+            let exists = netns::exec(
+                &self.ns,
+                &["nft", "list", "table", t[0], t[1]],
+                Duration::from_secs(10),
+            );
             if exists.is_ok() {
-                netns::exec(&self.ns, &["nft", "delete", "table", t[0], t[1]], Duration::from_secs(10))?;
+                netns::exec(
+                    &self.ns,
+                    &["nft", "delete", "table", t[0], t[1]],
+                    Duration::from_secs(10),
+                )?;
             }
         }
         Ok(())
@@ -120,7 +134,10 @@ mod tests {
         assert!(r.contains("ct state established,related accept"));
         assert!(r.contains("oifname \"to-cloud\" masquerade"));
         assert!(r.contains("ip saddr 10.9.1.0/24 tcp dport 5201-5210 accept"));
-        assert_eq!(r.matches(" drop\n").count() + r.matches(" accept\n").count(), 102);
+        assert_eq!(
+            r.matches(" drop\n").count() + r.matches(" accept\n").count(),
+            102
+        );
     }
 
     #[test]

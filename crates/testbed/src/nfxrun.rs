@@ -84,7 +84,11 @@ impl NfxRun {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let from = lines.len().saturating_sub(15);
-        format!("--- nfx run log ({}) ---\n{}", self.log.display(), lines[from..].join("\n"))
+        format!(
+            "--- nfx run log ({}) ---\n{}",
+            self.log.display(),
+            lines[from..].join("\n")
+        )
     }
 
     /// Stops it with SIGINT (bounded) and returns the final stats JSON it printed.
@@ -128,7 +132,11 @@ mod tests {
     fn events_file_is_read_line_by_line() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("e.jsonl");
-        std::fs::write(&p, "{\"kind\":\"elephant\"}\nnot json\n\n{\"kind\":\"dpi_match\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"kind\":\"elephant\"}\nnot json\n\n{\"kind\":\"dpi_match\"}\n",
+        )
+        .unwrap();
         let (evs, bad) = read_events(&p);
         assert_eq!(evs.len(), 2);
         assert_eq!(bad, 1);

@@ -256,8 +256,7 @@ fn serve_peer(mut s: std::net::TcpStream, peer: std::net::SocketAddr) {
 
 impl Drop for PeerEcho {
     fn drop(&mut self) {
-        self.stop
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -302,7 +301,8 @@ mod tests {
             let _echo = PeerEcho::start(ns, 7001)?;
             let got = tcp_request(ns, Ipv4Addr::LOCALHOST, 7001, b"hi", Duration::from_secs(2))?;
             assert_eq!(got, TcpOutcome::Reply("127.0.0.1".into()));
-            let refused = tcp_request(ns, Ipv4Addr::LOCALHOST, 7002, b"hi", Duration::from_secs(2))?;
+            let refused =
+                tcp_request(ns, Ipv4Addr::LOCALHOST, 7002, b"hi", Duration::from_secs(2))?;
             assert_eq!(refused, TcpOutcome::Refused);
             icmp_echo(ns, Ipv4Addr::LOCALHOST, 2, Duration::from_millis(50))
         })();

@@ -154,9 +154,12 @@ mod tests {
 
     #[test]
     fn failure_names_command_and_stderr() {
-        let err = run(&["sh", "-c", "echo boom >&2; exit 3"], Duration::from_secs(5))
-            .unwrap_err()
-            .to_string();
+        let err = run(
+            &["sh", "-c", "echo boom >&2; exit 3"],
+            Duration::from_secs(5),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("sh -c"), "{err}");
         assert!(err.contains("boom"), "{err}");
     }
@@ -182,9 +185,11 @@ mod tests {
         let g = ChildGuard::spawn(cmd).unwrap();
         let pid = g.id();
         drop(g);
-        assert!(!std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| !s.contains("(sleep)"))
-                .unwrap_or(true));
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| !s.contains("(sleep)"))
+                    .unwrap_or(true)
+        );
     }
 }

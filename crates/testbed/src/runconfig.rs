@@ -139,7 +139,9 @@ mod tests {
     fn locate_finds_files_and_names_missing_ones() {
         let here = locate(Path::new("Cargo.toml")).unwrap();
         assert!(here.is_absolute() && here.exists());
-        let err = locate(Path::new("no/such/file.txt")).unwrap_err().to_string();
+        let err = locate(Path::new("no/such/file.txt"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no/such/file.txt"), "{err}");
     }
 

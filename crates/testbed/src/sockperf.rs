@@ -45,7 +45,18 @@ pub fn ping_pong(ns: &str, server: Ipv4Addr, port: u16, secs: u32) -> anyhow::Re
     let (a, p, t) = (server.to_string(), port.to_string(), secs.to_string());
     let out = process::run(
         &[
-            "ip", "netns", "exec", ns, "sockperf", "ping-pong", "--tcp", "-i", &a, "-p", &p, "-t",
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sockperf",
+            "ping-pong",
+            "--tcp",
+            "-i",
+            &a,
+            "-p",
+            &p,
+            "-t",
             &t,
         ],
         Duration::from_secs(u64::from(secs) + 15),

@@ -236,9 +236,8 @@ impl Testbed {
     pub fn up(spec: Spec) -> anyhow::Result<Self> {
         root::require_root()?;
         let tb = Self::attach(spec)?;
-        tb.create().with_context(|| {
-            format!("building testbed with prefix {:?}", tb.spec.prefix)
-        })?;
+        tb.create()
+            .with_context(|| format!("building testbed with prefix {:?}", tb.spec.prefix))?;
         Ok(tb)
     }
 
@@ -389,7 +388,10 @@ impl Testbed {
             (Host::Cloud, format!("{}/32", self.nat_ip()), s.addr(2, 1)),
         ];
         for (host, to, via) in routes {
-            netns::ip(&self.ns(host), &["route", "replace", &to, "via", &via.to_string()])?;
+            netns::ip(
+                &self.ns(host),
+                &["route", "replace", &to, "via", &via.to_string()],
+            )?;
         }
         Ok(())
     }
@@ -568,7 +570,14 @@ mod tests {
         let ends: Vec<_> = WIRES.iter().flat_map(|w| [w.a.0, w.b.0]).collect();
         assert_eq!(
             ends,
-            [Host::Src, Host::Edge, Host::Edge, Host::Cloud, Host::Cloud, Host::Dst]
+            [
+                Host::Src,
+                Host::Edge,
+                Host::Edge,
+                Host::Cloud,
+                Host::Cloud,
+                Host::Dst
+            ]
         );
     }
 
@@ -621,7 +630,11 @@ mod tests {
         }
         let _cleanup = Cleanup(ns.clone());
         process::run(&["ip", "netns", "add", &ns], Duration::from_secs(5)).unwrap();
-        netns::ip(&ns, &["link", "add", "x0", "type", "veth", "peer", "name", "x1"]).unwrap();
+        netns::ip(
+            &ns,
+            &["link", "add", "x0", "type", "veth", "peer", "name", "x1"],
+        )
+        .unwrap();
         let rep = Testbed::attach(spec.clone()).unwrap().down().unwrap();
         assert_eq!(rep.skipped, [ns.clone()]);
         assert!(netns::exists(&ns));

@@ -173,7 +173,12 @@ impl Sink {
         let stop = Arc::new(AtomicBool::new(false));
         let packets = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
-        let (ns2, st, pk, pat) = (ns.to_string(), stop.clone(), packets.clone(), pattern.to_vec());
+        let (ns2, st, pk, pat) = (
+            ns.to_string(),
+            stop.clone(),
+            packets.clone(),
+            pattern.to_vec(),
+        );
         let handle = std::thread::spawn(move || -> anyhow::Result<SinkReport> {
             let bound = (|| -> anyhow::Result<UdpSocket> {
                 netns::enter(&ns2)?;
@@ -319,7 +324,8 @@ mod tests {
         struct Del(&'static str);
         impl Drop for Del {
             fn drop(&mut self) {
-                let _ = crate::process::run(&["ip", "netns", "del", self.0], Duration::from_secs(5));
+                let _ =
+                    crate::process::run(&["ip", "netns", "del", self.0], Duration::from_secs(5));
             }
         }
         let _ = crate::process::run(&["ip", "netns", "del", ns], Duration::from_secs(5));

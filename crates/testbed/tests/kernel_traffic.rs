@@ -38,16 +38,29 @@ fn kernel_forwarding_and_nftables_carry_measured_traffic() {
     assert!(udp.udp_packets > 0, "{udp:?}");
 
     let sink = Sink::start(&dst_ns, UDPGEN_PORT, &[]).unwrap();
-    let g = udpgen::generate(GenSpec::flood(&src, dst, UDPGEN_PORT, Duration::from_secs(1))).unwrap();
+    let g = udpgen::generate(GenSpec::flood(
+        &src,
+        dst,
+        UDPGEN_PORT,
+        Duration::from_secs(1),
+    ))
+    .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let got = sink.finish().unwrap();
     assert!(got.packets > 0 && got.packets <= g.sent, "{got:?} {g:?}");
+    eprintln!(
+        "generator offered {:.3} Mpps, sink received {:.3} Mpps",
+        g.mpps(),
+        got.packets as f64 / g.secs / 1e6
+    );
 
     let lat = sockperf::ping_pong(&src, dst, SOCKPERF_PORT, 1).unwrap();
     assert!(lat.p50_us > 0.0 && lat.p99_us >= lat.p50_us, "{lat:?}");
+    eprintln!("tcp {tcp:?}\nlatency {lat:?}");
 
     let _echo = PeerEcho::start(&dst_ns, IPERF_PORT + 8).unwrap();
-    let plain = probe::tcp_request(&src, dst, IPERF_PORT + 8, b"?", Duration::from_secs(2)).unwrap();
+    let plain =
+        probe::tcp_request(&src, dst, IPERF_PORT + 8, b"?", Duration::from_secs(2)).unwrap();
     assert_eq!(plain, TcpOutcome::Reply(tb.src_ip().to_string()));
     let nft = NftBaseline::apply(&tb).unwrap();
     let masq = probe::tcp_request(&src, dst, IPERF_PORT + 8, b"?", Duration::from_secs(2)).unwrap();

@@ -19,13 +19,7 @@ fn parse() -> Result<DeviceConfig, String> {
                     .parse()
                     .map_err(|e| format!("--queue-pairs: {e}"))?
             }
-            "--core" => {
-                core = Some(
-                    val("--core")?
-                        .parse()
-                        .map_err(|e| format!("--core: {e}"))?,
-                )
-            }
+            "--core" => core = Some(val("--core")?.parse().map_err(|e| format!("--core: {e}"))?),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }

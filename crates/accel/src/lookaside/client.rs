@@ -119,17 +119,27 @@ impl LookasideEngine {
         let sock = connect_socket(socket)?;
         proto::set_recv_timeout(&sock, CONTROL_TIMEOUT)?;
         let (qp, geo, fds) = match proto::recv(sock.as_raw_fd())? {
-            Recv::Msg(Msg::Hello { qp, geo }, fds) if fds.len() == 2 && geo.valid() => (qp, geo, fds),
+            Recv::Msg(Msg::Hello { qp, geo }, fds) if fds.len() == 2 && geo.valid() => {
+                (qp, geo, fds)
+            }
             Recv::Msg(Msg::Refused(why), _) => return Err(AccelError::Refused(why)),
-            Recv::Closed => return Err(AccelError::DeviceGone("device closed the connection".into())),
+            Recv::Closed => {
+                return Err(AccelError::DeviceGone(
+                    "device closed the connection".into(),
+                ))
+            }
             Recv::Timeout => return Err(AccelError::DeviceGone("device did not answer".into())),
-            Recv::Msg(..) => return Err(AccelError::BadArgument("unexpected device greeting".into())),
+            Recv::Msg(..) => {
+                return Err(AccelError::BadArgument("unexpected device greeting".into()))
+            }
         };
         let map = Arc::new(Mapping::from_fd(&fds[0], geo.total())?);
         let doorbell_map = Mapping::from_fd(&fds[1], DOORBELL_LEN)?;
         let view = QpView::new(map.ptr(), geo);
         if view.magic().load(Ordering::SeqCst) != MAGIC {
-            return Err(AccelError::BadArgument("shared region has a wrong magic number".into()));
+            return Err(AccelError::BadArgument(
+                "shared region has a wrong magic number".into(),
+            ));
         }
         let pool = Arc::new(SlotPool::new(
             Arc::clone(&map),
@@ -187,7 +197,9 @@ impl LookasideEngine {
             Recv::Msg(Msg::Done(id), _) => Ok(Ok(id)),
             Recv::Msg(Msg::Error(e), _) => Ok(Err(e)),
             Recv::Msg(..) => Err(AccelError::DeviceGone("unexpected reply".into())),
-            Recv::Closed => Err(AccelError::DeviceGone("device closed the connection".into())),
+            Recv::Closed => Err(AccelError::DeviceGone(
+                "device closed the connection".into(),
+            )),
             Recv::Timeout => Err(AccelError::DeviceGone("device did not answer".into())),
         }
     }
@@ -261,7 +273,11 @@ impl LookasideEngine {
                 // SAFETY: bounds checked; the device is dead or revoked, so nobody else
                 // writes the slot, and the undo area is one slot long.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(self.view.undo_ptr(), self.pool.slot_ptr(slot), len);
+                    std::ptr::copy_nonoverlapping(
+                        self.view.undo_ptr(),
+                        self.pool.slot_ptr(slot),
+                        len,
+                    );
                 }
             }
         }

@@ -156,7 +156,9 @@ impl Device {
     /// Binds the socket and starts the acceptor and data threads.
     pub fn start(cfg: DeviceConfig) -> Result<Device, AccelError> {
         if cfg.queue_pairs == 0 {
-            return Err(AccelError::BadArgument("queue-pairs must be at least 1".into()));
+            return Err(AccelError::BadArgument(
+                "queue-pairs must be at least 1".into(),
+            ));
         }
         if !cfg.geometry().valid() {
             return Err(AccelError::BadArgument(format!(
@@ -202,7 +204,10 @@ impl Device {
 
     /// Queue pairs currently held by clients.
     pub fn queue_pairs_in_use(&self) -> usize {
-        lock(&self.shared.qps).iter().filter(|q| q.is_some()).count()
+        lock(&self.shared.qps)
+            .iter()
+            .filter(|q| q.is_some())
+            .count()
     }
 
     /// Stops the threads and removes the socket file.

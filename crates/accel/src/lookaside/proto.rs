@@ -247,7 +247,12 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let mut b = Vec::new();
-        let spec = SessionSpec::new(Alg::Aes128CtrHmacSha256, Direction::Decrypt, &[1; 16], &[2; 20]);
+        let spec = SessionSpec::new(
+            Alg::Aes128CtrHmacSha256,
+            Direction::Decrypt,
+            &[1; 16],
+            &[2; 20],
+        );
         Msg::Create(spec).encode(&mut b);
         match Msg::decode(&b) {
             Some(Msg::Create(s)) => {

@@ -161,7 +161,12 @@ impl QpView {
     /// Writes the status of entry `seq` (device side).
     pub(crate) fn write_status(&self, seq: u64, status: u32) {
         // SAFETY: as in `read_status`; published by the release store of sq_done.
-        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.entry_ptr(seq)).status), status) }
+        unsafe {
+            std::ptr::write_volatile(
+                std::ptr::addr_of_mut!((*self.entry_ptr(seq)).status),
+                status,
+            )
+        }
     }
 
     /// The undo area.
@@ -246,6 +251,10 @@ mod tests {
         assert_eq!(g.undo_off() % PAGE, 0);
         assert_eq!(g.slots_off() % PAGE, 0);
         assert!(g.slots_off() >= g.undo_off() + 9300);
-        assert!(!Geometry { ring_size: 100, ..g }.valid());
+        assert!(!Geometry {
+            ring_size: 100,
+            ..g
+        }
+        .valid());
     }
 }

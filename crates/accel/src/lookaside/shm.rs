@@ -38,10 +38,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(AccelError::last_os(format!("mmap {len} bytes")));
         }
-        Ok(Mapping {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(Mapping { ptr: p.cast(), len })
     }
 
     /// Anonymous shared memory (for tests of buffer pools).

@@ -53,6 +53,13 @@ static TE1: [u32; 256] = make_te(8);
 static TE2: [u32; 256] = make_te(16);
 static TE3: [u32; 256] = make_te(24);
 
+/// XORs a 16-byte keystream block into a 16-byte chunk as one 128-bit word.
+#[inline(always)]
+fn xor16(chunk: &mut [u8], ks: &[u8; 16]) {
+    let d: &mut [u8; 16] = chunk.try_into().expect("16-byte chunk");
+    *d = (u128::from_ne_bytes(*d) ^ u128::from_ne_bytes(*ks)).to_ne_bytes();
+}
+
 /// An expanded AES-128 or AES-256 encryption key.
 #[derive(Clone, Zeroize, ZeroizeOnDrop)]
 pub(crate) struct Aes {
@@ -101,14 +108,20 @@ impl Aes {
     #[inline]
     pub(crate) fn encrypt_block(&self, block: &[u8; 16]) -> [u8; 16] {
         let rk = &self.rk;
-        let w = |i: usize| u32::from_be_bytes([block[4 * i], block[4 * i + 1], block[4 * i + 2], block[4 * i + 3]]);
+        let w = |i: usize| {
+            u32::from_be_bytes([
+                block[4 * i],
+                block[4 * i + 1],
+                block[4 * i + 2],
+                block[4 * i + 3],
+            ])
+        };
         let mut s0 = w(0) ^ rk[0];
         let mut s1 = w(1) ^ rk[1];
         let mut s2 = w(2) ^ rk[2];
         let mut s3 = w(3) ^ rk[3];
         let b = |x: u32, sh: u32| ((x >> sh) & 0xff) as usize;
-        for r in 1..self.rounds {
-            let k = &rk[4 * r..4 * r + 4];
+        for k in rk[4..4 * self.rounds].chunks_exact(4) {
             let t0 = TE0[b(s0, 24)] ^ TE1[b(s1, 16)] ^ TE2[b(s2, 8)] ^ TE3[b(s3, 0)] ^ k[0];
             let t1 = TE0[b(s1, 24)] ^ TE1[b(s2, 16)] ^ TE2[b(s3, 8)] ^ TE3[b(s0, 0)] ^ k[1];
             let t2 = TE0[b(s2, 24)] ^ TE1[b(s3, 16)] ^ TE2[b(s0, 8)] ^ TE3[b(s1, 0)] ^ k[2];
@@ -143,12 +156,17 @@ impl Aes {
     /// never wrap their low 32 bits this is the same sequence.
     pub(crate) fn ctr_xor(&self, ctr: &[u8; 16], data: &mut [u8]) {
         let mut c = u128::from_be_bytes(*ctr);
-        for chunk in data.chunks_mut(16) {
+        let mut chunks = data.chunks_exact_mut(16);
+        for chunk in &mut chunks {
+            xor16(chunk, &self.encrypt_block(&c.to_be_bytes()));
+            c = c.wrapping_add(1);
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
             let ks = self.encrypt_block(&c.to_be_bytes());
-            for (d, k) in chunk.iter_mut().zip(ks.iter()) {
+            for (d, k) in rest.iter_mut().zip(ks.iter()) {
                 *d ^= k;
             }
-            c = c.wrapping_add(1);
         }
     }
 
@@ -156,13 +174,19 @@ impl Aes {
     pub(crate) fn ctr32_xor(&self, ctr: &[u8; 16], data: &mut [u8]) {
         let mut block = *ctr;
         let mut n = u32::from_be_bytes([ctr[12], ctr[13], ctr[14], ctr[15]]);
-        for chunk in data.chunks_mut(16) {
+        let mut chunks = data.chunks_exact_mut(16);
+        for chunk in &mut chunks {
+            block[12..].copy_from_slice(&n.to_be_bytes());
+            xor16(chunk, &self.encrypt_block(&block));
+            n = n.wrapping_add(1);
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
             block[12..].copy_from_slice(&n.to_be_bytes());
             let ks = self.encrypt_block(&block);
-            for (d, k) in chunk.iter_mut().zip(ks.iter()) {
+            for (d, k) in rest.iter_mut().zip(ks.iter()) {
                 *d ^= k;
             }
-            n = n.wrapping_add(1);
         }
     }
 }
@@ -172,7 +196,10 @@ mod tests {
     use super::*;
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]

@@ -36,7 +36,14 @@ impl ChaCha20 {
 
     /// The 64-byte block for `counter` and a 12-byte `nonce`.
     pub(crate) fn block(&self, counter: u32, nonce: &[u8; 12]) -> [u8; 64] {
-        let n = |i: usize| u32::from_le_bytes([nonce[4 * i], nonce[4 * i + 1], nonce[4 * i + 2], nonce[4 * i + 3]]);
+        let n = |i: usize| {
+            u32::from_le_bytes([
+                nonce[4 * i],
+                nonce[4 * i + 1],
+                nonce[4 * i + 2],
+                nonce[4 * i + 3],
+            ])
+        };
         let init: [u32; 16] = [
             0x6170_7865,
             0x3320_646e,

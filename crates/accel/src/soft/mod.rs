@@ -20,7 +20,8 @@ use poly1305::Poly1305;
 use present::Present;
 use sha256::{HmacSha256, Sha256};
 
-/// Expanded keys of one soft session.
+/// Expanded keys of one soft session (created once, kept in a table).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum SoftSession {
     Gcm { aes: Aes, ghash: Ghash },
     ChaCha(ChaCha20),
@@ -82,7 +83,9 @@ impl Backend for SoftBackend {
                 let ghash = Ghash::new(&aes.encrypt_block(&[0; 16]));
                 SoftSession::Gcm { aes, ghash }
             }
-            Alg::Chacha20Poly1305 => SoftSession::ChaCha(ChaCha20::new(key).ok_or_else(|| bad_key(alg))?),
+            Alg::Chacha20Poly1305 => {
+                SoftSession::ChaCha(ChaCha20::new(key).ok_or_else(|| bad_key(alg))?)
+            }
             Alg::Aes128CtrHmacSha256 => SoftSession::AesCtr {
                 aes: Aes::new(key).ok_or_else(|| bad_key(alg))?,
                 hmac: HmacSha256::new(spec.auth_key.expose()),
@@ -139,7 +142,9 @@ impl Backend for SoftBackend {
 
     fn ctr_xor(s: &mut SoftSession, iv: &[u8], data: &mut [u8]) {
         match s {
-            SoftSession::AesCtr { aes, .. } => aes.ctr_xor(iv.try_into().expect("iv length checked"), data),
+            SoftSession::AesCtr { aes, .. } => {
+                aes.ctr_xor(iv.try_into().expect("iv length checked"), data)
+            }
             SoftSession::PresentCtr { present, .. } => {
                 present.ctr_xor(iv.try_into().expect("iv length checked"), data)
             }
@@ -149,7 +154,9 @@ impl Backend for SoftBackend {
 
     fn mac(s: &mut SoftSession, aad: &[u8], data: &[u8], out: &mut [u8; 32]) {
         *out = match s {
-            SoftSession::AesCtr { hmac, .. } | SoftSession::PresentCtr { hmac, .. } => hmac.mac(&[aad, data]),
+            SoftSession::AesCtr { hmac, .. } | SoftSession::PresentCtr { hmac, .. } => {
+                hmac.mac(&[aad, data])
+            }
             _ => {
                 let mut h = Sha256::default();
                 h.update(aad);

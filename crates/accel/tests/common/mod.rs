@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nfx_accel::lookaside::Device;
 use nfx_accel::{
-    cpu_engine, soft_engine, Alg, Buf, Direction, Engine, EngineKind, Iv, Layout,
-    LookasideEngine, Op, SessionSpec, Status,
+    cpu_engine, soft_engine, Alg, Buf, Direction, Engine, EngineKind, Iv, Layout, LookasideEngine,
+    Op, SessionSpec, Status,
 };
 
 /// A unique unix socket path for this test process.
@@ -59,7 +59,9 @@ pub fn run(
 ) -> Out {
     let tag_len = spec.tag_len;
     let sid = e.create_session(spec.clone()).expect("session");
-    let mut buf = e.alloc_buf(aad.len() + data.len() + tag_len).expect("buffer");
+    let mut buf = e
+        .alloc_buf(aad.len() + data.len() + tag_len)
+        .expect("buffer");
     buf.set_len(aad.len() + data.len() + tag_len).unwrap();
     {
         let b = buf.as_mut_slice();

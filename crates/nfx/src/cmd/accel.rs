@@ -63,7 +63,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "nfx accel: device on {} with {} queue pair(s){}",
                 a.socket.display(),
                 a.queue_pairs,
-                a.core.map(|c| format!(", pinned to core {c}")).unwrap_or_default()
+                a.core
+                    .map(|c| format!(", pinned to core {c}"))
+                    .unwrap_or_default()
             );
             serve(cfg).with_context(|| format!("accelerator device on {}", a.socket.display()))
         }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use nfx_accel::bench::{measure, BenchSpec};
 use nfx_accel::lookaside::pin_to_core;
-use nfx_accel::{cpu_engine, soft_engine, Alg, CalPoint, Calibration, Engine, EngineKind, LookasideEngine};
+use nfx_accel::{
+    cpu_engine, soft_engine, Alg, CalPoint, Calibration, Engine, EngineKind, LookasideEngine,
+};
 use serde::Serialize;
 
 /// The `OPENSSL_ia32cap` mask that turns off AES-NI, PCLMULQDQ, SHA-NI, VAES, VPCLMULQDQ.
@@ -81,7 +83,15 @@ fn start_device(core: usize) -> anyhow::Result<(DeviceProcess, LookasideEngine)>
     let socket = std::env::temp_dir().join(format!("nfx-bench-accel-{}.sock", std::process::id()));
     let exe = std::env::current_exe().context("locate the nfx binary")?;
     let child = Command::new(exe)
-        .args(["accel", "serve", "--queue-pairs", "1", "--core", &core.to_string(), "--socket"])
+        .args([
+            "accel",
+            "serve",
+            "--queue-pairs",
+            "1",
+            "--core",
+            &core.to_string(),
+            "--socket",
+        ])
         .arg(&socket)
         .spawn()
         .context("start `nfx accel serve`")?;
@@ -112,11 +122,14 @@ fn openssl_parts(alg: Alg) -> Option<Vec<Vec<&'static str>>> {
 fn openssl_rate(args: &[&str], bytes: usize, masked: bool) -> anyhow::Result<f64> {
     let mut cmd = Command::new("openssl");
     cmd.arg("speed").arg("-mr").args(args);
-    cmd.args(["-bytes", &bytes.to_string(), "-seconds", "1"]);
+    // Wall-clock time, as nfx's own figures (openssl defaults to CPU user time).
+    cmd.args(["-elapsed", "-bytes", &bytes.to_string(), "-seconds", "1"]);
     if masked {
         cmd.env("OPENSSL_ia32cap", OPENSSL_MASK);
     }
-    let out = cmd.output().context("run `openssl speed` (is openssl installed?)")?;
+    let out = cmd
+        .output()
+        .context("run `openssl speed` (is openssl installed?)")?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .filter(|l| l.starts_with("+F"))
@@ -155,7 +168,16 @@ fn openssl_record(alg: Alg, bytes: usize, masked: bool) -> anyhow::Result<Option
 fn print_table(records: &[Record]) {
     println!(
         "{:<15} {:<28} {:>6} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
-        "engine", "alg", "bytes", "MB/s", "xOpenSSL", "xMasked", "op p50ns", "op p99ns", "batch p50", "batch p99"
+        "engine",
+        "alg",
+        "bytes",
+        "MB/s",
+        "xOpenSSL",
+        "xMasked",
+        "op p50ns",
+        "op p99ns",
+        "batch p50",
+        "batch p99"
     );
     let ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
     for r in records {
@@ -169,8 +191,12 @@ fn print_table(records: &[Record]) {
             ratio(r.ratio_openssl_masked),
             r.lat_p50_ns,
             r.lat_p99_ns,
-            r.batch_p50_ns.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
-            r.batch_p99_ns.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
+            r.batch_p50_ns
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.batch_p99_ns
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
 }

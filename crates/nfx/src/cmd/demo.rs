@@ -60,13 +60,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prefix: args.prefix.clone(),
         subnet_base: args.subnet_base,
     };
-    println!("nfx demo: building testbed {}{{src,edge,cloud,dst}} (10.{}.0.0/16)", spec.prefix, spec.subnet_base);
+    println!(
+        "nfx demo: building testbed {}{{src,edge,cloud,dst}} (10.{}.0.0/16)",
+        spec.prefix, spec.subnet_base
+    );
     let tb = TestbedGuard::up(spec)?;
-    let dir = nfx_testbed::tempfile::Builder::new().prefix("nfx-demo-").tempdir()?;
+    let dir = nfx_testbed::tempfile::Builder::new()
+        .prefix("nfx-demo-")
+        .tempdir()?;
     let res = demo(&args, &tb, &patterns, dir.path());
     if args.keep {
         let kept = dir.keep();
-        println!("kept testbed (prefix {}) and run directory {}", args.prefix, kept.display());
+        println!(
+            "kept testbed (prefix {}) and run directory {}",
+            args.prefix,
+            kept.display()
+        );
         tb.keep();
     } else {
         println!("tearing down testbed {}", args.prefix);
@@ -74,7 +83,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     res
 }
 
-fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+fn demo(
+    args: &Args,
+    tb: &TestbedGuard,
+    patterns: &std::path::Path,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
     tb.set_edge_forwarding(false)?;
     let events = dir.join("events.jsonl");
     let spec = RunSpec {
@@ -90,7 +104,11 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
     };
     let exe = std::env::current_exe().context("locating the nfx binary")?;
     let nfx = NfxRun::start(&exe, tb, &spec, &[], dir)?;
-    println!("dataplane up on {} (config {}), edge kernel forwarding off", tb.ns(Host::Edge), nfx.config().display());
+    println!(
+        "dataplane up on {} (config {}), edge kernel forwarding off",
+        tb.ns(Host::Edge),
+        nfx.config().display()
+    );
 
     let (src_ns, dst_ns, dst) = (tb.ns(Host::Src), tb.ns(Host::Dst), tb.dst_ip());
     let _iperf_srv = IperfServer::start(&dst_ns, dst, IPERF_PORT)?;
@@ -100,7 +118,12 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
 
     let iperf_spec = ClientSpec::tcp(&src_ns, dst, IPERF_PORT, traffic_secs, 1);
     let tcp = std::thread::spawn(move || iperf::client(&iperf_spec));
-    let mut stream = GenSpec::flood(&src_ns, dst, UDPGEN_PORT, Duration::from_secs(u64::from(traffic_secs)));
+    let mut stream = GenSpec::flood(
+        &src_ns,
+        dst,
+        UDPGEN_PORT,
+        Duration::from_secs(u64::from(traffic_secs)),
+    );
     stream.payload = 200;
     stream.flows = 1;
     stream.batch = 16;
@@ -109,7 +132,13 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
     let (p_src, p_dst) = (src_ns.clone(), dst);
     let probes = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
-        let denied = probe::tcp_request(&p_src, p_dst, DENIED_PORT, b"hello", Duration::from_millis(1500));
+        let denied = probe::tcp_request(
+            &p_src,
+            p_dst,
+            DENIED_PORT,
+            b"hello",
+            Duration::from_millis(1500),
+        );
         let mut dpi = GenSpec::flood(&p_src, p_dst, UDPGEN_PORT + 1, Duration::from_millis(300));
         dpi.payload = DPI_TEST.len();
         dpi.pattern = DPI_TEST.to_vec();
@@ -118,7 +147,11 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
         dpi.pps = Some(10);
         let dpi_sent = udpgen::generate(dpi).map(|r| r.sent);
         let ping = probe::icmp_echo(&p_src, p_dst, 3, Duration::from_millis(200));
-        Probes { denied, dpi_sent, ping }
+        Probes {
+            denied,
+            dpi_sent,
+            ping,
+        }
     });
 
     let start = Instant::now();
@@ -129,7 +162,14 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
         let now = Instant::now();
         match nfx.stats() {
             Ok(s) => {
-                print!("{}", live_table(start.elapsed(), &s, prev.as_ref().map(|(p, t)| (p, now - *t))));
+                print!(
+                    "{}",
+                    live_table(
+                        start.elapsed(),
+                        &s,
+                        prev.as_ref().map(|(p, t)| (p, now - *t))
+                    )
+                );
                 prev = Some((s, now));
             }
             Err(e) => println!("stats unavailable: {e:#}"),
@@ -142,17 +182,30 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
     if interrupted {
         println!("interrupted: stopping traffic and tearing down");
     }
-    let tcp = tcp.join().map_err(|_| anyhow::anyhow!("iperf3 thread panicked"))?;
-    let udp = udp.join().map_err(|_| anyhow::anyhow!("UDP thread panicked"))?;
-    let probes = probes.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
+    let tcp = tcp
+        .join()
+        .map_err(|_| anyhow::anyhow!("iperf3 thread panicked"))?;
+    let udp = udp
+        .join()
+        .map_err(|_| anyhow::anyhow!("UDP thread panicked"))?;
+    let probes = probes
+        .join()
+        .map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
     let stream_got = stream_sink.finish()?;
     let dpi_got = dpi_sink.finish()?;
     let last = nfx.stats().ok();
     let fin = nfx.stop()?;
-    let stats = if fin.get("nodes").is_some() { fin } else { last.unwrap_or(fin) };
+    let stats = if fin.get("nodes").is_some() {
+        fin
+    } else {
+        last.unwrap_or(fin)
+    };
     let (evs, _) = read_events(&events);
 
-    println!("\n== nfx demo summary ({:.1} s) ==", start.elapsed().as_secs_f64());
+    println!(
+        "\n== nfx demo summary ({:.1} s) ==",
+        start.elapsed().as_secs_f64()
+    );
     print!("{}", node_totals(&stats));
     let mut failed = Vec::new();
     let mut check = |ok: bool, what: String| {
@@ -162,29 +215,62 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
         }
     };
     match &tcp {
-        Ok(r) => check(r.received_bytes > 0, format!("iperf3 TCP src→dst: {:.2} Gbit/s, {} bytes delivered", r.gbps, r.received_bytes)),
+        Ok(r) => check(
+            r.received_bytes > 0,
+            format!(
+                "iperf3 TCP src→dst: {:.2} Gbit/s, {} bytes delivered",
+                r.gbps, r.received_bytes
+            ),
+        ),
         Err(e) => check(false, format!("iperf3 TCP: {e:#}")),
     }
     match &udp {
-        Ok(g) => check(stream_got.packets > 0, format!("UDP stream: {} sent, {} received at dst", g.sent, stream_got.packets)),
+        Ok(g) => check(
+            stream_got.packets > 0,
+            format!(
+                "UDP stream: {} sent, {} received at dst",
+                g.sent, stream_got.packets
+            ),
+        ),
         Err(e) => check(false, format!("UDP stream: {e:#}")),
     }
     let acl_deny = control::total_drop(&stats, "acl_deny");
     match &probes.denied {
-        Ok(o) => check(*o == TcpOutcome::TimedOut && acl_deny > 0, format!("connection to dst:{DENIED_PORT}: {o:?}; acl_deny drops = {acl_deny}")),
+        Ok(o) => check(
+            *o == TcpOutcome::TimedOut && acl_deny > 0,
+            format!("connection to dst:{DENIED_PORT}: {o:?}; acl_deny drops = {acl_deny}"),
+        ),
         Err(e) => check(false, format!("denied-port probe: {e:#}")),
     }
     let dpi_events = evs.iter().filter(|e| e["kind"] == "dpi_match").count();
     match &probes.dpi_sent {
-        Ok(n) => check(dpi_events > 0, format!("DPI payload: {n} sent, {} arrived, {dpi_events} dpi_match events", dpi_got.matched)),
+        Ok(n) => check(
+            dpi_events > 0,
+            format!(
+                "DPI payload: {n} sent, {} arrived, {dpi_events} dpi_match events",
+                dpi_got.matched
+            ),
+        ),
         Err(e) => check(false, format!("DPI payload: {e:#}")),
     }
     let elephants: Vec<&Value> = evs.iter().filter(|e| e["kind"] == "elephant").collect();
-    let iperf_elephant = elephants.iter().any(|e| e["flow"]["proto"] == 6 && (e["flow"]["dport"] == IPERF_PORT || e["flow"]["sport"] == IPERF_PORT));
+    let iperf_elephant = elephants.iter().any(|e| {
+        e["flow"]["proto"] == 6
+            && (e["flow"]["dport"] == IPERF_PORT || e["flow"]["sport"] == IPERF_PORT)
+    });
     let icmp_elephant = elephants.iter().any(|e| e["flow"]["proto"] == 1);
-    check(iperf_elephant && !icmp_elephant, format!("elephant events: {} (iperf3 flow: {iperf_elephant}, ICMP: {icmp_elephant})", elephants.len()));
+    check(
+        iperf_elephant && !icmp_elephant,
+        format!(
+            "elephant events: {} (iperf3 flow: {iperf_elephant}, ICMP: {icmp_elephant})",
+            elephants.len()
+        ),
+    );
     match &probes.ping {
-        Ok(p) => check(p.received > 0, format!("ping dst: {}/{} replies", p.received, p.sent)),
+        Ok(p) => check(
+            p.received > 0,
+            format!("ping dst: {}/{} replies", p.received, p.sent),
+        ),
         Err(e) => check(false, format!("ping: {e:#}")),
     }
     println!("  events: {} total in {}", evs.len(), events.display());
@@ -201,18 +287,39 @@ fn demo(args: &Args, tb: &TestbedGuard, patterns: &std::path::Path, dir: &std::p
 fn live_table(t: Duration, s: &Value, prev: Option<(&Value, Duration)>) -> String {
     let mut out = format!("── t={:>4.0}s ", t.as_secs_f64());
     for w in s["workers"].as_array().into_iter().flatten() {
-        out.push_str(&format!("worker {} cpu {:>5.1}%  ", w["id"], w["cpu_pct"].as_f64().unwrap_or(0.0)));
+        out.push_str(&format!(
+            "worker {} cpu {:>5.1}%  ",
+            w["id"],
+            w["cpu_pct"].as_f64().unwrap_or(0.0)
+        ));
     }
-    out.push_str(&format!("events dpi {} elephant {}\n", control::events(s, "dpi_match"), control::events(s, "elephant")));
-    out.push_str(&format!("   {:<10} {:>12} {:>8}  drops\n", "node", "packets", "Gbit/s"));
+    out.push_str(&format!(
+        "events dpi {} elephant {}\n",
+        control::events(s, "dpi_match"),
+        control::events(s, "elephant")
+    ));
+    out.push_str(&format!(
+        "   {:<10} {:>12} {:>8}  drops\n",
+        "node", "packets", "Gbit/s"
+    ));
     for n in s["nodes"].as_array().into_iter().flatten() {
         let name = n["name"].as_str().unwrap_or("?");
         let bytes = n["bytes"].as_u64().unwrap_or(0);
         let gbps = prev
-            .and_then(|(p, dt)| control::node(p, name).map(|pn| (pn["bytes"].as_u64().unwrap_or(0), dt)))
-            .map(|(b0, dt)| bytes.saturating_sub(b0) as f64 * 8.0 / dt.as_secs_f64().max(1e-3) / 1e9)
+            .and_then(|(p, dt)| {
+                control::node(p, name).map(|pn| (pn["bytes"].as_u64().unwrap_or(0), dt))
+            })
+            .map(|(b0, dt)| {
+                bytes.saturating_sub(b0) as f64 * 8.0 / dt.as_secs_f64().max(1e-3) / 1e9
+            })
             .unwrap_or(0.0);
-        out.push_str(&format!("   {:<10} {:>12} {:>8.3}  {}\n", name, n["packets"].as_u64().unwrap_or(0), gbps, drops(n)));
+        out.push_str(&format!(
+            "   {:<10} {:>12} {:>8.3}  {}\n",
+            name,
+            n["packets"].as_u64().unwrap_or(0),
+            gbps,
+            drops(n)
+        ));
     }
     out
 }
@@ -233,7 +340,10 @@ fn drops(n: &Value) -> String {
 
 /// Per-node totals for the summary.
 fn node_totals(s: &Value) -> String {
-    let mut out = format!("   {:<10} {:>12} {:>14}  drops\n", "node", "packets", "bytes");
+    let mut out = format!(
+        "   {:<10} {:>12} {:>14}  drops\n",
+        "node", "packets", "bytes"
+    );
     for n in s["nodes"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "   {:<10} {:>12} {:>14}  {}\n",

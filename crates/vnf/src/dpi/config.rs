@@ -29,6 +29,13 @@ pub struct DpiConfig {
     /// Stream tails and remembered pairs idle this long (ms) are freed (default 60000).
     #[serde(default = "default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
+    /// Payload bytes of each flow that are inspected, like Suricata's stream depth;
+    /// later bytes of the flow pass unscanned (default 1 MiB; 0 = inspect everything).
+    #[serde(default = "default_depth")]
+    pub depth: u64,
+    /// Most flows whose inspected bytes are counted for `depth` (default 65536).
+    #[serde(default = "default_depth_flows")]
+    pub depth_flows: usize,
 }
 
 fn default_stream_window() -> usize {
@@ -42,6 +49,12 @@ fn default_event_table() -> usize {
 }
 fn default_idle_timeout_ms() -> u64 {
     60_000
+}
+fn default_depth() -> u64 {
+    1 << 20
+}
+fn default_depth_flows() -> usize {
+    65_536
 }
 
 /// Largest `stream_window`.
@@ -59,6 +72,8 @@ impl DpiConfig {
             stream_flows: default_stream_flows(),
             event_table: default_event_table(),
             idle_timeout_ms: default_idle_timeout_ms(),
+            depth: default_depth(),
+            depth_flows: default_depth_flows(),
         }
     }
 
@@ -79,6 +94,9 @@ impl DpiConfig {
         }
         if !(1..=MAX_TABLE).contains(&self.event_table) {
             return err("event_table", format!("must be between 1 and {MAX_TABLE}"));
+        }
+        if self.depth > 0 && !(1..=MAX_TABLE).contains(&self.depth_flows) {
+            return err("depth_flows", format!("must be between 1 and {MAX_TABLE}"));
         }
         if self.idle_timeout_ms == 0 {
             return err("idle_timeout_ms", "must be at least 1".into());

@@ -1,5 +1,6 @@
-//! Multi-pattern matching engines: every pattern in ONE automaton, one scan of the
-//! payload per packet, reporting every pattern that matches anywhere in it.
+//! Multi-pattern matching engines: one automaton scan of the payload per packet for all
+//! patterns (never a loop over the patterns), reporting every pattern that matches
+//! anywhere in it.
 //!
 //! - `hybrid` (default): one Aho-Corasick scan (DFA, ASCII case-insensitive,
 //!   overlapping) over the required literal factors of every pattern (see
@@ -161,7 +162,7 @@ impl Engine {
     }
 
     /// Patterns scanned in full on every payload because they have no literal factor
-    /// and no start anchor (0 for the non-hybrid engines' purposes: all of theirs).
+    /// and no start anchor; for the engines without prefilter, every pattern.
     pub fn unaccelerated(&self) -> usize {
         match &self.imp {
             Imp::Hybrid(h) => h.rest.as_ref().map_or(0, |g| g.ids.len()),

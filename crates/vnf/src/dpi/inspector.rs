@@ -38,6 +38,7 @@ struct Counters {
     dropped: u64,
     events: u64,
     events_suppressed: u64,
+    packets_past_depth: u64,
 }
 
 /// Turns matches into counters and (at most one per flow and pattern) events.
@@ -58,6 +59,8 @@ pub struct Dpi {
     cross: PatternSet,
     in_tail: PatternSet,
     stream: Option<StreamTails>,
+    depth: u64,
+    inspected: FlowTable<FlowKey, u64>,
     idle_ns: u64,
     out: Reporter,
 }
@@ -113,6 +116,8 @@ impl Dpi {
             in_tail: PatternSet::new(n),
             stream: (cfg.stream_window > 0)
                 .then(|| StreamTails::new(cfg.stream_flows, cfg.stream_window)),
+            depth: cfg.depth,
+            inspected: FlowTable::with_capacity(if cfg.depth > 0 { cfg.depth_flows } else { 1 }),
             idle_ns: cfg.idle_timeout_ms.saturating_mul(NS_PER_MS),
             out: Reporter {
                 name: name.to_string(),
@@ -135,9 +140,25 @@ impl Dpi {
         self.out.patterns.len()
     }
 
-    /// Engine in use (`regex` or `aho_corasick`).
+    /// Engine in use (`hybrid`, `regex` or `aho_corasick`).
     pub fn engine_name(&self) -> &'static str {
         self.engine.name()
+    }
+
+    /// Counts `len` payload bytes against the flow's inspection depth; true when the
+    /// flow was already inspected to its depth (an evicted flow starts over, so
+    /// eviction can only cause more inspection, never less).
+    fn past_depth(&mut self, key: &FlowKey, len: usize, now_ns: u64) -> bool {
+        if self.depth == 0 || len == 0 {
+            return false;
+        }
+        let e = self.inspected.get_or_insert(*key, now_ns, |_| false);
+        let seen = &mut self.inspected.slot_mut(e.index).val;
+        if *seen >= self.depth {
+            return true;
+        }
+        *seen += len as u64;
+        false
     }
 
     /// Scans one live packet; returns true if it must be dropped.
@@ -146,6 +167,10 @@ impl Dpi {
         let Some(payload) = p.buf.frame().get(m.payload..m.ip_end) else {
             return false;
         };
+        if self.past_depth(&m.key, payload.len(), ctx.now_ns) {
+            self.out.n.packets_past_depth += 1;
+            return false;
+        }
         self.found.clear();
         self.cross.clear();
         if !payload.is_empty() {
@@ -246,6 +271,7 @@ impl Node for Dpi {
             s.expire(now_ns, self.idle_ns);
         }
         self.out.reported.expire(now_ns, self.idle_ns);
+        self.inspected.expire(now_ns, self.idle_ns);
     }
 
     fn stats(&self) -> serde_json::Value {
@@ -273,11 +299,14 @@ impl Node for Dpi {
             "dropped": out.n.dropped,
             "events": out.n.events,
             "events_suppressed": out.n.events_suppressed,
+            "depth": self.depth,
+            "packets_past_depth": out.n.packets_past_depth,
+            "depth_flows": self.inspected.len(),
             "stream_flows": self.stream.as_ref().map_or(0, StreamTails::len),
             "stream_capacity": self.stream.as_ref().map_or(0, StreamTails::capacity),
             "event_pairs": out.reported.len(),
             "event_capacity": out.reported.capacity(),
-            "memory_bytes": stream_mem + out.reported.memory_bytes(),
+            "memory_bytes": stream_mem + out.reported.memory_bytes() + self.inspected.memory_bytes(),
             "top_patterns": top,
         })
     }

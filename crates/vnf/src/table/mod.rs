@@ -177,8 +177,12 @@ impl<V: TableValue> FlowTable<V> {
         {
             return Some(s);
         }
+        // Follow the overflow chain; it can at most go once round the table.
         let mut b = b1;
-        while self.overflow[b] > 0 {
+        for _ in 1..self.nbuckets {
+            if self.overflow[b] == 0 {
+                break;
+            }
             b = self.next_bucket(b);
             if let Some(s) = self.find_in(b, tag, key) {
                 return Some(s);

@@ -233,3 +233,44 @@ proptest! {
         prop_assert_eq!(t.iter().count(), model.len());
     }
 }
+
+#[test]
+fn lookups_end_when_every_bucket_has_overflowed() {
+    let mut t = FlowTable::<V>::with_hasher(14, FlowHasher::with_seed(8, 8));
+    assert_eq!(t.nbuckets, 2);
+    let homed = |t: &FlowTable<V>, b: usize| -> Vec<FlowKey> {
+        (0..5000)
+            .map(key)
+            .filter(|k| {
+                let (b1, b2, _) = t.locate(k);
+                b1 == b && b2 == b
+            })
+            .collect()
+    };
+    let (k0, k1) = (homed(&t, 0), homed(&t, 1));
+    // Nine keys that only fit bucket 0: the ninth overflows into bucket 1.
+    let slots: Vec<usize> = k0[..9]
+        .iter()
+        .map(|k| t.insert_free(*k, 1, V::default()).unwrap())
+        .collect();
+    assert_eq!(t.overflow[0], 1);
+    for &s in &slots[..4] {
+        t.remove(s);
+    }
+    // Bucket 1 fills up and its next key overflows back into bucket 0.
+    for k in &k1[..8] {
+        t.insert_free(*k, 1, V::default()).unwrap();
+    }
+    assert_eq!((t.overflow[0], t.overflow[1]), (1, 1));
+    assert_eq!(t.find(&k0[20]), None, "a miss ends after one round");
+    assert!(t.find(&k1[7]).is_some() && t.find(&k0[8]).is_some());
+    for k in k0[4..9].iter().chain(&k1[..8]) {
+        let s = t.find(k).unwrap();
+        t.remove(s);
+    }
+    assert_eq!(
+        (t.overflow[0], t.overflow[1], t.len()),
+        (0, 0, 0),
+        "counts return to zero"
+    );
+}

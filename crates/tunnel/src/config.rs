@@ -1,0 +1,338 @@
+//! The YAML configuration of one tunnel endpoint (`nfx tunnel --config FILE`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use nfx_accel::{Alg, AlgFamily, EngineKind, SecretBytes};
+use serde::Deserialize;
+
+use crate::esp::SaKeys;
+
+/// Errors of a configuration file, naming the file and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: {err}")]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// What went wrong.
+        err: std::io::Error,
+    },
+    /// YAML syntax, an unknown field or a wrong type.
+    #[error("{file}: {err}")]
+    Syntax {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message (names the field and line).
+        err: serde_yaml_ng::Error,
+    },
+    /// A field has a value that is not allowed.
+    #[error("{file}: field `{field}`: {why}")]
+    Field {
+        /// The file.
+        file: PathBuf,
+        /// The field path.
+        field: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// One direction's SA as written in the file (keys as hex strings).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSa {
+    /// Security Parameters Index (non-zero, not 1..=255 which are reserved).
+    pub spi: u32,
+    /// Cipher key followed by the 4-byte salt/nonce, hex.
+    pub key: String,
+    /// HMAC-SHA-256 key (hex) for the CTR+HMAC transforms.
+    #[serde(default)]
+    pub auth_key: Option<String>,
+}
+
+/// The TUN side.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct TunConfig {
+    /// Interface name (≤ 15 bytes).
+    pub name: String,
+    /// Address with prefix put on the interface, e.g. `192.168.77.1/30`.
+    pub address: String,
+    /// Inner MTU; default: underlay MTU minus the tunnel overhead.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+}
+
+/// The UDP underlay (RFC 3948).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct UnderlayConfig {
+    /// Local address:port to bind (port 4500 by convention).
+    pub local: SocketAddr,
+    /// The peer endpoint's address:port.
+    pub peer: SocketAddr,
+    /// MTU of the underlay path (default 1500).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+}
+
+fn default_mtu() -> u32 {
+    1500
+}
+
+fn default_window() -> u64 {
+    1024
+}
+
+fn default_batch() -> usize {
+    64
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: String,
+    #[serde(default)]
+    netns: Option<String>,
+    #[serde(default)]
+    em_listen: Option<SocketAddr>,
+    #[serde(default)]
+    engine: Option<String>,
+    #[serde(default)]
+    lookaside: Option<PathBuf>,
+    alg: String,
+    #[serde(default)]
+    esn: bool,
+    #[serde(default = "default_window")]
+    replay_window: u64,
+    #[serde(default = "default_batch")]
+    batch: usize,
+    tun: TunConfig,
+    underlay: UnderlayConfig,
+    outbound: RawSa,
+    inbound: RawSa,
+}
+
+/// A validated endpoint configuration.
+pub struct Config {
+    /// Endpoint name (reported by the EM).
+    pub name: String,
+    /// Network namespace to run the data path in.
+    pub netns: Option<String>,
+    /// Where the EM HTTP endpoint listens (bound before entering `netns`).
+    pub em_listen: Option<SocketAddr>,
+    /// The software engine (`soft` or `cpu`), also the lookaside fallback.
+    pub engine: EngineKind,
+    /// A lookaside device socket to attach at start.
+    pub lookaside: Option<PathBuf>,
+    /// 64-bit extended sequence numbers.
+    pub esn: bool,
+    /// Anti-replay window size.
+    pub replay_window: u64,
+    /// Packets per crypto batch.
+    pub batch: usize,
+    /// TUN settings.
+    pub tun: TunConfig,
+    /// Underlay settings.
+    pub underlay: UnderlayConfig,
+    /// Outbound SA.
+    pub outbound: SaKeys,
+    /// Inbound SA.
+    pub inbound: SaKeys,
+}
+
+/// Decodes a hex string into zeroized key bytes (`None` on a bad digit or odd length).
+pub fn parse_hex(s: &str) -> Option<SecretBytes> {
+    let s = s.trim();
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() / 2);
+    for pair in s.as_bytes().chunks(2) {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        out.push((hi * 16 + lo) as u8);
+    }
+    Some(SecretBytes::new(out))
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Io {
+            file: path.into(),
+            err,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parses and validates YAML text (`path` only names the file in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|err| ConfigError::Syntax {
+            file: path.into(),
+            err,
+        })?;
+        let field = |field: &str, why: String| ConfigError::Field {
+            file: path.into(),
+            field: field.into(),
+            why,
+        };
+        let alg: Alg = raw.alg.parse().map_err(|e| field("alg", format!("{e}")))?;
+        if alg.family() == AlgFamily::Digest {
+            return Err(field("alg", "sha256 is not an ESP transform".into()));
+        }
+        if raw.esn && alg.family() == AlgFamily::CtrHmac {
+            return Err(field(
+                "esn",
+                format!("{alg}: extended sequence numbers are supported with the AEAD transforms only"),
+            ));
+        }
+        let engine = match raw.engine.as_deref().unwrap_or("cpu") {
+            "soft" => EngineKind::Soft,
+            "cpu" => EngineKind::Cpu,
+            other => {
+                return Err(field(
+                    "engine",
+                    format!("`{other}` is not a software engine (soft, cpu); use `lookaside: SOCKET` for the device"),
+                ))
+            }
+        };
+        if raw.batch == 0 || raw.batch > 256 {
+            return Err(field("batch", format!("{} is not in 1..=256", raw.batch)));
+        }
+        if raw.replay_window < 64 || raw.replay_window > 65536 {
+            return Err(field(
+                "replay_window",
+                format!("{} is not in 64..=65536", raw.replay_window),
+            ));
+        }
+        if raw.tun.name.is_empty() || raw.tun.name.len() > 15 {
+            return Err(field("tun.name", "must be 1..=15 bytes".into()));
+        }
+        if !(576..=65535).contains(&raw.underlay.mtu) {
+            return Err(field("underlay.mtu", format!("{} is not in 576..=65535", raw.underlay.mtu)));
+        }
+        let sa = |name: &str, r: &RawSa| -> Result<SaKeys, ConfigError> {
+            if r.spi < 256 {
+                return Err(field(
+                    &format!("{name}.spi"),
+                    format!("{} is reserved (SPIs 0..=255)", r.spi),
+                ));
+            }
+            let key = parse_hex(&r.key)
+                .ok_or_else(|| field(&format!("{name}.key"), "not a hex string".into()))?;
+            let auth = match &r.auth_key {
+                Some(h) => Some(parse_hex(h).ok_or_else(|| {
+                    field(&format!("{name}.auth_key"), "not a hex string".into())
+                })?),
+                None => None,
+            };
+            SaKeys::new(alg, r.spi, &key, auth.as_ref()).map_err(|why| field(&format!("{name}.key"), why))
+        };
+        let outbound = sa("outbound", &raw.outbound)?;
+        let inbound = sa("inbound", &raw.inbound)?;
+        let cfg = Config {
+            name: raw.name,
+            netns: raw.netns,
+            em_listen: raw.em_listen,
+            engine,
+            lookaside: raw.lookaside,
+            esn: raw.esn,
+            replay_window: raw.replay_window,
+            batch: raw.batch,
+            tun: raw.tun,
+            underlay: raw.underlay,
+            outbound,
+            inbound,
+        };
+        let mtu = cfg.inner_mtu();
+        if mtu < 68 {
+            return Err(field("tun.mtu", format!("{mtu} is below the IPv4 minimum 68")));
+        }
+        if let Some(m) = cfg.tun.mtu {
+            if m > cfg.max_inner_mtu() {
+                return Err(field(
+                    "tun.mtu",
+                    format!(
+                        "{m} does not fit the underlay MTU {} with {} bytes of tunnel overhead (max {})",
+                        cfg.underlay.mtu,
+                        cfg.underlay.mtu - cfg.max_inner_mtu(),
+                        cfg.max_inner_mtu()
+                    ),
+                ));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Largest inner packet that fits one underlay packet (outer IPv4 + UDP + ESP
+    /// header + IV + worst-case padding + trailer + ICV).
+    pub fn max_inner_mtu(&self) -> u32 {
+        let overhead = 20 + 8 + crate::esp::OVERHEAD as u32 + 3;
+        let m = self.underlay.mtu.saturating_sub(overhead);
+        m - m % 4
+    }
+
+    /// The MTU put on the TUN device.
+    pub fn inner_mtu(&self) -> u32 {
+        self.tun.mtu.unwrap_or_else(|| self.max_inner_mtu())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = "
+name: t1
+alg: aes-128-gcm
+tun: {name: esp0, address: 192.168.77.1/30}
+underlay: {local: '10.0.0.1:4500', peer: '10.0.0.2:4500'}
+outbound: {spi: 0x1001, key: '000102030405060708090a0b0c0d0e0f10111213'}
+inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
+";
+
+    fn err(text: &str) -> String {
+        match Config::parse(Path::new("t.yaml"), text) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn parses_defaults() {
+        let c = Config::parse(Path::new("t.yaml"), OK).unwrap();
+        assert_eq!(c.engine, EngineKind::Cpu);
+        assert_eq!(c.underlay.mtu, 1500);
+        assert_eq!(c.inner_mtu(), 1428);
+        assert_eq!(c.batch, 64);
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let e = err(&OK.replace("aes-128-gcm", "rot13"));
+        assert!(e.contains("t.yaml") && e.contains("`alg`"), "{e}");
+        let e = err(&OK.replace("0x1001", "5"));
+        assert!(e.contains("outbound.spi"), "{e}");
+        let e = err(&OK.replace("0f10111213'}\ninbound", "0f101112'}\ninbound"));
+        assert!(e.contains("outbound.key"), "{e}");
+        let e = err(&format!("{OK}bogus: 1\n"));
+        assert!(e.contains("bogus"), "{e}");
+        let e = err(&format!("{OK}engine: lookaside\n"));
+        assert!(e.contains("`engine`"), "{e}");
+        let e = err(&OK.replace("address: 192.168.77.1/30", "address: 192.168.77.1/30, mtu: 1480"));
+        assert!(e.contains("tun.mtu"), "{e}");
+        let e = err(&OK.replace("'000102030405060708090a0b0c0d0e0f10111213'}\ninbound", "'zz'}\ninbound"));
+        assert!(e.contains("hex"), "{e}");
+    }
+
+    #[test]
+    fn hex_parsing() {
+        assert_eq!(parse_hex("0x0aFf").unwrap().expose(), &[10, 255]);
+        assert!(parse_hex("abc").is_none());
+        assert!(parse_hex("zz").is_none());
+    }
+}
