@@ -465,6 +465,12 @@ impl Mediator {
                     .model
                     .device(d)
                     .ok_or_else(|| PlanError::NotFound(format!("unknown device {d:?}")))?;
+                if dm.host != old.host || dm.latency_us > old.latency_us {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} ({}, {} µs) would change the paths of {instance}: a migration stays on {} at ≤ {} µs",
+                        dm.host, dm.latency_us, old.host, old.latency_us
+                    )));
+                }
                 if d == old.spec.device {
                     return Err(PlanError::Invalid(format!("{instance} already runs on {d}")));
                 }

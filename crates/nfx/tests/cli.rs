@@ -161,6 +161,7 @@ fn bench_dataplane_writes_the_agreed_json() {
             "--json",
         ])
         .arg(&json)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));

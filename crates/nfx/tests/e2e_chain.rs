@@ -149,7 +149,7 @@ fn chain_carries_traffic_translates_and_enforces() {
     assert!(events(&fin, "elephant") >= 1, "{fin}");
     let (evs, bad) = read_events(&ev_path);
     assert_eq!(bad, 0);
-    let kinds = |k: &str| evs.iter().filter(move |e| e["kind"] == k);
+    let kinds = |k: &'static str| evs.iter().filter(move |e| e["kind"] == k);
     assert!(
         kinds("dpi_match").any(|e| e["detail"].to_string().contains("nfx-test-alert")),
         "{evs:?}"

@@ -6,17 +6,27 @@
 mod common;
 
 use common::{ping, tcp, udp};
+use nfx_packet::checksum::checksum;
 use nfx_packet::rewrite::{decrement_ttl, set_addr, set_inner, set_port, End};
-use nfx_packet::{parse, Direction, Packet, PacketBuf};
+use nfx_packet::{parse, Direction, Packet, PacketBuf, VnetHdr};
 use proptest::prelude::*;
 
-/// Parses `frame`; when it parses, applies every rewrite and checks the result.
+/// Parses `frame`; when it parses, applies every rewrite (with full and with
+/// partial checksums) and checks the result.
 fn exercise(frame: &[u8]) -> Result<(), TestCaseError> {
+    exercise_mode(frame, false)?;
+    exercise_mode(frame, true)
+}
+
+fn exercise_mode(frame: &[u8], partial: bool) -> Result<(), TestCaseError> {
     let Ok(meta) = parse(frame) else {
         return Ok(());
     };
     let mut p = Packet::new(PacketBuf::from_frame(frame), Direction::Forward);
     p.meta = meta;
+    if partial {
+        p.buf.vnet.flags = VnetHdr::F_NEEDS_CSUM;
+    }
     set_addr(&mut p, End::Src, 0x0ac80264);
     set_port(&mut p, End::Src, 4096);
     set_addr(&mut p, End::Dst, 0x0a000001);
@@ -62,6 +72,15 @@ proptest! {
         frame[13] = 0x00;
         frame[14] = 0x40 | (frame[14] & 0x0f);
         exercise(&frame)?;
+        // The same with a valid header checksum, to get past that check.
+        let ihl = usize::from(frame[14] & 0x0f) * 4;
+        if ihl >= 20 && frame.len() >= 14 + ihl {
+            frame[24] = 0;
+            frame[25] = 0;
+            let c = checksum(&frame[14..14 + ihl]);
+            frame[24..26].copy_from_slice(&c.to_be_bytes());
+            exercise(&frame)?;
+        }
     }
 
     #[test]

@@ -41,7 +41,12 @@ pub struct BenchRow {
 }
 
 /// Runs the three algorithms on one instance.
-pub fn run_instance(set: &str, inst: &Instance, known: Option<u64>, limit: Duration) -> Result<BenchRow> {
+pub fn run_instance(
+    set: &str,
+    inst: &Instance,
+    known: Option<u64>,
+    limit: Duration,
+) -> Result<BenchRow> {
     let e = place(inst, Algorithm::Exact, limit)?;
     let f = place(inst, Algorithm::Ffd, limit)?;
     let o = place(inst, Algorithm::Online, limit)?;
@@ -126,16 +131,39 @@ pub fn summarize(set: &str, rows: &[BenchRow]) -> SetSummary {
         exact_total: rows.iter().map(|r| r.exact.objective).sum(),
         ffd_total: rows.iter().map(|r| r.ffd.objective).sum(),
         online_total: rows.iter().map(|r| r.online.objective).sum(),
-        ffd_over_exact_pct: rows.iter().map(|r| pct(r.ffd.objective, r.exact.objective)).sum::<f64>() / n,
-        online_over_exact_pct: rows.iter().map(|r| pct(r.online.objective, r.exact.objective)).sum::<f64>() / n,
-        exact_gap_mean_pct: rows.iter().map(|r| pct(r.exact.objective, r.exact_bound)).sum::<f64>() / n,
-        exact_gap_max_pct: rows.iter().map(|r| pct(r.exact.objective, r.exact_bound)).fold(0.0, f64::max),
-        exact_worse_than_ffd: rows.iter().filter(|r| r.exact.objective > r.ffd.objective).count(),
+        ffd_over_exact_pct: rows
+            .iter()
+            .map(|r| pct(r.ffd.objective, r.exact.objective))
+            .sum::<f64>()
+            / n,
+        online_over_exact_pct: rows
+            .iter()
+            .map(|r| pct(r.online.objective, r.exact.objective))
+            .sum::<f64>()
+            / n,
+        exact_gap_mean_pct: rows
+            .iter()
+            .map(|r| pct(r.exact.objective, r.exact_bound))
+            .sum::<f64>()
+            / n,
+        exact_gap_max_pct: rows
+            .iter()
+            .map(|r| pct(r.exact.objective, r.exact_bound))
+            .fold(0.0, f64::max),
+        exact_worse_than_ffd: rows
+            .iter()
+            .filter(|r| r.exact.objective > r.ffd.objective)
+            .count(),
     }
 }
 
 /// Runs the first `max` (0 = all) instances of a public set listed in `optima`.
-pub fn public_set_rows(optima: &[crate::bpp::OptimumEntry], set: &str, max: usize, limit: Duration) -> Result<Vec<BenchRow>> {
+pub fn public_set_rows(
+    optima: &[crate::bpp::OptimumEntry],
+    set: &str,
+    max: usize,
+    limit: Duration,
+) -> Result<Vec<BenchRow>> {
     let mut entries: Vec<_> = optima.iter().filter(|e| e.set == set).collect();
     if max > 0 {
         entries.truncate(max);
@@ -151,6 +179,13 @@ pub fn public_set_rows(optima: &[crate::bpp::OptimumEntry], set: &str, max: usiz
 /// Runs `count` generated HYPER-style instances with `n` VNF instances (seeds 0..count).
 pub fn generated_rows(n: usize, count: usize, limit: Duration) -> Result<Vec<BenchRow>> {
     (0..count as u64)
-        .map(|seed| run_instance(&format!("hyper_n{n}"), &crate::generator::generate(n, seed), None, limit))
+        .map(|seed| {
+            run_instance(
+                &format!("hyper_n{n}"),
+                &crate::generator::generate(n, seed),
+                None,
+                limit,
+            )
+        })
         .collect()
 }

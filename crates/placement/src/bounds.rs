@@ -3,7 +3,11 @@
 
 /// L2 of Martello & Toth for items `(weight, count)` and bin capacity `cap`.
 pub fn l2(items: &[(u64, u64)], cap: u64) -> u64 {
-    let mut ks: Vec<u64> = items.iter().map(|&(w, _)| w).filter(|&w| 2 * w <= cap).collect();
+    let mut ks: Vec<u64> = items
+        .iter()
+        .map(|&(w, _)| w)
+        .filter(|&w| 2 * w <= cap)
+        .collect();
     ks.push(0);
     ks.sort_unstable();
     ks.dedup();
@@ -35,7 +39,10 @@ pub fn l2(items: &[(u64, u64)], cap: u64) -> u64 {
 
 /// L1: total size over capacity, rounded up.
 pub fn l1(items: &[(u64, u64)], cap: u64) -> u64 {
-    let total: u128 = items.iter().map(|&(w, c)| u128::from(w) * u128::from(c)).sum();
+    let total: u128 = items
+        .iter()
+        .map(|&(w, c)| u128::from(w) * u128::from(c))
+        .sum();
     total.div_ceil(u128::from(cap.max(1))) as u64
 }
 

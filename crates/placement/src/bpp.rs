@@ -35,7 +35,9 @@ pub fn parse_bpp(text: &str, file: &str, name: &str) -> Result<BppInstance> {
             .map_err(|_| err(i + 1, format!("`{l}` is not a non-negative integer")))?;
         nums.push((i + 1, v));
     }
-    let (&(_, n), rest) = nums.split_first().ok_or_else(|| err(1, "empty file".into()))?;
+    let (&(_, n), rest) = nums
+        .split_first()
+        .ok_or_else(|| err(1, "empty file".into()))?;
     let (&(cl, capacity), weights) = rest
         .split_first()
         .ok_or_else(|| err(2, "missing the capacity line".into()))?;
@@ -43,7 +45,10 @@ pub fn parse_bpp(text: &str, file: &str, name: &str) -> Result<BppInstance> {
         return Err(err(cl, "capacity must be positive".into()));
     }
     if weights.len() as u64 != n {
-        return Err(err(1, format!("declares {n} items but lists {}", weights.len())));
+        return Err(err(
+            1,
+            format!("declares {n} items but lists {}", weights.len()),
+        ));
     }
     if let Some(&(l, w)) = weights.iter().find(|&&(_, w)| w > capacity) {
         return Err(err(l, format!("weight {w} exceeds capacity {capacity}")));
@@ -61,7 +66,10 @@ pub fn read_bpp(path: &Path) -> Result<BppInstance> {
         path: path.to_path_buf(),
         source,
     })?;
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     parse_bpp(&text, &path.display().to_string(), &name)
 }
 
@@ -141,7 +149,10 @@ pub fn read_optima(dir: &Path) -> Result<Vec<OptimumEntry>> {
         if f.len() != 6 {
             return Err(bad(format!("expected 6 fields, found {}", f.len())));
         }
-        let num = |s: &str, what: &str| s.parse::<u64>().map_err(|_| bad(format!("{what} `{s}` is not an integer")));
+        let num = |s: &str, what: &str| {
+            s.parse::<u64>()
+                .map_err(|_| bad(format!("{what} `{s}` is not an integer")))
+        };
         out.push(OptimumEntry {
             name: f[0].to_string(),
             set: f[1].to_string(),
@@ -163,7 +174,9 @@ pub fn data_dir() -> Option<PathBuf> {
     }
     candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/bpp"));
     candidates.push(PathBuf::from("../shared/data/bpp"));
-    candidates.into_iter().find(|d| d.join("optima.csv").is_file())
+    candidates
+        .into_iter()
+        .find(|d| d.join("optima.csv").is_file())
 }
 
 #[cfg(test)]
@@ -183,11 +196,17 @@ mod tests {
 
     #[test]
     fn rejects_malformed_files_with_line_numbers() {
-        let e = parse_bpp("2\n10\n3\nabc\n", "f.txt", "f").unwrap_err().to_string();
+        let e = parse_bpp("2\n10\n3\nabc\n", "f.txt", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("f.txt: line 4") && e.contains("abc"), "{e}");
-        let e = parse_bpp("3\n10\n3\n4\n", "f.txt", "f").unwrap_err().to_string();
+        let e = parse_bpp("3\n10\n3\n4\n", "f.txt", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("declares 3 items but lists 2"), "{e}");
-        let e = parse_bpp("1\n10\n11\n", "f.txt", "f").unwrap_err().to_string();
+        let e = parse_bpp("1\n10\n11\n", "f.txt", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 3") && e.contains("exceeds"), "{e}");
         assert!(parse_bpp("", "f.txt", "f").is_err());
         assert!(parse_bpp("1\n0\n", "f.txt", "f").is_err());

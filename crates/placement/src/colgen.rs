@@ -93,7 +93,10 @@ impl<'a> ColGen<'a> {
         let mut local: Vec<Pattern> = Vec::new();
         let mut local_seen: HashSet<Pattern> = HashSet::new();
         let mut entries: Vec<(usize, f64)> = Vec::new();
-        let add = |lp: &mut Master, local: &mut Vec<Pattern>, entries: &mut Vec<(usize, f64)>, pat: Pattern| {
+        let add = |lp: &mut Master,
+                   local: &mut Vec<Pattern>,
+                   entries: &mut Vec<(usize, f64)>,
+                   pat: Pattern| {
             entries.clear();
             for &(t, c) in &pat.items {
                 entries.push((row_of_type[t as usize], f64::from(c)));
@@ -144,7 +147,11 @@ impl<'a> ColGen<'a> {
                 break;
             }
             let y: Vec<f64> = lp.duals().to_vec();
-            let dy: f64 = types.iter().enumerate().map(|(r, &t)| f64::from(demand[t]) * y[r].max(0.0)).sum();
+            let dy: f64 = types
+                .iter()
+                .enumerate()
+                .map(|(r, &t)| f64::from(demand[t]) * y[r].max(0.0))
+                .sum();
             let mut theta = 1.0f64;
             let mut lagr = dy;
             let mut new_cols: Vec<Pattern> = Vec::new();

@@ -47,7 +47,13 @@ fn share(x: u64, cap: u64) -> f64 {
 
 /// Searches for a placement of `demand` items on `avail` devices cheaper than `ub`
 /// until `deadline`.
-pub fn search(p: &Problem, demand: &[u32], avail: &[u32], ub: u64, deadline: Instant) -> CompleteResult {
+pub fn search(
+    p: &Problem,
+    demand: &[u32],
+    avail: &[u32],
+    ub: u64,
+    deadline: Instant,
+) -> CompleteResult {
     let mut items: Vec<usize> = Vec::new();
     let sizes: Vec<f64> = (0..p.types.len()).map(|t| p.rel_size(t)).collect();
     let mut order: Vec<usize> = (0..p.types.len()).collect();
@@ -122,7 +128,11 @@ impl Dfs<'_> {
         }
         if i == self.items.len() {
             self.ub = cost;
-            self.best = Some((cost, self.placed.clone(), self.bins.iter().map(|b| b.model).collect()));
+            self.best = Some((
+                cost,
+                self.placed.clone(),
+                self.bins.iter().map(|b| b.model).collect(),
+            ));
             return;
         }
         let absorb: f64 = self
@@ -145,7 +155,10 @@ impl Dfs<'_> {
             if !self.p.compat(t, k) || s > rem || thr > rem_thr {
                 continue;
             }
-            if self.bins[..b].iter().any(|o| o.model == k && o.rem == rem && o.rem_thr == rem_thr) {
+            if self.bins[..b]
+                .iter()
+                .any(|o| o.model == k && o.rem == rem && o.rem_thr == rem_thr)
+            {
                 continue;
             }
             self.bins[b].rem -= s;

@@ -9,9 +9,9 @@
 use crate::bounds;
 use crate::colgen::ColGen;
 use crate::complete;
-use crate::waste;
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
+use crate::waste;
 use std::time::Instant;
 
 /// Largest discrepancy budget tried (passes run 0, 1, ..., this).
@@ -54,7 +54,11 @@ pub fn quick_bound(p: &Problem) -> u64 {
     let mut lb = (frac - 1e-6).ceil().max(0.0) as u64;
     if p.models.len() == 1 {
         let m = &p.models[0];
-        let thr: u128 = p.types.iter().map(|t| u128::from(t.thr) * t.members.len() as u128).sum();
+        let thr: u128 = p
+            .types
+            .iter()
+            .map(|t| u128::from(t.thr) * t.members.len() as u128)
+            .sum();
         if thr <= u128::from(m.thr_cap) {
             let items: Vec<(u64, u64)> = p
                 .types
@@ -81,7 +85,11 @@ struct Search<'a> {
 /// Solves to optimality or until `deadline`. `incumbent` (a feasible placement, e.g.
 /// FFD's) guarantees the answer is never worse than it. `None` means no placement was
 /// found: `Err(true)` if the search proved there is none, `Err(false)` if time ran out.
-pub fn solve(p: &Problem, incumbent: Option<Vec<Pattern>>, deadline: Instant) -> Result<ExactResult, bool> {
+pub fn solve(
+    p: &Problem,
+    incumbent: Option<Vec<Pattern>>,
+    deadline: Instant,
+) -> Result<ExactResult, bool> {
     let demand = p.demands();
     let avail = p.counts();
     let mut s = Search {
@@ -149,7 +157,11 @@ impl Search<'_> {
             return;
         }
         let m = &p.models[0];
-        let thr: u128 = p.types.iter().map(|t| u128::from(t.thr) * t.members.len() as u128).sum();
+        let thr: u128 = p
+            .types
+            .iter()
+            .map(|t| u128::from(t.thr) * t.members.len() as u128)
+            .sum();
         if thr > u128::from(m.thr_cap) || p.types.iter().any(|t| t.need_hw.max(t.need_sw) > m.cap) {
             return;
         }
@@ -175,7 +187,14 @@ impl Search<'_> {
         }
     }
 
-    fn dive(&mut self, demand: &mut [u32], avail: &mut [u32], fixed_cost: u64, disc: u32, hint: Option<&[Pattern]>) {
+    fn dive(
+        &mut self,
+        demand: &mut [u32],
+        avail: &mut [u32],
+        fixed_cost: u64,
+        disc: u32,
+        hint: Option<&[Pattern]>,
+    ) {
         if self.done() {
             return;
         }
@@ -258,7 +277,11 @@ impl Search<'_> {
 fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
     let fill = |pat: &Pattern| -> f64 {
         let m = &p.models[pat.model];
-        let used: u64 = pat.items.iter().map(|&(t, c)| p.size(t as usize, pat.model) * u64::from(c)).sum();
+        let used: u64 = pat
+            .items
+            .iter()
+            .map(|&(t, c)| p.size(t as usize, pat.model) * u64::from(c))
+            .sum();
         used as f64 / m.cap.max(1) as f64
     };
     cols.sort_by(|a, b| {

@@ -14,7 +14,9 @@ pub fn instance_size(inst: &Instance, m: usize) -> f64 {
     inst.devices
         .iter()
         .filter(|d| host_reject(d, v).is_none())
-        .map(|d| share(v.need_on(d.kind), d.capacity()).max(share(v.throughput_gbps, d.throughput_gbps)))
+        .map(|d| {
+            share(v.need_on(d.kind), d.capacity()).max(share(v.throughput_gbps, d.throughput_gbps))
+        })
         .fold(0.0, f64::max)
 }
 

@@ -23,11 +23,51 @@ struct ModelSpec {
 }
 
 const MODELS: [ModelSpec; 5] = [
-    ModelSpec { name: "tor-switch", kind: DeviceKind::Hardware, functions: &TABLE_FUNCTIONS, cost: 60, capacity: 2048, latency_us: 2, throughput_gbps: 100 },
-    ModelSpec { name: "smartnic", kind: DeviceKind::Hardware, functions: &["firewall", "nat"], cost: 35, capacity: 1024, latency_us: 4, throughput_gbps: 40 },
-    ModelSpec { name: "server-large", kind: DeviceKind::Software, functions: &FUNCTIONS, cost: 40, capacity: 1600, latency_us: 30, throughput_gbps: 40 },
-    ModelSpec { name: "server-small", kind: DeviceKind::Software, functions: &FUNCTIONS, cost: 22, capacity: 800, latency_us: 45, throughput_gbps: 20 },
-    ModelSpec { name: "dpi-appliance", kind: DeviceKind::Hardware, functions: &["dpi", "firewall"], cost: 70, capacity: 4096, latency_us: 8, throughput_gbps: 60 },
+    ModelSpec {
+        name: "tor-switch",
+        kind: DeviceKind::Hardware,
+        functions: &TABLE_FUNCTIONS,
+        cost: 60,
+        capacity: 2048,
+        latency_us: 2,
+        throughput_gbps: 100,
+    },
+    ModelSpec {
+        name: "smartnic",
+        kind: DeviceKind::Hardware,
+        functions: &["firewall", "nat"],
+        cost: 35,
+        capacity: 1024,
+        latency_us: 4,
+        throughput_gbps: 40,
+    },
+    ModelSpec {
+        name: "server-large",
+        kind: DeviceKind::Software,
+        functions: &FUNCTIONS,
+        cost: 40,
+        capacity: 1600,
+        latency_us: 30,
+        throughput_gbps: 40,
+    },
+    ModelSpec {
+        name: "server-small",
+        kind: DeviceKind::Software,
+        functions: &FUNCTIONS,
+        cost: 22,
+        capacity: 800,
+        latency_us: 45,
+        throughput_gbps: 20,
+    },
+    ModelSpec {
+        name: "dpi-appliance",
+        kind: DeviceKind::Hardware,
+        functions: &["dpi", "firewall"],
+        cost: 70,
+        capacity: 4096,
+        latency_us: 8,
+        throughput_gbps: 60,
+    },
 ];
 
 /// A generated instance with `n` VNF instances; `seed` fixes everything.
@@ -50,10 +90,22 @@ pub fn generate(n: usize, seed: u64) -> Instance {
         vnfs.push(VnfInstance {
             id: format!("vnf{i}"),
             function: function.to_string(),
-            tcam_need: if heavy { rng.random_range(400..=1000) } else { rng.random_range(32..=400) },
-            cpu_need: if heavy { rng.random_range(250..=700) } else { rng.random_range(40..=250) },
+            tcam_need: if heavy {
+                rng.random_range(400..=1000)
+            } else {
+                rng.random_range(32..=400)
+            },
+            cpu_need: if heavy {
+                rng.random_range(250..=700)
+            } else {
+                rng.random_range(40..=250)
+            },
             latency_bound_us,
-            throughput_gbps: if heavy { rng.random_range(8..=20) } else { rng.random_range(1..=8) },
+            throughput_gbps: if heavy {
+                rng.random_range(8..=20)
+            } else {
+                rng.random_range(1..=8)
+            },
         });
     }
     let mut devices = Vec::new();

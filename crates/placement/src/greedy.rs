@@ -42,7 +42,13 @@ pub fn best_greedy(p: &Problem, demand: &[u32], avail: &[u32]) -> Option<Vec<Pat
     best.map(|(_, pats)| pats)
 }
 
-fn pack(p: &Problem, order: &[usize], demand: &[u32], avail: &[u32], rule: Rule) -> Option<Vec<Pattern>> {
+fn pack(
+    p: &Problem,
+    order: &[usize],
+    demand: &[u32],
+    avail: &[u32],
+    rule: Rule,
+) -> Option<Vec<Pattern>> {
     let mut left = avail.to_vec();
     let mut bins: Vec<Bin> = Vec::new();
     for &t in order {
@@ -83,7 +89,9 @@ fn pack(p: &Problem, order: &[usize], demand: &[u32], avail: &[u32], rule: Rule)
                                     c
                                 }
                             };
-                            key(a).total_cmp(&key(b)).then(p.models[b].cap.cmp(&p.models[a].cap))
+                            key(a)
+                                .total_cmp(&key(b))
+                                .then(p.models[b].cap.cmp(&p.models[a].cap))
                         })?;
                     left[k] -= 1;
                     bins.push(Bin {

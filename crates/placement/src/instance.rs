@@ -189,8 +189,11 @@ impl Instance {
         }
         for v in &self.vnf_instances {
             if self.devices.iter().all(|d| host_reject(d, v).is_some()) {
-                let mut reasons: Vec<&str> =
-                    self.devices.iter().filter_map(|d| host_reject(d, v)).collect();
+                let mut reasons: Vec<&str> = self
+                    .devices
+                    .iter()
+                    .filter_map(|d| host_reject(d, v))
+                    .collect();
                 reasons.sort_unstable();
                 reasons.dedup();
                 let reason = if reasons.is_empty() {

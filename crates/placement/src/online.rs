@@ -74,7 +74,8 @@ pub fn best_fit(inst: &Instance) -> Result<Vec<usize>> {
                     Ordering::Greater => true,
                     Ordering::Less => false,
                     Ordering::Equal => {
-                        (used[h], std::cmp::Reverse(d.cost)) > (used[*b], std::cmp::Reverse(inst.devices[*b].cost))
+                        (used[h], std::cmp::Reverse(d.cost))
+                            > (used[*b], std::cmp::Reverse(inst.devices[*b].cost))
                     }
                 },
             };

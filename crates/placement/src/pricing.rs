@@ -45,6 +45,10 @@ pub struct Pricer {
     order: Vec<KItem>,
     cur: Vec<u32>,
     best: Vec<u32>,
+    /// Suffix maxima of the per-copy value and suffix minima of the positive
+    /// primary weight, for the cardinality bound.
+    max_v: Vec<f64>,
+    min_w: Vec<u64>,
 }
 
 impl Pricer {
@@ -65,8 +69,14 @@ impl Pricer {
             })
             .filter(|i| i.copies > 0)
             .collect();
-        let load1: u128 = its.iter().map(|i| u128::from(i.w1) * u128::from(i.copies)).sum();
-        let load2: u128 = its.iter().map(|i| u128::from(i.w2) * u128::from(i.copies)).sum();
+        let load1: u128 = its
+            .iter()
+            .map(|i| u128::from(i.w1) * u128::from(i.copies))
+            .sum();
+        let load2: u128 = its
+            .iter()
+            .map(|i| u128::from(i.w2) * u128::from(i.copies))
+            .sum();
         let tight1 = load1 > u128::from(cap1);
         let tight2 = load2 > u128::from(cap2);
         if !tight1 && !tight2 {
@@ -80,7 +90,10 @@ impl Pricer {
         }
         if tight1 != tight2 {
             let (cap, second) = if tight1 { (cap1, false) } else { (cap2, true) };
-            let chunks: u64 = its.iter().map(|i| 64 - u64::from(i.copies.leading_zeros())).sum();
+            let chunks: u64 = its
+                .iter()
+                .map(|i| 64 - u64::from(i.copies.leading_zeros()))
+                .sum();
             if cap.saturating_mul(chunks.max(1)) <= DP_LIMIT {
                 if second {
                     for i in &mut its {
@@ -109,7 +122,8 @@ impl Pricer {
             let mut k = 1u32;
             while left > 0 {
                 let take = k.min(left);
-                self.chunks.push((idx, i.w1 * u64::from(take), i.v * f64::from(take), take));
+                self.chunks
+                    .push((idx, i.w1 * u64::from(take), i.v * f64::from(take), take));
                 left -= take;
                 k = k.saturating_mul(2);
             }
@@ -158,13 +172,33 @@ impl Pricer {
     }
 
     fn branch_and_bound(&mut self, mut its: Vec<KItem>, cap_a: u64, cap_b: u64) -> KAnswer {
-        let ratio = |i: &KItem| if i.w1 == 0 { f64::INFINITY } else { i.v / i.w1 as f64 };
+        let ratio = |i: &KItem| {
+            if i.w1 == 0 {
+                f64::INFINITY
+            } else {
+                i.v / i.w1 as f64
+            }
+        };
         its.sort_by(|a, b| ratio(b).total_cmp(&ratio(a)));
         self.order = its;
         self.cur.clear();
         self.cur.resize(self.order.len(), 0);
         self.best.clear();
         self.best.resize(self.order.len(), 0);
+        let n = self.order.len();
+        self.max_v.clear();
+        self.max_v.resize(n + 1, 0.0);
+        self.min_w.clear();
+        self.min_w.resize(n + 1, u64::MAX);
+        for k in (0..n).rev() {
+            let it = self.order[k];
+            self.max_v[k] = self.max_v[k + 1].max(it.v);
+            self.min_w[k] = if it.w1 > 0 {
+                self.min_w[k + 1].min(it.w1)
+            } else {
+                self.min_w[k + 1]
+            };
+        }
         let root_bound = self.dantzig(0, cap_a, cap_b, 0.0);
         let mut st = BbState {
             best_value: 0.0,
@@ -182,12 +216,21 @@ impl Pricer {
         KAnswer {
             value: st.best_value,
             items,
-            upper: if exact { st.best_value } else { root_bound.max(st.best_value) },
+            upper: if exact {
+                st.best_value
+            } else {
+                root_bound.max(st.best_value)
+            },
         }
     }
 
     /// Fractional (LP) bound of items from `k` on with the remaining capacities.
     fn dantzig(&self, k: usize, mut rem_a: u64, rem_b: u64, cur: f64) -> f64 {
+        let card = if self.order[k..].iter().all(|i| i.w1 > 0) && self.min_w[k] != u64::MAX {
+            cur + (rem_a / self.min_w[k]) as f64 * self.max_v[k]
+        } else {
+            f64::INFINITY
+        };
         let mut bound = cur;
         for i in &self.order[k..] {
             if i.w2 > rem_b {
@@ -206,7 +249,7 @@ impl Pricer {
                 break;
             }
         }
-        bound
+        bound.min(card)
     }
 
     fn dfs(&mut self, k: usize, rem_a: u64, rem_b: u64, cur: f64, st: &mut BbState) {

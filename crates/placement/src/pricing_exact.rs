@@ -3,7 +3,12 @@
 //! programming over exact weights with binary splitting of multiplicities.
 
 /// Best (value, pattern as (item index, count)) with fill in `[lo, cap]`, or `None`.
-pub fn max_in_fill_range(items: &[(u64, u32)], y: &[f64], cap: u64, lo: u64) -> Option<(f64, Vec<(usize, u32)>)> {
+pub fn max_in_fill_range(
+    items: &[(u64, u32)],
+    y: &[f64],
+    cap: u64,
+    lo: u64,
+) -> Option<(f64, Vec<(usize, u32)>)> {
     let cap_u = usize::try_from(cap).ok()?;
     let mut chunks: Vec<(usize, usize, f64, u32)> = Vec::new();
     for (i, &(w, c)) in items.iter().enumerate() {
@@ -49,7 +54,12 @@ pub fn max_in_fill_range(items: &[(u64, u32)], y: &[f64], cap: u64, lo: u64) -> 
             c -= w;
         }
     }
-    let pattern = counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| (i, n)).collect();
+    let pattern = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(i, &n)| (i, n))
+        .collect();
     Some((best_v, pattern))
 }
 

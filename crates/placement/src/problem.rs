@@ -67,7 +67,14 @@ impl Problem {
             let mut f: Vec<&str> = d.functions.iter().map(String::as_str).collect();
             f.sort_unstable();
             f.dedup();
-            let key = (d.kind, f, d.cost, d.capacity(), d.latency_us, d.throughput_gbps);
+            let key = (
+                d.kind,
+                f,
+                d.cost,
+                d.capacity(),
+                d.latency_us,
+                d.throughput_gbps,
+            );
             let k = *model_key.entry(key).or_insert_with(|| {
                 models.push(Model {
                     devices: Vec::new(),
@@ -107,7 +114,8 @@ impl Problem {
         for (t, ty) in types.iter().enumerate() {
             let v = &inst.vnf_instances[ty.members[0]];
             for (k, md) in models.iter().enumerate() {
-                compat[t * models.len() + k] = host_reject(&inst.devices[md.devices[0]], v).is_none();
+                compat[t * models.len() + k] =
+                    host_reject(&inst.devices[md.devices[0]], v).is_none();
             }
         }
         Problem {

@@ -58,19 +58,24 @@ pub fn place(inst: &Instance, alg: Algorithm, time_limit: Duration) -> Result<Pl
         Algorithm::Ffd => (ffd::ffd(inst)?, quick_bound(&p)),
         Algorithm::Online => (online::best_fit(inst)?, quick_bound(&p)),
         Algorithm::Exact => {
-            let incumbent = ffd::ffd(inst)
-                .ok()
-                .map(|a| p.patterns_of(&a));
+            let incumbent = ffd::ffd(inst).ok().map(|a| p.patterns_of(&a));
             let r = exact::solve(&p, incumbent, start + time_limit).map_err(|proven| {
                 PlacementError::NoPlacement(if proven {
                     "the devices cannot host all instances together".into()
                 } else {
-                    format!("none found within the time limit of {:.1} s", time_limit.as_secs_f64())
+                    format!(
+                        "none found within the time limit of {:.1} s",
+                        time_limit.as_secs_f64()
+                    )
                 })
             })?;
             let a = p
                 .to_assignment(&r.patterns, inst.vnf_instances.len())
-                .ok_or_else(|| PlacementError::NoPlacement("internal: solution does not map onto devices".into()))?;
+                .ok_or_else(|| {
+                    PlacementError::NoPlacement(
+                        "internal: solution does not map onto devices".into(),
+                    )
+                })?;
             (a, r.bound)
         }
     };

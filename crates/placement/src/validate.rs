@@ -19,7 +19,10 @@ pub fn check(inst: &Instance, assign: &[usize]) -> Result<u64, String> {
     let mut used = vec![false; nd];
     for (m, &h) in assign.iter().enumerate() {
         let v = &inst.vnf_instances[m];
-        let d = inst.devices.get(h).ok_or_else(|| format!("`{}` on device {h}", v.id))?;
+        let d = inst
+            .devices
+            .get(h)
+            .ok_or_else(|| format!("`{}` on device {h}", v.id))?;
         if let Some(why) = host_reject(d, v) {
             return Err(format!("`{}` on `{}`: {why}", v.id, d.id));
         }

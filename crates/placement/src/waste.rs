@@ -11,7 +11,10 @@ use std::time::Instant;
 /// Whether it is proven that items `(weight, count)` do not fit into `k` bins of
 /// capacity `cap`; `false` means "not proven" (possible, or the deadline passed).
 pub fn no_packing_in(items: &[(u64, u32)], cap: u64, k: u64, deadline: Instant) -> bool {
-    let total: u128 = items.iter().map(|&(w, c)| u128::from(w) * u128::from(c)).sum();
+    let total: u128 = items
+        .iter()
+        .map(|&(w, c)| u128::from(w) * u128::from(c))
+        .sum();
     let room = u128::from(k) * u128::from(cap);
     if total > room {
         return true;

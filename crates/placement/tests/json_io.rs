@@ -20,7 +20,9 @@ const GOOD: &str = r#"{
 }"#;
 
 fn err(text: &str) -> String {
-    Instance::from_json(text, "in.json").unwrap_err().to_string()
+    Instance::from_json(text, "in.json")
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -33,7 +35,16 @@ fn good_instance_solves_to_documented_shape() {
     assert!(p.proven_optimal);
     let v: serde_json::Value = serde_json::to_value(&p).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["assignment", "bound", "objective", "proven_optimal", "seconds"]);
+    assert_eq!(
+        keys,
+        [
+            "assignment",
+            "bound",
+            "objective",
+            "proven_optimal",
+            "seconds"
+        ]
+    );
     assert_eq!(v["assignment"]["fw1"], "sw1");
     assert!(v["objective"].is_u64() && v["bound"].is_u64() && v["seconds"].is_f64());
     for alg in [Algorithm::Ffd, Algorithm::Online] {
@@ -58,11 +69,17 @@ fn field_errors_name_the_field() {
     let e = err(&GOOD.replace("\"cpu_capacity\": 8,", ""));
     assert!(e.contains("devices[1].cpu_capacity"), "{e}");
     let e = err(&GOOD.replace("\"id\": \"srv1\"", "\"id\": \"sw1\""));
-    assert!(e.contains("devices[1].id") && e.contains("duplicate"), "{e}");
+    assert!(
+        e.contains("devices[1].id") && e.contains("duplicate"),
+        "{e}"
+    );
     let e = err(&GOOD.replace("\"id\": \"nat2\"", "\"id\": \"nat1\""));
     assert!(e.contains("vnf_instances[2].id"), "{e}");
     let e = err(&GOOD.replace("\"function\": \"nat\", \"tcam_need\": 30, \"cpu_need\": 4, \"latency_bound_us\": 50, \"throughput_gbps\": 5}\n  ]", "\"function\": \"dpi\", \"tcam_need\": 30, \"cpu_need\": 4, \"latency_bound_us\": 50, \"throughput_gbps\": 5}\n  ]"));
-    assert!(e.contains("vnf_instances[2].function") && e.contains("dpi"), "{e}");
+    assert!(
+        e.contains("vnf_instances[2].function") && e.contains("dpi"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -86,7 +103,9 @@ fn too_few_devices_is_a_clear_error() {
         .replace("\"tcam_need\": 30", "\"tcam_need\": 100");
     let inst = Instance::from_json(&text, "in.json").unwrap();
     for alg in [Algorithm::Exact, Algorithm::Ffd, Algorithm::Online] {
-        let e = place(&inst, alg, Duration::from_secs(2)).unwrap_err().to_string();
+        let e = place(&inst, alg, Duration::from_secs(2))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no feasible placement"), "{e}");
     }
 }

@@ -26,7 +26,11 @@ fn build(devs: &[RawDev], vnfs: &[RawVnf]) -> Instance {
             .map(|(i, &(hw, mask, cost, cap, lat, thr))| Device {
                 id: format!("d{i}"),
                 model: String::new(),
-                kind: if hw { DeviceKind::Hardware } else { DeviceKind::Software },
+                kind: if hw {
+                    DeviceKind::Hardware
+                } else {
+                    DeviceKind::Software
+                },
                 functions: FUNCS
                     .iter()
                     .enumerate()
@@ -96,12 +100,25 @@ fn brute_best_fit(inst: &Instance) -> Option<Vec<usize>> {
         let mut cands: Vec<(usize, Fitness, bool)> = Vec::new();
         for (h, d) in inst.devices.iter().enumerate() {
             let on: Vec<usize> = (0..assign.len()).filter(|&m| assign[m] == h).collect();
-            let used_need: u64 = on.iter().map(|&m| inst.vnf_instances[m].need_on(d.kind)).sum();
-            let used_thr: u64 = on.iter().map(|&m| inst.vnf_instances[m].throughput_gbps).sum();
+            let used_need: u64 = on
+                .iter()
+                .map(|&m| inst.vnf_instances[m].need_on(d.kind))
+                .sum();
+            let used_thr: u64 = on
+                .iter()
+                .map(|&m| inst.vnf_instances[m].throughput_gbps)
+                .sum();
             let free = d.capacity() - used_need;
             let free_thr = d.throughput_gbps - used_thr;
-            if host_reject(d, v).is_none() && v.need_on(d.kind) <= free && v.throughput_gbps <= free_thr {
-                cands.push((h, Fitness::new(v.need_on(d.kind), free, v.throughput_gbps, free_thr), !on.is_empty()));
+            if host_reject(d, v).is_none()
+                && v.need_on(d.kind) <= free
+                && v.throughput_gbps <= free_thr
+            {
+                cands.push((
+                    h,
+                    Fitness::new(v.need_on(d.kind), free, v.throughput_gbps, free_thr),
+                    !on.is_empty(),
+                ));
             }
         }
         cands.sort_by(|a, b| {
@@ -174,7 +191,12 @@ fn exact_never_worse_than_ffd_on_generated_instances() {
         let e = place(&inst, Algorithm::Exact, Duration::from_secs(3)).unwrap();
         let f = place(&inst, Algorithm::Ffd, Duration::from_secs(1)).unwrap();
         assert_eq!(validate::check(&inst, &e.device_of), Ok(e.objective));
-        assert!(e.objective <= f.objective, "seed {seed}: {} > {}", e.objective, f.objective);
+        assert!(
+            e.objective <= f.objective,
+            "seed {seed}: {} > {}",
+            e.objective,
+            f.objective
+        );
         assert!(e.bound <= e.objective);
         assert_eq!(
             e.proven_optimal,
@@ -188,10 +210,17 @@ fn exact_never_worse_than_ffd_on_generated_instances() {
 fn tie_rule_prefers_used_then_cheaper_devices() {
     // Both vnfs need nothing on the used dimension: fitness ties everywhere.
     let inst = build(
-        &[(true, 1, 5, 10, 0, 10), (true, 1, 3, 10, 0, 10), (true, 1, 3, 10, 0, 10)],
+        &[
+            (true, 1, 5, 10, 0, 10),
+            (true, 1, 3, 10, 0, 10),
+            (true, 1, 3, 10, 0, 10),
+        ],
         &[(0, 0, 1, 9, 0), (0, 0, 1, 9, 0)],
     );
     let p = place(&inst, Algorithm::Online, Duration::from_secs(1)).unwrap();
     assert_eq!(p.device_of, vec![1, 1]);
-    assert_eq!(Fitness::new(0, 3, 0, 2).cmp_exact(&Fitness::new(0, 9, 0, 9)), Ordering::Equal);
+    assert_eq!(
+        Fitness::new(0, 3, 0, 2).cmp_exact(&Fitness::new(0, 9, 0, 9)),
+        Ordering::Equal
+    );
 }

@@ -307,7 +307,7 @@ inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
         let c = Config::parse(Path::new("t.yaml"), OK).unwrap();
         assert_eq!(c.engine, EngineKind::Cpu);
         assert_eq!(c.underlay.mtu, 1500);
-        assert_eq!(c.inner_mtu(), 1428);
+        assert_eq!(c.inner_mtu(), 1432);
         assert_eq!(c.batch, 64);
     }
 

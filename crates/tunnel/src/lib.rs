@@ -1,1 +1,6 @@
-//! nfx-tunnel (see DESIGN.md).
+//! nfx-tunnel: an ESP-in-UDP (RFC 4303 / RFC 3948) tunnel endpoint whose crypto runs in
+//! batches on an `nfx_accel` engine that can be switched live (DESIGN.md, "Tunnels").
+
+pub mod config;
+pub mod esp;
+pub mod replay;

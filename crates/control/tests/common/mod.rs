@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! Shared helpers of the controller integration tests: a small infrastructure and an
 //! in-process controller on an ephemeral loopback port.
 

@@ -14,7 +14,11 @@ pub struct Args {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Public sets to run (folders of the data directory), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "hard28,falkenauer_u,falkenauer_t,scholl_1,scholl_2,scholl_3")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "hard28,falkenauer_u,falkenauer_t,scholl_1,scholl_2,scholl_3"
+    )]
     sets: Vec<String>,
     /// Time limit of the exact solver per instance, in seconds.
     #[arg(long, default_value_t = 10.0)]
@@ -33,12 +37,20 @@ pub struct Args {
 /// Runs the benchmark.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.time_limit.is_finite() && args.time_limit > 0.0) {
-        anyhow::bail!("--time-limit: must be a positive number of seconds, got {}", args.time_limit);
+        anyhow::bail!(
+            "--time-limit: must be a positive number of seconds, got {}",
+            args.time_limit
+        );
     }
     let limit = Duration::from_secs_f64(args.time_limit);
     let mut all_rows: Vec<BenchRow> = Vec::new();
     let mut summaries: Vec<SetSummary> = Vec::new();
-    let sets: Vec<String> = args.sets.iter().filter(|s| !s.is_empty()).cloned().collect();
+    let sets: Vec<String> = args
+        .sets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect();
     if !sets.is_empty() {
         let dir = match args.data.clone().or_else(bpp::data_dir) {
             Some(d) => d,
@@ -48,7 +60,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for set in &sets {
             let mut entries: Vec<_> = optima.iter().filter(|e| &e.set == set).collect();
             if entries.is_empty() {
-                anyhow::bail!("--sets: no instances of set `{set}` in {}", dir.join("optima.csv").display());
+                anyhow::bail!(
+                    "--sets: no instances of set `{set}` in {}",
+                    dir.join("optima.csv").display()
+                );
             }
             if args.max_per_set > 0 {
                 entries.truncate(args.max_per_set);
@@ -73,7 +88,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         for seed in 0..args.generated as u64 {
             let inst = generator::generate(n, seed);
-            rows.push(run_instance(&set, &inst, None, limit).with_context(|| format!("instance {}", inst.name))?);
+            rows.push(
+                run_instance(&set, &inst, None, limit)
+                    .with_context(|| format!("instance {}", inst.name))?,
+            );
         }
         report(&summarize(&set, &rows));
         summaries.push(summarize(&set, &rows));

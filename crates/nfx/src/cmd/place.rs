@@ -29,22 +29,33 @@ pub struct Args {
 /// Runs `nfx place`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.time_limit.is_finite() && args.time_limit > 0.0) {
-        anyhow::bail!("--time-limit: must be a positive number of seconds, got {}", args.time_limit);
+        anyhow::bail!(
+            "--time-limit: must be a positive number of seconds, got {}",
+            args.time_limit
+        );
     }
     let inst = if args.bpp {
         bpp::read_bpp(&args.input)?.to_instance()
     } else {
         Instance::load(&args.input)?
     };
-    let p = place(&inst, args.algorithm, Duration::from_secs_f64(args.time_limit))
-        .with_context(|| format!("placing {}", args.input.display()))?;
+    let p = place(
+        &inst,
+        args.algorithm,
+        Duration::from_secs_f64(args.time_limit),
+    )
+    .with_context(|| format!("placing {}", args.input.display()))?;
     if args.json {
         println!("{}", serde_json::to_string(&p)?);
     } else {
         println!(
             "objective {} ({}; bound {}) in {:.3} s",
             p.objective,
-            if p.proven_optimal { "proven optimal" } else { "not proven optimal" },
+            if p.proven_optimal {
+                "proven optimal"
+            } else {
+                "not proven optimal"
+            },
             p.bound,
             p.seconds
         );

@@ -1,0 +1,168 @@
+//! The mediator's decision tree on the simulated VNFM, through the controller (operations
+//! run synchronously here): software when it meets the SLA, the faster tier otherwise;
+//! destroy withdraws the steering before any instance is destroyed; migrate calls the
+//! VNFM in the order deploy, configure, migrate, (re-steer), destruct; a failing deploy
+//! rolls back.
+
+mod common;
+
+use common::INFRA;
+use nfx_control::controller::Controller;
+use nfx_control::enforcer::Enforcer;
+use nfx_control::mediator::{Mediator, VnfmMap};
+use nfx_control::ops::OpState;
+use nfx_control::store::Store;
+use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
+use nfx_control::vnfm::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use nfx_model::service::Service;
+use nfx_model::Infrastructure;
+use std::sync::{Arc, Mutex};
+
+/// Wraps the simulator, logs every call with the steering in force at that moment, and
+/// can be told to fail deploys of one function.
+struct Recorder {
+    sim: SimVnfm,
+    enforcer: Arc<Enforcer>,
+    log: Mutex<Vec<String>>,
+    fail_function: Option<String>,
+}
+
+impl Recorder {
+    fn note(&self, s: String) {
+        self.log.lock().unwrap().push(s);
+    }
+}
+
+impl Vnfm for Recorder {
+    fn kind(&self) -> &'static str {
+        "recorder"
+    }
+    fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
+        self.note(format!("deploy {}", spec.id));
+        if self.fail_function.as_deref() == Some(spec.function.as_str()) {
+            return Err(VnfmError::Unavailable("device on fire".into()));
+        }
+        self.sim.deploy_instance(spec)
+    }
+    fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
+        let users = self.enforcer.services_using(id);
+        self.note(format!("destruct {id} (steered by {users:?})"));
+        self.sim.destruct_instance(id)
+    }
+    fn configure_instance(&self, id: &str, c: &serde_json::Value) -> Result<InstanceState, VnfmError> {
+        self.note(format!("configure {id}"));
+        self.sim.configure_instance(id, c)
+    }
+    fn migrate_instance(&self, o: &str, n: &str, f: &[String]) -> Result<MigrateReport, VnfmError> {
+        self.note(format!("migrate {o} -> {n}"));
+        self.sim.migrate_instance(o, n, f)
+    }
+    fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
+        self.sim.get_instance_state(id)
+    }
+    fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
+        self.sim.list_instances()
+    }
+}
+
+fn setup(fail: Option<&str>) -> (Arc<Controller>, Arc<Recorder>, Arc<Enforcer>) {
+    let infra = Infrastructure::from_yaml("infra.yaml", INFRA).unwrap();
+    let enforcer = Arc::new(Enforcer::default());
+    let rec = Arc::new(Recorder {
+        sim: SimVnfm::new(&infra, SimConfig::default()).unwrap(),
+        enforcer: enforcer.clone(),
+        log: Mutex::new(Vec::new()),
+        fail_function: fail.map(String::from),
+    });
+    let med = Mediator::new(infra, VnfmMap::new(rec.clone()), enforcer.clone()).unwrap();
+    let ctl = Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap();
+    (ctl, rec, enforcer)
+}
+
+fn svc(id: &str, ingress: &str, egress: &str, bound: f64) -> Service {
+    serde_json::from_value(common::service(id, ingress, egress, bound)).unwrap()
+}
+
+#[test]
+fn software_when_it_meets_the_sla_table_tier_otherwise() {
+    let (ctl, _, _) = setup(None);
+    let plan = ctl.plan(&svc("slow", "edge", "cloud", 500.0)).unwrap();
+    assert!(plan.placements.iter().all(|p| p.tier == nfx_model::Tier::Software), "{plan:?}");
+    assert!(plan.placements[0].reason.contains("software tier meets the SLA"));
+    let plan = ctl.plan(&svc("fast", "edge", "edge", 20.0)).unwrap();
+    assert_eq!(plan.placements.len(), 2);
+    for p in &plan.placements {
+        assert_eq!(p.device, "tt-edge");
+        assert!(p.reason.contains("no software device"), "{}", p.reason);
+    }
+    assert!(plan.latency_us.unwrap() <= 20.0);
+    assert!(ctl.instances().unwrap().is_empty(), "plan must not reserve");
+}
+
+#[test]
+fn destroy_steers_away_before_destroying() {
+    let (ctl, rec, enforcer) = setup(None);
+    let op = ctl.deploy(svc("web", "edge", "cloud", 500.0)).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    assert!(enforcer.path("web").is_some());
+    let op = ctl.destroy("web").unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    let log = rec.log.lock().unwrap().clone();
+    let destructs: Vec<&String> = log.iter().filter(|l| l.starts_with("destruct")).collect();
+    assert_eq!(destructs.len(), 2, "{log:?}");
+    for d in destructs {
+        assert!(d.ends_with("(steered by [])"), "destroyed while still steered: {d}");
+    }
+    assert!(enforcer.log().last().unwrap().starts_with("withdraw web"));
+    assert!(rec.list_instances().unwrap().is_empty());
+}
+
+#[test]
+fn migrate_order_deploy_configure_move_resteer_destroy() {
+    let (ctl, rec, enforcer) = setup(None);
+    ctl.deploy(svc("web", "edge", "edge", 500.0)).unwrap();
+    let old = enforcer.path("web").unwrap()[0].instance.clone();
+    rec.sim.inject_flows(&old, 1000).unwrap();
+    rec.log.lock().unwrap().clear();
+    let op = ctl.migrate(&old, Some("sw-edge2")).unwrap();
+    let op = ctl.operation(&op.id).unwrap();
+    assert_eq!(op.state, OpState::Completed, "{op:?}");
+    let new = enforcer.path("web").unwrap()[0].instance.clone();
+    assert_ne!(new, old);
+    let log = rec.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        vec![
+            format!("deploy {new}"),
+            format!("configure {new}"),
+            format!("migrate {old} -> {new}"),
+            format!("destruct {old} (steered by [])"),
+        ]
+    );
+    assert_eq!(rec.sim.get_instance_state(&new).unwrap().flows, 1000);
+    assert_eq!(rec.sim.get_instance_state(&new).unwrap().device, "sw-edge2");
+    let e = ctl.migrate("nope", None).unwrap_err();
+    assert!(e.to_string().contains("unknown instance"));
+    let e = ctl.migrate(&new, Some("sw-cloud")).unwrap_err();
+    assert!(e.to_string().contains("would change the paths"), "{e}");
+}
+
+#[test]
+fn failed_deploy_rolls_back_everything() {
+    let (ctl, rec, enforcer) = setup(Some("nat"));
+    let op = ctl.deploy(svc("web", "edge", "cloud", 500.0)).unwrap();
+    let op = ctl.operation(&op.id).unwrap();
+    assert_eq!(op.state, OpState::RolledBack, "{op:?}");
+    assert!(op.error.as_deref().unwrap().contains("device on fire"));
+    assert!(rec.list_instances().unwrap().is_empty());
+    assert!(ctl.instances().unwrap().is_empty());
+    assert!(enforcer.path("web").is_none());
+    assert_eq!(ctl.services().unwrap()[0].status, "failed");
+    ctl.with_mediator(|m| {
+        assert!(m.model().instances().is_empty());
+        assert!(m.model().devices().iter().all(|d| d.capacity.used == 0.0));
+    });
+    let op = ctl.destroy("web").unwrap();
+    assert_eq!(op.state, OpState::Completed);
+    assert!(ctl.services().unwrap().is_empty());
+}
