@@ -97,6 +97,11 @@ pub trait Engine: Send {
     /// Counters.
     fn stats(&self) -> EngineStats;
 
+    /// Why the engine moved its work to a fallback engine, if it did (lookaside only).
+    fn failover_reason(&self) -> Option<&str> {
+        None
+    }
+
     /// Waits until every submitted operation is returned (in order) into `out`.
     fn drain(&mut self, out: &mut Vec<Completion>) -> Result<(), AccelError> {
         while self.in_flight() > 0 {

@@ -3,7 +3,7 @@
 use crate::dp::{Chainer, Outcome, Status};
 use crate::explain::explain;
 use crate::network::{to_us, Network, Query};
-use crate::workload::Workload;
+use crate::workload::{Id, Workload};
 use nfx_model::ModelError;
 use serde::Serialize;
 use std::time::Instant;
@@ -12,7 +12,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Answer {
     /// The SLA id.
-    pub id: String,
+    pub id: Id,
     /// `ok`, `infeasible_latency` or `infeasible_resources`.
     pub status: Status,
     /// Latency of the best path, µs (also for `infeasible_latency`; null when a stage has
@@ -20,7 +20,7 @@ pub struct Answer {
     pub latency_us: Option<f64>,
     /// Instance ids of the best path (for `infeasible_latency`: the fastest, too slow;
     /// empty for `infeasible_resources`).
-    pub path: Vec<String>,
+    pub path: Vec<Id>,
     /// Why: the path's make-up, or which stage and which bound fail.
     pub explanation: String,
 }
@@ -106,7 +106,10 @@ pub fn answer_workload(file: &str, w: &Workload) -> Result<Report, ModelError> {
                 id: s.id.clone(),
                 status: o.status,
                 latency_us: o.latency_ns.map(to_us),
-                path: path.iter().map(|&x| net.inst_id(x).to_string()).collect(),
+                path: path
+                    .iter()
+                    .map(|&x| w.instances[x as usize].id.clone())
+                    .collect(),
                 explanation: explain(&net, q, o, path),
             }
         })

@@ -145,7 +145,10 @@ pub fn run_case(name: &str, shape: &Shape, seed: u64) -> Case {
     let queries: Vec<Query> = w
         .slas
         .iter()
-        .map(|s| net.query(name, &s.id, s).expect("generated SLAs are valid"))
+        .map(|s| {
+            net.query(name, &s.id.to_string(), s)
+                .expect("generated SLAs are valid")
+        })
         .collect();
     let n = queries.len();
 

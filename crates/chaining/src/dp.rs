@@ -215,7 +215,7 @@ mod tests {
             id: "s".into(),
             src_node: "a".into(),
             dst_node: "a".into(),
-            chain: chain.iter().map(|s| s.to_string()).collect(),
+            chain: chain.iter().map(|&s| s.into()).collect(),
             latency_bound_us: bound,
             throughput_gbps: gbps,
             capacity_need: 1.0,

@@ -23,9 +23,9 @@ pub fn network_from_model(
     let mut net = Network::new(file, &nodes, &transfer)?;
     for (i, inst) in model.instances().iter().enumerate() {
         let spec = InstanceSpec {
-            id: inst.id.clone(),
-            function: inst.function.clone(),
-            node: inst.host.clone(),
+            id: inst.id.as_str().into(),
+            function: inst.function.as_str().into(),
+            node: inst.host.as_str().into(),
             kind: inst.tier.as_str().to_string(),
             processing_latency_us: inst.latency_us,
             throughput_total_gbps: inst.throughput_gbps.total,
@@ -42,10 +42,10 @@ pub fn network_from_model(
 /// the largest of its functions' needs (one number applies to every stage).
 pub fn sla_for_service(s: &Service) -> SlaSpec {
     SlaSpec {
-        id: s.id.clone(),
-        src_node: s.ingress.clone(),
-        dst_node: s.egress.clone(),
-        chain: s.chain.iter().map(|c| c.function.clone()).collect(),
+        id: s.id.as_str().into(),
+        src_node: s.ingress.as_str().into(),
+        dst_node: s.egress.as_str().into(),
+        chain: s.chain.iter().map(|c| c.function.as_str().into()).collect(),
         latency_bound_us: s.sla.max_latency_us,
         throughput_gbps: s.sla.min_throughput_gbps,
         capacity_need: s.chain.iter().map(|c| c.capacity_need).fold(0.0, f64::max),

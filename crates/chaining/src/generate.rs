@@ -2,7 +2,7 @@
 //! (transfer latency grows with distance), software/table/accelerator-like instances with
 //! partly used resources, and SLAs with chains of distinct functions.
 
-use crate::workload::{InstanceSpec, SlaSpec, Workload};
+use crate::workload::{Id, InstanceSpec, SlaSpec, Workload};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -64,7 +64,9 @@ fn tenth(v: f64) -> f64 {
 pub fn generate(shape: &Shape, seed: u64) -> Workload {
     let mut rng = StdRng::seed_from_u64(seed);
     let functions = shape.functions.clamp(1, FUNCTIONS.len());
-    let nodes: Vec<String> = (0..shape.nodes.max(1)).map(|i| format!("n{i}")).collect();
+    let nodes: Vec<Id> = (0..shape.nodes.max(1))
+        .map(|i| Id::Text(format!("n{i}")))
+        .collect();
     let pos: Vec<(f64, f64)> = nodes
         .iter()
         .map(|_| (rng.random::<f64>(), rng.random::<f64>()))
@@ -115,8 +117,8 @@ pub fn generate(shape: &Shape, seed: u64) -> Workload {
             let tput = tenth(tput);
             let cap = cap.round();
             InstanceSpec {
-                id: format!("{}-{i}", FUNCTIONS[f]),
-                function: FUNCTIONS[f].to_string(),
+                id: Id::Text(format!("{}-{i}", FUNCTIONS[f])),
+                function: FUNCTIONS[f].into(),
                 node: nodes[node].clone(),
                 kind: kind.to_string(),
                 processing_latency_us: tenth(lat),
@@ -135,10 +137,10 @@ pub fn generate(shape: &Shape, seed: u64) -> Workload {
             let chain = order
                 .iter()
                 .take(len.min(functions))
-                .map(|&f| FUNCTIONS[f].to_string())
+                .map(|&f| Id::from(FUNCTIONS[f]))
                 .collect();
             SlaSpec {
-                id: format!("sla-{i}"),
+                id: Id::Text(format!("sla-{i}")),
                 src_node: nodes[rng.random_range(0..nodes.len())].clone(),
                 dst_node: nodes[rng.random_range(0..nodes.len())].clone(),
                 chain,
@@ -169,13 +171,13 @@ mod tests {
         assert_eq!(a.slas.len(), 50);
         for s in &a.slas {
             assert!((2..=6).contains(&s.chain.len()));
-            let mut c = s.chain.clone();
+            let mut c: Vec<String> = s.chain.iter().map(ToString::to_string).collect();
             c.sort();
             c.dedup();
             assert_eq!(c.len(), s.chain.len());
         }
         for f in &FUNCTIONS[..8] {
-            assert!(a.instances.iter().any(|i| i.function == *f));
+            assert!(a.instances.iter().any(|i| i.function == Id::from(*f)));
         }
         crate::Network::from_workload("gen", &a).unwrap();
     }

@@ -23,4 +23,4 @@ pub use answer::{answer_workload, Answer, Report, Timing};
 pub use dp::{Chainer, Outcome, Status};
 pub use network::{Needs, Network, Query};
 pub use retry::{solve_with_retry, Mediator, RetryAnswer};
-pub use workload::{InstanceSpec, SlaSpec, Workload};
+pub use workload::{Id, InstanceSpec, SlaSpec, Workload};

@@ -2,7 +2,7 @@
 //! records, and per-function instance lists sorted by node so that the DP can group a
 //! stage by node in one pass.
 
-use crate::workload::{check_amount, check_latency, InstanceSpec, SlaSpec, Workload};
+use crate::workload::{check_amount, check_latency, Id, InstanceSpec, SlaSpec, Workload};
 use nfx_model::ModelError;
 use std::collections::HashMap;
 
@@ -156,7 +156,8 @@ impl Network {
 
     /// Compiles a workload's nodes and instances, and checks every SLA's references.
     pub fn from_workload(file: &str, w: &Workload) -> Result<Self, ModelError> {
-        let mut net = Network::new(file, &w.nodes, &w.transfer_latency_us)?;
+        let nodes: Vec<String> = w.nodes.iter().map(ToString::to_string).collect();
+        let mut net = Network::new(file, &nodes, &w.transfer_latency_us)?;
         for (i, spec) in w.instances.iter().enumerate() {
             net.add_instance(file, &format!("instances[{i}]"), spec)?;
         }
@@ -174,33 +175,35 @@ impl Network {
         spec: &InstanceSpec,
     ) -> Result<u32, ModelError> {
         spec.check(file, field)?;
-        let node = *self.node_index.get(&spec.node).ok_or_else(|| {
+        let id = spec.id.to_string();
+        let function_name = spec.function.to_string();
+        let node = *self.node_index.get(&spec.node.to_string()).ok_or_else(|| {
             ModelError::new(
                 file,
                 format!("{field}.node"),
                 format!("unknown node {:?}", spec.node),
             )
         })?;
-        if self.inst_index.contains_key(&spec.id) {
+        if self.inst_index.contains_key(&id) {
             return Err(ModelError::new(
                 file,
                 format!("{field}.id"),
                 format!("duplicate instance id {:?}", spec.id),
             ));
         }
-        if spec.function.is_empty() {
+        if function_name.is_empty() {
             return Err(ModelError::new(
                 file,
                 format!("{field}.function"),
                 "must not be empty",
             ));
         }
-        let function = match self.function_index.get(&spec.function) {
+        let function = match self.function_index.get(&function_name) {
             Some(&f) => f,
             None => {
                 let f = self.functions.len() as u32;
-                self.functions.push(spec.function.clone());
-                self.function_index.insert(spec.function.clone(), f);
+                self.functions.push(function_name.clone());
+                self.function_index.insert(function_name, f);
                 self.by_function.push(Vec::new());
                 f
             }
@@ -213,8 +216,8 @@ impl Network {
             free_gbps: spec.throughput_total_gbps - spec.throughput_used_gbps,
             free_capacity: spec.capacity_total - spec.capacity_used,
         });
-        self.inst_ids.push(spec.id.clone());
-        self.inst_index.insert(spec.id.clone(), idx);
+        self.inst_ids.push(id.clone());
+        self.inst_index.insert(id, idx);
         let insts = &self.insts;
         let list = &mut self.by_function[function as usize];
         list.push(idx);
@@ -225,8 +228,8 @@ impl Network {
     /// Compiles an SLA; unknown nodes are errors, unknown functions become [`NONE`]
     /// stages (answered as lacking resources: no instance exists).
     pub fn query(&self, file: &str, field: &str, s: &SlaSpec) -> Result<Query, ModelError> {
-        let node = |name: &str, v: &String| {
-            self.node_index.get(v).copied().ok_or_else(|| {
+        let node = |name: &str, v: &Id| {
+            self.node_index.get(&v.to_string()).copied().ok_or_else(|| {
                 ModelError::new(
                     file,
                     format!("{field}.{name}"),
@@ -249,9 +252,14 @@ impl Network {
             chain: s
                 .chain
                 .iter()
-                .map(|f| self.function_index.get(f).copied().unwrap_or(NONE))
+                .map(|f| {
+                    self.function_index
+                        .get(&f.to_string())
+                        .copied()
+                        .unwrap_or(NONE)
+                })
                 .collect(),
-            names: s.chain.clone(),
+            names: s.chain.iter().map(ToString::to_string).collect(),
             bound_ns: to_ns(s.latency_bound_us.min(1e12)),
             needs: Needs {
                 throughput_gbps: s.throughput_gbps,

@@ -56,7 +56,7 @@ pub fn solve_with_retry(
         stopped: None,
     };
     loop {
-        let q = net.query("<sla>", &sla.id, sla)?;
+        let q = net.query("<sla>", &sla.id.to_string(), sla)?;
         ans.outcome = chainer.solve(net, &q);
         if ans.outcome.status == Status::Ok {
             return Ok(ans);
@@ -80,7 +80,7 @@ pub fn solve_with_retry(
             q.needs,
         );
         if let Some(spec) = placed {
-            if spec.function != q.names[stage] {
+            if spec.function.to_string() != q.names[stage] {
                 return Err(ModelError::new(
                     "<mediator>",
                     "function",
@@ -91,7 +91,7 @@ pub fn solve_with_retry(
                 ));
             }
             net.add_instance("<mediator>", "instance", &spec)?;
-            ans.placed.push(spec.id);
+            ans.placed.push(spec.id.to_string());
         }
     }
 }

@@ -3,14 +3,46 @@
 
 use nfx_model::{parse_json, read_file, ModelError};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::path::Path;
+
+/// A node, instance, function or SLA id: a string or an integer, echoed back as given.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Id {
+    /// An integer id such as `3`.
+    Int(i64),
+    /// A textual id such as `"fw-1"`.
+    Text(String),
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Int(i) => write!(f, "{i}"),
+            Id::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Self {
+        Id::Text(s.to_string())
+    }
+}
+
+impl From<String> for Id {
+    fn from(s: String) -> Self {
+        Id::Text(s)
+    }
+}
 
 /// A whole chaining workload (the schema).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     /// Node ids; their order indexes `transfer_latency_us`.
-    pub nodes: Vec<String>,
+    pub nodes: Vec<Id>,
     /// Symmetric node-to-node transfer latency, µs (the diagonal is ignored: 0 on a node).
     pub transfer_latency_us: Vec<Vec<f64>>,
     /// Deployed instances.
@@ -24,11 +56,11 @@ pub struct Workload {
 #[serde(deny_unknown_fields)]
 pub struct InstanceSpec {
     /// Unique instance id.
-    pub id: String,
+    pub id: Id,
     /// Function it runs.
-    pub function: String,
+    pub function: Id,
     /// Node it runs on.
-    pub node: String,
+    pub node: Id,
     /// Infrastructure kind (e.g. `software`, `hardware`); informative only.
     pub kind: String,
     /// Processing latency, µs.
@@ -48,13 +80,13 @@ pub struct InstanceSpec {
 #[serde(deny_unknown_fields)]
 pub struct SlaSpec {
     /// Id echoed in the answer.
-    pub id: String,
+    pub id: Id,
     /// Node where traffic enters.
-    pub src_node: String,
+    pub src_node: Id,
     /// Node where traffic leaves.
-    pub dst_node: String,
+    pub dst_node: Id,
     /// Functions in order.
-    pub chain: Vec<String>,
+    pub chain: Vec<Id>,
     /// Largest acceptable path latency, µs.
     pub latency_bound_us: f64,
     /// Free throughput every instance on the path must have, Gbit/s.
@@ -93,7 +125,7 @@ pub fn check_amount(file: &str, field: &str, v: f64) -> Result<(), ModelError> {
 impl InstanceSpec {
     /// Checks the numbers of one instance; `field` is its path (e.g. `instances[3]`).
     pub fn check(&self, file: &str, field: &str) -> Result<(), ModelError> {
-        if self.id.is_empty() {
+        if self.id == Id::from("") {
             return Err(ModelError::new(
                 file,
                 format!("{field}.id"),

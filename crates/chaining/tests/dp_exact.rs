@@ -5,7 +5,7 @@ use nfx_chaining::baseline::{HyperLoop, Marking};
 use nfx_chaining::explain::explain;
 use nfx_chaining::generate::{generate, Shape};
 use nfx_chaining::network::to_us;
-use nfx_chaining::{exhaustive, Chainer, InstanceSpec, Network, SlaSpec, Status, Workload};
+use nfx_chaining::{exhaustive, Chainer, Id, InstanceSpec, Network, SlaSpec, Status, Workload};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -27,7 +27,7 @@ fn workload() -> impl Strategy<Value = Workload> {
             1..6,
         );
         (Just(n), matrix, insts, slas).prop_map(|(n, m, insts, slas)| {
-            let nodes: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+            let nodes: Vec<Id> = (0..n).map(|i| Id::Int(i as i64)).collect();
             let t = (0..n)
                 .map(|i| {
                     (0..n)
@@ -46,8 +46,8 @@ fn workload() -> impl Strategy<Value = Workload> {
                 .iter()
                 .enumerate()
                 .map(|(k, &(f, node, lat, tput, cap))| InstanceSpec {
-                    id: format!("i{k}"),
-                    function: FNS[f].to_string(),
+                    id: Id::Int(100 + k as i64),
+                    function: FNS[f].into(),
                     node: nodes[node].clone(),
                     kind: "software".into(),
                     processing_latency_us: f64::from(lat) / 2.0,
@@ -61,10 +61,10 @@ fn workload() -> impl Strategy<Value = Workload> {
                 .iter()
                 .enumerate()
                 .map(|(k, (s, d, chain, bound, tput, cap))| SlaSpec {
-                    id: format!("s{k}"),
+                    id: Id::Text(format!("s{k}")),
                     src_node: nodes[*s].clone(),
                     dst_node: nodes[*d].clone(),
-                    chain: chain.iter().map(|&f| FNS[f].to_string()).collect(),
+                    chain: chain.iter().map(|&f| Id::from(FNS[f])).collect(),
                     latency_bound_us: f64::from(*bound),
                     throughput_gbps: f64::from(*tput) / 2.0,
                     capacity_need: f64::from(*cap),
@@ -87,7 +87,7 @@ fn check_all(w: &Workload) -> HashMap<Status, usize> {
     let mut hyper = HyperLoop::new();
     let mut seen = HashMap::new();
     for s in &w.slas {
-        let q = net.query("prop", &s.id, s).unwrap();
+        let q = net.query("prop", &s.id.to_string(), s).unwrap();
         let got = dp.solve(&net, &q);
         let (want, _) = exhaustive::solve(&net, &q);
         assert_eq!(got, want, "sla {s:?}");
@@ -105,7 +105,7 @@ fn check_all(w: &Workload) -> HashMap<Status, usize> {
                 let path = dp.path();
                 assert_eq!(path.len(), s.chain.len());
                 for (&x, f) in path.iter().zip(&s.chain) {
-                    assert_eq!(net.function_name(net.inst(x).function), f);
+                    assert_eq!(net.function_name(net.inst(x).function), f.to_string());
                     assert!(net.inst(x).serves(&q.needs));
                 }
                 assert_eq!(Some(net.path_latency_ns(&q, path)), got.latency_ns);

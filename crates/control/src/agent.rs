@@ -100,7 +100,10 @@ async fn configure(
 ) -> AgentResult {
     require_token(&h, &st.token)?;
     let cfg: serde_json::Value = parse_body(&body)?;
-    run(StatusCode::OK, move || st.vnfm.configure_instance(&id, &cfg)).await
+    run(StatusCode::OK, move || {
+        st.vnfm.configure_instance(&id, &cfg)
+    })
+    .await
 }
 
 async fn migrate(State(st): State<Arc<AgentState>>, h: HeaderMap, body: Bytes) -> AgentResult {

@@ -116,8 +116,8 @@ pub fn load_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Zeroi
 pub fn load_services(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
-    let set: nfx_model::ServiceSet = serde_yaml_ng::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let set: nfx_model::ServiceSet =
+        serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     set.services
         .iter()
         .map(|s| serde_json::to_value(s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())))

@@ -3,7 +3,7 @@
 //! operations one at a time on an executor thread, and after a restart reconciles with the
 //! agents and finishes or rolls back whatever was in flight.
 
-use crate::mediator::{InstanceRow, Mediator, PathRow, Plan, PlanError, PlacementRecord};
+use crate::mediator::{InstanceRow, Mediator, PathRow, PlacementRecord, Plan, PlanError};
 use crate::ops::{OpKind, OpState, Operation, Step, StepStatus};
 use crate::store::{EventRecord, Store, StoreError, Table, Write};
 use crate::vnfm::InstanceState;
@@ -137,7 +137,11 @@ impl Controller {
         for mut op in ops.into_iter().filter(|o| !o.state.is_final()) {
             op.recovered = true;
             self.store.batch(&[
-                Write::Put(Table::Operations, op.id.clone(), serde_json::to_value(&op).unwrap_or_default()),
+                Write::Put(
+                    Table::Operations,
+                    op.id.clone(),
+                    serde_json::to_value(&op).unwrap_or_default(),
+                ),
                 Write::Event(
                     "operation.recovered".into(),
                     serde_json::json!({"operation": op.id, "state": op.state.as_str()}),
@@ -153,12 +157,15 @@ impl Controller {
         let mut orphans = Vec::new();
         let mut seen = Vec::new();
         for v in vnfms {
-            let ids = v.list_instances().map_err(|e| CtlError::Internal(e.to_string()))?;
+            let ids = v
+                .list_instances()
+                .map_err(|e| CtlError::Internal(e.to_string()))?;
             for id in ids {
                 if recorded.contains_key(&id) {
                     seen.push(id);
                 } else {
-                    v.destruct_instance(&id).map_err(|e| CtlError::Internal(e.to_string()))?;
+                    v.destruct_instance(&id)
+                        .map_err(|e| CtlError::Internal(e.to_string()))?;
                     orphans.push(id);
                 }
             }
@@ -173,8 +180,10 @@ impl Controller {
             "orphans_destroyed": orphans,
             "missing_instances": missing,
         });
-        self.store
-            .batch(&[Write::Event("controller.reconciled".into(), summary.clone())])?;
+        self.store.batch(&[Write::Event(
+            "controller.reconciled".into(),
+            summary.clone(),
+        )])?;
         Ok(summary)
     }
 
@@ -195,8 +204,15 @@ impl Controller {
     /// Accepts a service: plans it and journals the operation; returns the operation.
     pub fn deploy(&self, svc: Service) -> Result<Operation, CtlError> {
         check_service(&svc)?;
-        if self.store.get::<ServiceRow>(Table::Services, &svc.id)?.is_some() {
-            return Err(CtlError::Conflict(format!("service {:?} already exists", svc.id)));
+        if self
+            .store
+            .get::<ServiceRow>(Table::Services, &svc.id)?
+            .is_some()
+        {
+            return Err(CtlError::Conflict(format!(
+                "service {:?} already exists",
+                svc.id
+            )));
         }
         let mut m = self.med();
         let plan = m.plan_deploy(&svc)?;
@@ -233,10 +249,15 @@ impl Controller {
         if row.status == "failed" && !m.paths().contains_key(service) {
             self.store.batch(&[
                 Write::Delete(Table::Services, service.to_string()),
-                Write::Event("service.removed".into(), serde_json::json!({"service": service})),
+                Write::Event(
+                    "service.removed".into(),
+                    serde_json::json!({"service": service}),
+                ),
             ])?;
             let mut op = Operation::new(self.next_op_id(), OpKind::Destroy, service.into(), vec![]);
-            op.go(OpState::Processing).and_then(|_| op.go(OpState::Completed)).map_err(|e| CtlError::Internal(e.to_string()))?;
+            op.go(OpState::Processing)
+                .and_then(|_| op.go(OpState::Completed))
+                .map_err(|e| CtlError::Internal(e.to_string()))?;
             self.store.put(Table::Operations, &op.id, &op)?;
             return Ok(op);
         }
@@ -262,7 +283,9 @@ impl Controller {
             .store
             .list::<Operation>(Table::Operations)?
             .into_iter()
-            .find(|o| !o.state.is_final() && o.steps.iter().any(|s| step_touches(&s.step, instance)));
+            .find(|o| {
+                !o.state.is_final() && o.steps.iter().any(|s| step_touches(&s.step, instance))
+            });
         if let Some(o) = busy {
             return Err(CtlError::Conflict(format!(
                 "instance {instance} is in operation {} ({})",
@@ -297,7 +320,8 @@ impl Controller {
             .iter()
             .map(|(id, _)| (id.clone(), m.paths().get(id).cloned()))
             .collect();
-        op.restore = serde_json::json!({"instances": rows_json(&restore_i), "paths": rows_json(&restore_p)});
+        op.restore =
+            serde_json::json!({"instances": rows_json(&restore_i), "paths": rows_json(&restore_p)});
         let mut w = vec![Write::Put(
             Table::Operations,
             op.id.clone(),
@@ -376,10 +400,13 @@ impl Controller {
                     Err(e) => {
                         op.error = Some(format!("{}: {e}", step.label()));
                         op.go(OpState::FailedTemp).map_err(bad)?;
-                        self.save_op(&op, vec![Write::Event(
-                            "operation.failed_temp".into(),
-                            serde_json::json!({"operation": op.id, "error": op.error}),
-                        )])?;
+                        self.save_op(
+                            &op,
+                            vec![Write::Event(
+                                "operation.failed_temp".into(),
+                                serde_json::json!({"operation": op.id, "error": op.error}),
+                            )],
+                        )?;
                         break;
                     }
                 }
@@ -420,12 +447,18 @@ impl Controller {
             }
             match stuck {
                 Some(why) => {
-                    op.error = Some(format!("{}; rollback: {why}", op.error.clone().unwrap_or_default()));
+                    op.error = Some(format!(
+                        "{}; rollback: {why}",
+                        op.error.clone().unwrap_or_default()
+                    ));
                     op.go(OpState::Failed).map_err(bad)?;
-                    self.save_op(&op, vec![Write::Event(
-                        "operation.failed".into(),
-                        serde_json::json!({"operation": op.id, "error": op.error}),
-                    )])?;
+                    self.save_op(
+                        &op,
+                        vec![Write::Event(
+                            "operation.failed".into(),
+                            serde_json::json!({"operation": op.id, "error": op.error}),
+                        )],
+                    )?;
                 }
                 None => {
                     op.go(OpState::RolledBack).map_err(bad)?;
@@ -481,11 +514,19 @@ impl Controller {
                     }
                     (OpKind::Deploy, true) | (OpKind::Destroy, false) => {
                         row.status = "active".into();
-                        w.push(Write::Put(Table::Services, op.target.clone(), serde_json::to_value(&row).unwrap_or_default()));
+                        w.push(Write::Put(
+                            Table::Services,
+                            op.target.clone(),
+                            serde_json::to_value(&row).unwrap_or_default(),
+                        ));
                     }
                     _ => {
                         row.status = "failed".into();
-                        w.push(Write::Put(Table::Services, op.target.clone(), serde_json::to_value(&row).unwrap_or_default()));
+                        w.push(Write::Put(
+                            Table::Services,
+                            op.target.clone(),
+                            serde_json::to_value(&row).unwrap_or_default(),
+                        ));
                     }
                 }
             }
@@ -563,13 +604,21 @@ fn row_writes(
     let mut w = Vec::new();
     for (id, r) in instances {
         w.push(match r {
-            Some(r) => Write::Put(Table::Instances, id.clone(), serde_json::to_value(r).unwrap_or_default()),
+            Some(r) => Write::Put(
+                Table::Instances,
+                id.clone(),
+                serde_json::to_value(r).unwrap_or_default(),
+            ),
             None => Write::Delete(Table::Instances, id.clone()),
         });
     }
     for (id, r) in paths {
         w.push(match r {
-            Some(r) => Write::Put(Table::Paths, id.clone(), serde_json::to_value(r).unwrap_or_default()),
+            Some(r) => Write::Put(
+                Table::Paths,
+                id.clone(),
+                serde_json::to_value(r).unwrap_or_default(),
+            ),
             None => Write::Delete(Table::Paths, id.clone()),
         });
     }
@@ -581,14 +630,20 @@ fn step_touches(step: &Step, instance: &str) -> bool {
         Step::Deploy { spec } => spec.id == instance,
         Step::Configure { instance: i, .. } | Step::Destruct { instance: i } => i == instance,
         Step::Migrate { old, new, .. } => old == instance || new == instance,
-        Step::Steer { hops, .. } | Step::Unsteer { hops, .. } => hops.iter().any(|h| h.instance == instance),
+        Step::Steer { hops, .. } | Step::Unsteer { hops, .. } => {
+            hops.iter().any(|h| h.instance == instance)
+        }
     }
 }
 
 /// Request checks the descriptor's YAML validation would make (ids, SLA ranges).
 fn check_service(s: &Service) -> Result<(), CtlError> {
     let ident = |f: &str, v: &str| {
-        if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
+        if v.is_empty()
+            || !v
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
             Err(CtlError::BadRequest(format!(
                 "{f}: {v:?} must be non-empty and use only letters, digits, '-', '_', '.'"
             )))
@@ -601,14 +656,20 @@ fn check_service(s: &Service) -> Result<(), CtlError> {
     for (k, c) in s.chain.iter().enumerate() {
         ident(&format!("chain[{k}].function"), &c.function)?;
         if !(c.capacity_need.is_finite() && c.capacity_need >= 0.0) {
-            return Err(CtlError::BadRequest(format!("chain[{k}].capacity_need: must be finite and >= 0")));
+            return Err(CtlError::BadRequest(format!(
+                "chain[{k}].capacity_need: must be finite and >= 0"
+            )));
         }
     }
     if !(s.sla.max_latency_us.is_finite() && s.sla.max_latency_us > 0.0) {
-        return Err(CtlError::BadRequest("sla.max_latency_us: must be > 0".into()));
+        return Err(CtlError::BadRequest(
+            "sla.max_latency_us: must be > 0".into(),
+        ));
     }
     if !(s.sla.min_throughput_gbps.is_finite() && s.sla.min_throughput_gbps > 0.0) {
-        return Err(CtlError::BadRequest("sla.min_throughput_gbps: must be > 0".into()));
+        return Err(CtlError::BadRequest(
+            "sla.min_throughput_gbps: must be > 0".into(),
+        ));
     }
     Ok(())
 }

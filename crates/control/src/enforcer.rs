@@ -19,17 +19,20 @@ pub struct Hop {
     pub host: String,
 }
 
+/// Service id → hops.
+type Steering = BTreeMap<String, Vec<Hop>>;
+
 /// Steering state and its change log.
 #[derive(Default)]
 pub struct Enforcer {
-    inner: Mutex<(BTreeMap<String, Vec<Hop>>, Vec<String>)>,
+    inner: Mutex<(Steering, Vec<String>)>,
 }
 
 /// How many log lines are kept.
 const LOG_CAP: usize = 10_000;
 
 impl Enforcer {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (BTreeMap<String, Vec<Hop>>, Vec<String>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Steering, Vec<String>)> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 

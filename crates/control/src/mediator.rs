@@ -162,8 +162,12 @@ impl Mediator {
         enforcer: Arc<Enforcer>,
     ) -> Result<Self, PlanError> {
         let nodes: Vec<String> = infra.hosts.iter().map(|h| h.id.clone()).collect();
-        let base_net = Network::new("<infrastructure>", &nodes, &transfer_matrix(&infra, UNREACHABLE_US))
-            .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let base_net = Network::new(
+            "<infrastructure>",
+            &nodes,
+            &transfer_matrix(&infra, UNREACHABLE_US),
+        )
+        .map_err(|e| PlanError::Invalid(e.to_string()))?;
         let model = ResourceModel::from_infrastructure(&infra);
         Ok(Mediator {
             infra,
@@ -243,12 +247,19 @@ impl Mediator {
         let mut m = ResourceModel::from_infrastructure(&self.infra);
         let bad = |e: nfx_model::ResourceError| PlanError::Conflict(format!("stored state: {e}"));
         for (id, r) in &self.instances {
-            m.deploy(id, &r.spec.function, &r.spec.device, r.spec.throughput_gbps, r.spec.capacity)
-                .map_err(bad)?;
+            m.deploy(
+                id,
+                &r.spec.function,
+                &r.spec.device,
+                r.spec.throughput_gbps,
+                r.spec.capacity,
+            )
+            .map_err(bad)?;
         }
         for p in self.paths.values() {
             for h in &p.hops {
-                m.reserve(&h.instance, p.throughput_gbps, p.capacity).map_err(bad)?;
+                m.reserve(&h.instance, p.throughput_gbps, p.capacity)
+                    .map_err(bad)?;
             }
         }
         self.model = m;
@@ -269,11 +280,17 @@ impl Mediator {
             }
         }
         if svc.chain.is_empty() {
-            return Err(PlanError::Invalid("chain: needs at least one function".into()));
+            return Err(PlanError::Invalid(
+                "chain: needs at least one function".into(),
+            ));
         }
         let needs = Needs {
             throughput_gbps: svc.sla.min_throughput_gbps,
-            capacity: svc.chain.iter().map(|c| c.capacity_need).fold(0.0, f64::max),
+            capacity: svc
+                .chain
+                .iter()
+                .map(|c| c.capacity_need)
+                .fold(0.0, f64::max),
         };
         let configs: Vec<serde_json::Value> = svc
             .chain
@@ -294,9 +311,9 @@ impl Mediator {
                 "<state>",
                 id,
                 &nfx_chaining::InstanceSpec {
-                    id: id.clone(),
-                    function: r.spec.function.clone(),
-                    node: r.host.clone(),
+                    id: id.clone().into(),
+                    function: r.spec.function.clone().into(),
+                    node: r.host.clone().into(),
                     kind: r.tier.as_str().into(),
                     processing_latency_us: r.latency_us,
                     throughput_total_gbps: im.throughput_gbps.total,
@@ -308,10 +325,14 @@ impl Mediator {
             .map_err(|e| PlanError::Conflict(e.to_string()))?;
         }
         let sla = SlaSpec {
-            id: svc.id.clone(),
-            src_node: svc.ingress.clone(),
-            dst_node: svc.egress.clone(),
-            chain: svc.chain.iter().map(|c| c.function.clone()).collect(),
+            id: svc.id.clone().into(),
+            src_node: svc.ingress.clone().into(),
+            dst_node: svc.egress.clone().into(),
+            chain: svc
+                .chain
+                .iter()
+                .map(|c| c.function.clone().into())
+                .collect(),
             latency_bound_us: svc.sla.max_latency_us,
             throughput_gbps: needs.throughput_gbps,
             capacity_need: needs.capacity,
@@ -319,7 +340,12 @@ impl Mediator {
         let mut placer = Placer {
             model: self.model.clone(),
             service: &svc.id,
-            configs: &svc.chain.iter().map(|c| c.function.clone()).zip(configs.clone()).collect(),
+            configs: &svc
+                .chain
+                .iter()
+                .map(|c| c.function.clone())
+                .zip(configs.clone())
+                .collect(),
             taken: &self.instances,
             placed: Vec::new(),
         };
@@ -364,7 +390,9 @@ impl Mediator {
                 plan.placements.push(rec);
                 rows.insert(row.spec.id.clone(), row);
             } else {
-                model.destroy(&row.spec.id).map_err(|e| PlanError::Conflict(e.to_string()))?;
+                model
+                    .destroy(&row.spec.id)
+                    .map_err(|e| PlanError::Conflict(e.to_string()))?;
             }
         }
         let mut hops = Vec::new();
@@ -472,7 +500,9 @@ impl Mediator {
                     )));
                 }
                 if d == old.spec.device {
-                    return Err(PlanError::Invalid(format!("{instance} already runs on {d}")));
+                    return Err(PlanError::Invalid(format!(
+                        "{instance} already runs on {d}"
+                    )));
                 }
                 if !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
                     return Err(PlanError::Invalid(format!(
@@ -486,7 +516,9 @@ impl Mediator {
                     )));
                 }
                 if dm.throughput_gbps.free() < tp || dm.capacity.free() < cap {
-                    return Err(PlanError::Conflict(format!("device {d} has no room for {instance}")));
+                    return Err(PlanError::Conflict(format!(
+                        "device {d} has no room for {instance}"
+                    )));
                 }
                 dm
             }
@@ -603,7 +635,9 @@ impl Mediator {
                 Ok(json(&st))
             }
             Step::Configure { instance, config } => {
-                let st = self.vnfm_of(instance)?.configure_instance(instance, config)?;
+                let st = self
+                    .vnfm_of(instance)?
+                    .configure_instance(instance, config)?;
                 Ok(json(&st))
             }
             Step::Steer { service, hops, .. } => {
@@ -633,12 +667,10 @@ impl Mediator {
     /// Undoes a done step during rollback; `false` for a step that cannot be undone.
     pub fn undo(&mut self, step: &Step) -> Result<bool, VnfmError> {
         match step {
-            Step::Deploy { spec } => {
-                match self.vnfm_of(&spec.id)?.destruct_instance(&spec.id) {
-                    Ok(()) | Err(VnfmError::NotFound(_)) => Ok(true),
-                    Err(e) => Err(e),
-                }
-            }
+            Step::Deploy { spec } => match self.vnfm_of(&spec.id)?.destruct_instance(&spec.id) {
+                Ok(()) | Err(VnfmError::NotFound(_)) => Ok(true),
+                Err(e) => Err(e),
+            },
             Step::Configure { .. } => Ok(true),
             Step::Steer {
                 service, previous, ..
@@ -735,28 +767,45 @@ impl nfx_chaining::Mediator for Placer<'_> {
         };
         let devs = self.model.devices();
         let software = best_fit(
-            devs.iter().filter(fits).filter(|d| d.tier == Tier::Software),
+            devs.iter()
+                .filter(fits)
+                .filter(|d| d.tier == Tier::Software),
             needs.throughput_gbps,
             needs.capacity,
         );
         let (dev, reason) = match software {
-            Some(d) => (d, format!("software tier meets the SLA (latency {} ≤ budget {latency_budget_us:.3} µs)", d.latency_us)),
+            Some(d) => (
+                d,
+                format!(
+                    "software tier meets the SLA (latency {} ≤ budget {latency_budget_us:.3} µs)",
+                    d.latency_us
+                ),
+            ),
             None => {
                 let d = best_fit(
-                    devs.iter().filter(fits).filter(|d| d.tier != Tier::Software),
+                    devs.iter()
+                        .filter(fits)
+                        .filter(|d| d.tier != Tier::Software),
                     needs.throughput_gbps,
                     needs.capacity,
                 )?;
                 (d, format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room; best-fit {} device", d.tier.as_str()))
             }
         };
-        let (dev_id, host, tier, lat) = (dev.id.clone(), dev.host.clone(), dev.tier, dev.latency_us);
+        let (dev_id, host, tier, lat) =
+            (dev.id.clone(), dev.host.clone(), dev.tier, dev.latency_us);
         let base = format!("{}-{function}-", self.service);
         let id = (1..)
             .map(|n| format!("{base}{n}"))
             .find(|id| !self.taken.contains_key(id) && self.model.instance(id).is_none())?;
         self.model
-            .deploy(&id, function, &dev_id, needs.throughput_gbps, needs.capacity)
+            .deploy(
+                &id,
+                function,
+                &dev_id,
+                needs.throughput_gbps,
+                needs.capacity,
+            )
             .ok()?;
         let config = self
             .configs
@@ -791,9 +840,9 @@ impl nfx_chaining::Mediator for Placer<'_> {
             },
         ));
         Some(nfx_chaining::InstanceSpec {
-            id,
-            function: function.to_string(),
-            node: host,
+            id: id.into(),
+            function: function.into(),
+            node: host.into(),
             kind: tier.as_str().into(),
             processing_latency_us: lat,
             throughput_total_gbps: needs.throughput_gbps,

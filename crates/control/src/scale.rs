@@ -43,7 +43,12 @@ pub fn synthetic_infra(hosts: usize) -> anyhow::Result<Infrastructure> {
             y.push_str(&format!("  - {{ a: h{i}, b: h{j}, latency_us: 10 }}\n"));
         }
         let k = (i * 7 + 3) % hosts;
-        if hosts > 3 && k != i && k != j && (k + 1) % hosts != i && (i * 7 + 3) / hosts % 2 == 0 {
+        if hosts > 3
+            && k != i
+            && k != j
+            && (k + 1) % hosts != i
+            && ((i * 7 + 3) / hosts).is_multiple_of(2)
+        {
             y.push_str(&format!("  - {{ a: h{i}, b: h{k}, latency_us: 25 }}\n"));
         }
     }
@@ -152,6 +157,13 @@ mod tests {
         assert!(m.iter().flatten().all(|d| d.is_finite()));
         let r = bench_chain_placement(20, 4).unwrap();
         assert_eq!(r["services"], 4);
-        assert!(r["placements_by_tier"].as_object().unwrap().values().count() > 0);
+        assert!(
+            r["placements_by_tier"]
+                .as_object()
+                .unwrap()
+                .values()
+                .count()
+                > 0
+        );
     }
 }

@@ -63,7 +63,9 @@ pub fn build(cfg: &UpConfig) -> anyhow::Result<(Arc<Controller>, Arc<dyn Vnfm>)>
     if let Some(lc) = &cfg.local {
         for dev in lc.workers.keys() {
             if cfg.infra.device(dev).is_none() {
-                anyhow::bail!("local agent config: workers.{dev}: no such device in the infrastructure");
+                anyhow::bail!(
+                    "local agent config: workers.{dev}: no such device in the infrastructure"
+                );
             }
         }
         let local: Arc<dyn Vnfm> = Arc::new(LocalVnfm::new(lc.clone())?);
@@ -78,7 +80,10 @@ pub fn build(cfg: &UpConfig) -> anyhow::Result<(Arc<Controller>, Arc<dyn Vnfm>)>
         if cfg.infra.host_index(host).is_none() {
             anyhow::bail!("--agent {host}={url}: no such host in the infrastructure");
         }
-        map.set(host, Arc::new(RemoteVnfm::new(url, Some(cfg.token.to_string()))));
+        map.set(
+            host,
+            Arc::new(RemoteVnfm::new(url, Some(cfg.token.to_string()))),
+        );
     }
     let med = Mediator::new(cfg.infra.clone(), map, Arc::new(Enforcer::default()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -113,7 +118,9 @@ async fn shutdown_signal() {
 /// Runs controller + embedded agent until a signal arrives.
 pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
     let (ctl, agent_vnfm) = build(&cfg)?;
-    let summary = ctl.recover().map_err(|e| anyhow::anyhow!("reconciling: {e}"))?;
+    let summary = ctl
+        .recover()
+        .map_err(|e| anyhow::anyhow!("reconciling: {e}"))?;
     eprintln!("nfx up: reconciled: {summary}");
     ctl.start_executor();
     let state = Arc::new(ApiState {

@@ -179,8 +179,10 @@ impl Store {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        body.map(|b| serde_json::from_str(&b).map_err(|e| self.err(format!("{}/{id}: {e}", t.name()))))
-            .transpose()
+        body.map(|b| {
+            serde_json::from_str(&b).map_err(|e| self.err(format!("{}/{id}: {e}", t.name())))
+        })
+        .transpose()
     }
 
     /// Reads every document of a table, ordered by id.
@@ -284,7 +286,9 @@ mod tests {
         s.put(Table::Paths, "p", &json!("text")).unwrap();
         let e = s.get::<Vec<u8>>(Table::Paths, "p").unwrap_err();
         assert!(e.to_string().contains("paths/p"), "{e}");
-        let e = Store::open(Path::new("/nonexistent/dir/x.db")).err().unwrap();
+        let e = Store::open(Path::new("/nonexistent/dir/x.db"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("/nonexistent/dir/x.db"), "{e}");
         for i in 0..5 {
             s.batch(&[Write::Event(format!("k{i}"), json!(i))]).unwrap();

@@ -11,7 +11,10 @@ use std::time::Duration;
 use zeroize::Zeroizing;
 
 fn err(a: &nfx_control::client::Answer) -> String {
-    a.body["error"].as_str().unwrap_or_else(|| panic!("no error message in {a:?}")).to_string()
+    a.body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message in {a:?}"))
+        .to_string()
 }
 
 #[test]
@@ -24,7 +27,11 @@ fn openapi_document_validates_and_covers_every_route() {
     let doc: openapiv3::OpenAPI = serde_json::from_value(a.body.clone()).unwrap();
     assert!(doc.openapi.starts_with("3.0"));
     for (method, path, _, _) in ROUTES {
-        let item = doc.paths.paths.get(*path).unwrap_or_else(|| panic!("{path} undocumented"));
+        let item = doc
+            .paths
+            .paths
+            .get(*path)
+            .unwrap_or_else(|| panic!("{path} undocumented"));
         let item = item.as_item().unwrap();
         let op = match *method {
             "get" => &item.get,
@@ -37,7 +44,10 @@ fn openapi_document_validates_and_covers_every_route() {
         let concrete = path.replace("{id}", "nope");
         let ans = anon.send(&method.to_uppercase(), &concrete, None).unwrap();
         let msg = ans.body["error"].as_str().unwrap_or_default();
-        assert!(!msg.contains("no such route"), "{method} {path} is not served: {msg}");
+        assert!(
+            !msg.contains("no such route"),
+            "{method} {path} is not served: {msg}"
+        );
     }
     let a = anon.get("/api/v2/nothing").unwrap();
     assert_eq!(a.status, 404);
@@ -57,18 +67,28 @@ fn mutating_calls_need_the_token() {
         for a in [
             c.post("/api/v1/services", &svc).unwrap(),
             c.delete("/api/v1/services/web").unwrap(),
-            c.post("/api/v1/instances/x/migrate", &serde_json::json!({})).unwrap(),
-            c.post("/agent/v1/instances", &serde_json::json!({})).unwrap(),
+            c.post("/api/v1/instances/x/migrate", &serde_json::json!({}))
+                .unwrap(),
+            c.post("/agent/v1/instances", &serde_json::json!({}))
+                .unwrap(),
             c.delete("/agent/v1/instances/x").unwrap(),
-            c.send("PUT", "/agent/v1/instances/x/config", Some("{}")).unwrap(),
-            c.post("/agent/v1/migrations", &serde_json::json!({})).unwrap(),
+            c.send("PUT", "/agent/v1/instances/x/config", Some("{}"))
+                .unwrap(),
+            c.post("/agent/v1/migrations", &serde_json::json!({}))
+                .unwrap(),
         ] {
             assert_eq!(a.status, 401, "{a:?}");
             assert!(err(&a).contains("bearer token"));
         }
         assert_eq!(c.get("/api/v1/services").unwrap().status, 200);
     }
-    assert!(authed(&base).get("/api/v1/services").unwrap().body.as_array().unwrap().is_empty());
+    assert!(authed(&base)
+        .get("/api/v1/services")
+        .unwrap()
+        .body
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -93,26 +113,49 @@ fn bad_input_gets_400_with_the_field() {
     assert!(err(&a).contains("colour"));
     let a = c.send("POST", "/api/v1/services", Some("")).unwrap();
     assert_eq!(a.status, 400);
-    let a = c.send("POST", "/api/v1/services", Some("{not json")).unwrap();
+    let a = c
+        .send("POST", "/api/v1/services", Some("{not json"))
+        .unwrap();
     assert_eq!(a.status, 400);
-    let a = c.post("/api/v1/services", &service("web", "edge", "cloud", -5.0)).unwrap();
+    let a = c
+        .post("/api/v1/services", &service("web", "edge", "cloud", -5.0))
+        .unwrap();
     assert_eq!(a.status, 400);
     assert!(err(&a).contains("sla.max_latency_us"));
-    let a = c.post("/api/v1/services", &service("web", "moon", "cloud", 500.0)).unwrap();
+    let a = c
+        .post("/api/v1/services", &service("web", "moon", "cloud", 500.0))
+        .unwrap();
     assert_eq!(a.status, 400);
     assert!(err(&a).contains("unknown host \"moon\""), "{}", err(&a));
-    let a = c.post("/api/v1/services", &service("bad id", "edge", "cloud", 500.0)).unwrap();
+    let a = c
+        .post(
+            "/api/v1/services",
+            &service("bad id", "edge", "cloud", 500.0),
+        )
+        .unwrap();
     assert_eq!(a.status, 400);
     assert!(err(&a).starts_with("id:"));
     let a = c.get("/api/v1/events?limit=abc").unwrap();
     assert_eq!(a.status, 400);
     assert!(err(&a).contains("limit"));
-    let a = c.post("/api/v1/instances/x/migrate", &serde_json::json!({"device": 3})).unwrap();
+    let a = c
+        .post(
+            "/api/v1/instances/x/migrate",
+            &serde_json::json!({"device": 3}),
+        )
+        .unwrap();
     assert_eq!(a.status, 400);
-    let a = c.post("/agent/v1/instances", &serde_json::json!({"id": "a"})).unwrap();
+    let a = c
+        .post("/agent/v1/instances", &serde_json::json!({"id": "a"}))
+        .unwrap();
     assert_eq!(a.status, 400);
     assert!(err(&a).contains("missing field"));
-    let a = c.post("/agent/v1/migrations", &serde_json::json!({"old": 1, "new": "b"})).unwrap();
+    let a = c
+        .post(
+            "/agent/v1/migrations",
+            &serde_json::json!({"old": 1, "new": "b"}),
+        )
+        .unwrap();
     assert_eq!(a.status, 400);
 }
 
@@ -125,15 +168,24 @@ fn unknown_ids_get_404() {
         c.get("/api/v1/services/nope").unwrap(),
         c.delete("/api/v1/services/nope").unwrap(),
         c.get("/api/v1/instances/nope").unwrap(),
-        c.post("/api/v1/instances/nope/migrate", &serde_json::json!({})).unwrap(),
+        c.post("/api/v1/instances/nope/migrate", &serde_json::json!({}))
+            .unwrap(),
         c.get("/api/v1/operations/nope").unwrap(),
         c.get("/agent/v1/instances/nope").unwrap(),
         c.delete("/agent/v1/instances/nope").unwrap(),
-        c.send("PUT", "/agent/v1/instances/nope/config", Some("{}")).unwrap(),
-        c.post("/agent/v1/migrations", &serde_json::json!({"old": "a", "new": "b"})).unwrap(),
+        c.send("PUT", "/agent/v1/instances/nope/config", Some("{}"))
+            .unwrap(),
+        c.post(
+            "/agent/v1/migrations",
+            &serde_json::json!({"old": "a", "new": "b"}),
+        )
+        .unwrap(),
     ] {
         assert_eq!(a.status, 404, "{a:?}");
-        assert!(err(&a).contains("nope") || err(&a).contains("\"a\""), "{a:?}");
+        assert!(
+            err(&a).contains("nope") || err(&a).contains("\"a\""),
+            "{a:?}"
+        );
     }
 }
 
@@ -150,14 +202,24 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
     for p in plan.body["placements"].as_array().unwrap() {
         assert_eq!(p["tier"], "software", "{p}");
     }
-    assert!(c.get("/api/v1/instances").unwrap().body.as_array().unwrap().is_empty());
+    assert!(c
+        .get("/api/v1/instances")
+        .unwrap()
+        .body
+        .as_array()
+        .unwrap()
+        .is_empty());
 
     let op = c.post("/api/v1/services", &svc).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
     let id = op.body["id"].as_str().unwrap().to_string();
     let done = c.wait_operation(&id, Duration::from_secs(20)).unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
-    assert!(done["steps"].as_array().unwrap().iter().all(|s| s["status"] == "done"));
+    assert!(done["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["status"] == "done"));
 
     let again = c.post("/api/v1/services", &svc).unwrap();
     assert_eq!(again.status, 409);
@@ -174,13 +236,26 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
     assert_eq!(inst.body["state"]["status"], "running");
     assert_eq!(inst.body["state"]["config_version"], 2);
     assert_eq!(inst.body["vnfm"], "simulated");
-    assert!(inst.body["placement"]["reason"].as_str().unwrap().contains("software"));
+    assert!(inst.body["placement"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("software"));
     let agent_ids = c.get("/agent/v1/instances").unwrap().body;
     assert_eq!(agent_ids.as_array().unwrap().len(), 2);
 
-    let mv = c.post(&format!("/api/v1/instances/{fw}/migrate"), &serde_json::json!({"device": "nope"})).unwrap();
+    let mv = c
+        .post(
+            &format!("/api/v1/instances/{fw}/migrate"),
+            &serde_json::json!({"device": "nope"}),
+        )
+        .unwrap();
     assert_eq!(mv.status, 404);
-    let mv = c.post(&format!("/api/v1/instances/{fw}/migrate"), &serde_json::json!({})).unwrap();
+    let mv = c
+        .post(
+            &format!("/api/v1/instances/{fw}/migrate"),
+            &serde_json::json!({}),
+        )
+        .unwrap();
     assert_eq!(mv.status, 202, "{mv:?}");
     let labels: Vec<String> = mv.body["steps"]
         .as_array()
@@ -188,41 +263,87 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
         .iter()
         .map(|s| s["step"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(labels, ["deploy", "configure", "migrate", "steer", "destruct"]);
-    let done = c.wait_operation(mv.body["id"].as_str().unwrap(), Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        labels,
+        ["deploy", "configure", "migrate", "steer", "destruct"]
+    );
+    let done = c
+        .wait_operation(mv.body["id"].as_str().unwrap(), Duration::from_secs(20))
+        .unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
     let s = c.get("/api/v1/services/web").unwrap();
-    let new_fw = s.body["path"]["hops"][0]["instance"].as_str().unwrap().to_string();
+    let new_fw = s.body["path"]["hops"][0]["instance"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_ne!(new_fw, fw);
-    assert_eq!(c.get(&format!("/api/v1/instances/{fw}")).unwrap().status, 404);
-    assert_eq!(c.get(&format!("/api/v1/instances/{new_fw}")).unwrap().status, 200);
+    assert_eq!(
+        c.get(&format!("/api/v1/instances/{fw}")).unwrap().status,
+        404
+    );
+    assert_eq!(
+        c.get(&format!("/api/v1/instances/{new_fw}"))
+            .unwrap()
+            .status,
+        200
+    );
 
-    let fast = c.post("/api/v1/services", &service("fast", "edge", "edge", 20.0)).unwrap();
+    let fast = c
+        .post("/api/v1/services", &service("fast", "edge", "edge", 20.0))
+        .unwrap();
     assert_eq!(fast.status, 202, "{fast:?}");
-    c.wait_operation(fast.body["id"].as_str().unwrap(), Duration::from_secs(20)).unwrap();
+    c.wait_operation(fast.body["id"].as_str().unwrap(), Duration::from_secs(20))
+        .unwrap();
     let fs = c.get("/api/v1/services/fast").unwrap();
     for h in fs.body["path"]["hops"].as_array().unwrap() {
         assert_eq!(h["device"], "tt-edge", "{h}");
     }
-    let none = c.post("/api/v1/services", &service("imp", "edge", "cloud", 5.0)).unwrap();
+    let none = c
+        .post("/api/v1/services", &service("imp", "edge", "cloud", 5.0))
+        .unwrap();
     assert_eq!(none.status, 409);
-    assert!(err(&none).contains("no chain meets the SLA"), "{}", err(&none));
+    assert!(
+        err(&none).contains("no chain meets the SLA"),
+        "{}",
+        err(&none)
+    );
 
     let d = c.delete("/api/v1/services/web").unwrap();
     assert_eq!(d.status, 202);
-    let done = c.wait_operation(d.body["id"].as_str().unwrap(), Duration::from_secs(20)).unwrap();
+    let done = c
+        .wait_operation(d.body["id"].as_str().unwrap(), Duration::from_secs(20))
+        .unwrap();
     assert_eq!(done["state"], "COMPLETED");
     assert_eq!(done["steps"][0]["step"], "unsteer");
     assert_eq!(c.get("/api/v1/services/web").unwrap().status, 404);
     let left = c.get("/api/v1/instances").unwrap().body;
-    assert_eq!(left.as_array().unwrap().len(), 2, "only the `fast` service's instances stay");
+    assert_eq!(
+        left.as_array().unwrap().len(),
+        2,
+        "only the `fast` service's instances stay"
+    );
     let ev = c.get("/api/v1/events?limit=500").unwrap().body;
-    assert!(ev.as_array().unwrap().iter().any(|e| e["kind"] == "operation.completed"));
+    assert!(ev
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "operation.completed"));
 
     let m = c.get("/metrics").unwrap();
     let text = m.body.as_str().unwrap();
-    assert!(text.contains("nfx_operations{state=\"COMPLETED\"} 4"), "{text}");
-    assert!(text.contains("nfx_instances{status=\"running\"} 2"), "{text}");
-    assert!(text.contains("nfx_api_requests_total{method=\"POST\",route=\"/api/v1/services\",status=\"202\"} 2"), "{text}");
+    assert!(
+        text.contains("nfx_operations{state=\"COMPLETED\"} 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nfx_instances{status=\"running\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "nfx_api_requests_total{method=\"POST\",route=\"/api/v1/services\",status=\"202\"} 2"
+        ),
+        "{text}"
+    );
     assert!(text.contains("nfx_api_request_duration_seconds_count"));
 }

@@ -49,7 +49,11 @@ impl Vnfm for Recorder {
         self.note(format!("destruct {id} (steered by {users:?})"));
         self.sim.destruct_instance(id)
     }
-    fn configure_instance(&self, id: &str, c: &serde_json::Value) -> Result<InstanceState, VnfmError> {
+    fn configure_instance(
+        &self,
+        id: &str,
+        c: &serde_json::Value,
+    ) -> Result<InstanceState, VnfmError> {
         self.note(format!("configure {id}"));
         self.sim.configure_instance(id, c)
     }
@@ -75,7 +79,8 @@ fn setup(fail: Option<&str>) -> (Arc<Controller>, Arc<Recorder>, Arc<Enforcer>) 
         fail_function: fail.map(String::from),
     });
     let med = Mediator::new(infra, VnfmMap::new(rec.clone()), enforcer.clone()).unwrap();
-    let ctl = Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap();
+    let ctl =
+        Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap();
     (ctl, rec, enforcer)
 }
 
@@ -87,8 +92,15 @@ fn svc(id: &str, ingress: &str, egress: &str, bound: f64) -> Service {
 fn software_when_it_meets_the_sla_table_tier_otherwise() {
     let (ctl, _, _) = setup(None);
     let plan = ctl.plan(&svc("slow", "edge", "cloud", 500.0)).unwrap();
-    assert!(plan.placements.iter().all(|p| p.tier == nfx_model::Tier::Software), "{plan:?}");
-    assert!(plan.placements[0].reason.contains("software tier meets the SLA"));
+    assert!(
+        plan.placements
+            .iter()
+            .all(|p| p.tier == nfx_model::Tier::Software),
+        "{plan:?}"
+    );
+    assert!(plan.placements[0]
+        .reason
+        .contains("software tier meets the SLA"));
     let plan = ctl.plan(&svc("fast", "edge", "edge", 20.0)).unwrap();
     assert_eq!(plan.placements.len(), 2);
     for p in &plan.placements {
@@ -111,7 +123,10 @@ fn destroy_steers_away_before_destroying() {
     let destructs: Vec<&String> = log.iter().filter(|l| l.starts_with("destruct")).collect();
     assert_eq!(destructs.len(), 2, "{log:?}");
     for d in destructs {
-        assert!(d.ends_with("(steered by [])"), "destroyed while still steered: {d}");
+        assert!(
+            d.ends_with("(steered by [])"),
+            "destroyed while still steered: {d}"
+        );
     }
     assert!(enforcer.log().last().unwrap().starts_with("withdraw web"));
     assert!(rec.list_instances().unwrap().is_empty());

@@ -62,7 +62,9 @@ fn spawn(dir: &std::path::Path) -> (Guard, String) {
 fn sim_instances(dir: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string(dir.join("sim.json")).unwrap_or_else(|_| "{}".into());
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -80,13 +82,19 @@ fn sigkill_mid_deploy_then_restart_ends_consistent() {
     let op_id = op.body["id"].as_str().unwrap().to_string();
     let start = Instant::now();
     while sim_instances(&dir).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(20), "first deploy never landed");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "first deploy never landed"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     g.0.kill().unwrap();
     g.0.wait().unwrap();
     let at_kill = sim_instances(&dir);
-    assert!(!at_kill.is_empty() && at_kill.len() < 3, "kill did not land mid-operation: {at_kill:?}");
+    assert!(
+        !at_kill.is_empty() && at_kill.len() < 3,
+        "kill did not land mid-operation: {at_kill:?}"
+    );
 
     let (_g2, base2) = spawn(&dir);
     let c = authed(&base2);
@@ -121,7 +129,15 @@ fn sigkill_mid_deploy_then_restart_ends_consistent() {
         assert_eq!(s["status"], "failed");
     }
     let ev = c.get("/api/v1/events?limit=1000").unwrap().body;
-    assert!(ev.as_array().unwrap().iter().any(|e| e["kind"] == "operation.recovered"));
-    assert!(ev.as_array().unwrap().iter().any(|e| e["kind"] == "controller.reconciled"));
+    assert!(ev
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "operation.recovered"));
+    assert!(ev
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "controller.reconciled"));
     let _ = std::fs::remove_dir_all(&dir);
 }

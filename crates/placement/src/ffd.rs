@@ -36,7 +36,7 @@ pub fn ffd(inst: &Instance) -> Result<Vec<usize>> {
         let v = &inst.vnf_instances[m];
         let fits = |h: usize, free: &[u64], free_thr: &[u64]| {
             let d = &inst.devices[h];
-            d.functions.iter().any(|f| *f == v.function)
+            d.functions.contains(&v.function)
                 && d.latency_us <= v.latency_bound_us
                 && v.need_on(d.kind) <= free[h]
                 && v.throughput_gbps <= free_thr[h]

@@ -98,7 +98,7 @@ pub struct Instance {
 
 /// Why device `d` cannot host instance `v` on its own, or `None` if it can.
 pub fn host_reject(d: &Device, v: &VnfInstance) -> Option<&'static str> {
-    if !d.functions.iter().any(|f| *f == v.function) {
+    if !d.functions.contains(&v.function) {
         Some("function not supported")
     } else if d.latency_us > v.latency_bound_us {
         Some("latency above the bound")

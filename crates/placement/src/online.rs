@@ -63,7 +63,7 @@ pub fn best_fit(inst: &Instance) -> Result<Vec<usize>> {
             if d.latency_us > v.latency_bound_us
                 || need > free[h]
                 || v.throughput_gbps > free_thr[h]
-                || !d.functions.iter().any(|f| *f == v.function)
+                || !d.functions.contains(&v.function)
             {
                 continue;
             }

@@ -59,11 +59,11 @@ impl Pricer {
             .filter(|i| i.v > 1e-12 && i.copies > 0)
             .map(|i| {
                 let mut c = i.copies;
-                if i.w1 > 0 {
-                    c = c.min((cap1 / i.w1).min(u64::from(u32::MAX)) as u32);
+                if let Some(q) = cap1.checked_div(i.w1) {
+                    c = c.min(q.min(u64::from(u32::MAX)) as u32);
                 }
-                if i.w2 > 0 {
-                    c = c.min((cap2 / i.w2).min(u64::from(u32::MAX)) as u32);
+                if let Some(q) = cap2.checked_div(i.w2) {
+                    c = c.min(q.min(u64::from(u32::MAX)) as u32);
                 }
                 KItem { copies: c, ..*i }
             })
@@ -266,11 +266,11 @@ impl Pricer {
         }
         let it = self.order[k];
         let mut max = it.copies;
-        if it.w1 > 0 {
-            max = max.min((rem_a / it.w1) as u32);
+        if let Some(q) = rem_a.checked_div(it.w1) {
+            max = max.min(q.min(u64::from(u32::MAX)) as u32);
         }
-        if it.w2 > 0 {
-            max = max.min((rem_b / it.w2) as u32);
+        if let Some(q) = rem_b.checked_div(it.w2) {
+            max = max.min(q.min(u64::from(u32::MAX)) as u32);
         }
         for n in (0..=max).rev() {
             self.cur[k] = n;

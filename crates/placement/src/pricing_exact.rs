@@ -13,7 +13,11 @@ pub fn max_in_fill_range(
     let mut chunks: Vec<(usize, usize, f64, u32)> = Vec::new();
     for (i, &(w, c)) in items.iter().enumerate() {
         let w = usize::try_from(w).ok()?;
-        let mut left = c.min(if w == 0 { c } else { (cap_u / w) as u32 });
+        let mut left = c.min(
+            cap_u
+                .checked_div(w)
+                .map_or(c, |q| q.min(u32::MAX as usize) as u32),
+        );
         let mut k = 1u32;
         while left > 0 {
             let take = k.min(left);

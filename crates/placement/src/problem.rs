@@ -6,6 +6,10 @@
 use crate::instance::{host_reject, DeviceKind, Instance};
 use std::collections::HashMap;
 
+/// What makes two devices interchangeable: kind, functions, cost, capacity,
+/// latency and throughput.
+type ModelKey<'a> = (DeviceKind, Vec<&'a str>, u64, u64, u64, u64);
+
 /// A group of identical devices.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -61,8 +65,7 @@ impl Problem {
         let mut models: Vec<Model> = Vec::new();
         let mut model_of = Vec::with_capacity(inst.devices.len());
         let mut type_of = Vec::with_capacity(inst.vnf_instances.len());
-        let mut model_key: HashMap<(DeviceKind, Vec<&str>, u64, u64, u64, u64), usize> =
-            HashMap::new();
+        let mut model_key: HashMap<ModelKey, usize> = HashMap::new();
         for (h, d) in inst.devices.iter().enumerate() {
             let mut f: Vec<&str> = d.functions.iter().map(String::as_str).collect();
             f.sort_unstable();

@@ -185,7 +185,7 @@ impl Master {
         let mut iter = 0usize;
         loop {
             iter += 1;
-            if iter % 32 == 0 && Instant::now() >= deadline {
+            if iter.is_multiple_of(32) && Instant::now() >= deadline {
                 return LpStatus::TimeLimit;
             }
             if self.since_refactor >= REFACTOR_EVERY.max(self.m) {

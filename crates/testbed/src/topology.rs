@@ -636,7 +636,7 @@ mod tests {
         )
         .unwrap();
         let rep = Testbed::attach(spec.clone()).unwrap().down().unwrap();
-        assert_eq!(rep.skipped, [ns.clone()]);
+        assert_eq!(rep.skipped, std::slice::from_ref(&ns));
         assert!(netns::exists(&ns));
         let err = Testbed::up(spec).unwrap_err();
         assert!(format!("{err:#}").contains("not made by nfx"));

@@ -2,5 +2,13 @@
 //! batches on an `nfx_accel` engine that can be switched live (DESIGN.md, "Tunnels").
 
 pub mod config;
+pub mod em;
+pub mod endpoint;
 pub mod esp;
 pub mod replay;
+pub mod stats;
+pub mod sys;
+pub mod worker;
+
+pub use config::Config;
+pub use endpoint::run;

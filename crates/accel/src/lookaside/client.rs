@@ -18,8 +18,9 @@ use crate::{
 };
 
 /// How long the device may show no heartbeat while work is pending before the client
-/// declares it hung and fails over.
-pub const STALL_TIMEOUT: Duration = Duration::from_millis(300);
+/// declares it hung and fails over (long enough for a device starved by a loaded
+/// machine; a device that dies is noticed at once through its socket).
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Reply timeout of control requests (session create/destroy).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an idle-looking client probes the socket and heartbeat.
@@ -64,6 +65,7 @@ pub struct LookasideEngine {
     heartbeat: u64,
     heartbeat_at: Instant,
     stats: EngineStats,
+    failover_reason: Option<String>,
 }
 
 fn connect_socket(path: &Path) -> Result<OwnedFd, AccelError> {
@@ -169,6 +171,7 @@ impl LookasideEngine {
             last_probe: now,
             heartbeat_at: now,
             stats: EngineStats::default(),
+            failover_reason: None,
         })
     }
 
@@ -327,6 +330,7 @@ impl LookasideEngine {
             self.fallback_kind
         );
         self.fallback = Some(fb);
+        self.failover_reason = Some(why.to_string());
     }
 
     /// Turns a finished ring entry into a completion (copying a bounce buffer back).
@@ -558,5 +562,9 @@ impl Engine for LookasideEngine {
 
     fn stats(&self) -> EngineStats {
         self.stats
+    }
+
+    fn failover_reason(&self) -> Option<&str> {
+        self.failover_reason.as_deref()
     }
 }

@@ -6,7 +6,9 @@ use std::fmt::Write;
 use std::sync::Mutex;
 
 /// Latency histogram bucket bounds, seconds.
-const BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5];
+const BUCKETS: [f64; 10] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
+];
 
 #[derive(Default)]
 struct Histogram {
@@ -15,10 +17,13 @@ struct Histogram {
     count: u64,
 }
 
+/// Request counts by (method, route, status).
+type Counters = BTreeMap<(String, String, u16), u64>;
+
 /// API request counters.
 #[derive(Default)]
 pub struct ApiMetrics {
-    inner: Mutex<(BTreeMap<(String, String, u16), u64>, BTreeMap<String, Histogram>)>,
+    inner: Mutex<(Counters, BTreeMap<String, Histogram>)>,
 }
 
 impl ApiMetrics {
@@ -63,14 +68,28 @@ impl ApiMetrics {
                 "nfx_api_request_duration_seconds_bucket{{route=\"{r}\",le=\"+Inf\"}} {}",
                 h.count
             );
-            let _ = writeln!(out, "nfx_api_request_duration_seconds_sum{{route=\"{r}\"}} {}", h.sum);
-            let _ = writeln!(out, "nfx_api_request_duration_seconds_count{{route=\"{r}\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "nfx_api_request_duration_seconds_sum{{route=\"{r}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "nfx_api_request_duration_seconds_count{{route=\"{r}\"}} {}",
+                h.count
+            );
         }
     }
 }
 
 /// Appends one gauge family with a label.
-pub fn gauge(out: &mut String, name: &str, help: &str, label: &str, values: &BTreeMap<String, u64>) {
+pub fn gauge(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &BTreeMap<String, u64>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     for (k, v) in values {
         let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {v}", escape(k));
@@ -79,7 +98,9 @@ pub fn gauge(out: &mut String, name: &str, help: &str, label: &str, values: &BTr
 
 /// Escapes a label value.
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -97,7 +118,13 @@ mod tests {
         assert!(s.contains("route=\"/a\",le=\"0.0025\"} 1"));
         assert!(s.contains("route=\"/a\",le=\"+Inf\"} 2"));
         let mut g = String::new();
-        gauge(&mut g, "x", "h", "state", &BTreeMap::from([("a\"b".to_string(), 3)]));
+        gauge(
+            &mut g,
+            "x",
+            "h",
+            "state",
+            &BTreeMap::from([("a\"b".to_string(), 3)]),
+        );
         assert!(g.contains("x{state=\"a\\\"b\"} 3"), "{g}");
     }
 }

@@ -84,7 +84,10 @@ pub fn require_token(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
 /// Parses a JSON body into `T`; the message names the field and the problem.
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     if body.is_empty() {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "request body: expected a JSON document, got nothing".into()));
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "request body: expected a JSON document, got nothing".into(),
+        ));
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("request body: {e}")))
@@ -107,7 +110,10 @@ fn ok<T: serde::Serialize>(code: StatusCode, v: T) -> ApiResult {
 /// The whole router: controller API, agent API for `agent_vnfm` (if any), docs, metrics.
 pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router {
     let api = Router::new()
-        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/metrics", get(metrics_handler))
         .route("/api/v1/plan", post(plan))
@@ -124,8 +130,13 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         Some(v) => api.merge(agent::router(v, state.token.clone())),
         None => api,
     };
-    api.fallback(|| async { ApiError(StatusCode::NOT_FOUND, "no such route; see /openapi.json".into()) })
-        .layer(axum::middleware::from_fn_with_state(state, track))
+    api.fallback(|| async {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            "no such route; see /openapi.json".into(),
+        )
+    })
+    .layer(axum::middleware::from_fn_with_state(state, track))
 }
 
 /// Middleware: counts every request and its latency by route.
@@ -138,40 +149,58 @@ async fn track(State(st): State<Arc<ApiState>>, req: Request, next: Next) -> Res
     let method = req.method().clone();
     let t = Instant::now();
     let resp = next.run(req).await;
-    st.metrics
-        .record(method.as_str(), &route, resp.status().as_u16(), t.elapsed().as_secs_f64());
+    st.metrics.record(
+        method.as_str(),
+        &route,
+        resp.status().as_u16(),
+        t.elapsed().as_secs_f64(),
+    );
     resp
 }
 
 async fn metrics_handler(State(st): State<Arc<ApiState>>) -> ApiResult {
     let ctl = st.ctl.clone();
-    let (ops, instances, services) = blocking(move || {
-        Ok((ctl.operations()?, ctl.instances()?, ctl.services()?))
-    })
-    .await?;
+    let (ops, instances, services) =
+        blocking(move || Ok((ctl.operations()?, ctl.instances()?, ctl.services()?))).await?;
     let mut out = String::new();
-    let mut by_state: BTreeMap<String, u64> =
-        OpState::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+    let mut by_state: BTreeMap<String, u64> = OpState::ALL
+        .iter()
+        .map(|s| (s.as_str().to_string(), 0))
+        .collect();
     for o in &ops {
         *by_state.entry(o.state.as_str().into()).or_default() += 1;
     }
-    metrics::gauge(&mut out, "nfx_operations", "Operations by SOL003 state.", "state", &by_state);
+    metrics::gauge(
+        &mut out,
+        "nfx_operations",
+        "Operations by SOL003 state.",
+        "state",
+        &by_state,
+    );
     let mut inst: BTreeMap<String, u64> = BTreeMap::new();
     for i in &instances {
         *inst.entry(i.status.clone()).or_default() += 1;
     }
-    metrics::gauge(&mut out, "nfx_instances", "VNF instances by status.", "status", &inst);
+    metrics::gauge(
+        &mut out,
+        "nfx_instances",
+        "VNF instances by status.",
+        "status",
+        &inst,
+    );
     let mut svc: BTreeMap<String, u64> = BTreeMap::new();
     for s in &services {
         *svc.entry(s.status.clone()).or_default() += 1;
     }
-    metrics::gauge(&mut out, "nfx_services", "Services by status.", "status", &svc);
+    metrics::gauge(
+        &mut out,
+        "nfx_services",
+        "Services by status.",
+        "status",
+        &svc,
+    );
     st.metrics.render(&mut out);
-    Ok((
-        [("content-type", "text/plain; version=0.0.4")],
-        out,
-    )
-        .into_response())
+    Ok(([("content-type", "text/plain; version=0.0.4")], out).into_response())
 }
 
 async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
@@ -184,7 +213,10 @@ async fn deploy(State(st): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes
     require_token(&headers, &st.token)?;
     let svc = parse_body(&body)?;
     let ctl = st.ctl.clone();
-    ok(StatusCode::ACCEPTED, blocking(move || ctl.deploy(svc)).await?)
+    ok(
+        StatusCode::ACCEPTED,
+        blocking(move || ctl.deploy(svc)).await?,
+    )
 }
 
 async fn list_services(State(st): State<Arc<ApiState>>) -> ApiResult {
@@ -204,7 +236,10 @@ async fn destroy(
 ) -> ApiResult {
     require_token(&headers, &st.token)?;
     let ctl = st.ctl.clone();
-    ok(StatusCode::ACCEPTED, blocking(move || ctl.destroy(&id)).await?)
+    ok(
+        StatusCode::ACCEPTED,
+        blocking(move || ctl.destroy(&id)).await?,
+    )
 }
 
 async fn list_instances(State(st): State<Arc<ApiState>>) -> ApiResult {
@@ -261,12 +296,16 @@ async fn events(
 ) -> ApiResult {
     let limit = match q.get("limit") {
         None => 100,
-        Some(s) => s.parse::<usize>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| {
-            ApiError(
-                StatusCode::BAD_REQUEST,
-                format!("query `limit`: {s:?} is not an integer in 1..=10000"),
-            )
-        })?,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("query `limit`: {s:?} is not an integer in 1..=10000"),
+                )
+            })?,
     };
     let ctl = st.ctl.clone();
     ok(StatusCode::OK, blocking(move || ctl.events(limit)).await?)
@@ -274,5 +313,8 @@ async fn events(
 
 /// Methods that change state (for documentation and tests).
 pub fn is_mutating(m: &Method) -> bool {
-    matches!(*m, Method::POST | Method::PUT | Method::DELETE | Method::PATCH)
+    matches!(
+        *m,
+        Method::POST | Method::PUT | Method::DELETE | Method::PATCH
+    )
 }

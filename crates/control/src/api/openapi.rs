@@ -8,23 +8,93 @@ pub const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ("get", "/healthz", "Liveness probe.", None),
     ("get", "/openapi.json", "This document.", None),
     ("get", "/metrics", "Prometheus text metrics.", None),
-    ("post", "/api/v1/plan", "Dry-run chaining and placement of a service (nothing is reserved).", Some("Service")),
+    (
+        "post",
+        "/api/v1/plan",
+        "Dry-run chaining and placement of a service (nothing is reserved).",
+        Some("Service"),
+    ),
     ("get", "/api/v1/services", "List services.", None),
-    ("post", "/api/v1/services", "Deploy a service: chain, place, deploy, steer (asynchronous operation).", Some("Service")),
-    ("get", "/api/v1/services/{id}", "One service with its hop-by-hop path.", None),
-    ("delete", "/api/v1/services/{id}", "Destroy a service: steer away, then destroy its instances.", None),
+    (
+        "post",
+        "/api/v1/services",
+        "Deploy a service: chain, place, deploy, steer (asynchronous operation).",
+        Some("Service"),
+    ),
+    (
+        "get",
+        "/api/v1/services/{id}",
+        "One service with its hop-by-hop path.",
+        None,
+    ),
+    (
+        "delete",
+        "/api/v1/services/{id}",
+        "Destroy a service: steer away, then destroy its instances.",
+        None,
+    ),
     ("get", "/api/v1/instances", "List VNF instances.", None),
-    ("get", "/api/v1/instances/{id}", "One instance, its placement and live state from its VNFM.", None),
-    ("post", "/api/v1/instances/{id}/migrate", "Migrate an instance with its flow state.", Some("MigrateRequest")),
+    (
+        "get",
+        "/api/v1/instances/{id}",
+        "One instance, its placement and live state from its VNFM.",
+        None,
+    ),
+    (
+        "post",
+        "/api/v1/instances/{id}/migrate",
+        "Migrate an instance with its flow state.",
+        Some("MigrateRequest"),
+    ),
     ("get", "/api/v1/operations", "List operations.", None),
-    ("get", "/api/v1/operations/{id}", "One operation with its journaled steps.", None),
-    ("get", "/api/v1/events", "The last events (query `limit`, 1..=10000, default 100).", None),
-    ("get", "/agent/v1/instances", "Agent: ids of the instances it holds.", None),
-    ("post", "/agent/v1/instances", "Agent: deploy_instance.", Some("InstanceSpec")),
-    ("get", "/agent/v1/instances/{id}", "Agent: get_instance_state.", None),
-    ("delete", "/agent/v1/instances/{id}", "Agent: destruct_instance.", None),
-    ("put", "/agent/v1/instances/{id}/config", "Agent: configure_instance (body: the configuration).", Some("Config")),
-    ("post", "/agent/v1/migrations", "Agent: migrate_instance(old, new, flows).", Some("AgentMigrate")),
+    (
+        "get",
+        "/api/v1/operations/{id}",
+        "One operation with its journaled steps.",
+        None,
+    ),
+    (
+        "get",
+        "/api/v1/events",
+        "The last events (query `limit`, 1..=10000, default 100).",
+        None,
+    ),
+    (
+        "get",
+        "/agent/v1/instances",
+        "Agent: ids of the instances it holds.",
+        None,
+    ),
+    (
+        "post",
+        "/agent/v1/instances",
+        "Agent: deploy_instance.",
+        Some("InstanceSpec"),
+    ),
+    (
+        "get",
+        "/agent/v1/instances/{id}",
+        "Agent: get_instance_state.",
+        None,
+    ),
+    (
+        "delete",
+        "/agent/v1/instances/{id}",
+        "Agent: destruct_instance.",
+        None,
+    ),
+    (
+        "put",
+        "/agent/v1/instances/{id}/config",
+        "Agent: configure_instance (body: the configuration).",
+        Some("Config"),
+    ),
+    (
+        "post",
+        "/agent/v1/migrations",
+        "Agent: migrate_instance(old, new, flows).",
+        Some("AgentMigrate"),
+    ),
 ];
 
 fn schema(name: &str) -> Value {
@@ -34,18 +104,30 @@ fn schema(name: &str) -> Value {
 fn response_schema(method: &str, path: &str) -> Option<(&'static str, Value)> {
     Some(match (method, path) {
         ("get", "/metrics") => return None,
-        ("post", "/api/v1/services") | ("delete", "/api/v1/services/{id}")
+        ("post", "/api/v1/services")
+        | ("delete", "/api/v1/services/{id}")
         | ("post", "/api/v1/instances/{id}/migrate") => ("202", schema("Operation")),
         ("get", "/api/v1/operations/{id}") => ("200", schema("Operation")),
-        ("get", "/api/v1/operations") => ("200", json!({"type": "array", "items": schema("Operation")})),
-        ("get", "/api/v1/services") => ("200", json!({"type": "array", "items": schema("ServiceRow")})),
-        ("get", "/api/v1/instances") => ("200", json!({"type": "array", "items": schema("InstanceRow")})),
+        ("get", "/api/v1/operations") => (
+            "200",
+            json!({"type": "array", "items": schema("Operation")}),
+        ),
+        ("get", "/api/v1/services") => (
+            "200",
+            json!({"type": "array", "items": schema("ServiceRow")}),
+        ),
+        ("get", "/api/v1/instances") => (
+            "200",
+            json!({"type": "array", "items": schema("InstanceRow")}),
+        ),
         ("get", "/api/v1/events") => ("200", json!({"type": "array", "items": schema("Event")})),
         ("post", "/agent/v1/instances") => ("201", schema("InstanceState")),
         ("get", "/agent/v1/instances/{id}") | ("put", "/agent/v1/instances/{id}/config") => {
             ("200", schema("InstanceState"))
         }
-        ("get", "/agent/v1/instances") => ("200", json!({"type": "array", "items": {"type": "string"}})),
+        ("get", "/agent/v1/instances") => {
+            ("200", json!({"type": "array", "items": {"type": "string"}}))
+        }
         ("post", "/agent/v1/migrations") => ("200", schema("MigrateReport")),
         ("delete", "/agent/v1/instances/{id}") => ("204", Value::Null),
         _ => ("200", json!({"type": "object"})),

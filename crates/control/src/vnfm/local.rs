@@ -344,8 +344,7 @@ impl Vnfm for LocalVnfm {
     ) -> Result<MigrateReport, VnfmError> {
         if !flows.is_empty() {
             return Err(VnfmError::Invalid(
-                "the local dataplane migrates a node's whole flow table; pass no flow list"
-                    .into(),
+                "the local dataplane migrates a node's whole flow table; pass no flow list".into(),
             ));
         }
         let g = self.lock();
@@ -459,7 +458,8 @@ mod tests {
         assert!(v.list_instances().unwrap().is_empty());
         let e = ask(&dir.join("none.sock"), &serde_json::json!({})).unwrap_err();
         assert!(matches!(e, VnfmError::Unavailable(_)));
-        let bad: Result<LocalConfig, _> = serde_yaml_ng::from_str("run_dir: /x\nworkers: {}\nextra: 1\n");
+        let bad: Result<LocalConfig, _> =
+            serde_yaml_ng::from_str("run_dir: /x\nworkers: {}\nextra: 1\n");
         assert!(bad.unwrap_err().to_string().contains("extra"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -36,9 +36,7 @@ impl RemoteVnfm {
 }
 
 /// Maps an HTTP answer back onto the VNFM error kinds.
-fn call(
-    res: Result<ureq::Response, ureq::Error>,
-) -> Result<serde_json::Value, VnfmError> {
+fn call(res: Result<ureq::Response, ureq::Error>) -> Result<serde_json::Value, VnfmError> {
     match res {
         Ok(r) if r.status() == 204 => Ok(serde_json::Value::Null),
         Ok(r) => r
@@ -84,7 +82,11 @@ impl Vnfm for RemoteVnfm {
     }
 
     fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
-        call(self.req("DELETE", &format!("/instances/{}", seg(id))).call()).map(|_| ())
+        call(
+            self.req("DELETE", &format!("/instances/{}", seg(id)))
+                .call(),
+        )
+        .map(|_| ())
     }
 
     fn configure_instance(

@@ -140,15 +140,14 @@ impl Vnfm for SimVnfm {
             .devices
             .get(&spec.device)
             .ok_or_else(|| VnfmError::NotFound(format!("device {:?}", spec.device)))?;
-        if !dev.functions.iter().any(|f| *f == spec.function) {
+        if !dev.functions.contains(&spec.function) {
             return Err(VnfmError::Invalid(format!(
                 "device {:?} does not run function {:?}",
                 spec.device, spec.function
             )));
         }
-        if !(spec.throughput_gbps.is_finite() && spec.throughput_gbps >= 0.0)
-            || !(spec.capacity.is_finite() && spec.capacity >= 0.0)
-        {
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if !valid(spec.throughput_gbps) || !valid(spec.capacity) {
             return Err(VnfmError::Invalid(
                 "throughput_gbps and capacity must be finite and >= 0".into(),
             ));
@@ -254,7 +253,9 @@ impl Vnfm for SimVnfm {
 
     fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
         let g = self.lock();
-        g.get(id).map(|i| self.state(i)).ok_or_else(|| not_found(id))
+        g.get(id)
+            .map(|i| self.state(i))
+            .ok_or_else(|| not_found(id))
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
@@ -326,7 +327,9 @@ devices:
             .unwrap();
         assert_eq!(st.config_version, 2);
         v.inject_flows("a", 10).unwrap();
-        let r = v.migrate_instance("a", "b", &["k1".into(), "k2".into()]).unwrap();
+        let r = v
+            .migrate_instance("a", "b", &["k1".into(), "k2".into()])
+            .unwrap();
         assert_eq!(r.flows, 2);
         let r = v.migrate_instance("a", "b", &[]).unwrap();
         assert_eq!(r.flows, 8);

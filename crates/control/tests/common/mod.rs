@@ -41,7 +41,10 @@ pub fn wait_ready(file: &std::path::Path) -> String {
                 return s;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "server never became ready");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "server never became ready"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -49,7 +49,10 @@ struct Record {
     engine: String,
     alg: String,
     bytes: usize,
+    /// MB/s per CPU-second of the submitting thread (openssl: per CPU user second).
     mbps: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mbps_wall: Option<f64>,
     lat_p50_ns: u64,
     lat_p99_ns: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,8 +125,8 @@ fn openssl_parts(alg: Alg) -> Option<Vec<Vec<&'static str>>> {
 fn openssl_rate(args: &[&str], bytes: usize, masked: bool) -> anyhow::Result<f64> {
     let mut cmd = Command::new("openssl");
     cmd.arg("speed").arg("-mr").args(args);
-    // Wall-clock time, as nfx's own figures (openssl defaults to CPU user time).
-    cmd.args(["-elapsed", "-bytes", &bytes.to_string(), "-seconds", "1"]);
+    // openssl divides by CPU user time, as nfx's `mbps` does.
+    cmd.args(["-bytes", &bytes.to_string(), "-seconds", "1"]);
     if masked {
         cmd.env("OPENSSL_ia32cap", OPENSSL_MASK);
     }
@@ -154,6 +157,7 @@ fn openssl_record(alg: Alg, bytes: usize, masked: bool) -> anyhow::Result<Option
         alg: alg.as_str().into(),
         bytes,
         mbps,
+        mbps_wall: None,
         lat_p50_ns: ns.round() as u64,
         lat_p99_ns: ns.round() as u64,
         batch_p50_ns: None,
@@ -182,11 +186,14 @@ fn print_table(records: &[Record]) {
     let ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
     for r in records {
         println!(
-            "{:<15} {:<28} {:>6} {:>10.1} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+            "{:<15} {:<28} {:>6} {:>10.1} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
             r.engine,
             r.alg,
             r.bytes,
             r.mbps,
+            r.mbps_wall
+                .map(|v| format!("{v:.1}"))
+                .unwrap_or_else(|| "-".into()),
             ratio(r.ratio_openssl),
             ratio(r.ratio_openssl_masked),
             r.lat_p50_ns,
@@ -224,23 +231,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = pin_to_core(0);
     let mut records = Vec::new();
     for kind in kinds {
-        let (mut engine, _dev): (Box<dyn Engine>, Option<DeviceProcess>) = match kind {
-            EngineKind::Soft => (soft_engine(), None),
-            EngineKind::Cpu => (cpu_engine(), None),
+        let mut dev = None;
+        let mut local;
+        let mut remote;
+        let engine: &mut dyn Engine = match kind {
+            EngineKind::Soft | EngineKind::Cpu => {
+                local = if kind == EngineKind::Soft {
+                    soft_engine()
+                } else {
+                    cpu_engine()
+                };
+                local.as_mut()
+            }
             EngineKind::Lookaside => {
                 let (d, e) = start_device(args.device_core)?;
-                (Box::new(e), Some(d))
+                dev = Some(d);
+                remote = e;
+                &mut remote
             }
         };
         for alg in Alg::ALL {
             for &bytes in sizes {
-                let m = measure(engine.as_mut(), alg, bytes, &spec)
+                let m = measure(engine, alg, bytes, &spec)
                     .with_context(|| format!("{kind} {alg} {bytes} B"))?;
                 records.push(Record {
                     engine: kind.as_str().into(),
                     alg: alg.as_str().into(),
                     bytes,
                     mbps: m.mbps,
+                    mbps_wall: Some(m.mbps_wall),
                     lat_p50_ns: m.lat_p50_ns,
                     lat_p99_ns: m.lat_p99_ns,
                     batch_p50_ns: Some(m.batch_p50_ns),
@@ -250,11 +269,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ratio_openssl_masked: None,
                     lat_kind: "measured",
                 });
+                if engine.stats().failovers > 0 {
+                    bail!(
+                        "the lookaside device failed during {alg} {bytes} B ({}): its figures would be the fallback's",
+                        engine.failover_reason().unwrap_or("unknown reason")
+                    );
+                }
             }
         }
-        if engine.stats().failovers > 0 {
-            bail!("the lookaside device failed during the benchmark");
-        }
+        drop(dev);
     }
     if !args.no_openssl {
         let (algs, osizes): (&[Alg], &[usize]) = if args.quick {

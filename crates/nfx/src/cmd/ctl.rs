@@ -196,7 +196,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     run_up(UpConfig {
         sim: SimConfig {
             deploy_delay: Duration::from_millis(a.sim_deploy_ms),
-            state_file: Some(a.sim_state.unwrap_or_else(|| a.db.with_extension("sim.json"))),
+            state_file: Some(
+                a.sim_state
+                    .unwrap_or_else(|| a.db.with_extension("sim.json")),
+            ),
         },
         db: a.db,
         listen: a.listen,
@@ -227,11 +230,18 @@ fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
 }
 
 /// Fails with the server's message unless the status is `want`.
-fn expect(a: nfx_control::client::Answer, want: &[u16], what: &str) -> anyhow::Result<serde_json::Value> {
+fn expect(
+    a: nfx_control::client::Answer,
+    want: &[u16],
+    what: &str,
+) -> anyhow::Result<serde_json::Value> {
     if want.contains(&a.status) {
         return Ok(a.body);
     }
-    let msg = a.body["error"].as_str().map(String::from).unwrap_or_else(|| a.body.to_string());
+    let msg = a.body["error"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| a.body.to_string());
     bail!("{what}: HTTP {}: {msg}", a.status)
 }
 
@@ -266,7 +276,11 @@ fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
             continue;
         }
         let op = expect(cl.post("/api/v1/services", &s)?, &[202], &what)?;
-        let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+        let op = if a.no_wait {
+            op
+        } else {
+            wait(&cl, &op, &what)?
+        };
         show(&a.conn, &op)?;
     }
     Ok(())
@@ -291,20 +305,41 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
     let instances = expect(cl.get("/api/v1/instances")?, &[200], "instances")?;
     let ops = expect(cl.get("/api/v1/operations")?, &[200], "operations")?;
     if a.conn.json {
-        println!("{}", serde_json::json!({"services": services, "instances": instances, "operations": ops}));
+        println!(
+            "{}",
+            serde_json::json!({"services": services, "instances": instances, "operations": ops})
+        );
         return Ok(());
     }
     println!("services:");
     for s in services.as_array().into_iter().flatten() {
-        println!("  {:<20} {:<11} op {}", s["service"]["id"].as_str().unwrap_or("?"), s["status"].as_str().unwrap_or("?"), s["operation"].as_str().unwrap_or("?"));
+        println!(
+            "  {:<20} {:<11} op {}",
+            s["service"]["id"].as_str().unwrap_or("?"),
+            s["status"].as_str().unwrap_or("?"),
+            s["operation"].as_str().unwrap_or("?")
+        );
     }
     println!("instances:");
     for i in instances.as_array().into_iter().flatten() {
-        println!("  {:<28} {:<9} {:<12} {:<10} {}", i["spec"]["id"].as_str().unwrap_or("?"), i["spec"]["function"].as_str().unwrap_or("?"), i["spec"]["device"].as_str().unwrap_or("?"), i["tier"].as_str().unwrap_or("?"), i["status"].as_str().unwrap_or("?"));
+        println!(
+            "  {:<28} {:<9} {:<12} {:<10} {}",
+            i["spec"]["id"].as_str().unwrap_or("?"),
+            i["spec"]["function"].as_str().unwrap_or("?"),
+            i["spec"]["device"].as_str().unwrap_or("?"),
+            i["tier"].as_str().unwrap_or("?"),
+            i["status"].as_str().unwrap_or("?")
+        );
     }
     println!("operations:");
     for o in ops.as_array().into_iter().flatten() {
-        println!("  {:<8} {:<8} {:<20} {}", o["id"].as_str().unwrap_or("?"), o["kind"].as_str().unwrap_or("?"), o["target"].as_str().unwrap_or("?"), o["state"].as_str().unwrap_or("?"));
+        println!(
+            "  {:<8} {:<8} {:<20} {}",
+            o["id"].as_str().unwrap_or("?"),
+            o["kind"].as_str().unwrap_or("?"),
+            o["target"].as_str().unwrap_or("?"),
+            o["state"].as_str().unwrap_or("?")
+        );
     }
     Ok(())
 }
@@ -316,16 +351,32 @@ fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
         None => serde_json::json!({}),
     };
     let what = format!("migrate {}", a.instance);
-    let op = expect(cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?, &[202], &what)?;
-    let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+    let op = expect(
+        cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?,
+        &[202],
+        &what,
+    )?;
+    let op = if a.no_wait {
+        op
+    } else {
+        wait(&cl, &op, &what)?
+    };
     show(&a.conn, &op)
 }
 
 fn destroy(a: DestroyArgs) -> anyhow::Result<()> {
     let cl = client(&a.conn)?;
     let what = format!("destroy {}", a.service);
-    let op = expect(cl.delete(&format!("/api/v1/services/{}", a.service))?, &[202], &what)?;
-    let op = if a.no_wait { op } else { wait(&cl, &op, &what)? };
+    let op = expect(
+        cl.delete(&format!("/api/v1/services/{}", a.service))?,
+        &[202],
+        &what,
+    )?;
+    let op = if a.no_wait {
+        op
+    } else {
+        wait(&cl, &op, &what)?
+    };
     show(&a.conn, &op)
 }
 

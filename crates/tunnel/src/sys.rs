@@ -1,0 +1,340 @@
+//! Thin OS wrappers the endpoint needs: the TUN device, batched UDP I/O
+//! (recvmmsg/sendmmsg), entering a network namespace and per-thread CPU time.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::Command;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+
+/// An open TUN device (IFF_TUN | IFF_NO_PI, non-blocking).
+pub struct Tun {
+    fd: OwnedFd,
+    /// Interface name the kernel assigned.
+    pub name: String,
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl Tun {
+    /// Creates TUN `name` in the calling thread's namespace, sets MTU and address, up.
+    pub fn open(name: &str, address: &str, mtu: u32) -> anyhow::Result<Tun> {
+        let path = c"/dev/net/tun";
+        // SAFETY: plain open(2) of a NUL-terminated path.
+        let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+            .map_err(|e| anyhow::anyhow!("open /dev/net/tun: {e}"))?;
+        // SAFETY: fd was just opened and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ifreq is plain data.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: TUNSETIFF reads/writes one ifreq.
+        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut ifr) })
+            .map_err(|e| anyhow::anyhow!("TUNSETIFF {name}: {e}"))?;
+        let name = name.to_string();
+        ip(&["link", "set", "dev", &name, "mtu", &mtu.to_string(), "up"])?;
+        ip(&["addr", "add", address, "dev", &name])?;
+        Ok(Tun { fd, name })
+    }
+
+    /// Reads one packet into `buf`; `Ok(None)` when nothing is waiting.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: read into a valid, writable slice.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(Some(n as usize))
+    }
+
+    /// Writes one packet.
+    pub fn send(&self, pkt: &[u8]) -> io::Result<()> {
+        // SAFETY: write from a valid slice.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The file descriptor (for poll).
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large enough and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: as above for sockaddr_in6.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin.sin6_port = v6.port().to_be();
+            sin.sin6_addr.s6_addr = v6.ip().octets();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// The UDP underlay socket (blocking sends, non-blocking batched receives).
+pub struct Underlay {
+    sock: UdpSocket,
+    peer: (libc::sockaddr_storage, libc::socklen_t),
+}
+
+fn set_buf(fd: RawFd, opt: libc::c_int, bytes: libc::c_int) {
+    // SAFETY: setsockopt with an int option; failure only leaves the default size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+impl Underlay {
+    /// Binds `local` and remembers `peer` as the destination.
+    pub fn bind(local: SocketAddr, peer: SocketAddr) -> anyhow::Result<Underlay> {
+        let sock = UdpSocket::bind(local).map_err(|e| anyhow::anyhow!("bind UDP {local}: {e}"))?;
+        set_buf(sock.as_raw_fd(), libc::SO_RCVBUF, 4 << 20);
+        set_buf(sock.as_raw_fd(), libc::SO_SNDBUF, 4 << 20);
+        Ok(Underlay {
+            sock,
+            peer: sockaddr(&peer),
+        })
+    }
+
+    /// Receives up to `bufs.len()` datagrams without blocking; returns the lengths.
+    pub fn recv_batch(&self, bufs: &mut [&mut [u8]], lens: &mut Vec<usize>) -> io::Result<()> {
+        lens.clear();
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; every msg_iov points into `iov`, alive below.
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        // SAFETY: msgs/iov describe valid writable buffers for the duration of the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        lens.extend(msgs[..n as usize].iter().map(|m| m.msg_len as usize));
+        Ok(())
+    }
+
+    /// Sends every packet to the peer in order (sendmmsg, blocking); returns how many
+    /// were sent before an error, with the error.
+    pub fn send_batch(&self, pkts: &[&[u8]]) -> (usize, Option<io::Error>) {
+        let mut iov: Vec<libc::iovec> = pkts
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        let mut peer = self.peer;
+        // SAFETY: as in recv_batch; the kernel only reads these buffers.
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_name = (&mut peer.0 as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = peer.1;
+                m
+            })
+            .collect();
+        let mut done = 0;
+        while done < msgs.len() {
+            // SAFETY: valid mmsghdr array slice.
+            let n = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    msgs[done..].as_mut_ptr(),
+                    (msgs.len() - done) as libc::c_uint,
+                    0,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return (done, Some(e));
+            }
+            done += n as usize;
+        }
+        (done, None)
+    }
+
+    /// The file descriptor (for poll).
+    pub fn raw(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Moves the calling thread into network namespace `name` (`/var/run/netns/NAME`).
+pub fn enter_netns(name: &str) -> anyhow::Result<()> {
+    let path = format!("/var/run/netns/{name}");
+    let f = std::fs::File::open(&path).map_err(|e| anyhow::anyhow!("open {path}: {e}"))?;
+    // SAFETY: setns on an open namespace fd.
+    cvt(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) })
+        .map_err(|e| anyhow::anyhow!("setns {path}: {e}"))?;
+    Ok(())
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// CPU seconds (user + system) the kernel has charged to thread `tid` of this process.
+pub fn thread_cpu_s(tid: i32) -> io::Result<f64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    parse_stat_cpu(&text)
+        .map(|ticks| ticks as f64 / clock_ticks())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad /proc stat line"))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime (clock ticks) from a `/proc/.../stat` line.
+pub fn parse_stat_cpu(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the command name: state is field 3, utime field 14, stime field 15.
+    let ut: u64 = f.get(11)?.parse().ok()?;
+    let st: u64 = f.get(12)?.parse().ok()?;
+    Some(ut + st)
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes; returns readability.
+pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: valid pollfd array.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(p.iter().map(|x| x.revents & (libc::POLLIN | libc::POLLERR) != 0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing() {
+        let line = "123 (my (odd) prog) R 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_stat_cpu(line), Some(300));
+        assert_eq!(parse_stat_cpu("garbage"), None);
+    }
+
+    #[test]
+    fn own_thread_cpu_is_readable() {
+        assert!(thread_cpu_s(gettid()).unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn udp_batch_loopback() {
+        let a = Underlay::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:9".parse().unwrap()).unwrap();
+        let b_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
+        drop(b_sock);
+        let (n, e) = b.send_batch(&[b"one", b"two", b"three"]);
+        assert_eq!((n, e.is_none()), (3, true));
+        let mut store = vec![[0u8; 64]; 4];
+        let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|s| &mut s[..]).collect();
+        let mut lens = Vec::new();
+        poll_readable(&[a.raw()], 1000).unwrap();
+        a.recv_batch(&mut bufs, &mut lens).unwrap();
+        assert_eq!(lens, vec![3, 3, 5]);
+        assert_eq!(&store[2][..5], b"three");
+    }
+}

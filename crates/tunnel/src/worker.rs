@@ -1,0 +1,375 @@
+//! The packet worker: TUN → batch encrypt → sendmmsg, recvmmsg → batch decrypt → TUN,
+//! all crypto as one submit/poll batch per vector on the current engine, which can be
+//! replaced between two batches (live engine switching).
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nfx_accel::{open_local, Buf, Completion, Direction, Engine, EngineKind, Op, SessionId, Status};
+
+use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
+use crate::stats::{Counters, Drop};
+use crate::sys::{poll_readable, Tun, Underlay};
+
+/// The engine to switch to.
+pub enum Target {
+    /// An in-process engine (`soft` or `cpu`).
+    Local(EngineKind),
+    /// An attached lookaside queue pair.
+    Lookaside(Box<dyn Engine>),
+    /// Back to the configured software engine, dropping (freeing) the queue pair.
+    Release,
+}
+
+/// Result of a switch.
+#[derive(Debug, Clone, Copy)]
+pub struct Switched {
+    /// The engine now in use.
+    pub engine: EngineKind,
+    /// Time from the last batch on the old engine to being ready on the new one.
+    pub switch_us: u64,
+}
+
+/// A switch request with its reply channel.
+pub struct SwitchCmd {
+    /// Where to go.
+    pub target: Target,
+    /// Receives the outcome.
+    pub reply: Sender<Result<Switched, String>>,
+}
+
+/// One engine with this endpoint's two sessions on it.
+struct Crypto {
+    engine: Box<dyn Engine>,
+    kind: EngineKind,
+    enc: SessionId,
+    dec: SessionId,
+}
+
+impl Crypto {
+    fn new(mut engine: Box<dyn Engine>, kind: EngineKind, out: &Outbound, inb: &Inbound) -> Result<Crypto, String> {
+        let enc = engine
+            .create_session(out.keys.spec(Direction::Encrypt))
+            .map_err(|e| format!("create outbound session on {kind}: {e}"))?;
+        let dec = engine
+            .create_session(inb.keys.spec(Direction::Decrypt))
+            .map_err(|e| format!("create inbound session on {kind}: {e}"))?;
+        Ok(Crypto { engine, kind, enc, dec })
+    }
+
+    /// Submits the whole vector as one batch and returns the completions in order;
+    /// ops the engine refused come back with `DeviceGone`.
+    fn run(&mut self, mut ops: Vec<Op>, out: &mut Vec<Completion>) {
+        out.clear();
+        while !ops.is_empty() {
+            match self.engine.submit(&mut ops) {
+                Ok(0) => {
+                    if self.engine.poll(out, usize::MAX) == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("engine {}: submit failed: {e}", self.kind);
+                    break;
+                }
+            }
+        }
+        if self.engine.drain(out).is_err() {
+            log::warn!("engine {}: drain failed", self.kind);
+        }
+        out.extend(ops.into_iter().map(|op| Completion {
+            op,
+            status: Status::DeviceGone,
+        }));
+    }
+}
+
+/// The worker's state.
+pub struct Worker {
+    crypto: Crypto,
+    base: EngineKind,
+    out: Outbound,
+    inb: Inbound,
+    free: Vec<Buf>,
+    cap: usize,
+    batch: usize,
+    mtu: usize,
+    tun: Tun,
+    udp: Underlay,
+    counters: Arc<Counters>,
+    done: Vec<Completion>,
+    past_failovers: u64,
+}
+
+/// What a worker is built from.
+pub struct WorkerParts {
+    /// The first engine and its kind.
+    pub engine: (Box<dyn Engine>, EngineKind),
+    /// Configured software engine (target of `Release`).
+    pub base: EngineKind,
+    /// Outbound SA.
+    pub out: Outbound,
+    /// Inbound SA.
+    pub inb: Inbound,
+    /// Packets per batch.
+    pub batch: usize,
+    /// Inner MTU.
+    pub mtu: usize,
+    /// The TUN device.
+    pub tun: Tun,
+    /// The underlay socket.
+    pub udp: Underlay,
+    /// Shared counters.
+    pub counters: Arc<Counters>,
+}
+
+impl Worker {
+    /// Builds the worker and creates its sessions on the first engine.
+    pub fn new(p: WorkerParts) -> Result<Worker, String> {
+        let crypto = Crypto::new(p.engine.0, p.engine.1, &p.out, &p.inb)?;
+        p.counters.set_engine(crypto.kind);
+        Ok(Worker {
+            crypto,
+            base: p.base,
+            out: p.out,
+            inb: p.inb,
+            free: Vec::new(),
+            cap: (p.mtu + HEAD + ICV + 8 + ESN_AAD).max(2048),
+            batch: p.batch,
+            mtu: p.mtu,
+            tun: p.tun,
+            udp: p.udp,
+            counters: p.counters,
+            done: Vec::new(),
+            past_failovers: 0,
+        })
+    }
+
+    /// Runs until `stop` is set or `deadline` passes, serving switch commands between
+    /// batches.
+    pub fn run(&mut self, cmds: &Receiver<SwitchCmd>, stop: &AtomicBool, deadline: Option<Instant>) {
+        let fds = [self.tun.raw(), self.udp.raw()];
+        loop {
+            while let Ok(c) = cmds.try_recv() {
+                let r = self.switch(c.target);
+                if r.is_ok() {
+                    self.counters.engine_switches.fetch_add(1, Relaxed);
+                }
+                // The requester may have given up waiting; nothing else to do then.
+                let _ = c.reply.send(r);
+            }
+            if stop.load(Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            let ready = match poll_readable(&fds, 5) {
+                Ok(r) => r,
+                Err(e) => {
+                    log::error!("poll: {e}");
+                    return;
+                }
+            };
+            if ready[0] {
+                self.outbound_batch();
+            }
+            if ready[1] {
+                self.inbound_batch();
+            }
+            let f = self.past_failovers + self.crypto.engine.stats().failovers;
+            self.counters.failovers.store(f, Relaxed);
+        }
+    }
+
+    fn take_buf(&mut self) -> Buf {
+        let mut b = match self.free.pop() {
+            Some(b) => b,
+            None => self
+                .crypto
+                .engine
+                .alloc_buf(self.cap)
+                .unwrap_or_else(|_| Buf::heap(self.cap)),
+        };
+        let cap = b.capacity();
+        b.set_len(cap).expect("capacity is a valid length");
+        b
+    }
+
+    fn outbound_batch(&mut self) {
+        let mut ops = Vec::with_capacity(self.batch);
+        let limit = self.mtu + 1;
+        for _ in 0..self.batch {
+            let mut buf = self.take_buf();
+            let end = (HEAD + limit).min(buf.capacity());
+            let n = match self.tun.recv(&mut buf.as_mut_slice()[HEAD..end]) {
+                Ok(Some(n)) => n,
+                Ok(None) => {
+                    self.free.push(buf);
+                    break;
+                }
+                Err(e) => {
+                    log::warn!("tun read: {e}");
+                    self.free.push(buf);
+                    break;
+                }
+            };
+            if n > self.mtu {
+                self.counters.drop(Drop::TooBig);
+                self.free.push(buf);
+                continue;
+            }
+            match self.out.prepare(&mut buf, n) {
+                Ok(p) => ops.push(Op {
+                    session: self.crypto.enc,
+                    iv: p.iv,
+                    layout: p.layout,
+                    buf,
+                    user: n as u64,
+                }),
+                Err(e) => {
+                    self.counters.drop(e.into());
+                    self.free.push(buf);
+                }
+            }
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.done);
+        self.crypto.run(ops, &mut done);
+        let mut wires: Vec<&[u8]> = Vec::with_capacity(done.len());
+        let mut bytes = 0u64;
+        for c in &done {
+            if c.status == Status::Ok {
+                wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
+                bytes += c.op.user;
+            } else {
+                self.counters.drop(Drop::TxError);
+            }
+        }
+        let (sent, err) = self.udp.send_batch(&wires);
+        if let Some(e) = err {
+            log::warn!("underlay send: {e}");
+            for _ in sent..wires.len() {
+                self.counters.drop(Drop::TxError);
+            }
+            bytes = done
+                .iter()
+                .filter(|c| c.status == Status::Ok)
+                .take(sent)
+                .map(|c| c.op.user)
+                .sum();
+        }
+        self.counters.tx_packets.fetch_add(sent as u64, Relaxed);
+        self.counters.tx_bytes.fetch_add(bytes, Relaxed);
+        self.free.extend(done.drain(..).map(|c| c.op.buf));
+        self.done = done;
+    }
+
+    fn inbound_batch(&mut self) {
+        let mut bufs: Vec<Buf> = (0..self.batch).map(|_| self.take_buf()).collect();
+        let mut lens = Vec::with_capacity(self.batch);
+        let r = {
+            let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            self.udp.recv_batch(&mut slices, &mut lens)
+        };
+        if let Err(e) = r {
+            log::warn!("underlay receive: {e}");
+        }
+        let mut ops = Vec::with_capacity(lens.len());
+        let mut preps: Vec<Prepared> = Vec::with_capacity(lens.len());
+        let rest = bufs.split_off(lens.len());
+        self.free.extend(rest);
+        for (mut buf, len) in bufs.into_iter().zip(lens.iter().copied()) {
+            buf.set_len(len).expect("received length fits the buffer");
+            let s = buf.as_slice();
+            if len == 1 && s[0] == 0xff {
+                // RFC 3948 NAT-keepalive: not a packet.
+                self.free.push(buf);
+                continue;
+            }
+            if len >= 4 && s[..4] == [0, 0, 0, 0] {
+                // Non-ESP marker (IKE on port 4500): this endpoint is manually keyed.
+                self.counters.drop(Drop::BadEncap);
+                self.free.push(buf);
+                continue;
+            }
+            match self.inb.prepare(&mut buf) {
+                Ok(p) => {
+                    ops.push(Op {
+                        session: self.crypto.dec,
+                        iv: p.iv,
+                        layout: p.layout,
+                        buf,
+                        user: preps.len() as u64,
+                    });
+                    preps.push(p);
+                }
+                Err(e) => {
+                    self.counters.drop(e.into());
+                    self.free.push(buf);
+                }
+            }
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.done);
+        self.crypto.run(ops, &mut done);
+        for c in done.drain(..) {
+            let why = match c.status {
+                Status::Ok => match self.inb.finish(&preps[c.op.user as usize], &c.op.buf) {
+                    Ok(r) => {
+                        let n = r.len() as u64;
+                        match self.tun.send(&c.op.buf.as_slice()[r]) {
+                            Ok(()) => {
+                                self.counters.rx_packets.fetch_add(1, Relaxed);
+                                self.counters.rx_bytes.fetch_add(n, Relaxed);
+                                None
+                            }
+                            Err(_) => Some(Drop::TxError),
+                        }
+                    }
+                    Err(e) => Some(e.into()),
+                },
+                Status::AuthFailed => Some(Drop::AuthFailed),
+                _ => Some(Drop::TxError),
+            };
+            if let Some(d) = why {
+                self.counters.drop(d);
+            }
+            self.free.push(c.op.buf);
+        }
+        self.done = done;
+    }
+
+    /// Moves both sessions to another engine between two batches. Every batch is
+    /// submitted and drained completely before a command is read, so the old engine has
+    /// nothing in flight here: no packet is lost or reordered by the switch.
+    fn switch(&mut self, target: Target) -> Result<Switched, String> {
+        let (engine, kind) = match target {
+            Target::Local(k) => (open_local(k).map_err(|e| e.to_string())?, k),
+            Target::Lookaside(e) => (e, EngineKind::Lookaside),
+            Target::Release => {
+                if self.crypto.kind != EngineKind::Lookaside {
+                    return Err("no accelerator attached".into());
+                }
+                (open_local(self.base).map_err(|e| e.to_string())?, self.base)
+            }
+        };
+        let t0 = Instant::now();
+        debug_assert_eq!(self.crypto.engine.in_flight(), 0);
+        let new = Crypto::new(engine, kind, &self.out, &self.inb)?;
+        let mut old = std::mem::replace(&mut self.crypto, new);
+        // Old sessions are destroyed so their key copies are zeroized now, not later.
+        let _ = old.engine.destroy_session(old.enc);
+        let _ = old.engine.destroy_session(old.dec);
+        self.free.clear();
+        self.past_failovers += old.engine.stats().failovers;
+        drop(old);
+        let switch_us = t0.elapsed().as_micros() as u64;
+        self.counters.set_engine(kind);
+        Ok(Switched { engine: kind, switch_us })
+    }
+}
