@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// Most hosts the chaining DP considers for one service (the nearest by lower bound).
+const MAX_CHAIN_NODES: usize = 128;
+
 /// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
 const UNREACHABLE_US: f64 = 1e8;
 
@@ -145,7 +148,7 @@ impl VnfmMap {
 /// The mediator.
 pub struct Mediator {
     infra: Infrastructure,
-    base_net: Network,
+    transfer: Vec<Vec<f64>>,
     model: ResourceModel,
     instances: BTreeMap<String, InstanceRow>,
     paths: BTreeMap<String, PathRow>,
@@ -161,17 +164,11 @@ impl Mediator {
         vnfms: VnfmMap,
         enforcer: Arc<Enforcer>,
     ) -> Result<Self, PlanError> {
-        let nodes: Vec<String> = infra.hosts.iter().map(|h| h.id.clone()).collect();
-        let base_net = Network::new(
-            "<infrastructure>",
-            &nodes,
-            &transfer_matrix(&infra, UNREACHABLE_US),
-        )
-        .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let transfer = transfer_matrix(&infra, UNREACHABLE_US);
         let model = ResourceModel::from_infrastructure(&infra);
         Ok(Mediator {
             infra,
-            base_net,
+            transfer,
             model,
             instances: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -297,8 +294,12 @@ impl Mediator {
             .iter()
             .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
             .collect();
-        let mut net = self.base_net.clone();
+        let (mut net, hosts) =
+            self.candidate_network(&svc.ingress, &svc.egress, svc.sla.max_latency_us)?;
         for (id, r) in &self.instances {
+            if !hosts.contains(r.host.as_str()) {
+                continue;
+            }
             let k = svc.chain.iter().position(|c| c.function == r.spec.function);
             let Some(k) = k else { continue };
             if r.status == "destroying" || r.spec.config != configs[k] {
@@ -430,6 +431,47 @@ impl Mediator {
             }),
         )];
         Ok(plan)
+    }
+
+    /// The chaining network restricted to hosts that can lie on a path meeting `bound`:
+    /// host v qualifies iff transfer(src, v) + transfer(v, dst) ≤ bound (a lower bound of
+    /// any path through v, so no feasible path is lost), capped at the
+    /// [`MAX_CHAIN_NODES`] hosts with the smallest such bound.
+    fn candidate_network(
+        &self,
+        src: &str,
+        dst: &str,
+        bound: f64,
+    ) -> Result<(Network, std::collections::HashSet<String>), PlanError> {
+        let idx = |h: &str| {
+            self.infra
+                .host_index(h)
+                .ok_or_else(|| PlanError::Invalid(format!("unknown host {h:?}")))
+        };
+        let (s, t) = (idx(src)?, idx(dst)?);
+        let tr = &self.transfer;
+        let mut cand: Vec<(f64, usize)> = (0..tr.len())
+            .map(|v| (tr[s][v] + tr[v][t], v))
+            .filter(|&(lb, v)| lb <= bound || v == s || v == t)
+            .collect();
+        cand.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        cand.truncate(MAX_CHAIN_NODES);
+        for v in [s, t] {
+            if !cand.iter().any(|&(_, x)| x == v) {
+                cand.push((0.0, v));
+            }
+        }
+        let nodes: Vec<String> = cand
+            .iter()
+            .map(|&(_, v)| self.infra.hosts[v].id.clone())
+            .collect();
+        let m: Vec<Vec<f64>> = cand
+            .iter()
+            .map(|&(_, a)| cand.iter().map(|&(_, b)| tr[a][b]).collect())
+            .collect();
+        let net = Network::new("<infrastructure>", &nodes, &m)
+            .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        Ok((net, nodes.into_iter().collect()))
     }
 
     /// Destroy branch: withdraw the service's steering, then destruct the instances that no

@@ -139,11 +139,8 @@ impl Worker {
         let mut next_tick = self.started_ns + tick_ns;
         let mut last_packet = self.started_ns;
         loop {
-            if self.mailbox.pending.swap(false, Ordering::Acquire) {
-                self.mailbox.notifier.clear();
-                if self.serve_commands() {
-                    break;
-                }
+            if self.mailbox.pending.swap(false, Ordering::Acquire) && self.serve_commands() {
+                break;
             }
             let now = monotonic_ns();
             let got = self.pass(0, now) + self.pass(1, now);
@@ -165,6 +162,9 @@ impl Worker {
                     if let Err(e) = waiter.wait(timeout) {
                         log::warn!("{}: poll failed: {e}", self.name);
                     }
+                    // Every wake-up request is paired with a `pending` flag set before it,
+                    // so the eventfd can be reset here; the flag is checked next turn.
+                    self.mailbox.notifier.clear();
                 } else {
                     std::hint::spin_loop();
                 }

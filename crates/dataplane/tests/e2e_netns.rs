@@ -298,7 +298,11 @@ fn chain_with_firewall_drops_denied_udp_and_counts_it() {
         .reconfigure(&[serde_json::json!({"firewall": {"default": "allow"}})])
         .unwrap();
     assert_eq!(names, ["firewall"]);
-    assert_eq!(udp_through(&t, net, 30, Duration::from_secs(5)), 30, "rule change did not take effect");
+    assert_eq!(
+        udp_through(&t, net, 30, Duration::from_secs(5)),
+        30,
+        "rule change did not take effect"
+    );
     let st = dp.stop().unwrap();
     assert_eq!(st.node("firewall").unwrap().drops["acl_deny"], 30);
 }

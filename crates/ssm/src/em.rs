@@ -21,6 +21,12 @@ pub struct EmStatus {
     /// Received throughput over the same interval.
     #[serde(default)]
     pub rx_gbps: f64,
+    /// ESP packets sent since start (for loss accounting).
+    #[serde(default)]
+    pub tx_packets: u64,
+    /// ESP packets received and accepted since start.
+    #[serde(default)]
+    pub rx_packets: u64,
     /// Mean packet size, which selects the calibration point.
     #[serde(default)]
     pub mean_packet_bytes: f64,

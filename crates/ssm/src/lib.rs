@@ -1,1 +1,14 @@
-//! nfx-ssm (see DESIGN.md).
+//! nfx-ssm: the service-specific manager (SSM) of the SSH-tunnel paper. It polls each VNF's
+//! element manager (EM) and hands the scarce lookaside queue pairs, at run time, to the
+//! VNFs that need them most (DESIGN.md, "Layers" and "Accelerators").
+
+pub mod chart;
+pub mod decision;
+pub mod em;
+pub mod policy;
+pub mod runner;
+
+pub use decision::{Decision, Kind};
+pub use em::{EmClient, EmError, EmStatus};
+pub use policy::{Action, Observation, Policy, PolicyConfig, Sample};
+pub use runner::Ssm;

@@ -187,7 +187,9 @@ impl Config {
         if raw.esn && alg.family() == AlgFamily::CtrHmac {
             return Err(field(
                 "esn",
-                format!("{alg}: extended sequence numbers are supported with the AEAD transforms only"),
+                format!(
+                    "{alg}: extended sequence numbers are supported with the AEAD transforms only"
+                ),
             ));
         }
         let engine = match raw.engine.as_deref().unwrap_or("cpu") {
@@ -213,7 +215,10 @@ impl Config {
             return Err(field("tun.name", "must be 1..=15 bytes".into()));
         }
         if !(576..=65535).contains(&raw.underlay.mtu) {
-            return Err(field("underlay.mtu", format!("{} is not in 576..=65535", raw.underlay.mtu)));
+            return Err(field(
+                "underlay.mtu",
+                format!("{} is not in 576..=65535", raw.underlay.mtu),
+            ));
         }
         let sa = |name: &str, r: &RawSa| -> Result<SaKeys, ConfigError> {
             if r.spi < 256 {
@@ -230,7 +235,8 @@ impl Config {
                 })?),
                 None => None,
             };
-            SaKeys::new(alg, r.spi, &key, auth.as_ref()).map_err(|why| field(&format!("{name}.key"), why))
+            SaKeys::new(alg, r.spi, &key, auth.as_ref())
+                .map_err(|why| field(&format!("{name}.key"), why))
         };
         let outbound = sa("outbound", &raw.outbound)?;
         let inbound = sa("inbound", &raw.inbound)?;
@@ -250,7 +256,10 @@ impl Config {
         };
         let mtu = cfg.inner_mtu();
         if mtu < 68 {
-            return Err(field("tun.mtu", format!("{mtu} is below the IPv4 minimum 68")));
+            return Err(field(
+                "tun.mtu",
+                format!("{mtu} is below the IPv4 minimum 68"),
+            ));
         }
         if let Some(m) = cfg.tun.mtu {
             if m > cfg.max_inner_mtu() {
@@ -323,9 +332,15 @@ inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
         assert!(e.contains("bogus"), "{e}");
         let e = err(&format!("{OK}engine: lookaside\n"));
         assert!(e.contains("`engine`"), "{e}");
-        let e = err(&OK.replace("address: 192.168.77.1/30", "address: 192.168.77.1/30, mtu: 1480"));
+        let e = err(&OK.replace(
+            "address: 192.168.77.1/30",
+            "address: 192.168.77.1/30, mtu: 1480",
+        ));
         assert!(e.contains("tun.mtu"), "{e}");
-        let e = err(&OK.replace("'000102030405060708090a0b0c0d0e0f10111213'}\ninbound", "'zz'}\ninbound"));
+        let e = err(&OK.replace(
+            "'000102030405060708090a0b0c0d0e0f10111213'}\ninbound",
+            "'zz'}\ninbound",
+        ));
         assert!(e.contains("hex"), "{e}");
     }
 

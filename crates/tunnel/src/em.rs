@@ -46,7 +46,13 @@ pub struct EmState {
 
 impl EmState {
     /// EM state for an endpoint.
-    pub fn new(name: String, alg: String, base: EngineKind, counters: Arc<Counters>, cmds: Sender<SwitchCmd>) -> Self {
+    pub fn new(
+        name: String,
+        alg: String,
+        base: EngineKind,
+        counters: Arc<Counters>,
+        cmds: Sender<SwitchCmd>,
+    ) -> Self {
         EmState {
             name,
             alg,
@@ -66,11 +72,20 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// Samples CPU and throughput every `SAMPLE_EVERY` until `stop`.
 pub fn sampler(st: Arc<EmState>, stop: Arc<AtomicBool>) {
     let c = &st.counters;
-    let mut last = (Instant::now(), 0.0, c.tx_bytes.load(Relaxed), c.rx_bytes.load(Relaxed));
+    let mut last = (
+        Instant::now(),
+        0.0,
+        c.tx_bytes.load(Relaxed),
+        c.rx_bytes.load(Relaxed),
+    );
     while !stop.load(Relaxed) {
         std::thread::park_timeout(SAMPLE_EVERY);
         let tid = c.worker_tid.load(Relaxed);
-        let cpu = if tid > 0 { thread_cpu_s(tid).unwrap_or(last.1) } else { 0.0 };
+        let cpu = if tid > 0 {
+            thread_cpu_s(tid).unwrap_or(last.1)
+        } else {
+            0.0
+        };
         let now = Instant::now();
         let (tx, rx) = (c.tx_bytes.load(Relaxed), c.rx_bytes.load(Relaxed));
         let dt = now.duration_since(last.0).as_secs_f64().max(1e-3);
@@ -208,9 +223,10 @@ fn switch(st: &EmState, target: Target) -> (u16, Value) {
         return err(409, "the packet worker has stopped");
     }
     match rx.recv_timeout(Duration::from_secs(5)) {
-        Ok(Ok(Switched { engine, switch_us })) => {
-            (200, json!({"engine": engine.as_str(), "switch_us": switch_us}))
-        }
+        Ok(Ok(Switched { engine, switch_us })) => (
+            200,
+            json!({"engine": engine.as_str(), "switch_us": switch_us}),
+        ),
         Ok(Err(e)) => err(409, e),
         Err(_) => err(409, "the packet worker did not answer"),
     }
@@ -247,7 +263,13 @@ mod tests {
     fn state() -> (EmState, mpsc::Receiver<SwitchCmd>) {
         let (tx, rx) = mpsc::channel();
         (
-            EmState::new("t1".into(), "aes-128-gcm".into(), EngineKind::Cpu, Arc::new(Counters::default()), tx),
+            EmState::new(
+                "t1".into(),
+                "aes-128-gcm".into(),
+                EngineKind::Cpu,
+                Arc::new(Counters::default()),
+                tx,
+            ),
             rx,
         )
     }
@@ -257,7 +279,21 @@ mod tests {
         let (st, _rx) = state();
         let (code, v) = route(&st, "GET", "/status", b"");
         assert_eq!(code, 200);
-        for k in ["name", "engine", "alg", "cpu_pct", "workers", "tx_gbps", "rx_gbps", "tx_packets", "rx_packets", "mean_packet_bytes", "drops", "engine_switches", "failovers"] {
+        for k in [
+            "name",
+            "engine",
+            "alg",
+            "cpu_pct",
+            "workers",
+            "tx_gbps",
+            "rx_gbps",
+            "tx_packets",
+            "rx_packets",
+            "mean_packet_bytes",
+            "drops",
+            "engine_switches",
+            "failovers",
+        ] {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["drops"]["auth_failed"], 0);
@@ -267,11 +303,19 @@ mod tests {
     fn bad_requests_are_4xx() {
         let (st, _rx) = state();
         assert_eq!(route(&st, "GET", "/nope", b"").0, 404);
-        assert_eq!(route(&st, "POST", "/engine", b"{\"engine\":\"gpu\"}").0, 400);
+        assert_eq!(
+            route(&st, "POST", "/engine", b"{\"engine\":\"gpu\"}").0,
+            400
+        );
         assert_eq!(route(&st, "POST", "/engine", b"junk").0, 400);
         assert_eq!(route(&st, "POST", "/accelerator/use", b"{}").0, 400);
         assert_eq!(route(&st, "DELETE", "/status", b"").0, 400);
-        let (code, v) = route(&st, "POST", "/accelerator/use", b"{\"device\":\"/nonexistent/accel.sock\"}");
+        let (code, v) = route(
+            &st,
+            "POST",
+            "/accelerator/use",
+            b"{\"device\":\"/nonexistent/accel.sock\"}",
+        );
         assert_eq!(code, 409, "{v}");
     }
 
@@ -281,10 +325,18 @@ mod tests {
         let worker = std::thread::spawn(move || {
             let c = rx.recv().unwrap();
             assert!(matches!(c.target, Target::Local(EngineKind::Soft)));
-            c.reply.send(Ok(Switched { engine: EngineKind::Soft, switch_us: 7 })).unwrap();
+            c.reply
+                .send(Ok(Switched {
+                    engine: EngineKind::Soft,
+                    switch_us: 7,
+                }))
+                .unwrap();
         });
         let (code, v) = route(&st, "POST", "/engine", b"{\"engine\":\"soft\"}");
         worker.join().unwrap();
-        assert_eq!((code, v["engine"].as_str(), v["switch_us"].as_u64()), (200, Some("soft"), Some(7)));
+        assert_eq!(
+            (code, v["engine"].as_str(), v["switch_us"].as_u64()),
+            (200, Some("soft"), Some(7))
+        );
     }
 }

@@ -16,7 +16,11 @@ use crate::sys::{enter_netns, gettid, Tun, Underlay};
 use crate::worker::{Worker, WorkerParts};
 
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
-pub fn run(cfg: Config, duration: Option<Duration>, stop: Arc<AtomicBool>) -> anyhow::Result<Value> {
+pub fn run(
+    cfg: Config,
+    duration: Option<Duration>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Value> {
     let counters = Arc::new(Counters::default());
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let listener = cfg.em_listen.map(em::bind).transpose()?;

@@ -64,7 +64,11 @@ impl Drop for SaKeys {
 
 impl fmt::Debug for SaKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SaKeys({}, spi {:#x}, <keys redacted>)", self.alg, self.spi)
+        write!(
+            f,
+            "SaKeys({}, spi {:#x}, <keys redacted>)",
+            self.alg, self.spi
+        )
     }
 }
 
@@ -88,7 +92,10 @@ impl SaKeys {
         let auth = match (alg.family(), auth) {
             (AlgFamily::CtrHmac, Some(a)) if a.len() == 32 => a.clone(),
             (AlgFamily::CtrHmac, Some(a)) => {
-                return Err(format!("auth_key must be 32 bytes (RFC 4868), got {}", a.len()))
+                return Err(format!(
+                    "auth_key must be 32 bytes (RFC 4868), got {}",
+                    a.len()
+                ))
             }
             (AlgFamily::CtrHmac, None) => return Err(format!("{alg} needs an auth_key")),
             (_, Some(_)) => return Err(format!("{alg} takes no auth_key")),
@@ -213,7 +220,12 @@ impl Outbound {
     pub fn prepare(&mut self, buf: &mut Buf, inner_len: usize) -> Result<Prepared, EspError> {
         let data_len = padded(inner_len);
         let wire = HEAD + data_len + ICV;
-        let total = wire + if self.esn && self.keys.is_aead() { ESN_AAD } else { 0 };
+        let total = wire
+            + if self.esn && self.keys.is_aead() {
+                ESN_AAD
+            } else {
+                0
+            };
         if total > buf.capacity() || inner_len == 0 {
             return Err(EspError::TooBig);
         }
@@ -305,7 +317,11 @@ impl Inbound {
         let mut e = [0u8; 8];
         e.copy_from_slice(&s[8..16]);
         let iv = self.keys.iv(u64::from_be_bytes(e))?;
-        let esn_room = if self.esn && self.keys.is_aead() { ESN_AAD } else { 0 };
+        let esn_room = if self.esn && self.keys.is_aead() {
+            ESN_AAD
+        } else {
+            0
+        };
         if len + esn_room > buf.capacity() {
             return Err(EspError::TooBig);
         }
@@ -382,7 +398,12 @@ mod tests {
         p
     }
 
-    fn run(e: &mut dyn Engine, sess: nfx_accel::SessionId, buf: Buf, p: &Prepared) -> (Buf, Status) {
+    fn run(
+        e: &mut dyn Engine,
+        sess: nfx_accel::SessionId,
+        buf: Buf,
+        p: &Prepared,
+    ) -> (Buf, Status) {
         let mut ops = vec![Op {
             session: sess,
             iv: p.iv,
@@ -441,7 +462,11 @@ mod tests {
                         let w = seal(e.as_mut(), &mut tx, &pkt);
                         assert_eq!(w.len() % 4, 0, "{alg}");
                         assert_ne!(&w[HEAD..HEAD + 8], &pkt[..8], "{alg}: not encrypted");
-                        assert_eq!(open(e.as_mut(), &mut rx, &w).unwrap(), pkt, "{alg} esn={esn}");
+                        assert_eq!(
+                            open(e.as_mut(), &mut rx, &w).unwrap(),
+                            pkt,
+                            "{alg} esn={esn}"
+                        );
                     }
                 }
             }
@@ -451,8 +476,16 @@ mod tests {
     #[test]
     fn soft_and_cpu_produce_identical_wire_bytes() {
         for alg in ALGS {
-            let a = seal(soft_engine().as_mut(), &mut Outbound::new(keys(alg, 3), false), &inner(77, 9));
-            let b = seal(cpu_engine().as_mut(), &mut Outbound::new(keys(alg, 3), false), &inner(77, 9));
+            let a = seal(
+                soft_engine().as_mut(),
+                &mut Outbound::new(keys(alg, 3), false),
+                &inner(77, 9),
+            );
+            let b = seal(
+                cpu_engine().as_mut(),
+                &mut Outbound::new(keys(alg, 3), false),
+                &inner(77, 9),
+            );
             assert_eq!(a, b, "{alg}");
         }
     }
@@ -467,17 +500,31 @@ mod tests {
             for pos in [5, 10, 20, w.len() - 1] {
                 let mut t = w.clone();
                 t[pos] ^= 1;
-                assert_eq!(open(e.as_mut(), &mut rx, &t), Err(EspError::AuthFailed), "{alg} byte {pos}");
+                assert_eq!(
+                    open(e.as_mut(), &mut rx, &t),
+                    Err(EspError::AuthFailed),
+                    "{alg} byte {pos}"
+                );
             }
             assert!(open(e.as_mut(), &mut rx, &w).is_ok());
             assert_eq!(open(e.as_mut(), &mut rx, &w), Err(EspError::Replay));
             let mut wrong = Inbound::new(keys(alg, 2), false, 64);
             let w2 = seal(e.as_mut(), &mut tx, &inner(60, 1));
-            assert_eq!(open(e.as_mut(), &mut wrong, &w2), Err(EspError::AuthFailed), "{alg}");
+            assert_eq!(
+                open(e.as_mut(), &mut wrong, &w2),
+                Err(EspError::AuthFailed),
+                "{alg}"
+            );
             let mut other_spi = w2.clone();
             other_spi[3] ^= 1;
-            assert_eq!(open(e.as_mut(), &mut rx, &other_spi), Err(EspError::BadEncap));
-            assert_eq!(open(e.as_mut(), &mut rx, &w2[..20]), Err(EspError::BadEncap));
+            assert_eq!(
+                open(e.as_mut(), &mut rx, &other_spi),
+                Err(EspError::BadEncap)
+            );
+            assert_eq!(
+                open(e.as_mut(), &mut rx, &w2[..20]),
+                Err(EspError::BadEncap)
+            );
         }
     }
 
@@ -497,18 +544,40 @@ mod tests {
         let mut km = hex("AE6852F8121067CC4BF7A5765577F39E");
         km.extend(hex("00000030"));
         let auth = SecretBytes::new(vec![1; 32]);
-        let k = SaKeys::new(Alg::Aes128CtrHmacSha256, 0x1000, &SecretBytes::new(km), Some(&auth)).unwrap();
+        let k = SaKeys::new(
+            Alg::Aes128CtrHmacSha256,
+            0x1000,
+            &SecretBytes::new(km),
+            Some(&auth),
+        )
+        .unwrap();
         let iv = k.iv(0).unwrap();
-        assert_eq!(iv.as_slice(), hex("00000030000000000000000000000001").as_slice());
+        assert_eq!(
+            iv.as_slice(),
+            hex("00000030000000000000000000000001").as_slice()
+        );
         for mut e in [soft_engine(), cpu_engine()] {
             let s = e.create_session(k.spec(Direction::Encrypt)).unwrap();
             let mut buf = Buf::heap(64);
             buf.fill_from(b"Single block msg").unwrap();
             buf.set_len(48).unwrap();
-            let p = Prepared { iv, layout: Layout { aad_off: 0, aad_len: 0, data_off: 0, data_len: 16, tag_off: 16 }, seq: 0 };
+            let p = Prepared {
+                iv,
+                layout: Layout {
+                    aad_off: 0,
+                    aad_len: 0,
+                    data_off: 0,
+                    data_len: 16,
+                    tag_off: 16,
+                },
+                seq: 0,
+            };
             let (buf, st) = run(e.as_mut(), s, buf, &p);
             assert_eq!(st, Status::Ok);
-            assert_eq!(&buf.as_slice()[..16], hex("E4095D4FB7A7B3792D6175A3261311B8").as_slice());
+            assert_eq!(
+                &buf.as_slice()[..16],
+                hex("E4095D4FB7A7B3792D6175A3261311B8").as_slice()
+            );
         }
     }
 

@@ -9,7 +9,7 @@ use crate::esp::EspError;
 
 /// Why a packet was dropped; each has a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drop {
+pub enum DropCause {
     /// ICV mismatch (wrong key or tampering): no plaintext released.
     AuthFailed,
     /// Replayed or too old sequence number.
@@ -24,39 +24,39 @@ pub enum Drop {
     Dummy,
 }
 
-impl Drop {
+impl DropCause {
     /// Every reason, in report order.
-    pub const ALL: [Drop; 6] = [
-        Drop::AuthFailed,
-        Drop::Replay,
-        Drop::BadEncap,
-        Drop::TooBig,
-        Drop::TxError,
-        Drop::Dummy,
+    pub const ALL: [DropCause; 6] = [
+        DropCause::AuthFailed,
+        DropCause::Replay,
+        DropCause::BadEncap,
+        DropCause::TooBig,
+        DropCause::TxError,
+        DropCause::Dummy,
     ];
 
     /// Name in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
-            Drop::AuthFailed => "auth_failed",
-            Drop::Replay => "replay",
-            Drop::BadEncap => "bad_encap",
-            Drop::TooBig => "too_big",
-            Drop::TxError => "tx_error",
-            Drop::Dummy => "dummy",
+            DropCause::AuthFailed => "auth_failed",
+            DropCause::Replay => "replay",
+            DropCause::BadEncap => "bad_encap",
+            DropCause::TooBig => "too_big",
+            DropCause::TxError => "tx_error",
+            DropCause::Dummy => "dummy",
         }
     }
 }
 
-impl From<EspError> for Drop {
-    fn from(e: EspError) -> Drop {
+impl From<EspError> for DropCause {
+    fn from(e: EspError) -> DropCause {
         match e {
-            EspError::TooBig => Drop::TooBig,
-            EspError::BadEncap => Drop::BadEncap,
-            EspError::Replay => Drop::Replay,
-            EspError::AuthFailed => Drop::AuthFailed,
-            EspError::SeqExhausted => Drop::TxError,
-            EspError::Dummy => Drop::Dummy,
+            EspError::TooBig => DropCause::TooBig,
+            EspError::BadEncap => DropCause::BadEncap,
+            EspError::Replay => DropCause::Replay,
+            EspError::AuthFailed => DropCause::AuthFailed,
+            EspError::SeqExhausted => DropCause::TxError,
+            EspError::Dummy => DropCause::Dummy,
         }
     }
 }
@@ -92,12 +92,12 @@ pub struct Counters {
 
 impl Counters {
     /// Counts one dropped packet.
-    pub fn drop(&self, why: Drop) {
+    pub fn count(&self, why: DropCause) {
         self.drops[why as usize].fetch_add(1, Relaxed);
     }
 
     /// A drop counter.
-    pub fn drops(&self, why: Drop) -> u64 {
+    pub fn drops(&self, why: DropCause) -> u64 {
         self.drops[why as usize].load(Relaxed)
     }
 
@@ -114,7 +114,7 @@ impl Counters {
     /// Drop counters as a JSON object.
     pub fn drops_json(&self) -> Value {
         let mut m = Map::new();
-        for d in Drop::ALL {
+        for d in DropCause::ALL {
             m.insert(d.as_str().into(), json!(self.drops(d)));
         }
         Value::Object(m)
@@ -142,9 +142,9 @@ mod tests {
     #[test]
     fn drops_are_counted_by_name() {
         let c = Counters::default();
-        c.drop(Drop::Replay);
-        c.drop(Drop::from(EspError::AuthFailed));
-        c.drop(Drop::from(EspError::SeqExhausted));
+        c.count(DropCause::Replay);
+        c.count(DropCause::from(EspError::AuthFailed));
+        c.count(DropCause::from(EspError::SeqExhausted));
         let j = c.drops_json();
         assert_eq!(j["replay"], 1);
         assert_eq!(j["auth_failed"], 1);

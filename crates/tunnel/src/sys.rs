@@ -40,8 +40,13 @@ impl Tun {
     pub fn open(name: &str, address: &str, mtu: u32) -> anyhow::Result<Tun> {
         let path = c"/dev/net/tun";
         // SAFETY: plain open(2) of a NUL-terminated path.
-        let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
-            .map_err(|e| anyhow::anyhow!("open /dev/net/tun: {e}"))?;
+        let fd = cvt(unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        })
+        .map_err(|e| anyhow::anyhow!("open /dev/net/tun: {e}"))?;
         // SAFETY: fd was just opened and is owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: ifreq is plain data.
@@ -302,7 +307,9 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
         }
         return Err(e);
     }
-    Ok(p.iter().map(|x| x.revents & (libc::POLLIN | libc::POLLERR) != 0).collect())
+    Ok(p.iter()
+        .map(|x| x.revents & (libc::POLLIN | libc::POLLERR) != 0)
+        .collect())
 }
 
 #[cfg(test)]
@@ -323,9 +330,14 @@ mod tests {
 
     #[test]
     fn udp_batch_loopback() {
-        let a = Underlay::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:9".parse().unwrap()).unwrap();
+        let a = Underlay::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        )
+        .unwrap();
         let b_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
+        let b =
+            Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
         drop(b_sock);
         let (n, e) = b.send_batch(&[b"one", b"two", b"three"]);
         assert_eq!((n, e.is_none()), (3, true));

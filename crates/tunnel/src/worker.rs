@@ -7,10 +7,12 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nfx_accel::{open_local, Buf, Completion, Direction, Engine, EngineKind, Op, SessionId, Status};
+use nfx_accel::{
+    open_local, Buf, Completion, Direction, Engine, EngineKind, Op, SessionId, Status,
+};
 
 use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
-use crate::stats::{Counters, Drop};
+use crate::stats::{Counters, DropCause};
 use crate::sys::{poll_readable, Tun, Underlay};
 
 /// The engine to switch to.
@@ -49,14 +51,24 @@ struct Crypto {
 }
 
 impl Crypto {
-    fn new(mut engine: Box<dyn Engine>, kind: EngineKind, out: &Outbound, inb: &Inbound) -> Result<Crypto, String> {
+    fn new(
+        mut engine: Box<dyn Engine>,
+        kind: EngineKind,
+        out: &Outbound,
+        inb: &Inbound,
+    ) -> Result<Crypto, String> {
         let enc = engine
             .create_session(out.keys.spec(Direction::Encrypt))
             .map_err(|e| format!("create outbound session on {kind}: {e}"))?;
         let dec = engine
             .create_session(inb.keys.spec(Direction::Decrypt))
             .map_err(|e| format!("create inbound session on {kind}: {e}"))?;
-        Ok(Crypto { engine, kind, enc, dec })
+        Ok(Crypto {
+            engine,
+            kind,
+            enc,
+            dec,
+        })
     }
 
     /// Submits the whole vector as one batch and returns the completions in order;
@@ -150,7 +162,12 @@ impl Worker {
 
     /// Runs until `stop` is set or `deadline` passes, serving switch commands between
     /// batches.
-    pub fn run(&mut self, cmds: &Receiver<SwitchCmd>, stop: &AtomicBool, deadline: Option<Instant>) {
+    pub fn run(
+        &mut self,
+        cmds: &Receiver<SwitchCmd>,
+        stop: &AtomicBool,
+        deadline: Option<Instant>,
+    ) {
         let fds = [self.tun.raw(), self.udp.raw()];
         loop {
             while let Ok(c) = cmds.try_recv() {
@@ -215,7 +232,7 @@ impl Worker {
                 }
             };
             if n > self.mtu {
-                self.counters.drop(Drop::TooBig);
+                self.counters.count(DropCause::TooBig);
                 self.free.push(buf);
                 continue;
             }
@@ -228,7 +245,7 @@ impl Worker {
                     user: n as u64,
                 }),
                 Err(e) => {
-                    self.counters.drop(e.into());
+                    self.counters.count(e.into());
                     self.free.push(buf);
                 }
             }
@@ -245,14 +262,14 @@ impl Worker {
                 wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
                 bytes += c.op.user;
             } else {
-                self.counters.drop(Drop::TxError);
+                self.counters.count(DropCause::TxError);
             }
         }
         let (sent, err) = self.udp.send_batch(&wires);
         if let Some(e) = err {
             log::warn!("underlay send: {e}");
             for _ in sent..wires.len() {
-                self.counters.drop(Drop::TxError);
+                self.counters.count(DropCause::TxError);
             }
             bytes = done
                 .iter()
@@ -291,7 +308,7 @@ impl Worker {
             }
             if len >= 4 && s[..4] == [0, 0, 0, 0] {
                 // Non-ESP marker (IKE on port 4500): this endpoint is manually keyed.
-                self.counters.drop(Drop::BadEncap);
+                self.counters.count(DropCause::BadEncap);
                 self.free.push(buf);
                 continue;
             }
@@ -307,7 +324,7 @@ impl Worker {
                     preps.push(p);
                 }
                 Err(e) => {
-                    self.counters.drop(e.into());
+                    self.counters.count(e.into());
                     self.free.push(buf);
                 }
             }
@@ -328,16 +345,16 @@ impl Worker {
                                 self.counters.rx_bytes.fetch_add(n, Relaxed);
                                 None
                             }
-                            Err(_) => Some(Drop::TxError),
+                            Err(_) => Some(DropCause::TxError),
                         }
                     }
                     Err(e) => Some(e.into()),
                 },
-                Status::AuthFailed => Some(Drop::AuthFailed),
-                _ => Some(Drop::TxError),
+                Status::AuthFailed => Some(DropCause::AuthFailed),
+                _ => Some(DropCause::TxError),
             };
             if let Some(d) = why {
-                self.counters.drop(d);
+                self.counters.count(d);
             }
             self.free.push(c.op.buf);
         }
@@ -370,6 +387,9 @@ impl Worker {
         drop(old);
         let switch_us = t0.elapsed().as_micros() as u64;
         self.counters.set_engine(kind);
-        Ok(Switched { engine: kind, switch_us })
+        Ok(Switched {
+            engine: kind,
+            switch_us,
+        })
     }
 }

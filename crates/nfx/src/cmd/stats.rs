@@ -5,6 +5,7 @@ use anyhow::{bail, Context};
 use nfx_dataplane::config::default_socket;
 use nfx_dataplane::stats::render_table;
 use nfx_dataplane::{fetch_stats, Stats};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -55,15 +56,20 @@ fn socket_of(args: &Args) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Writes one sample to stdout; a closed pipe (`| head`) ends the output quietly.
 fn print(stats: &Stats, prev: Option<&Stats>, json: bool, watch: bool) -> anyhow::Result<()> {
-    if json && watch {
-        println!("{}", serde_json::to_string(stats)?);
+    let text = if json && watch {
+        serde_json::to_string(stats)?
     } else if json {
-        println!("{}", serde_json::to_string_pretty(stats)?);
+        serde_json::to_string_pretty(stats)?
     } else {
-        println!("{}", render_table(stats, prev));
+        render_table(stats, prev)
+    };
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
     }
-    Ok(())
 }
 
 fn fetch(path: &Path) -> anyhow::Result<Stats> {

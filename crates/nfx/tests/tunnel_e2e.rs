@@ -1,0 +1,461 @@
+//! End-to-end tests of `nfx tunnel`: two endpoints in two network namespaces joined by a
+//! veth; ping and TCP through the TUNs, tshark decrypts the captured ESP-in-UDP with the
+//! SA keys (and cannot with a wrong key), a UDP sequence stream survives 20 live engine
+//! switches and a lookaside device killed mid-stream.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nfx_tunnel::sys::enter_netns;
+
+const KEY_AB: &str = "0x00112233445566778899aabbccddeeff01020304";
+const KEY_BA: &str = "0xffeeddccbbaa99887766554433221100a0b0c0d0";
+
+fn sh(args: &[&str]) -> std::process::Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run command")
+}
+
+fn ok(args: &[&str]) {
+    let o = sh(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Two namespaces `<p>a`, `<p>b` joined by veth `va`–`vb` (10.<n>.0.1/.2); removed on drop.
+struct Pair {
+    a: String,
+    b: String,
+    n: u8,
+    dir: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Pair {
+    fn new(tag: &str, n: u8) -> Pair {
+        let p = format!("nt{}{tag}", std::process::id() % 10000);
+        let pair = Pair {
+            a: format!("{p}a"),
+            b: format!("{p}b"),
+            n,
+            dir: std::env::temp_dir().join(format!("{p}-tunnel")),
+            procs: Vec::new(),
+        };
+        std::fs::create_dir_all(&pair.dir).unwrap();
+        for ns in [&pair.a, &pair.b] {
+            let _ = sh(&["ip", "netns", "del", ns]);
+            ok(&["ip", "netns", "add", ns]);
+            ok(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        ok(&[
+            "ip", "-n", &pair.a, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+            "netns", &pair.b,
+        ]);
+        for (ns, dev, host) in [(&pair.a, "va", 1), (&pair.b, "vb", 2)] {
+            ok(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("10.{n}.0.{host}/24"),
+                "dev",
+                dev,
+            ]);
+            ok(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        pair
+    }
+
+    fn inner(&self, host: u8) -> String {
+        format!("192.168.{}.{host}", self.n)
+    }
+
+    fn em_port(&self, side: u8) -> u16 {
+        20000 + (std::process::id() % 20000) as u16 + self.n as u16 * 4 + side as u16
+    }
+
+    /// Starts both endpoints (`alg`, A's config gets `extra` lines).
+    fn start(&mut self, nfx: &str, alg: &str, extra_a: &str) {
+        for (side, ns, out_spi, in_spi, out_key, in_key) in [
+            (1u8, self.a.clone(), 0x1001, 0x1002, KEY_AB, KEY_BA),
+            (2u8, self.b.clone(), 0x1002, 0x1001, KEY_BA, KEY_AB),
+        ] {
+            let peer = 3 - side;
+            let n = self.n;
+            let extra = if side == 1 { extra_a } else { "" };
+            let cfg = format!(
+                "name: t{side}\nnetns: {ns}\nem_listen: '127.0.0.1:{em}'\nengine: cpu\nalg: {alg}\n\
+                 tun: {{name: esp{n}, address: 192.168.{n}.{side}/24}}\n\
+                 underlay: {{local: '10.{n}.0.{side}:4500', peer: '10.{n}.0.{peer}:4500'}}\n\
+                 outbound: {{spi: {out_spi}, key: '{out_key}'}}\ninbound: {{spi: {in_spi}, key: '{in_key}'}}\n{extra}",
+                em = self.em_port(side)
+            );
+            let path = self.dir.join(format!("t{side}.yaml"));
+            std::fs::write(&path, cfg).unwrap();
+            let child = Command::new(nfx)
+                .args([
+                    "tunnel",
+                    "--config",
+                    path.to_str().unwrap(),
+                    "--duration",
+                    "60",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.procs.push(child);
+        }
+        for side in [1, 2] {
+            let port = self.em_port(side);
+            let t0 = Instant::now();
+            while http(port, "GET", "/status", "").is_err() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "endpoint {side} did not come up"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for c in &mut self.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.a, &self.b] {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One HTTP/1.1 request to the EM on 127.0.0.1:port; returns (status, JSON body).
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, serde_json::Value)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    let code = r.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let json = r.split("\r\n\r\n").nth(1).unwrap_or("null");
+    Ok((
+        code,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    ))
+}
+
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap();
+        f()
+    })
+}
+
+fn root() -> bool {
+    String::from_utf8_lossy(&sh(&["id", "-u"]).stdout).trim() == "0"
+}
+
+fn nfx() -> &'static str {
+    env!("CARGO_BIN_EXE_nfx")
+}
+
+/// Sends numbered UDP datagrams A → B until `until` is set (plus 300 more) and returns
+/// what B received, in arrival order.
+fn udp_stream(p: &Pair, until: Arc<AtomicBool>) -> (u32, Vec<u32>) {
+    let dst = format!("{}:5555", p.inner(2));
+    let rx = in_ns(&p.b, {
+        let bind = format!("{}:5555", p.inner(2));
+        move || {
+            let s = UdpSocket::bind(bind).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(1500)))
+                .unwrap();
+            let mut got = Vec::new();
+            let mut b = [0u8; 256];
+            while let Ok(n) = s.recv(&mut b) {
+                if n >= 4 {
+                    got.push(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                }
+            }
+            got
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let tx = in_ns(&p.a, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let mut seq = 0u32;
+        let mut extra = 0;
+        let t0 = Instant::now();
+        while extra < 300 && t0.elapsed() < Duration::from_secs(30) {
+            let mut m = [0u8; 200];
+            m[..4].copy_from_slice(&seq.to_be_bytes());
+            s.send_to(&m, &dst).unwrap();
+            seq += 1;
+            if until.load(Ordering::SeqCst) && seq > 500 {
+                extra += 1;
+            }
+            if seq % 10 == 0 {
+                // Pace the stream so kernel socket queues never overflow.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        seq
+    });
+    let sent = tx.join().unwrap();
+    (sent, rx.join().unwrap())
+}
+
+#[test]
+fn ping_tcp_and_tshark_decrypt() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut p = Pair::new("p", 151);
+    let pcap = p.dir.join("esp.pcap");
+    let mut cap = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &p.b,
+            "tcpdump",
+            "-i",
+            "vb",
+            "-U",
+            "-w",
+            pcap.to_str().unwrap(),
+            "udp",
+            "port",
+            "4500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 64];
+    let _ = cap.stderr.as_mut().unwrap().read(&mut line);
+    p.start(nfx(), "aes-128-gcm", "");
+    let o = sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &p.a,
+        "ping",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        &p.inner(2),
+    ]);
+    assert!(
+        o.status.success(),
+        "ping: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // TCP: 2 MB with a known pattern from A to B through the tunnel.
+    let bind = format!("{}:5001", p.inner(2));
+    let server = in_ns(&p.b, move || {
+        let l = TcpListener::bind(bind).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        v
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let dst = format!("{}:5001", p.inner(2));
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let sent = data.clone();
+    in_ns(&p.a, move || {
+        let mut s = TcpStream::connect(dst).unwrap();
+        s.write_all(&sent).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert!(
+        server.join().unwrap() == data,
+        "TCP data through the tunnel differs"
+    );
+    let (_, st) = http(p.em_port(2), "GET", "/status", "").unwrap();
+    assert_eq!(st["drops"]["auth_failed"], 0);
+    assert!(st["rx_packets"].as_u64().unwrap() > 100, "{st}");
+    // SIGINT (not SIGKILL) so tcpdump flushes the capture file.
+    let _ = sh(&["kill", "-INT", &cap.id().to_string()]);
+    let _ = cap.wait();
+    let decode = |key: &str| -> String {
+        let uat = |src: &str, dst: &str, spi: &str, key: &str| {
+            format!("uat:esp_sa:\"IPv4\",\"{src}\",\"{dst}\",\"{spi}\",\"AES-GCM with 16 octet ICV [RFC4106]\",\"{key}\",\"NULL\",\"\"")
+        };
+        let n = p.n;
+        let o = sh(&[
+            "tshark",
+            "-n",
+            "-r",
+            pcap.to_str().unwrap(),
+            "-o",
+            "esp.enable_encryption_decode:TRUE",
+            "-o",
+            &uat(
+                &format!("10.{n}.0.1"),
+                &format!("10.{n}.0.2"),
+                "0x00001001",
+                key,
+            ),
+            "-o",
+            &uat(
+                &format!("10.{n}.0.2"),
+                &format!("10.{n}.0.1"),
+                "0x00001002",
+                KEY_BA,
+            ),
+            "-d",
+            "udp.port==4500,udpencap",
+            "-Y",
+            "icmp",
+            "-T",
+            "fields",
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.dst",
+            "-e",
+            "icmp.type",
+        ]);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let good = decode(KEY_AB);
+    let want = format!("10.{0}.0.1,192.168.{0}.1\t10.{0}.0.2,192.168.{0}.2\t8", p.n);
+    assert!(
+        good.lines().filter(|l| *l == want).count() >= 3,
+        "tshark with the right key:\n{good}"
+    );
+    let bad = decode("0x00000000000000000000000000000000000000ff");
+    assert!(
+        !bad.lines().any(|l| l.ends_with("\t8")),
+        "tshark decoded with a wrong key:\n{bad}"
+    );
+}
+
+#[test]
+fn udp_stream_survives_20_engine_switches() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut p = Pair::new("s", 152);
+    p.start(nfx(), "aes-256-gcm", "");
+    let done = Arc::new(AtomicBool::new(false));
+    let port = p.em_port(1);
+    let flag = Arc::clone(&done);
+    let switcher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut us = Vec::new();
+        for i in 0..20 {
+            let e = if i % 2 == 0 { "soft" } else { "cpu" };
+            let (code, v) =
+                http(port, "POST", "/engine", &format!("{{\"engine\":\"{e}\"}}")).unwrap();
+            assert_eq!((code, v["engine"].as_str()), (200, Some(e)), "{v}");
+            us.push(v["switch_us"].as_u64().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        flag.store(true, Ordering::SeqCst);
+        us
+    });
+    let (sent, got) = udp_stream(&p, done);
+    let us = switcher.join().unwrap();
+    let expect: Vec<u32> = (0..sent).collect();
+    assert!(
+        got == expect,
+        "sent {sent}, got {} (first gap at {:?})",
+        got.len(),
+        got.iter().enumerate().find(|(i, &s)| *i as u32 != s)
+    );
+    let (_, st) = http(port, "GET", "/status", "").unwrap();
+    assert_eq!(st["engine_switches"], 20, "{st}");
+    eprintln!("switch_us: {us:?}");
+}
+
+#[test]
+fn lookaside_device_killed_mid_stream_loses_nothing() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut p = Pair::new("l", 153);
+    let sock = p.dir.join("accel.sock");
+    let mut dev = Command::new(nfx())
+        .args([
+            "accel",
+            "serve",
+            "--queue-pairs",
+            "1",
+            "--socket",
+            sock.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !Path::new(&sock).exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.start(nfx(), "aes-128-gcm", "");
+    let port = p.em_port(1);
+    let body = format!("{{\"device\":\"{}\"}}", sock.display());
+    let (code, v) = http(port, "POST", "/accelerator/use", &body).unwrap();
+    assert_eq!(
+        (code, v["engine"].as_str()),
+        (200, Some("lookaside")),
+        "{v}"
+    );
+    let (code, v) = http(p.em_port(2), "POST", "/accelerator/use", &body).unwrap();
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (409, Some("no free queue pair")),
+        "{v}"
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&done);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = dev.kill();
+        let _ = dev.wait();
+        std::thread::sleep(Duration::from_millis(300));
+        flag.store(true, Ordering::SeqCst);
+    });
+    let (sent, got) = udp_stream(&p, done);
+    killer.join().unwrap();
+    let expect: Vec<u32> = (0..sent).collect();
+    assert!(got == expect, "sent {sent}, got {}", got.len());
+    let (_, st) = http(port, "GET", "/status", "").unwrap();
+    assert_eq!(st["failovers"], 1, "{st}");
+}

@@ -1,0 +1,147 @@
+//! The SSM loop: polls every EM, feeds the policy, sends its commands (revokes first, and
+//! no grant after a failed revoke), and records every decision as a JSON line and in memory.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::decision::{Decision, Kind};
+use crate::em::EmClient;
+use crate::policy::{Action, Observation, Policy, Sample};
+
+/// The SSM: the policy plus one EM client per VNF and the lookaside device to hand out.
+pub struct Ssm {
+    policy: Policy,
+    ems: Vec<(String, EmClient)>,
+    device: String,
+    log: Vec<Decision>,
+    sink: Option<Box<dyn Write + Send>>,
+}
+
+impl Ssm {
+    /// An SSM over `ems` (name, client) granting queue pairs of the device at `device`.
+    pub fn new(policy: Policy, ems: Vec<(String, EmClient)>, device: &str) -> Ssm {
+        Ssm {
+            policy,
+            ems,
+            device: device.to_string(),
+            log: Vec::new(),
+            sink: None,
+        }
+    }
+
+    /// Also writes every decision as a JSON line to `w`.
+    pub fn with_sink(mut self, w: Box<dyn Write + Send>) -> Ssm {
+        self.sink = Some(w);
+        self
+    }
+
+    /// Every decision so far.
+    pub fn log(&self) -> &[Decision] {
+        &self.log
+    }
+
+    /// The policy (for holders and unreachable counts).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// One poll at `now_ns` on the caller's clock; `clock` gives that clock's time after the
+    /// EM commands returned (for the reaction time). Returns this poll's decisions.
+    pub fn tick(&mut self, now_ns: u64, clock: &dyn Fn() -> u64) -> Vec<Decision> {
+        let obs: Vec<(String, Observation)> = self
+            .ems
+            .iter()
+            .map(|(name, em)| {
+                let o = match em.status() {
+                    Ok(s) => Observation::Sample(Sample {
+                        engine: s.engine,
+                        alg: s.alg,
+                        cpu_pct: s.cpu_pct,
+                        mean_packet_bytes: s.mean_packet_bytes,
+                    }),
+                    Err(e) => Observation::Unreachable(e.to_string()),
+                };
+                (name.clone(), o)
+            })
+            .collect();
+        let step = self.policy.step(now_ns, &obs);
+        let mut decisions = step.decisions;
+        let mut failed_revoke: Option<String> = None;
+        for a in &step.actions {
+            match a {
+                Action::Revoke(n) => {
+                    let res = self
+                        .em(n)
+                        .and_then(|em| em.release_accelerator().map_err(|e| e.to_string()));
+                    if let Err(e) = res {
+                        decisions.push(self.policy.revoke_failed(now_ns, n, &e));
+                        failed_revoke = Some(n.clone());
+                    }
+                }
+                Action::Grant(n) => {
+                    let res = match &failed_revoke {
+                        Some(v) => Err(format!("postponed: revoke of {v} failed")),
+                        None => self.em(n).and_then(|em| {
+                            em.use_accelerator(&self.device).map_err(|e| e.to_string())
+                        }),
+                    };
+                    match res {
+                        Ok(_) => {
+                            let crossed = self.policy.crossed_ns(n).unwrap_or(now_ns);
+                            let ms = clock().saturating_sub(crossed) as f64 / 1e6;
+                            if let Some(d) = decisions
+                                .iter_mut()
+                                .find(|d| d.vnf == *n && d.decision == Kind::Grant)
+                            {
+                                d.reaction_ms = Some(ms);
+                            }
+                        }
+                        Err(e) => {
+                            decisions.retain(|d| !(d.vnf == *n && d.decision == Kind::Grant));
+                            decisions.push(self.policy.grant_failed(now_ns, n, &e));
+                        }
+                    }
+                }
+            }
+        }
+        for d in &decisions {
+            if let Some(w) = self.sink.as_mut() {
+                if let Err(e) = writeln!(w, "{}", d.to_json_line()).and_then(|_| w.flush()) {
+                    log::warn!("ssm: cannot write decision event: {e}");
+                }
+            }
+            if d.decision != Kind::Noop {
+                log::info!("ssm: {} {:?}: {}", d.vnf, d.decision, d.reason);
+            }
+        }
+        self.log.extend(decisions.iter().cloned());
+        decisions
+    }
+
+    /// Polls every `period` until `stop` is set (the sleep is the poll period itself).
+    pub fn run(&mut self, period: Duration, stop: &AtomicBool) {
+        let t0 = Instant::now();
+        let clock = move || t0.elapsed().as_nanos() as u64;
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let now = clock();
+            self.tick(now, &clock);
+            next += period;
+            let wait = next.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                next = Instant::now();
+            } else {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+
+    fn em(&self, name: &str) -> Result<&EmClient, String> {
+        self.ems
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e)
+            .ok_or_else(|| format!("no EM named {name}"))
+    }
+}
