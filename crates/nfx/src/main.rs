@@ -38,6 +38,9 @@ enum Cmd {
     Ssm(cmd::ssm::Args),
     /// Rerun an experiment of the papers and write its report.
     Experiment(cmd::experiment::Args),
+    /// Controller and host-agent commands (up, plan, deploy, status, migrate, destroy, agent).
+    #[command(flatten)]
+    Ctl(cmd::ctl::CtlCmd),
 }
 
 fn main() {
@@ -54,6 +57,7 @@ fn main() {
         Cmd::Tunnel(a) => cmd::tunnel::run(a),
         Cmd::Ssm(a) => cmd::ssm::run(a),
         Cmd::Experiment(a) => cmd::experiment::run(a),
+        Cmd::Ctl(c) => cmd::ctl::run(c),
     };
     if let Err(e) = res {
         eprintln!("nfx: error: {e:#}");

@@ -17,8 +17,9 @@ struct Bin {
 struct Dfs<'a> {
     p: &'a Problem,
     items: Vec<usize>,
-    /// Suffix sums of each item's cheapest share of cost.
-    tail: Vec<f64>,
+    /// Suffix sums of each item's cheapest share of cost, per dimension
+    /// (resource, throughput).
+    tail: Vec<[f64; 2]>,
     bins: Vec<Bin>,
     placed: Vec<usize>,
     avail: Vec<u32>,
@@ -61,20 +62,31 @@ pub fn search(
     for t in order {
         items.extend(std::iter::repeat_n(t, demand[t] as usize));
     }
-    let min_share: Vec<f64> = (0..p.types.len())
+    let min_share: Vec<[f64; 2]> = (0..p.types.len())
         .map(|t| {
-            (0..p.models.len())
-                .filter(|&k| p.compat(t, k))
-                .map(|k| {
-                    let m = &p.models[k];
-                    m.cost as f64 * share(p.size(t, k), m.cap).max(share(p.types[t].thr, m.thr_cap))
-                })
-                .fold(f64::INFINITY, f64::min)
+            let per_dim = |dim: usize| {
+                (0..p.models.len())
+                    .filter(|&k| p.compat(t, k))
+                    .map(|k| {
+                        let m = &p.models[k];
+                        let s = if dim == 0 {
+                            share(p.size(t, k), m.cap)
+                        } else {
+                            share(p.types[t].thr, m.thr_cap)
+                        };
+                        m.cost as f64 * s
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            };
+            [per_dim(0), per_dim(1)]
         })
         .collect();
-    let mut tail = vec![0.0; items.len() + 1];
+    let mut tail = vec![[0.0; 2]; items.len() + 1];
     for i in (0..items.len()).rev() {
-        tail[i] = tail[i + 1] + min_share[items[i]];
+        tail[i] = [
+            tail[i + 1][0] + min_share[items[i]][0],
+            tail[i + 1][1] + min_share[items[i]][1],
+        ];
     }
     let mut d = Dfs {
         p,
@@ -135,15 +147,14 @@ impl Dfs<'_> {
             ));
             return;
         }
-        let absorb: f64 = self
-            .bins
-            .iter()
-            .map(|b| {
-                let m = &self.p.models[b.model];
-                m.cost as f64 * share(b.rem, m.cap).max(share(b.rem_thr, m.thr_cap))
-            })
-            .sum();
-        let extra = (self.tail[i] - absorb - 1e-9).ceil().max(0.0) as u64;
+        let mut absorb = [0.0f64; 2];
+        for b in &self.bins {
+            let m = &self.p.models[b.model];
+            absorb[0] += m.cost as f64 * share(b.rem, m.cap);
+            absorb[1] += m.cost as f64 * share(b.rem_thr, m.thr_cap);
+        }
+        let need = (self.tail[i][0] - absorb[0]).max(self.tail[i][1] - absorb[1]);
+        let extra = (need - 1e-9).ceil().max(0.0) as u64;
         if cost + extra >= self.ub {
             return;
         }

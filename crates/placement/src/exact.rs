@@ -37,21 +37,30 @@ pub struct ExactResult {
 /// A proven lower bound that needs no LP: L2 when there is one device model whose
 /// throughput never binds, else the fractional share-of-cost bound.
 pub fn quick_bound(p: &Problem) -> u64 {
-    let mut frac = 0.0f64;
+    // Each dimension separately: a device's items use at most all of its resource and
+    // at most all of its throughput, so each sum is a valid bound on its own.
+    let share = |x: u64, cap: u64| if cap == 0 { 0.0 } else { x as f64 / cap as f64 };
+    let mut frac = [0.0f64; 2];
     for (t, ty) in p.types.iter().enumerate() {
-        let per_item = (0..p.models.len())
-            .filter(|&k| p.compat(t, k))
-            .map(|k| {
-                let m = &p.models[k];
-                let share = |x: u64, cap: u64| if cap == 0 { 0.0 } else { x as f64 / cap as f64 };
-                m.cost as f64 * share(p.size(t, k), m.cap).max(share(ty.thr, m.thr_cap))
-            })
-            .fold(f64::INFINITY, f64::min);
-        if per_item.is_finite() {
-            frac += per_item * ty.members.len() as f64;
+        for (dim, acc) in frac.iter_mut().enumerate() {
+            let per_item = (0..p.models.len())
+                .filter(|&k| p.compat(t, k))
+                .map(|k| {
+                    let m = &p.models[k];
+                    let s = if dim == 0 {
+                        share(p.size(t, k), m.cap)
+                    } else {
+                        share(ty.thr, m.thr_cap)
+                    };
+                    m.cost as f64 * s
+                })
+                .fold(f64::INFINITY, f64::min);
+            if per_item.is_finite() {
+                *acc += per_item * ty.members.len() as f64;
+            }
         }
     }
-    let mut lb = (frac - 1e-6).ceil().max(0.0) as u64;
+    let mut lb = (frac[0].max(frac[1]) - 1e-6).ceil().max(0.0) as u64;
     if p.models.len() == 1 {
         let m = &p.models[0];
         let thr: u128 = p
@@ -307,4 +316,56 @@ fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
             .map(|(pat, _)| vec![(pat, 1)]),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instance::{Device, DeviceKind, Instance, VnfInstance};
+    use std::time::Duration;
+
+    /// One device (cost 5, capacity 10, throughput 10) hosts a resource-heavy and a
+    /// throughput-heavy instance together: every bound must stay ≤ 5.
+    #[test]
+    fn bounds_stay_valid_when_dimensions_complement() {
+        let vnf = |id: &str, need, thr| VnfInstance {
+            id: id.into(),
+            function: "fw".into(),
+            tcam_need: need,
+            cpu_need: need,
+            latency_bound_us: 9,
+            throughput_gbps: thr,
+        };
+        let inst = Instance {
+            name: "complement".into(),
+            functions: vec!["fw".into()],
+            devices: (0..2)
+                .map(|i| Device {
+                    id: format!("d{i}"),
+                    model: String::new(),
+                    kind: DeviceKind::Hardware,
+                    functions: vec!["fw".into()],
+                    cost: 5,
+                    tcam_capacity: Some(10),
+                    cpu_capacity: None,
+                    latency_us: 1,
+                    throughput_gbps: 10,
+                })
+                .collect(),
+            vnf_instances: vec![vnf("a", 9, 1), vnf("b", 1, 9)],
+        };
+        let p = Problem::new(&inst);
+        assert!(quick_bound(&p) <= 5);
+        let r = solve(&p, None, Instant::now() + Duration::from_secs(5)).unwrap();
+        assert_eq!((r.cost, r.bound), (5, 5));
+        let c = complete::search(
+            &p,
+            &p.demands(),
+            &p.counts(),
+            u64::MAX,
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert!(c.finished);
+        assert_eq!(c.improved.map(|pats| p.cost(&pats)), Some(5));
+    }
 }

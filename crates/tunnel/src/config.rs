@@ -147,7 +147,7 @@ pub struct Config {
 pub fn parse_hex(s: &str) -> Option<SecretBytes> {
     let s = s.trim();
     let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let mut out = Vec::with_capacity(s.len() / 2);

@@ -237,7 +237,7 @@ fn status(st: &EmState) -> Value {
     let s = *st.sample.lock().unwrap_or_else(|e| e.into_inner());
     let pk = c.tx_packets.load(Relaxed) + c.rx_packets.load(Relaxed);
     let by = c.tx_bytes.load(Relaxed) + c.rx_bytes.load(Relaxed);
-    let mean = if pk > 0 { by / pk } else { 0 };
+    let mean = by.checked_div(pk).unwrap_or(0);
     let r2 = |x: f64| (x * 100.0).round() / 100.0;
     json!({
         "name": st.name,

@@ -298,7 +298,7 @@ impl Inbound {
             return Err(EspError::BadEncap);
         }
         let data_len = len - HEAD - ICV;
-        if data_len % 4 != 0 {
+        if !data_len.is_multiple_of(4) {
             return Err(EspError::BadEncap);
         }
         let s = buf.as_slice();

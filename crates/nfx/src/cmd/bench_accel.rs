@@ -171,11 +171,12 @@ fn openssl_record(alg: Alg, bytes: usize, masked: bool) -> anyhow::Result<Option
 
 fn print_table(records: &[Record]) {
     println!(
-        "{:<15} {:<28} {:>6} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:<15} {:<28} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "engine",
         "alg",
         "bytes",
-        "MB/s",
+        "MB/s(cpu)",
+        "MB/s(wall)",
         "xOpenSSL",
         "xMasked",
         "op p50ns",

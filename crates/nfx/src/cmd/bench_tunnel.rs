@@ -186,7 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("nfx-lookaside ...");
     let sock = dir.join("accel.sock");
     let _ = std::fs::remove_file(&sock);
-    let mut dev = Children(vec![Command::new(std::env::current_exe()?)
+    let dev = Children(vec![Command::new(std::env::current_exe()?)
         .args(["accel", "serve", "--queue-pairs", "2", "--socket"])
         .arg(&sock)
         .stdout(Stdio::null())
@@ -203,7 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     pids.push(dev.0[0].id());
     cases.push(measure(&tb, "nfx-lookaside", INNER_DST, secs, &pids)?);
     drop(kids);
-    dev.0.clear();
+    drop(dev);
     let mut skipped = Vec::new();
     for (name, bin) in PEERS {
         skipped.push((name, format!("`{bin}` is not installed here")));

@@ -220,13 +220,18 @@ fn client(c: &Conn) -> anyhow::Result<Client> {
     Ok(Client::new(&url, load_token(c.token_file.as_deref())?))
 }
 
+/// Prints an answer; a closed stdout (e.g. `| head`) is not an error.
 fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
-    if c.json {
-        println!("{v}");
+    use std::io::Write;
+    let text = if c.json {
+        v.to_string()
     } else {
-        println!("{}", serde_json::to_string_pretty(v)?);
+        serde_json::to_string_pretty(v)?
+    };
+    match writeln!(std::io::stdout(), "{text}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Fails with the server's message unless the status is `want`.

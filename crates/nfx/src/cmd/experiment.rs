@@ -103,7 +103,6 @@ fn hex_random(n: usize) -> anyhow::Result<String> {
 
 /// Writes the two endpoint configs of a tunnel (keys fresh from /dev/urandom; the files
 /// are 0600 in the output's private work dir and removed with it).
-#[allow(clippy::too_many_arguments)]
 fn write_configs(
     dir: &Path,
     t: &Tunnel,

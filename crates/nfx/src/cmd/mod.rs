@@ -8,6 +8,7 @@ pub mod bench_dataplane;
 pub mod bench_placement;
 pub mod bench_tunnel;
 pub mod chain;
+pub mod ctl;
 pub mod demo;
 pub mod experiment;
 pub mod place;
