@@ -220,7 +220,7 @@ fn udp_stream(p: &Pair, until: Arc<AtomicBool>) -> (u32, Vec<u32>) {
             if until.load(Ordering::SeqCst) && seq > 500 {
                 extra += 1;
             }
-            if seq % 10 == 0 {
+            if seq.is_multiple_of(10) {
                 // Pace the stream so kernel socket queues never overflow.
                 std::thread::sleep(Duration::from_millis(1));
             }
