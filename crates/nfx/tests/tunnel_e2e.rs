@@ -371,7 +371,7 @@ fn udp_stream_survives_20_engine_switches() {
         return;
     }
     let mut p = Pair::new("s", 152);
-    p.start(nfx(), "aes-256-gcm", "");
+    p.start(nfx(), "aes-128-gcm", "");
     let done = Arc::new(AtomicBool::new(false));
     let port = p.em_port(1);
     let flag = Arc::clone(&done);
