@@ -182,7 +182,13 @@ fn measure(case: &str, tb: &TestbedGuard, secs: u32, log: &mut dyn FnMut(&str)) 
     r.cpu_cores = note("cpu cores", cores);
     let tcp4 = iperf::client(&ClientSpec::tcp(&src_ns, tb.dst_ip(), IPERF_PORT, secs, 4));
     r.tcp4_gbps = note("tcp4 Gbit/s", tcp4.map(|x| x.gbps));
-    r.udp64_mpps = note("udp64 Mpps", udp64(tb, secs));
+    let udp = udp64(tb, secs);
+    let offered = match &udp {
+        Ok(u) => Ok(u.offered_mpps),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    r.udp64_mpps = note("udp64 Mpps", udp.map(|u| u.received_mpps));
+    note("udp64 offered Mpps (generator)", offered);
     let lat = sockperf::ping_pong(&src_ns, tb.dst_ip(), SOCKPERF_PORT, secs);
     match lat {
         Ok(l) => {
@@ -194,8 +200,17 @@ fn measure(case: &str, tb: &TestbedGuard, secs: u32, log: &mut dyn FnMut(&str)) 
     r
 }
 
-/// Floods 64-byte UDP frames from src for `secs` and returns Mpps received at dst.
-pub fn udp64(tb: &TestbedGuard, secs: u32) -> anyhow::Result<f64> {
+/// One 64-byte UDP flood: what the generator offered and what arrived at dst.
+#[derive(Debug, Clone, Copy)]
+pub struct Udp64 {
+    /// Datagrams per second (millions) received by the sink in dst.
+    pub received_mpps: f64,
+    /// Datagrams per second (millions) the kernel accepted from the generator in src.
+    pub offered_mpps: f64,
+}
+
+/// Floods 64-byte UDP frames from src for `secs`: offered and received Mpps.
+pub fn udp64(tb: &TestbedGuard, secs: u32) -> anyhow::Result<Udp64> {
     let sink = Sink::start(&tb.ns(Host::Dst), UDPGEN_PORT, &[])?;
     let g = udpgen::generate(GenSpec::flood(
         &tb.ns(Host::Src),
@@ -208,7 +223,10 @@ pub fn udp64(tb: &TestbedGuard, secs: u32) -> anyhow::Result<f64> {
     if got.packets == 0 {
         anyhow::bail!("no UDP packet arrived (sent {})", g.sent);
     }
-    Ok(got.packets as f64 / g.secs / 1e6)
+    Ok(Udp64 {
+        received_mpps: got.packets as f64 / g.secs / 1e6,
+        offered_mpps: g.mpps(),
+    })
 }
 
 /// Waits until the sink stops receiving (queued packets delivered), at most 1 s.
@@ -249,8 +267,12 @@ fn adaptive_checks(
             idle = cpu.cores()? * 100.0;
             log(&format!("  idle adaptive CPU: {idle:.2} % of a core"));
         }
-        let m = udp64(tb, opts.secs)?;
-        log(&format!("  {poll} udp64 Mpps: {m:.3}"));
+        let u = udp64(tb, opts.secs)?;
+        let m = u.received_mpps;
+        log(&format!(
+            "  {poll} udp64 Mpps: {m:.3} (offered {:.3})",
+            u.offered_mpps
+        ));
         mpps.push(m);
         nfx.stop()?;
     }
