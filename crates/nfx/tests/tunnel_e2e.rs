@@ -127,6 +127,24 @@ impl Pair {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // The EM answers before the endpoint has configured its TUN device: wait until
+        // both inner addresses are assigned and the devices are up.
+        for (side, ns) in [(1u8, self.a.clone()), (2u8, self.b.clone())] {
+            let dev = format!("esp{}", self.n);
+            let want = format!("inet {}/", self.inner(side));
+            let t0 = Instant::now();
+            loop {
+                let out = sh(&["ip", "-n", &ns, "addr", "show", "dev", &dev, "up"]);
+                if String::from_utf8_lossy(&out.stdout).contains(&want) {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "tun {dev} in {ns} did not get {want}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
 }
 
