@@ -310,8 +310,7 @@ impl Node for Firewall {
 
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
-        // Sweep the whole table about every 5 s at the runtime's 100 ms ticks.
-        let mut budget = (self.table.slots() / 50).max(4096);
+        let mut budget = self.table.sweep_budget();
         while let Some(slot) = self.table.next_expired(now_ns, &mut budget) {
             self.remove(slot);
             self.expired += 1;

@@ -543,7 +543,7 @@ impl Node for Nat {
 
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
-        let mut budget = (self.table.slots() / 50).max(4096);
+        let mut budget = self.table.sweep_budget();
         while let Some(slot) = self.table.next_expired(now_ns, &mut budget) {
             self.remove_pair(slot);
             self.expired += 1;

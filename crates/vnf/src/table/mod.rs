@@ -132,6 +132,12 @@ impl<V: TableValue> FlowTable<V> {
         self.max_flows
     }
 
+    /// Slots to examine per 100 ms expiry tick so the whole table is swept about every
+    /// 5 s (at least 4096), the budget both stateful nodes pass to `next_expired`.
+    pub fn sweep_budget(&self) -> usize {
+        (self.slots() / 50).max(4096)
+    }
+
     /// Number of slots (capacity plus headroom); slot indices are below this.
     pub fn slots(&self) -> usize {
         self.tags.len()
