@@ -2,7 +2,7 @@
 //! interface, with failover to an in-process engine when the device goes away.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::proto::{self, Msg, Recv};
 use super::ring::{futex_wake, DoorbellView, Geometry, QpView, SqEntry, DOORBELL_LEN, MAGIC};
+use super::seqpacket;
 use super::shm::Mapping;
 use crate::buf::SlotPool;
 use crate::{
@@ -69,27 +70,8 @@ pub struct LookasideEngine {
 }
 
 fn connect_socket(path: &Path) -> Result<OwnedFd, AccelError> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(AccelError::BadArgument(format!(
-            "socket path {} is too long",
-            path.display()
-        )));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: plain socket call; checked.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(AccelError::last_os("socket"));
-    }
-    // SAFETY: fresh fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let addr = seqpacket::address(path)?;
+    let fd = seqpacket::socket()?;
     // SAFETY: valid fd and address.
     let r = unsafe {
         libc::connect(

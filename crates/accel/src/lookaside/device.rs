@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::proto::{self, Msg, Recv};
 use super::ring::{futex_wait, DoorbellView, Geometry, QpView, DOORBELL_LEN, MAGIC};
+use super::seqpacket;
 use super::shm::Mapping;
 use crate::backend::Sessions;
 use crate::cpu::CpuBackend;
@@ -103,20 +104,7 @@ pub fn pin_to_core(core: usize) -> Result<(), AccelError> {
 }
 
 fn bind(path: &Path) -> Result<OwnedFd, AccelError> {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(AccelError::BadArgument(format!(
-            "socket path {} is too long",
-            path.display()
-        )));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
+    let addr = seqpacket::address(path)?;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
             std::fs::create_dir_all(dir).map_err(|e| AccelError::Io {
@@ -127,13 +115,7 @@ fn bind(path: &Path) -> Result<OwnedFd, AccelError> {
     }
     // A stale socket file from a dead device would make bind fail.
     let _ = std::fs::remove_file(path);
-    // SAFETY: plain socket call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(AccelError::last_os("socket"));
-    }
-    // SAFETY: fresh fd owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = seqpacket::socket()?;
     // SAFETY: valid fd and address.
     let r = unsafe {
         libc::bind(

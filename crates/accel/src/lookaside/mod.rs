@@ -6,6 +6,7 @@ mod client;
 mod device;
 mod proto;
 mod ring;
+mod seqpacket;
 pub(crate) mod shm;
 
 pub use client::{LookasideEngine, STALL_TIMEOUT};

@@ -250,6 +250,21 @@ fn expect(
     bail!("{what}: HTTP {}: {msg}", a.status)
 }
 
+/// Starts a long operation (HTTP 202) and, unless `no_wait`, follows it to its end.
+fn operation(
+    cl: &Client,
+    started: nfx_control::client::Answer,
+    what: &str,
+    no_wait: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let op = expect(started, &[202], what)?;
+    if no_wait {
+        Ok(op)
+    } else {
+        wait(cl, &op, what)
+    }
+}
+
 fn wait(cl: &Client, op: &serde_json::Value, what: &str) -> anyhow::Result<serde_json::Value> {
     let id = op["id"].as_str().context("answer has no operation id")?;
     let done = cl.wait_operation(id, Duration::from_secs(600))?;
@@ -280,12 +295,7 @@ fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
             show(&a.conn, &plan)?;
             continue;
         }
-        let op = expect(cl.post("/api/v1/services", &s)?, &[202], &what)?;
-        let op = if a.no_wait {
-            op
-        } else {
-            wait(&cl, &op, &what)?
-        };
+        let op = operation(&cl, cl.post("/api/v1/services", &s)?, &what, a.no_wait)?;
         show(&a.conn, &op)?;
     }
     Ok(())
@@ -356,33 +366,15 @@ fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
         None => serde_json::json!({}),
     };
     let what = format!("migrate {}", a.instance);
-    let op = expect(
-        cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?,
-        &[202],
-        &what,
-    )?;
-    let op = if a.no_wait {
-        op
-    } else {
-        wait(&cl, &op, &what)?
-    };
-    show(&a.conn, &op)
+    let started = cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?;
+    show(&a.conn, &operation(&cl, started, &what, a.no_wait)?)
 }
 
 fn destroy(a: DestroyArgs) -> anyhow::Result<()> {
     let cl = client(&a.conn)?;
     let what = format!("destroy {}", a.service);
-    let op = expect(
-        cl.delete(&format!("/api/v1/services/{}", a.service))?,
-        &[202],
-        &what,
-    )?;
-    let op = if a.no_wait {
-        op
-    } else {
-        wait(&cl, &op, &what)?
-    };
-    show(&a.conn, &op)
+    let started = cl.delete(&format!("/api/v1/services/{}", a.service))?;
+    show(&a.conn, &operation(&cl, started, &what, a.no_wait)?)
 }
 
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
