@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p nfx-dataplane --example fwd_bench [SECONDS]` (root, iperf3).
 
-use nfx_dataplane::{build_chain, ChainBuilder, Dataplane, RunConfig};
+use nfx_dataplane::{build_chain_from, ChainBuilder, Dataplane, RunConfig};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, Packet, PacketBuf};
 use std::process::Command;
@@ -186,7 +186,9 @@ fn config(t: &Topo, poll: &str, vector: usize) -> RunConfig {
 }
 
 fn builder() -> ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value]| build_chain(specs, std::path::Path::new(".")))
+    Arc::new(|specs: &[serde_json::Value], skip: usize| {
+        build_chain_from(specs, skip, std::path::Path::new("."))
+    })
 }
 
 /// 64-byte UDP frames from `a` towards an address `b` does not own (b's kernel drops them

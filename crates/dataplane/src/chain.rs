@@ -14,6 +14,16 @@ pub fn build_chain(
     specs: &[serde_json::Value],
     base_dir: &Path,
 ) -> Result<Vec<Box<dyn Node>>, ConfigError> {
+    build_chain_from(specs, 0, base_dir)
+}
+
+/// Like [`build_chain`], but builds only `specs[skip..]` (the first `skip` nodes are
+/// kept from the running chain); names are those the whole list would give.
+pub fn build_chain_from(
+    specs: &[serde_json::Value],
+    skip: usize,
+    base_dir: &Path,
+) -> Result<Vec<Box<dyn Node>>, ConfigError> {
     let mut seen: HashMap<&'static str, usize> = HashMap::new();
     let mut nodes = Vec::with_capacity(specs.len());
     for (i, v) in specs.iter().enumerate() {
@@ -40,6 +50,9 @@ pub fn build_chain(
         } else {
             format!("{kind}-{n}")
         };
+        if i < skip {
+            continue;
+        }
         let node = nfx_vnf::build(&spec, &name, base_dir).map_err(|e| ConfigError {
             file: String::new(),
             field: at(&e.field),
@@ -52,7 +65,9 @@ pub fn build_chain(
 
 /// The builder `nfx run` uses: [`build_chain`] with paths relative to `base_dir`.
 pub fn vnf_builder(base_dir: PathBuf) -> ChainBuilder {
-    Arc::new(move |specs: &[serde_json::Value]| build_chain(specs, &base_dir))
+    Arc::new(move |specs: &[serde_json::Value], skip: usize| {
+        build_chain_from(specs, skip, &base_dir)
+    })
 }
 
 #[cfg(test)]

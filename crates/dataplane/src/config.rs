@@ -35,6 +35,34 @@ pub struct RunConfig {
     /// Node specs in Forward order (`- firewall: {...}`), built by the chain builder.
     #[serde(default)]
     pub chain: Vec<serde_json::Value>,
+    /// Share the two interfaces with another instance through PACKET_FANOUT groups, so
+    /// that traffic can be handed from one to the other without loss (migration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutConfig>,
+}
+
+/// Fanout membership of an instance: the inside port joins group `group`, the outside
+/// port `group + 1` (a group belongs to one interface).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutConfig {
+    /// Group id of the inside port, 0..=65534 (the outside port uses the next id).
+    pub group: u16,
+    /// `active` processes what it receives from the start; `standby` holds everything
+    /// (leaves it queued in its sockets) until told to `release`.
+    #[serde(default)]
+    pub role: Role,
+}
+
+/// Whether an instance starts processing or holding.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads and processes its ports.
+    #[default]
+    Active,
+    /// Joined to the groups but not reading: a handoff target.
+    Standby,
 }
 
 /// The inside and outside ports.
@@ -167,6 +195,14 @@ impl RunConfig {
                 ),
             ));
         }
+        if let Some(f) = &self.fanout {
+            if f.group == u16::MAX {
+                return Err(err(
+                    "fanout.group",
+                    "65535 leaves no id for the outside port (use 0..=65534)".into(),
+                ));
+            }
+        }
         for (i, spec) in self.chain.iter().enumerate() {
             match spec.as_object() {
                 Some(m) if m.len() == 1 => {}
@@ -282,12 +318,39 @@ chain:
                 "chain[1]",
             ),
             (GOOD.replace("vector: 64", "vector: many"), "vector"),
+            (
+                format!("{GOOD}fanout: {{ group: 65535 }}\n"),
+                "fanout.group",
+            ),
+            (
+                format!("{GOOD}fanout: {{ group: 7, role: lead }}\n"),
+                "fanout.role",
+            ),
         ];
         for (text, field) in cases {
             let e = err_of(&text);
             assert_eq!(e.field, field, "{e}");
             assert!(!e.problem.is_empty());
         }
+    }
+
+    #[test]
+    fn fanout_parses_with_default_role() {
+        let c = RunConfig::parse(&format!("{GOOD}fanout: {{ group: 7 }}\n"), "f").unwrap();
+        assert_eq!(
+            c.fanout,
+            Some(FanoutConfig {
+                group: 7,
+                role: Role::Active
+            })
+        );
+        let c = RunConfig::parse(
+            &format!("{GOOD}fanout: {{ group: 7, role: standby }}\n"),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.fanout.unwrap().role, Role::Standby);
+        assert_eq!(RunConfig::parse(GOOD, "f").unwrap().fanout, None);
     }
 
     #[test]

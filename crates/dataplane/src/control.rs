@@ -1,10 +1,12 @@
 //! The control socket: a unix stream socket, one JSON request per line, one JSON
-//! response per line (`stats`, `reconfigure`, `export_state`, `import_state`,
-//! `shutdown`), and the client side used by `nfx stats` and the testbed.
+//! response per line (`stats`, `reconfigure`, `export_state`, `import_state`, the
+//! handoff steps `hold`, `release`, `drain`, `steer`, and `shutdown`), and the client
+//! side used by `nfx stats` and the testbed.
 
 use crate::runtime::Controller;
 use anyhow::{anyhow, Context};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,12 +14,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Longest request line accepted (a reconfigure with large rule sets fits easily).
-const MAX_LINE: u64 = 16 << 20;
+/// Longest request line accepted: an `import_state` of 4 million NAT mappings (24 B
+/// each, base64) fits, and so does a reconfigure with large rule sets.
+const MAX_LINE: u64 = 160 << 20;
 
 /// A listening control socket; removed from the filesystem on drop.
 pub struct ControlServer {
     path: PathBuf,
+    /// A handle on the listening socket, to wake the accept loop on drop even when the
+    /// socket file was removed meanwhile (a connect to the path would then fail).
+    listener: UnixListener,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -41,6 +47,9 @@ impl ControlServer {
         }
         let listener = UnixListener::bind(path)
             .with_context(|| format!("binding control socket {}", path.display()))?;
+        let handle = listener
+            .try_clone()
+            .context("duplicating the control socket")?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
@@ -60,6 +69,7 @@ impl ControlServer {
             })?;
         Ok(Self {
             path: path.to_path_buf(),
+            listener: handle,
             stop,
             thread: Some(thread),
         })
@@ -97,7 +107,10 @@ fn serve(conn: UnixStream, ctl: Controller) {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the accept loop so it sees the flag.
+        // Wake the accept loop so it sees the flag: shutting the listening socket down
+        // makes a blocked accept(2) return at once.
+        // SAFETY: shutdown(2) on a descriptor this server owns.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -131,6 +144,14 @@ pub fn request(path: &Path, req: &serde_json::Value) -> anyhow::Result<serde_jso
         return Err(anyhow!("{}: {e}", path.display()));
     }
     Ok(v)
+}
+
+/// The `import_state` request that loads `data` (an exported flow-state blob) into
+/// node `node`, for clients that do not speak base64 themselves.
+pub fn import_state_request(node: &str, data: &[u8]) -> serde_json::Value {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+    serde_json::json!({ "cmd": "import_state", "node": node, "data_b64": b64 })
 }
 
 /// Reads the stats of the instance listening on `path`.

@@ -211,10 +211,21 @@ impl Graph {
     /// the old node, imported into the new one, so established flows survive a rule
     /// change). Returns the old nodes and how many flows were carried over.
     pub fn replace_chain(&mut self, nodes: Vec<Box<dyn Node>>) -> (Vec<Box<dyn Node>>, usize) {
-        let mut old: Vec<Stage> = std::mem::take(&mut self.chain);
+        self.replace_chain_after(0, nodes)
+    }
+
+    /// Keeps the first `keep` VNFs untouched (same objects, state and counters) and
+    /// replaces the rest by `nodes` as [`Graph::replace_chain`] does.
+    pub fn replace_chain_after(
+        &mut self,
+        keep: usize,
+        nodes: Vec<Box<dyn Node>>,
+    ) -> (Vec<Box<dyn Node>>, usize) {
+        let keep = keep.min(self.chain.len());
+        let mut old: Vec<Stage> = self.chain.split_off(keep);
         let mut carried = 0;
         let mut blob = Vec::new();
-        self.chain = nodes
+        let added: Vec<Stage> = nodes
             .into_iter()
             .map(|mut node| {
                 let Some(i) = old.iter().position(|s| s.node.name() == node.name()) else {
@@ -234,6 +245,7 @@ impl Graph {
                 }
             })
             .collect();
+        self.chain.extend(added);
         (old.into_iter().map(|s| s.node).collect(), carried)
     }
 

@@ -194,3 +194,25 @@ fn replacing_the_chain_keeps_counters_of_same_named_nodes() {
     assert!(g.vnf_mut("tag3").is_some());
     assert!(g.vnf_mut("tag1").is_none());
 }
+
+#[test]
+fn replacing_after_a_kept_prefix_touches_only_the_rest() {
+    let mut g = Graph::new(tags(&[1, 2]), output(), None);
+    let mut v = vector_of(0..10, Direction::Forward);
+    g.run(v.packets_mut(), Direction::Forward, 1);
+    let (old, carried) = g.replace_chain_after(1, tags(&[2, 3]));
+    assert_eq!(old.len(), 1, "only tag2 was replaced");
+    assert_eq!(carried, 1);
+    assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3"]);
+    let mut v = vector_of(0..10, Direction::Forward);
+    g.run(v.packets_mut(), Direction::Forward, 2);
+    let st = g.node_stats();
+    assert_eq!(st[1].stats["tagged"], 20, "tag1 kept its state");
+    assert_eq!(st[2].stats["tagged"], 20);
+    assert_eq!(st[3].stats["tagged"], 10);
+    assert_eq!(trace_of(v.packets()[0].buf.frame()), vec![1, 2, 3]);
+    // A prefix longer than the chain keeps everything and appends.
+    let (old, _) = g.replace_chain_after(9, tags(&[4]));
+    assert!(old.is_empty());
+    assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3", "tag4"]);
+}

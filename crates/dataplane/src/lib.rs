@@ -16,13 +16,15 @@ pub mod worker;
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod handoff_tests;
+#[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]
 mod testkit;
 
-pub use chain::{build_chain, vnf_builder};
-pub use config::{ConfigError, RunConfig};
-pub use control::{fetch_stats, request, ControlServer};
+pub use chain::{build_chain, build_chain_from, vnf_builder};
+pub use config::{ConfigError, FanoutConfig, Role, RunConfig};
+pub use control::{fetch_stats, import_state_request, request, ControlServer};
 pub use graph::Graph;
 pub use runtime::{ChainBuilder, Controller, Dataplane, PortOpener};
 pub use stats::Stats;

@@ -2,24 +2,27 @@
 //! other threads (the control socket, `nfx run`, tests) talk to its worker.
 
 use crate::builtin::{L2Rewrite, OutputNode};
-use crate::config::{ConfigError, RunConfig};
+use crate::config::{ConfigError, Role, RunConfig};
 use crate::graph::Graph;
 use crate::stats::Stats;
-use crate::worker::{Command, Mailbox, Worker};
+use crate::worker::{Command, Drained, Mailbox, Worker};
 use anyhow::{anyhow, bail, Context};
 use base64::Engine;
 use nfx_io::sys::parse_mac;
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_vnf::Node;
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Builds VNF nodes from chain specs (`{"firewall": {...}}` each). On error it names the
-/// entry and the field (`chain[1].nat.snat.public_ip`); the file is filled in by the caller.
-pub type ChainBuilder =
-    Arc<dyn Fn(&[serde_json::Value]) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync>;
+/// Builds VNF nodes from chain specs (`{"firewall": {...}}` each), skipping the first
+/// `skip` specs (nodes kept from the running chain) but naming the others as the whole
+/// list would. On error it names the entry and the field (`chain[1].nat.snat.public_ip`);
+/// the file is filled in by the caller.
+pub type ChainBuilder = Arc<
+    dyn Fn(&[serde_json::Value], usize) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync,
+>;
 
 /// Opens the two ports on the worker thread (after it entered the namespace).
 pub type PortOpener = Box<dyn FnOnce() -> anyhow::Result<[Box<dyn Port>; 2]> + Send>;
@@ -31,6 +34,8 @@ struct Inner {
     tx: Sender<Command>,
     mailbox: Arc<Mailbox>,
     builder: ChainBuilder,
+    /// The specs of the running chain (also serializes reconfigurations).
+    applied: Mutex<Vec<serde_json::Value>>,
 }
 
 /// A cloneable handle that sends commands to a running worker and waits for answers.
@@ -63,11 +68,21 @@ impl Controller {
 
     /// Builds a new chain from `specs` and swaps it in between two vectors: no packet is
     /// lost or reordered (they wait in the port's socket queue); nodes keeping their name
-    /// keep their flow state. Returns the new names and the number of flows carried over.
+    /// keep their flow state. The longest prefix of specs equal to the running chain's is
+    /// not rebuilt: those nodes stay as they are (deploying at the end of a chain builds
+    /// one node). Returns the new names and the number of flows carried over.
     pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<(Vec<String>, usize)> {
-        let nodes = (self.inner.builder)(specs)
+        let mut applied = self.inner.applied.lock().unwrap_or_else(|e| e.into_inner());
+        let keep = applied
+            .iter()
+            .zip(specs)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let nodes = (self.inner.builder)(specs, keep)
             .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
-        let (old, names, carried) = self.ask(|tx| Command::Reconfigure(nodes, tx))?;
+        let (old, names, carried) = self.ask(|tx| Command::Reconfigure(keep, nodes, tx))?;
+        *applied = specs.to_vec();
+        drop(applied);
         drop(old);
         Ok((names, carried))
     }
@@ -112,6 +127,29 @@ impl Controller {
         })
     }
 
+    /// Stops reading the ports: frames wait in the sockets (bounded by their buffers;
+    /// overflow shows as `socket_drops`) until [`Controller::release`].
+    pub fn hold(&self) -> anyhow::Result<()> {
+        self.ask(Command::Hold)
+    }
+
+    /// Resumes reading, oldest queued frame first.
+    pub fn release(&self) -> anyhow::Result<()> {
+        self.ask(Command::Release)
+    }
+
+    /// Processes and forwards everything already queued in the sockets, then holds.
+    /// Call after traffic was steered away, so that nothing new arrives.
+    pub fn drain(&self) -> anyhow::Result<Drained> {
+        self.ask(Command::Drain)
+    }
+
+    /// Points the fanout groups of both ports at member `member` (join order, from 0).
+    pub fn steer(&self, member: u32) -> anyhow::Result<()> {
+        self.ask(|tx| Command::Steer(member, tx))?
+            .map_err(|e| anyhow!("steer: {e}"))
+    }
+
     /// Asks the worker to stop after the current vector.
     pub fn shutdown(&self) -> anyhow::Result<()> {
         self.send(Command::Shutdown)
@@ -119,11 +157,40 @@ impl Controller {
 
     /// Answers one control-socket request line with one response line (no newline).
     pub fn handle_line(&self, line: &str) -> String {
+        if let Some(resp) = self.fast_export(line) {
+            return resp;
+        }
         let resp = match self.handle_json(line) {
             Ok(v) => v,
             Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
         };
         resp.to_string()
+    }
+
+    /// `export_state` answered without building a JSON value around the (possibly tens
+    /// of megabytes of) base64 text, which needs no escaping; `None` for other requests.
+    fn fast_export(&self, line: &str) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Export {
+            cmd: String,
+            node: String,
+        }
+        let req: Export = serde_json::from_str(line).ok()?;
+        if req.cmd != "export_state" {
+            return None;
+        }
+        Some(match self.export_state(&req.node) {
+            Ok(data) => {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+                format!(
+                    r#"{{"node":{},"bytes":{},"data_b64":"{b64}"}}"#,
+                    serde_json::Value::from(req.node),
+                    data.len()
+                )
+            }
+            Err(e) => serde_json::json!({ "error": format!("{e:#}") }).to_string(),
+        })
     }
 
     fn handle_json(&self, line: &str) -> anyhow::Result<serde_json::Value> {
@@ -161,12 +228,40 @@ impl Controller {
                 let flows = self.import_state(node, data)?;
                 Ok(serde_json::json!({ "ok": true, "flows": flows }))
             }
+            "hold" => {
+                self.hold()?;
+                Ok(serde_json::json!({ "ok": true, "held": true }))
+            }
+            "release" => {
+                self.release()?;
+                Ok(serde_json::json!({ "ok": true, "held": false }))
+            }
+            "drain" => {
+                let d = self.drain()?;
+                if !d.complete {
+                    bail!(
+                        "drain: frames still arriving after {:?} ({} processed); steer traffic away first",
+                        crate::worker::DRAIN_LIMIT,
+                        d.packets
+                    );
+                }
+                Ok(serde_json::json!({ "ok": true, "held": true, "packets": d.packets }))
+            }
+            "steer" => {
+                let member = req
+                    .get("member")
+                    .and_then(|m| m.as_u64())
+                    .and_then(|m| u32::try_from(m).ok())
+                    .ok_or_else(|| anyhow!("`steer` needs an unsigned integer field `member`"))?;
+                self.steer(member)?;
+                Ok(serde_json::json!({ "ok": true, "member": member }))
+            }
             "shutdown" => {
                 self.shutdown()?;
                 Ok(serde_json::json!({ "ok": true }))
             }
             other => bail!(
-                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, shutdown)"
+                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, hold, release, drain, steer, shutdown)"
             ),
         }
     }
@@ -184,17 +279,19 @@ impl Dataplane {
     /// could not be).
     pub fn start(cfg: &RunConfig, builder: ChainBuilder) -> anyhow::Result<Self> {
         let batch = cfg.vector;
+        let groups = cfg.fanout.map(|f| [f.group, f.group + 1]);
         let names = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
         ];
         let open: PortOpener = Box::new(move || {
-            let opts = AfPacketOptions {
+            let opts = |side: usize| AfPacketOptions {
                 batch,
+                fanout: groups.map(|g| g[side]),
                 ..AfPacketOptions::default()
             };
-            let inside = AfPacketPort::open(&names[0], opts.clone())?;
-            let outside = AfPacketPort::open(&names[1], opts)?;
+            let inside = AfPacketPort::open(&names[0], opts(0))?;
+            let outside = AfPacketPort::open(&names[1], opts(1))?;
             Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
         });
         Self::start_with_ports(cfg, builder, open)
@@ -206,7 +303,7 @@ impl Dataplane {
         builder: ChainBuilder,
         open: PortOpener,
     ) -> anyhow::Result<Self> {
-        let nodes = builder(&cfg.chain).map_err(|e| ConfigError {
+        let nodes = builder(&cfg.chain, 0).map_err(|e| ConfigError {
             file: cfg.source.clone(),
             ..e
         })?;
@@ -230,6 +327,7 @@ impl Dataplane {
         let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<()>>(1);
         let (name, poll, vector, netns) =
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
+        let standby = cfg.fanout.is_some_and(|f| f.role == Role::Standby);
         let mb = mailbox.clone();
         let worker = std::thread::Builder::new()
             .name(format!("nfx-worker-{name}"))
@@ -258,7 +356,8 @@ impl Dataplane {
                     },
                 };
                 let graph = Graph::new(nodes, output, events);
-                let worker = Worker::new(name, poll, vector, ports, graph, rx, mb);
+                let worker =
+                    Worker::new(name, poll, vector, ports, graph, rx, mb).start_held(standby);
                 let _ = ready_tx.send(Ok(()));
                 worker.run()
             })
@@ -277,6 +376,7 @@ impl Dataplane {
                     tx,
                     mailbox,
                     builder,
+                    applied: Mutex::new(cfg.chain.clone()),
                 }),
             },
             worker: Some(worker),

@@ -16,6 +16,9 @@ pub struct Stats {
     pub mode: String,
     /// `busy`, `interrupt` or `adaptive`.
     pub poll: String,
+    /// True while the worker holds (reads nothing: a fanout standby, or drained).
+    #[serde(default)]
+    pub held: bool,
     /// Per worker thread.
     pub workers: Vec<WorkerStats>,
     /// Per port (`inside`, `outside`).
@@ -66,6 +69,9 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Sends repeated because the kernel queue was full.
     pub tx_retries: u64,
+    /// Frames the kernel dropped because the socket's receive buffer was full.
+    #[serde(default)]
+    pub socket_drops: u64,
     /// Drops by the port itself, by reason name (every reason listed).
     pub drops: BTreeMap<String, u64>,
 }

@@ -116,10 +116,11 @@ impl Node for TagNode {
 
 /// Builds [`TagNode`]s from specs `{"tag": {"id": N, "drop_every": M}}`.
 pub fn tag_builder() -> crate::ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value]| {
+    Arc::new(|specs: &[serde_json::Value], skip: usize| {
         specs
             .iter()
             .enumerate()
+            .skip(skip)
             .map(|(i, s)| {
                 let err = |field: &str, problem: &str| crate::ConfigError {
                     file: String::new(),

@@ -23,11 +23,19 @@ pub const CPU_WINDOW: Duration = Duration::from_secs(1);
 pub enum Command {
     /// Reply with a fresh stats document.
     Stats(SyncSender<Stats>),
-    /// Swap in a new VNF chain; reply with the old nodes (dropped by the caller, off the
-    /// packet path) and the new node names.
-    Reconfigure(Vec<Box<dyn Node>>, SyncSender<Swapped>),
+    /// Keep the first `n` VNFs, replace the rest with the given nodes; reply with the
+    /// replaced nodes (dropped by the caller, off the packet path) and the new names.
+    Reconfigure(usize, Vec<Box<dyn Node>>, SyncSender<Swapped>),
     /// Run `f` on the VNF called `node` (state export/import) and reply with its result.
     WithNode(String, NodeJob),
+    /// Stop reading the ports (frames wait in the sockets) until `Release`.
+    Hold(SyncSender<()>),
+    /// Read and process the ports again, starting with what queued while held.
+    Release(SyncSender<()>),
+    /// Process everything already queued in the ports' sockets, then hold.
+    Drain(SyncSender<Drained>),
+    /// Point both ports' fanout groups at member `k`.
+    Steer(u32, SyncSender<Result<(), String>>),
     /// Leave the loop; the final stats are the thread's result.
     Shutdown,
 }
@@ -35,6 +43,19 @@ pub enum Command {
 /// What a reconfiguration hands back: the old nodes, the new node names and how many
 /// flows were carried from old to new nodes of the same name.
 pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>, usize);
+
+/// What a drain did: frames processed, and whether the sockets were found empty (false
+/// when [`DRAIN_LIMIT`] passed first, i.e. traffic still arrives: not steered away).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Frames received (and run through the graph) during the drain.
+    pub packets: u64,
+    /// The sockets were empty at the end.
+    pub complete: bool,
+}
+
+/// Longest a drain keeps reading before it reports an incomplete drain.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// A job run on the worker thread against one node.
 pub type NodeJob = Box<dyn FnOnce(Option<&mut (dyn Node + 'static)>) + Send>;
@@ -91,6 +112,8 @@ pub struct Worker {
     window: (u64, Duration),
     window_pct: Option<f64>,
     rx_error_logged: bool,
+    held: bool,
+    socket_drops: [u64; 2],
 }
 
 impl Worker {
@@ -121,7 +144,15 @@ impl Worker {
             window: (0, Duration::ZERO),
             window_pct: None,
             rx_error_logged: false,
+            held: false,
+            socket_drops: [0; 2],
         }
+    }
+
+    /// Starts the worker holding (a fanout standby): it reads nothing until `Release`.
+    pub fn start_held(mut self, held: bool) -> Self {
+        self.held = held;
+        self
     }
 
     /// Runs until a `Shutdown` command (or the controller goes away); returns final stats.
@@ -131,6 +162,7 @@ impl Worker {
             self.ports[1].fd(),
             self.mailbox.notifier.fd(),
         ]);
+        let mut held_waiter = Waiter::new(&[self.mailbox.notifier.fd()]);
         self.started_ns = monotonic_ns();
         self.cpu_at_start = thread_cpu_time();
         self.window = (self.started_ns, self.cpu_at_start);
@@ -143,6 +175,18 @@ impl Worker {
                 break;
             }
             let now = monotonic_ns();
+            if self.held {
+                if now >= next_tick {
+                    self.housekeeping(now);
+                    next_tick = now + tick_ns;
+                }
+                let timeout = Duration::from_nanos(next_tick.saturating_sub(now));
+                if let Err(e) = held_waiter.wait(timeout) {
+                    log::warn!("{}: poll failed: {e}", self.name);
+                }
+                self.mailbox.notifier.clear();
+                continue;
+            }
             let got = self.pass(0, now) + self.pass(1, now);
             if got > 0 {
                 last_packet = now;
@@ -171,6 +215,7 @@ impl Worker {
             }
         }
         self.graph.flush_events();
+        self.sample_socket_drops();
         self.stats()
     }
 
@@ -211,7 +256,46 @@ impl Worker {
         n
     }
 
+    /// Processes what is queued in both sockets until a pass finds both empty (bounded
+    /// by [`DRAIN_LIMIT`]), then holds.
+    fn drain(&mut self) -> Drained {
+        let start = monotonic_ns();
+        let limit = DRAIN_LIMIT.as_nanos() as u64;
+        let mut packets = 0;
+        let complete = loop {
+            let now = monotonic_ns();
+            let got = self.pass(0, now) + self.pass(1, now);
+            packets += got as u64;
+            if got == 0 {
+                break true;
+            }
+            if now.saturating_sub(start) >= limit {
+                break false;
+            }
+        };
+        self.held = true;
+        Drained { packets, complete }
+    }
+
+    /// Points the fanout groups of both ports at member `k`.
+    fn steer(&self, k: u32) -> Result<(), String> {
+        for p in &self.ports {
+            nfx_io::fanout::steer(p.fd(), k).map_err(|e| format!("port {}: {e}", p.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds the frames the kernel dropped because a socket was full (e.g. while held).
+    fn sample_socket_drops(&mut self) {
+        for (i, p) in self.ports.iter().enumerate() {
+            if let Ok(d) = nfx_io::afpacket::socket_drops(p.fd()) {
+                self.socket_drops[i] += d;
+            }
+        }
+    }
+
     fn housekeeping(&mut self, now_ns: u64) {
+        self.sample_socket_drops();
         self.graph.housekeeping(now_ns);
         let wall = now_ns.saturating_sub(self.window.0);
         if wall >= CPU_WINDOW.as_nanos() as u64 {
@@ -229,10 +313,25 @@ impl Worker {
         loop {
             match self.cmds.try_recv() {
                 Ok(Command::Stats(reply)) => {
+                    self.sample_socket_drops();
                     let _ = reply.send(self.stats());
                 }
-                Ok(Command::Reconfigure(nodes, reply)) => {
-                    let (old, carried) = self.graph.replace_chain(nodes);
+                Ok(Command::Hold(reply)) => {
+                    self.held = true;
+                    let _ = reply.send(());
+                }
+                Ok(Command::Release(reply)) => {
+                    self.held = false;
+                    let _ = reply.send(());
+                }
+                Ok(Command::Drain(reply)) => {
+                    let _ = reply.send(self.drain());
+                }
+                Ok(Command::Steer(k, reply)) => {
+                    let _ = reply.send(self.steer(k));
+                }
+                Ok(Command::Reconfigure(keep, nodes, reply)) => {
+                    let (old, carried) = self.graph.replace_chain_after(keep, nodes);
                     let _ = reply.send((old, self.graph.vnf_names(), carried));
                 }
                 Ok(Command::WithNode(name, job)) => job(self.graph.vnf_mut(&name)),
@@ -251,7 +350,8 @@ impl Worker {
             .ports
             .iter()
             .zip(PORT_NAMES)
-            .map(|(p, name)| {
+            .zip(self.socket_drops)
+            .map(|((p, name), socket_drops)| {
                 let c = p.counters();
                 PortStats {
                     name: name.to_string(),
@@ -261,6 +361,7 @@ impl Worker {
                     tx_packets: c.tx_packets,
                     tx_bytes: c.tx_bytes,
                     tx_retries: c.tx_retries,
+                    socket_drops,
                     drops: drops_map(&c.drops),
                 }
             })
@@ -285,6 +386,7 @@ impl Worker {
             uptime_s: uptime.as_secs_f64(),
             mode: if self.vector == 1 { "scalar" } else { "vector" }.to_string(),
             poll: self.poll.as_str().to_string(),
+            held: self.held,
             workers: vec![worker],
             ports,
             nodes: self.graph.node_stats(),

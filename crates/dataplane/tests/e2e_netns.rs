@@ -2,7 +2,7 @@
 //! ip_forward=0 and runs an nfx worker between its two veths. UDP datagrams and a TCP
 //! connection pass only while nfx runs (the kernel of `m` does not forward them).
 
-use nfx_dataplane::{build_chain, ChainBuilder, Dataplane, RunConfig};
+use nfx_dataplane::{build_chain_from, ChainBuilder, Dataplane, RunConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
@@ -234,7 +234,9 @@ fn config(t: &Topo, net: u8, chain: &str) -> RunConfig {
 }
 
 fn builder() -> ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value]| build_chain(specs, std::path::Path::new(".")))
+    Arc::new(|specs: &[serde_json::Value], skip: usize| {
+        build_chain_from(specs, skip, std::path::Path::new("."))
+    })
 }
 
 #[test]

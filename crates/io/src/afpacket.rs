@@ -21,6 +21,9 @@ pub struct AfPacketOptions {
     /// How many times a send that hits a full queue is tried again before the frames
     /// are dropped with `TxError`.
     pub tx_retries: u32,
+    /// PACKET_FANOUT group (CBPF type) to join after binding, so that two processes can
+    /// share the interface and traffic can be steered between them ([`crate::fanout`]).
+    pub fanout: Option<u16>,
 }
 
 impl Default for AfPacketOptions {
@@ -30,6 +33,7 @@ impl Default for AfPacketOptions {
             socket_buffer: 32 << 20,
             qdisc_bypass: true,
             tx_retries: 16,
+            fanout: None,
         }
     }
 }
@@ -120,6 +124,12 @@ impl AfPacketPort {
             )
         })
         .map_err(|e| with("promiscuous membership", e))?;
+        if let Some(group) = opts.fanout {
+            crate::fanout::join(raw, group).map_err(|e| with("PACKET_FANOUT", e))?;
+            // Between bind and join the socket received copies of frames that another
+            // member owns; discard them, or a standby would forward them a second time.
+            discard_queued(raw);
+        }
         let batch = opts.batch.clamp(1, nfx_packet::MAX_VECTOR);
         Ok(Self {
             fd,
@@ -163,4 +173,45 @@ impl Port for AfPacketPort {
     fn counters(&self) -> &PortCounters {
         &self.counters
     }
+}
+
+/// Reads and throws away every frame queued on the non-blocking socket `fd`.
+fn discard_queued(fd: RawFd) {
+    let mut scratch = [0u8; 64];
+    loop {
+        // SAFETY: reads into a live buffer of the given size; MSG_TRUNC only discards the rest.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                scratch.as_mut_ptr().cast(),
+                scratch.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if n < 0 {
+            return;
+        }
+    }
+}
+
+/// Frames the kernel dropped on packet socket `fd` because its receive buffer was full,
+/// since the previous call (PACKET_STATISTICS resets on read). Errors for descriptors
+/// that are not packet sockets.
+pub fn socket_drops(fd: RawFd) -> io::Result<u64> {
+    let mut st = libc::tpacket_stats {
+        tp_packets: 0,
+        tp_drops: 0,
+    };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: passes a live tpacket_stats and its size; the kernel writes at most `len`.
+    check(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(u64::from(st.tp_drops))
 }

@@ -6,6 +6,7 @@
 
 pub mod afpacket;
 pub mod cpu;
+pub mod fanout;
 mod mmsg;
 pub mod netns;
 pub mod poll;

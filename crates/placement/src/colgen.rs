@@ -21,6 +21,9 @@ pub struct LpOutcome {
     pub infeasible: bool,
     /// Columns with positive value in the last master solution.
     pub columns: Vec<(Pattern, f64)>,
+    /// Per item type, the covering dual of the best bound found (0 for types without
+    /// demand): guidance for primal heuristics and reduced-cost budgets.
+    pub duals: Vec<f64>,
 }
 
 /// Column pool and reusable pricing buffers, shared by all nodes of a search.
@@ -29,6 +32,7 @@ pub struct ColGen<'a> {
     pool: Vec<Pattern>,
     seen: HashSet<Pattern>,
     pricer: Pricer,
+    kitems: Vec<KItem>,
 }
 
 impl<'a> ColGen<'a> {
@@ -39,6 +43,7 @@ impl<'a> ColGen<'a> {
             pool: Vec::new(),
             seen: HashSet::new(),
             pricer: Pricer::default(),
+            kitems: Vec::new(),
         }
     }
 
@@ -57,7 +62,9 @@ impl<'a> ColGen<'a> {
     }
 
     /// Solves the LP of the residual problem (`demand` per type, `avail` per model);
-    /// stops early once the bound reaches `stop_at`.
+    /// stops early once the bound reaches `stop_at` or once the rounded-up bound meets
+    /// the rounded-up LP value (with `full`, only when they are also within
+    /// [`FULL_GAP`], so that the duals are near optimal).
     /// `hint`, if given, replaces the whole pool as the starting columns (a dive node
     /// starts from its parent's LP columns; pricing regenerates anything missing).
     pub fn solve(
@@ -66,6 +73,7 @@ impl<'a> ColGen<'a> {
         avail: &[u32],
         hint: Option<&[Pattern]>,
         stop_at: f64,
+        full: bool,
         deadline: Instant,
     ) -> LpOutcome {
         let p = self.p;
@@ -90,6 +98,18 @@ impl<'a> ColGen<'a> {
             + 1.0)
             .min(1e9);
         let mut lp = Master::new(&rhs_ge, &rhs_le, big_m);
+        // Dual-optimal inequalities π_a ≥ π_b when type a dominates type b (b fits
+        // wherever a does, needing no more): as primal columns "cover b with a's
+        // surplus". They leave the LP value unchanged and cut tailing-off.
+        let mut by_size = types.clone();
+        by_size.sort_by(|&a, &b| p.rel_size(b).total_cmp(&p.rel_size(a)).then(a.cmp(&b)));
+        let mut exchanges = 0;
+        for w in by_size.windows(2) {
+            if dominates(p, w[0], w[1]) {
+                lp.add_column(0.0, &[(row_of_type[w[1]], 1.0), (row_of_type[w[0]], -1.0)]);
+                exchanges += 1;
+            }
+        }
         let mut local: Vec<Pattern> = Vec::new();
         let mut local_seen: HashSet<Pattern> = HashSet::new();
         let mut entries: Vec<(usize, f64)> = Vec::new();
@@ -140,61 +160,68 @@ impl<'a> ColGen<'a> {
             }
         }
         let mut bound = 0.0f64;
-        let mut kitems: Vec<KItem> = Vec::new();
         let mut converged = false;
+        // Wentges smoothing: price at a mix of the best-bound duals (the stability
+        // centre) and the master's duals; a round whose columns do not price out at
+        // the master's duals (a mis-pricing) is repeated at the master's duals.
+        let mut center: Option<Vec<f64>> = None;
+        let ctx = PriceCtx {
+            types: &types,
+            models: &models,
+            row_of_type: &row_of_type,
+            row_of_model: &row_of_model,
+            demand,
+            avail,
+        };
         loop {
             if lp.solve(deadline) == LpStatus::TimeLimit {
                 break;
             }
             let y: Vec<f64> = lp.duals().to_vec();
-            let dy: f64 = types
-                .iter()
-                .enumerate()
-                .map(|(r, &t)| f64::from(demand[t]) * y[r].max(0.0))
-                .sum();
-            let mut theta = 1.0f64;
-            let mut lagr = dy;
+            let obj = lp.objective();
             let mut new_cols: Vec<Pattern> = Vec::new();
-            let mut proven = true;
-            for &k in &models {
-                let m = &p.models[k];
-                kitems.clear();
-                for &t in &types {
-                    if p.compat(t, k) {
-                        kitems.push(KItem {
-                            t: t as u32,
-                            w1: p.size(t, k),
-                            w2: p.types[t].thr,
-                            v: y[row_of_type[t]].max(0.0),
-                            copies: demand[t],
-                        });
-                    }
+            let mut exhausted = false;
+            for smoothed in [true, false] {
+                let pi: Vec<f64> = match (&center, smoothed) {
+                    (Some(c), true) => c
+                        .iter()
+                        .zip(&y)
+                        .map(|(a, b)| SMOOTHING * a + (1.0 - SMOOTHING) * b)
+                        .collect(),
+                    (None, true) => continue,
+                    (_, false) => y.clone(),
+                };
+                let round = self.price(&ctx, &pi);
+                if round.bound > bound || center.is_none() {
+                    bound = bound.max(round.bound);
+                    center = Some(pi.clone());
                 }
-                let ans = self.pricer.solve(&kitems, m.cap, m.thr_cap);
-                let cost = m.cost as f64;
-                if ans.upper > cost {
-                    theta = theta.min(cost / ans.upper);
-                    lagr += f64::from(avail[k]) * (cost - ans.upper);
+                new_cols = round
+                    .columns
+                    .into_iter()
+                    .filter(|pat| reduced_cost(p, &ctx, &y, pat) < -1e-9)
+                    .collect();
+                if !new_cols.is_empty() {
+                    break;
                 }
-                let mu = y[row_of_model[k]].min(0.0);
-                if cost - mu - ans.value < -1e-9 && !ans.items.is_empty() {
-                    let mut items = ans.items;
-                    items.sort_unstable();
-                    new_cols.push(Pattern { model: k, items });
-                } else if cost - mu - ans.upper < -1e-9 {
-                    proven = false;
+                if !smoothed {
+                    exhausted = round.proven;
                 }
             }
-            bound = bound.max(theta * dy).max(lagr);
-            let obj = lp.objective();
             if new_cols.is_empty() {
-                if proven {
-                    bound = bound.max(obj);
+                if exhausted {
+                    if obj > bound {
+                        bound = obj;
+                        center = Some(y);
+                    }
                     converged = true;
                 }
                 break;
             }
-            if bound >= stop_at - 1e-6 || (bound - 1e-6).ceil() >= (obj - 1e-6).ceil() {
+            if bound >= stop_at - 1e-6
+                || ((!full || obj - bound <= FULL_GAP)
+                    && (bound - 1e-6).ceil() >= (obj - 1e-6).ceil())
+            {
                 break;
             }
             let mut added = false;
@@ -211,7 +238,7 @@ impl<'a> ColGen<'a> {
                 break;
             }
         }
-        let first = lp.first_structural();
+        let first = lp.first_structural() + exchanges;
         let columns = local
             .iter()
             .enumerate()
@@ -219,10 +246,117 @@ impl<'a> ColGen<'a> {
             .filter(|(_, x)| *x > 1e-9)
             .map(|(pat, x)| (pat.clone(), x))
             .collect();
+        let mut duals = vec![0.0; p.types.len()];
+        if let Some(c) = &center {
+            for &t in &types {
+                duals[t] = c[row_of_type[t]].max(0.0);
+            }
+        }
         LpOutcome {
             bound,
             infeasible: converged && lp.artificial() > 1e-3,
             columns,
+            duals,
         }
     }
+
+    /// Prices every model at duals `pi`: the best pattern per model, and the bound
+    /// (Farley and Lagrangian) that `pi` proves.
+    fn price(&mut self, ctx: &PriceCtx, pi: &[f64]) -> PriceRound {
+        let p = self.p;
+        let dy: f64 = ctx
+            .types
+            .iter()
+            .enumerate()
+            .map(|(r, &t)| f64::from(ctx.demand[t]) * pi[r].max(0.0))
+            .sum();
+        let mut theta = 1.0f64;
+        let mut lagr = dy;
+        let mut columns = Vec::new();
+        let mut proven = true;
+        for &k in ctx.models {
+            let m = &p.models[k];
+            self.kitems.clear();
+            for &t in ctx.types {
+                if p.compat(t, k) {
+                    self.kitems.push(KItem {
+                        t: t as u32,
+                        w1: p.size(t, k),
+                        w2: p.types[t].thr,
+                        v: pi[ctx.row_of_type[t]].max(0.0),
+                        copies: ctx.demand[t],
+                    });
+                }
+            }
+            let ans = self.pricer.solve(&self.kitems, m.cap, m.thr_cap);
+            let cost = m.cost as f64;
+            if ans.upper > cost {
+                theta = theta.min(cost / ans.upper);
+                lagr += f64::from(ctx.avail[k]) * (cost - ans.upper);
+            }
+            let mu = pi[ctx.row_of_model[k]].min(0.0);
+            if cost - mu - ans.value < -1e-9 && !ans.items.is_empty() {
+                let mut items = ans.items;
+                items.sort_unstable();
+                columns.push(Pattern { model: k, items });
+                for (value, mut items) in ans.more {
+                    if cost - mu - value < -1e-9 {
+                        items.sort_unstable();
+                        columns.push(Pattern { model: k, items });
+                    }
+                }
+            } else if cost - mu - ans.upper < -1e-9 {
+                proven = false;
+            }
+        }
+        PriceRound {
+            bound: (theta * dy).max(lagr),
+            columns,
+            proven,
+        }
+    }
+}
+
+/// Largest LP value − bound at which a `full` solve may still stop early.
+const FULL_GAP: f64 = 0.01;
+
+/// Smoothing weight of the stability centre (Wentges).
+const SMOOTHING: f64 = 0.5;
+
+/// Row maps and right-hand sides of one residual LP, for pricing.
+struct PriceCtx<'c> {
+    types: &'c [usize],
+    models: &'c [usize],
+    row_of_type: &'c [usize],
+    row_of_model: &'c [usize],
+    demand: &'c [u32],
+    avail: &'c [u32],
+}
+
+/// What one pricing round at some duals found.
+struct PriceRound {
+    /// The lower bound these duals prove.
+    bound: f64,
+    /// The best patterns of each model whose reduced cost at these duals is negative.
+    columns: Vec<Pattern>,
+    /// Whether the pricing was exact, so that no column means none exists.
+    proven: bool,
+}
+
+/// Reduced cost of a pattern at the master's duals `y`.
+fn reduced_cost(p: &Problem, ctx: &PriceCtx, y: &[f64], pat: &Pattern) -> f64 {
+    let mut rc = p.models[pat.model].cost as f64 - y[ctx.row_of_model[pat.model]].min(0.0);
+    for &(t, c) in &pat.items {
+        rc -= y[ctx.row_of_type[t as usize]].max(0.0) * f64::from(c);
+    }
+    rc
+}
+
+/// Whether type `a` dominates type `b`: every model that hosts `a` hosts `b`, with a
+/// need and a throughput no larger, so `b` can take `a`'s place in any pattern.
+fn dominates(p: &Problem, a: usize, b: usize) -> bool {
+    p.types[b].thr <= p.types[a].thr
+        && (0..p.models.len())
+            .filter(|&k| p.compat(a, k))
+            .all(|k| p.compat(b, k) && p.size(b, k) <= p.size(a, k))
 }

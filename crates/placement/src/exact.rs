@@ -6,10 +6,12 @@
 //! discrepancy budget run until the incumbent meets the bound (proven optimal) or the
 //! deadline passes (the gap is then reported).
 
+use crate::bin_completion;
 use crate::bounds;
 use crate::colgen::ColGen;
 use crate::complete;
 use crate::greedy::best_greedy;
+use crate::pricing::{KItem, Pricer};
 use crate::problem::{Pattern, Problem};
 use crate::waste;
 use std::time::Instant;
@@ -22,6 +24,14 @@ const RESIDUAL_ITEMS: usize = 40;
 const RESIDUAL_TIME: std::time::Duration = std::time::Duration::from_millis(30);
 /// Alternatives tried at a node that still has discrepancy budget.
 const BREADTH: usize = 3;
+/// Node budget of the first bin-completion restart (doubled at every restart).
+const BC_FIRST_NODES: u64 = 2_000;
+/// Node budget of the bin completion of a dive node's residual problem.
+const BC_DIVE_NODES: u64 = 200;
+/// Dive nodes with at most this many items left try bin completion.
+const BC_DIVE_ITEMS: usize = 80;
+/// Residual-rounding attempts per round of the main loop.
+const ROUNDING_TRIES: u64 = 5;
 
 /// What the exact solver found.
 #[derive(Debug, Clone)]
@@ -89,6 +99,11 @@ struct Search<'a> {
     lb: u64,
     deadline: Instant,
     fixed: Vec<Pattern>,
+    one: Option<OneDim>,
+    /// Dual-feasible item values from the root LP (classical bin packing only).
+    duals: Option<Vec<f64>>,
+    /// The current dive pass fixes whole integer parts first (see [`moves`]).
+    whole_first: bool,
 }
 
 /// Solves to optimality or until `deadline`. `incumbent` (a feasible placement, e.g.
@@ -109,22 +124,63 @@ pub fn solve(
         lb: quick_bound(p),
         deadline,
         fixed: Vec::new(),
+        one: one_dim(p),
+        duals: None,
+        whole_first: false,
     };
     if let Some(g) = best_greedy(p, &demand, &avail) {
         s.offer_partial(&g, 0);
     }
     s.cg.add_patterns(&s.best.clone());
     if s.lb < s.ub {
-        let root = s.cg.solve(&demand, &avail, None, f64::INFINITY, deadline);
+        let root = s.cg.solve(
+            &demand,
+            &avail,
+            None,
+            f64::INFINITY,
+            s.one.is_some(),
+            deadline,
+        );
         s.lb = s.lb.max(ceil_bound(root.bound));
+        let one = one_dim(p);
+        if let Some(one) = &one {
+            s.duals = Some(one.feasible_duals(&root.duals));
+        }
         let mut disc = 0;
-        while s.lb < s.ub && disc <= MAX_DISCREPANCY && Instant::now() < deadline {
-            let (mut d, mut a) = (demand.clone(), avail.clone());
-            s.dive(&mut d, &mut a, 0, disc, None);
-            if disc == 0 && s.lb < s.ub {
-                s.try_waste_proof();
+        let mut budget = BC_FIRST_NODES;
+        let mut seed = 0;
+        while s.lb < s.ub && Instant::now() < deadline {
+            if let Some(one) = &one {
+                for _ in 0..ROUNDING_TRIES {
+                    if s.lb >= s.ub {
+                        break;
+                    }
+                    s.try_residual_rounding(one, &root.columns, seed);
+                    seed += 1;
+                }
+                if s.lb < s.ub {
+                    s.try_bin_completion(one, seed, budget);
+                    budget = budget.saturating_mul(2);
+                }
             }
-            disc += 1;
+            if s.lb >= s.ub {
+                break;
+            }
+            if disc <= MAX_DISCREPANCY {
+                let (mut d, mut a) = (demand.clone(), avail.clone());
+                s.dive(&mut d, &mut a, 0, disc, None);
+                if disc == 0 && !s.whole_first && s.lb < s.ub {
+                    s.try_waste_proof();
+                }
+                // Each discrepancy budget runs twice: one copy at a time, then whole
+                // integer parts first.
+                s.whole_first = !s.whole_first;
+                if !s.whole_first {
+                    disc += 1;
+                }
+            } else if one.is_none() {
+                break;
+            }
         }
     }
     let mut proven_none = false;
@@ -149,6 +205,74 @@ pub fn solve(
     })
 }
 
+/// A classical bin-packing view of a problem: one device model, throughput that can
+/// never bind, every item fits.
+struct OneDim {
+    /// (size, count) per item type, indexed like the problem's types.
+    items: Vec<(u64, u32)>,
+    /// Device capacity.
+    cap: u64,
+    /// Device cost.
+    cost: u64,
+}
+
+impl OneDim {
+    /// `pi` scaled down by the best pattern's value, so that no pattern is worth more
+    /// than one bin (dual feasible).
+    fn feasible_duals(&self, pi: &[f64]) -> Vec<f64> {
+        let kitems: Vec<KItem> = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(t, &(w, c))| KItem {
+                t: t as u32,
+                w1: w,
+                w2: 0,
+                v: pi[t].max(0.0),
+                copies: c,
+            })
+            .collect();
+        let best = Pricer::default().solve(&kitems, self.cap, 0).upper.max(1.0);
+        pi.iter().map(|v| v.max(0.0) / best).collect()
+    }
+
+    /// Bins of (type, count) as patterns of the one model.
+    fn patterns(&self, bins: Vec<Vec<(usize, u32)>>) -> Vec<Pattern> {
+        bins.into_iter()
+            .map(|bin| {
+                let mut items: Vec<(u32, u32)> =
+                    bin.into_iter().map(|(t, c)| (t as u32, c)).collect();
+                items.sort_unstable();
+                Pattern { model: 0, items }
+            })
+            .collect()
+    }
+}
+
+fn one_dim(p: &Problem) -> Option<OneDim> {
+    let [m] = p.models.as_slice() else {
+        return None;
+    };
+    let thr: u128 = p
+        .types
+        .iter()
+        .map(|t| u128::from(t.thr) * t.members.len() as u128)
+        .sum();
+    if m.cost == 0
+        || thr > u128::from(m.thr_cap)
+        || (0..p.types.len()).any(|t| !p.compat(t, 0) || p.size(t, 0) > m.cap)
+    {
+        return None;
+    }
+    Some(OneDim {
+        items: (0..p.types.len())
+            .map(|t| (p.size(t, 0), p.types[t].members.len() as u32))
+            .collect(),
+        cap: m.cap,
+        cost: m.cost,
+    })
+}
+
 /// Rounds a floating lower bound on an integer cost up, with a tolerance.
 fn ceil_bound(b: f64) -> u64 {
     (b - 1e-6).ceil().max(0.0) as u64
@@ -158,29 +282,114 @@ fn ceil_bound(b: f64) -> u64 {
 type Move = Vec<(Pattern, u32)>;
 
 impl Search<'_> {
-    /// For one device model with non-binding throughput (classical bin packing):
-    /// raises the bound to the incumbent if no packing with one device fewer exists.
+    /// For classical bin packing: raises the bound to the incumbent if no packing with
+    /// one device fewer exists.
     fn try_waste_proof(&mut self) {
-        let p = self.p;
-        if p.models.len() != 1 || p.models[0].cost == 0 {
+        let Some(one) = one_dim(self.p) else {
             return;
-        }
-        let m = &p.models[0];
-        let thr: u128 = p
-            .types
-            .iter()
-            .map(|t| u128::from(t.thr) * t.members.len() as u128)
-            .sum();
-        if thr > u128::from(m.thr_cap) || p.types.iter().any(|t| t.need_hw.max(t.need_sw) > m.cap) {
-            return;
-        }
-        let items: Vec<(u64, u32)> = (0..p.types.len())
-            .map(|t| (p.size(t, 0), p.types[t].members.len() as u32))
-            .collect();
-        let k = self.ub / m.cost - 1;
-        if self.lb <= k * m.cost && waste::no_packing_in(&items, m.cap, k, self.deadline) {
+        };
+        let k = self.ub / one.cost - 1;
+        if self.lb <= k * one.cost && waste::no_packing_in(&one.items, one.cap, k, self.deadline) {
             self.lb = self.ub;
         }
+    }
+
+    /// For classical bin packing: bin completion into ⌈lb⌉ bins; a packing found
+    /// closes the gap from above, a finished search raises the bound by one bin.
+    fn try_bin_completion(&mut self, one: &OneDim, seed: u64, nodes: u64) {
+        let k = self.lb.div_ceil(one.cost);
+        if k * one.cost >= self.ub {
+            return;
+        }
+        let r = bin_completion::pack_into(
+            &one.items,
+            one.cap,
+            k,
+            self.duals.as_deref(),
+            seed,
+            nodes,
+            self.slice(8),
+        );
+        if let Some(bins) = r.packing {
+            let pats = one.patterns(bins);
+            let mark = std::mem::take(&mut self.fixed);
+            self.offer_partial(&pats, 0);
+            self.fixed = mark;
+        } else if r.exhausted {
+            self.lb = self.lb.max((k + 1) * one.cost);
+        }
+    }
+
+    /// For classical bin packing, randomised residual rounding: fixes every root LP
+    /// column at its integer part and once more with a probability of its fractional
+    /// part (scaled down as `seed` grows), then packs the rest of the items by bin
+    /// completion into the bins that ⌈lb⌉ leaves.
+    fn try_residual_rounding(&mut self, one: &OneDim, cols: &[(Pattern, f64)], seed: u64) {
+        let target = self.lb.div_ceil(one.cost);
+        if target * one.cost >= self.ub {
+            return;
+        }
+        let keep = 1.0 - 0.05 * (seed % 10) as f64;
+        let mut rng = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+        let mut demand: Vec<u32> = one.items.iter().map(|&(_, c)| c).collect();
+        let mut fixed: Vec<Pattern> = Vec::new();
+        for (pat, x) in cols {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let whole = (x + 1e-6).floor();
+            let extra = ((rng % 1_000_000) as f64) < (x - whole) * keep * 1e6;
+            let copies = whole as u32 + u32::from(extra);
+            for copy in 0..copies {
+                let fits = pat.items.iter().all(|&(t, c)| c <= demand[t as usize]);
+                if !fits && copy >= whole as u32 {
+                    break;
+                }
+                let items: Vec<(u32, u32)> = pat
+                    .items
+                    .iter()
+                    .map(|&(t, c)| (t, c.min(demand[t as usize])))
+                    .filter(|&(_, c)| c > 0)
+                    .collect();
+                if items.is_empty() {
+                    break;
+                }
+                for &(t, c) in &items {
+                    demand[t as usize] -= c;
+                }
+                fixed.push(Pattern { model: 0, items });
+            }
+        }
+        let Some(k) = target.checked_sub(fixed.len() as u64) else {
+            return;
+        };
+        let items: Vec<(u64, u32)> = one
+            .items
+            .iter()
+            .zip(&demand)
+            .map(|(&(w, _), &d)| (w, d))
+            .collect();
+        let r = bin_completion::pack_into(
+            &items,
+            one.cap,
+            k,
+            self.duals.as_deref(),
+            seed,
+            BC_DIVE_NODES,
+            self.slice(50),
+        );
+        if let Some(bins) = r.packing {
+            fixed.extend(one.patterns(bins));
+            let mark = std::mem::take(&mut self.fixed);
+            self.offer_partial(&fixed, 0);
+            self.fixed = mark;
+        }
+    }
+
+    /// A deadline `1/parts` of the remaining time away, for one heuristic call.
+    fn slice(&self, parts: u32) -> Instant {
+        let now = Instant::now();
+        now + self.deadline.saturating_duration_since(now) / parts
     }
 
     fn done(&self) -> bool {
@@ -218,9 +427,38 @@ impl Search<'_> {
             return;
         }
         let room = (self.ub - fixed_cost) as f64;
-        let out = self.cg.solve(demand, avail, hint, room, self.deadline);
+        let out = self
+            .cg
+            .solve(demand, avail, hint, room, false, self.deadline);
         if out.infeasible || fixed_cost + ceil_bound(out.bound) >= self.ub {
             return;
+        }
+        let left: usize = demand.iter().map(|&d| d as usize).sum();
+        if let Some(one) = self.one.as_ref().filter(|_| left <= BC_DIVE_ITEMS) {
+            let k = ceil_bound(out.bound).div_ceil(one.cost);
+            if fixed_cost + k * one.cost < self.ub {
+                let items: Vec<(u64, u32)> = one
+                    .items
+                    .iter()
+                    .zip(demand.iter())
+                    .map(|(&(w, _), &d)| (w, d))
+                    .collect();
+                let seed = self.fixed.len() as u64;
+                let r = bin_completion::pack_into(
+                    &items,
+                    one.cap,
+                    k,
+                    self.duals.as_deref(),
+                    seed,
+                    BC_DIVE_NODES,
+                    self.slice(100),
+                );
+                if let Some(bins) = r.packing {
+                    let pats = one.patterns(bins);
+                    self.offer_partial(&pats, fixed_cost);
+                    return;
+                }
+            }
         }
         if demand.iter().map(|&d| d as usize).sum::<usize>() <= RESIDUAL_ITEMS {
             let slice = (Instant::now() + RESIDUAL_TIME).min(self.deadline);
@@ -233,7 +471,7 @@ impl Search<'_> {
             }
         }
         let child_hint: Vec<Pattern> = out.columns.iter().map(|(p, _)| p.clone()).collect();
-        let moves = moves(self.p, out.columns);
+        let moves = moves(self.p, out.columns, self.whole_first);
         let tries = if disc > 0 { BREADTH } else { 1 };
         for (i, mv) in moves.into_iter().take(tries).enumerate() {
             let next_disc = if i == 0 { disc } else { disc - 1 };
@@ -281,9 +519,10 @@ impl Search<'_> {
 }
 
 /// Dive moves from an LP solution: first fix the largest column once (ties: the fuller
-/// device); the alternatives fix every column at its integer part, or one other
-/// fractional column once, largest value first.
-fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
+/// device), then every column at its integer part — or, with `whole_first` (residual
+/// rounding), the integer parts first; the alternatives fix one other fractional
+/// column once, largest value first.
+fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>, whole_first: bool) -> Vec<Move> {
     let fill = |pat: &Pattern| -> f64 {
         let m = &p.models[pat.model];
         let used: u64 = pat
@@ -303,11 +542,14 @@ fn moves(p: &Problem, mut cols: Vec<(Pattern, f64)>) -> Vec<Move> {
         .map(|(pat, x)| (pat.clone(), (x + 1e-6).floor() as u32))
         .collect();
     let mut out: Vec<Move> = Vec::new();
-    if let Some((pat, _)) = cols.first() {
-        out.push(vec![(pat.clone(), 1)]);
-    }
-    if whole.len() > 1 {
+    let whole_first = whole_first && !whole.is_empty();
+    if whole_first {
         out.push(whole);
+    } else if let Some((pat, _)) = cols.first() {
+        out.push(vec![(pat.clone(), 1)]);
+        if whole.len() > 1 {
+            out.push(whole);
+        }
     }
     out.extend(
         cols.into_iter()

@@ -5,6 +5,7 @@
 //! and a generator of HYPER-style instances.
 
 pub mod bench;
+pub mod bin_completion;
 pub mod bounds;
 pub mod bpp;
 pub mod colgen;

@@ -6,9 +6,11 @@
 //! is the best pattern found plus a valid upper bound, so the LP bound stays proven.
 
 /// Largest capacity × chunk count solved by dynamic programming.
-const DP_LIMIT: u64 = 6_000_000;
+const DP_LIMIT: u64 = 64_000_000;
 /// Node budget of the branch and bound.
 const NODE_LIMIT: u64 = 400_000;
+/// Extra patterns returned by the dynamic program per call.
+const MORE_PATTERNS: usize = 6;
 
 /// One candidate item type for the knapsack.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +36,9 @@ pub struct KAnswer {
     pub items: Vec<(u32, u32)>,
     /// A proven upper bound on the best profit (equal to `value` when exact).
     pub upper: f64,
+    /// Other good patterns (dynamic programming only): the best ones of the next
+    /// smaller exact fills, as (profit, content).
+    pub more: Vec<(f64, Vec<(u32, u32)>)>,
 }
 
 /// Reusable buffers so that pricing allocates nothing in steady state.
@@ -86,13 +91,14 @@ impl Pricer {
                 value,
                 items,
                 upper: value,
+                more: Vec::new(),
             };
         }
         if tight1 != tight2 {
             let (cap, second) = if tight1 { (cap1, false) } else { (cap2, true) };
             let chunks: u64 = its
                 .iter()
-                .map(|i| 64 - u64::from(i.copies.leading_zeros()))
+                .map(|i| u64::from(32 - i.copies.leading_zeros()))
                 .sum();
             if cap.saturating_mul(chunks.max(1)) <= DP_LIMIT {
                 if second {
@@ -140,14 +146,63 @@ impl Pricer {
                 continue;
             }
             let keep = &mut self.keep[ci * words..(ci + 1) * words];
-            for c in (w..=cap).rev() {
-                let cand = self.dp[c - w] + v;
-                if cand > self.dp[c] + 1e-12 {
-                    self.dp[c] = cand;
-                    keep[c / 64] |= 1 << (c % 64);
+            if w < 64 {
+                for c in (w..=cap).rev() {
+                    let cand = self.dp[c - w] + v;
+                    if cand > self.dp[c] + 1e-12 {
+                        self.dp[c] = cand;
+                        keep[c / 64] |= 1 << (c % 64);
+                    }
                 }
+                continue;
+            }
+            // Word-sized blocks from the top: a block's sources lie below it (w ≥ 64)
+            // and are not updated yet, so each block is a branch-free, vectorisable
+            // loop over two disjoint slices.
+            let mut hi = cap + 1;
+            while hi > w {
+                let lo = ((hi - 1) / 64 * 64).max(w);
+                let (below, above) = self.dp.split_at_mut(lo);
+                let src = &below[lo - w..hi - w];
+                let dst = &mut above[..hi - lo];
+                let mut bits = 0u64;
+                for (k, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+                    let cand = s + v;
+                    let take = cand > *d + 1e-12;
+                    *d = if take { cand } else { *d };
+                    bits |= u64::from(take) << ((lo + k) % 64);
+                }
+                keep[lo / 64] |= bits;
+                hi = lo;
             }
         }
+        let value = self.dp[cap];
+        let items = self.trace(its, cap, words);
+        let mut more = Vec::new();
+        let mut c = cap;
+        while more.len() < MORE_PATTERNS && c > 0 {
+            // The best pattern of weight ≤ c - 1 differs from the one at c only where
+            // the profit drops.
+            if self.dp[c - 1] + 1e-12 < self.dp[c] {
+                if c < cap && self.dp[c] > 1e-12 {
+                    more.push((self.dp[c], self.trace(its, c, words)));
+                }
+                if self.dp[c] < 0.5 * value {
+                    break;
+                }
+            }
+            c -= 1;
+        }
+        KAnswer {
+            value,
+            items,
+            upper: value,
+            more,
+        }
+    }
+
+    /// The content of the dynamic program's best pattern of weight at most `cap`.
+    fn trace(&self, its: &[KItem], cap: usize, words: usize) -> Vec<(u32, u32)> {
         let mut counts = vec![0u32; its.len()];
         let mut c = cap;
         for ci in (0..self.chunks.len()).rev() {
@@ -157,18 +212,11 @@ impl Pricer {
                 c -= w as usize;
             }
         }
-        let value = self.dp[cap];
-        let items = its
-            .iter()
+        its.iter()
             .zip(&counts)
             .filter(|(_, &n)| n > 0)
             .map(|(i, &n)| (i.t, n))
-            .collect();
-        KAnswer {
-            value,
-            items,
-            upper: value,
-        }
+            .collect()
     }
 
     fn branch_and_bound(&mut self, mut its: Vec<KItem>, cap_a: u64, cap_b: u64) -> KAnswer {
@@ -221,6 +269,7 @@ impl Pricer {
             } else {
                 root_bound.max(st.best_value)
             },
+            more: Vec::new(),
         }
     }
 
@@ -347,6 +396,24 @@ mod tests {
             let want = brute(&items, cap1, cap2);
             prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
             prop_assert!(ans.upper + 1e-9 >= want);
+        }
+
+        #[test]
+        fn blocked_dp_for_large_weights_matches_brute_force(
+            raw in proptest::collection::vec((60u64..400, 1u32..50, 1u32..4), 1..7),
+            cap in 60u64..1200,
+        ) {
+            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, v, c))| KItem {
+                t: t as u32, w1, w2: 0, v: f64::from(v), copies: c,
+            }).collect();
+            let ans = Pricer::default().solve(&items, cap, 0);
+            check(&items, cap, 0, &ans);
+            prop_assert!((ans.value - brute(&items, cap, 0)).abs() < 1e-6);
+            for (value, content) in &ans.more {
+                let extra = KAnswer { value: *value, items: content.clone(), ..KAnswer::default() };
+                check(&items, cap, 0, &extra);
+                prop_assert!(*value <= ans.value + 1e-9);
+            }
         }
 
         #[test]

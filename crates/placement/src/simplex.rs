@@ -45,6 +45,8 @@ pub struct Master {
     y: Vec<f64>,
     d: Vec<f64>,
     nz: Vec<usize>,
+    /// Copy of the pivot row of the basis inverse (scratch).
+    prow: Vec<f64>,
 }
 
 impl Master {
@@ -108,6 +110,7 @@ impl Master {
             y: vec![0.0; m],
             d: vec![0.0; m],
             nz: Vec::with_capacity(m),
+            prow: Vec::with_capacity(m),
         }
     }
 
@@ -191,7 +194,9 @@ impl Master {
             if self.since_refactor >= REFACTOR_EVERY.max(self.m) {
                 self.refactor();
             }
-            self.compute_duals();
+            if iter == 1 || self.since_refactor.is_multiple_of(REFACTOR_EVERY) {
+                self.compute_duals();
+            }
             let bland = degenerate > 50;
             let mut enter = usize::MAX;
             let mut best = -RC_TOL;
@@ -225,6 +230,12 @@ impl Master {
                 degenerate = 0;
             }
             self.pivot(enter, leave, theta);
+            // y' = y + c̄_q · (row `leave` of the new basis inverse).
+            let m = self.m;
+            let row = &self.binv[leave * m..(leave + 1) * m];
+            for (yj, &b) in self.y.iter_mut().zip(row) {
+                *yj += best * b;
+            }
         }
     }
 
@@ -286,16 +297,26 @@ impl Master {
                 }
             }
         }
-        for i in 0..m {
+        let mut prow = std::mem::take(&mut self.prow);
+        prow.clear();
+        prow.extend_from_slice(&self.binv[leave * m..(leave + 1) * m]);
+        let dense = 4 * nz.len() > m;
+        for (i, row) in self.binv.chunks_exact_mut(m).enumerate() {
             let f = self.d[i];
             if i == leave || f == 0.0 {
                 continue;
             }
-            for &j in &nz {
-                let b = self.binv[leave * m + j];
-                self.binv[i * m + j] -= f * b;
+            if dense {
+                for (a, &b) in row.iter_mut().zip(&prow) {
+                    *a -= f * b;
+                }
+            } else {
+                for &j in &nz {
+                    row[j] -= f * prow[j];
+                }
             }
         }
+        self.prow = prow;
         self.nz = nz;
         self.pos[self.basis[leave]] = usize::MAX;
         self.basis[leave] = enter;
@@ -349,19 +370,32 @@ impl Master {
                     nz_i.push(j);
                 }
             }
-            for i in 0..m {
-                if i == k {
+            let row_a = a[k * m..(k + 1) * m].to_vec();
+            let row_i = inv[k * m..(k + 1) * m].to_vec();
+            let dense = 4 * (nz_a.len() + nz_i.len()) > 2 * m;
+            for (i, (ra, ri)) in a
+                .chunks_exact_mut(m)
+                .zip(inv.chunks_exact_mut(m))
+                .enumerate()
+            {
+                let f = ra[k];
+                if i == k || f == 0.0 {
                     continue;
                 }
-                let f = a[i * m + k];
-                if f == 0.0 {
-                    continue;
-                }
-                for &j in &nz_a {
-                    a[i * m + j] -= f * a[k * m + j];
-                }
-                for &j in &nz_i {
-                    inv[i * m + j] -= f * inv[k * m + j];
+                if dense {
+                    for (x, &y) in ra.iter_mut().zip(&row_a) {
+                        *x -= f * y;
+                    }
+                    for (x, &y) in ri.iter_mut().zip(&row_i) {
+                        *x -= f * y;
+                    }
+                } else {
+                    for &j in &nz_a {
+                        ra[j] -= f * row_a[j];
+                    }
+                    for &j in &nz_i {
+                        ri[j] -= f * row_i[j];
+                    }
                 }
             }
         }

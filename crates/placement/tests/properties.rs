@@ -132,6 +132,32 @@ fn brute_best_fit(inst: &Instance) -> Option<Vec<usize>> {
     Some(assign)
 }
 
+/// Fewest bins of capacity `cap` for `weights`, by trying every item in every open bin.
+fn brute_bins(weights: &[u64], cap: u64) -> u64 {
+    fn rec(ws: &[u64], i: usize, loads: &mut Vec<u64>, cap: u64, best: &mut u64) {
+        if loads.len() as u64 >= *best {
+            return;
+        }
+        if i == ws.len() {
+            *best = loads.len() as u64;
+            return;
+        }
+        for b in 0..loads.len() {
+            if loads[b] + ws[i] <= cap {
+                loads[b] += ws[i];
+                rec(ws, i + 1, loads, cap, best);
+                loads[b] -= ws[i];
+            }
+        }
+        loads.push(ws[i]);
+        rec(ws, i + 1, loads, cap, best);
+        loads.pop();
+    }
+    let mut best = weights.len() as u64;
+    rec(weights, 0, &mut Vec::new(), cap, &mut best);
+    best
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -157,6 +183,21 @@ proptest! {
             }
             Err(_) => prop_assert!(brute.is_none() || place(&inst, Algorithm::Ffd, Duration::from_secs(1)).is_err()),
         }
+    }
+
+    #[test]
+    fn exact_bin_packing_matches_brute_force(
+        weights in proptest::collection::vec(1u64..=100, 1..9),
+        cap in 100u64..=160,
+    ) {
+        let inst = nfx_placement::bpp::BppInstance { name: "prop".into(), capacity: cap, weights: weights.clone() }
+            .to_instance();
+        let opt = brute_bins(&weights, cap);
+        let p = place(&inst, Algorithm::Exact, Duration::from_secs(5)).unwrap();
+        prop_assert_eq!(validate::check(&inst, &p.device_of), Ok(p.objective));
+        prop_assert!(p.bound <= opt, "bound {} above optimum {}", p.bound, opt);
+        prop_assert_eq!(p.objective, opt);
+        prop_assert!(p.proven_optimal);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Decision {
     /// use (filled in once the EM confirmed the switch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reaction_ms: Option<f64>,
+    /// For a grant: how long the VNF's live engine switch took (µs, from its EM reply).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switch_us: Option<u64>,
 }
 
 impl Decision {
@@ -51,6 +54,7 @@ impl Decision {
             cpu_pct: None,
             gain: None,
             reaction_ms: None,
+            switch_us: None,
         }
     }
 

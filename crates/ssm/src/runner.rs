@@ -87,7 +87,7 @@ impl Ssm {
                         }),
                     };
                     match res {
-                        Ok(_) => {
+                        Ok(reply) => {
                             let crossed = self.policy.crossed_ns(n).unwrap_or(now_ns);
                             let ms = clock().saturating_sub(crossed) as f64 / 1e6;
                             if let Some(d) = decisions
@@ -95,6 +95,7 @@ impl Ssm {
                                 .find(|d| d.vnf == *n && d.decision == Kind::Grant)
                             {
                                 d.reaction_ms = Some(ms);
+                                d.switch_us = Some(reply.switch_us);
                             }
                         }
                         Err(e) => {

@@ -190,6 +190,7 @@ fn moves_the_queue_pair_revoking_first() {
     assert_eq!(t1.engine(), "lookaside");
     let g = d.iter().find(|d| d.decision == Kind::Grant).unwrap();
     assert_eq!(g.reaction_ms, Some(501.0));
+    assert_eq!(g.switch_us, Some(80), "the EM's switch time is recorded");
     t1.set_cpu(70.0);
     t2.set_cpu(99.0);
     for _ in 0..3 {

@@ -10,6 +10,8 @@ pub mod iperf;
 pub mod netns;
 pub mod nftables;
 pub mod nfxrun;
+pub mod peers;
+pub mod pktgen;
 pub mod probe;
 pub mod process;
 pub mod root;

@@ -1,5 +1,6 @@
-//! A batched UDP packet generator (sendmmsg, one thread inside the source namespace)
-//! and a sink (recvmmsg inside the destination namespace) that counts what arrives.
+//! A batched UDP packet generator (sendmmsg, one thread inside the source namespace),
+//! a sink (recvmmsg inside the destination namespace) that counts and inspects what
+//! arrives, and a counting sink that reads the destination kernel's counters instead.
 //!
 //! iperf3's UDP sender tops out near 0.4 Mpps of 64-byte packets here; this one sends
 //! batches of up to 256 datagrams per system call so it can saturate the device under test.
@@ -299,6 +300,167 @@ fn recv_loop(
     Ok(rep)
 }
 
+/// The kernel counter a [`CountingSink`] counts the flood with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// `Udp: NoPorts`: datagrams for a local UDP port nothing listens on (the flood's
+    /// destination host).
+    UdpNoPorts,
+    /// `Ip: InAddrErrors`: datagrams for another host that a router with forwarding
+    /// turned off refuses (the device under test's next hop, forwarding off).
+    IpInAddrErrors,
+}
+
+impl Counted {
+    /// (`/proc/net/snmp` section, column).
+    fn snmp_field(self) -> (&'static str, &'static str) {
+        match self {
+            Counted::UdpNoPorts => ("Udp", "NoPorts"),
+            Counted::IpInAddrErrors => ("Ip", "InAddrErrors"),
+        }
+    }
+}
+
+/// Counters of one namespace that a [`CountingSink`] reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NsCounters {
+    /// Frames received by the interface (`rx_packets` of `/proc/net/dev`).
+    pub iface_rx: u64,
+    /// The [`Counted`] counter of `/proc/net/snmp`.
+    pub counted: u64,
+}
+
+/// Parses `rx_packets` of `iface` from `/proc/net/dev` text.
+pub fn parse_net_dev_rx(text: &str, iface: &str) -> anyhow::Result<u64> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim() == iface)
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .with_context(|| format!("no interface {iface} in /proc/net/dev"))?
+        .parse()
+        .context("bad rx_packets in /proc/net/dev")
+}
+
+/// Parses column `field` of section `section` (`Udp`, `Ip`, ...) from `/proc/net/snmp`
+/// text (per section a header line, then a value line).
+pub fn parse_snmp(text: &str, section: &str, field: &str) -> anyhow::Result<u64> {
+    let prefix = format!("{section}: ");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = lines
+        .next()
+        .zip(lines.next())
+        .with_context(|| format!("no {section} lines in /proc/net/snmp"))?;
+    let i = names
+        .split_whitespace()
+        .position(|n| n == field)
+        .with_context(|| format!("no {section} {field} column in /proc/net/snmp"))?;
+    values
+        .split_whitespace()
+        .nth(i)
+        .with_context(|| format!("short {section} line in /proc/net/snmp"))?
+        .parse()
+        .with_context(|| format!("bad {section} {field} in /proc/net/snmp"))
+}
+
+/// Reads the counters of `iface` inside `ns` (from a thread in that namespace, whose
+/// `/proc/thread-self/net` shows the namespace's own counters).
+pub fn ns_counters(ns: &str, iface: &str, what: Counted) -> anyhow::Result<NsCounters> {
+    let iface = iface.to_string();
+    netns::in_netns(ns, move || {
+        let dev = std::fs::read_to_string("/proc/thread-self/net/dev")?;
+        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+        let (section, field) = what.snmp_field();
+        Ok(NsCounters {
+            iface_rx: parse_net_dev_rx(&dev, &iface)?,
+            counted: parse_snmp(&snmp, section, field)?,
+        })
+    })
+}
+
+/// A receiver with no process on the hot path: the kernel of the receiving namespace
+/// drops each datagram early and its own counters say how many arrived. Either the
+/// destination host with the flood's port unbound ([`Counted::UdpNoPorts`]: dropped
+/// after the socket lookup) or a router with forwarding off ([`Counted::IpInAddrErrors`]:
+/// dropped after the route lookup); ICMP errors either sends are rate-limited by the
+/// kernel. The counter rises only for such datagrams, i.e. the generator's; the
+/// interface's `rx_packets` is the cross-check.
+pub struct CountingSink {
+    ns: String,
+    iface: String,
+    what: Counted,
+    base: NsCounters,
+}
+
+/// What a [`CountingSink`] saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountReport {
+    /// Datagrams that reached the destination's UDP layer for an unbound port.
+    pub packets: u64,
+    /// Frames the interface received in the same interval (≥ `packets`).
+    pub iface_rx: u64,
+}
+
+impl CountReport {
+    /// Frames received that were not the flood (ARP, other traffic).
+    pub fn other(&self) -> u64 {
+        self.iface_rx.saturating_sub(self.packets)
+    }
+}
+
+impl CountingSink {
+    /// Takes the baseline of `Udp: NoPorts` at the destination host; fails if something
+    /// listens on UDP `port` in `ns` (its datagrams would be socket work, not `NoPorts`).
+    pub fn start(ns: &str, iface: &str, port: u16) -> anyhow::Result<Self> {
+        if netns::listening(ns, port, true)? {
+            bail!("UDP port {port} is bound in {ns}: a counting sink needs it unbound");
+        }
+        Self::with(ns, iface, Counted::UdpNoPorts)
+    }
+
+    /// Takes the baseline of `Ip: InAddrErrors` at a router; fails unless the router's
+    /// IPv4 forwarding is off (its datagrams would be forwarded, not counted).
+    pub fn at_router(ns: &str, iface: &str) -> anyhow::Result<Self> {
+        if netns::sysctl_get(ns, "net/ipv4/ip_forward")? != "0" {
+            bail!("{ns} forwards IPv4: a counting sink at a router needs forwarding off");
+        }
+        Self::with(ns, iface, Counted::IpInAddrErrors)
+    }
+
+    fn with(ns: &str, iface: &str, what: Counted) -> anyhow::Result<Self> {
+        Ok(Self {
+            ns: ns.to_string(),
+            iface: iface.to_string(),
+            what,
+            base: ns_counters(ns, iface, what)?,
+        })
+    }
+
+    /// Counts since the baseline.
+    pub fn read(&self) -> anyhow::Result<CountReport> {
+        let now = ns_counters(&self.ns, &self.iface, self.what)?;
+        Ok(CountReport {
+            packets: now.counted.saturating_sub(self.base.counted),
+            iface_rx: now.iface_rx.saturating_sub(self.base.iface_rx),
+        })
+    }
+
+    /// Waits until the count stops rising (queued datagrams delivered, at most 1 s)
+    /// and returns the totals.
+    pub fn finish(self) -> anyhow::Result<CountReport> {
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut last = self.read()?;
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.read()?;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        Ok(last)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +475,31 @@ mod tests {
         s.batch = 8;
         s.flows = 0;
         assert!(generate(s).is_err());
+    }
+
+    #[test]
+    fn kernel_counters_parse() {
+        let dev = "Inter-|   Receive\n face |bytes    packets errs\n    lo: 100 2 0 0\n veth0: 5000 77 0 0 0\n";
+        assert_eq!(parse_net_dev_rx(dev, "veth0").unwrap(), 77);
+        assert_eq!(parse_net_dev_rx(dev, "lo").unwrap(), 2);
+        assert!(parse_net_dev_rx(dev, "eth9").is_err());
+        let snmp = "Tcp: A B\nTcp: 1 2\nUdp: InDatagrams NoPorts InErrors\nUdp: 5 42 0\nUdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n";
+        assert_eq!(parse_snmp(snmp, "Udp", "NoPorts").unwrap(), 42);
+        assert_eq!(parse_snmp(snmp, "Tcp", "B").unwrap(), 2);
+        let ip =
+            "Ip: Forwarding InReceives InAddrErrors\nIp: 2 100 7\nIpExt: InAddrErrors\nIpExt: 9\n";
+        assert_eq!(parse_snmp(ip, "Ip", "InAddrErrors").unwrap(), 7);
+        assert!(parse_snmp("Udp: InDatagrams\nUdp: 5\n", "Udp", "NoPorts").is_err());
+        assert!(parse_snmp("Udp: InDatagrams NoPorts\nUdp: 5\n", "Udp", "NoPorts").is_err());
+        assert!(parse_snmp("Tcp: A\n", "Udp", "NoPorts").is_err());
+        assert_eq!(
+            CountReport {
+                packets: 10,
+                iface_rx: 13
+            }
+            .other(),
+            3
+        );
     }
 
     #[test]

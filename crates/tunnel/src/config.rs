@@ -90,6 +90,10 @@ fn default_batch() -> usize {
     64
 }
 
+fn default_offload() -> bool {
+    true
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -109,6 +113,8 @@ struct RawConfig {
     replay_window: u64,
     #[serde(default = "default_batch")]
     batch: usize,
+    #[serde(default = "default_offload")]
+    offload: bool,
     tun: TunConfig,
     underlay: UnderlayConfig,
     outbound: RawSa,
@@ -133,6 +139,9 @@ pub struct Config {
     pub replay_window: u64,
     /// Packets per crypto batch.
     pub batch: usize,
+    /// Kernel offloads: TUN vnet header with TSO/USO/checksum, UDP GSO/GRO, receive
+    /// coalescing (`false`: one syscall per packet, the old path, for comparison).
+    pub offload: bool,
     /// TUN settings.
     pub tun: TunConfig,
     /// Underlay settings.
@@ -249,6 +258,7 @@ impl Config {
             esn: raw.esn,
             replay_window: raw.replay_window,
             batch: raw.batch,
+            offload: raw.offload,
             tun: raw.tun,
             underlay: raw.underlay,
             outbound,
@@ -318,6 +328,11 @@ inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
         assert_eq!(c.underlay.mtu, 1500);
         assert_eq!(c.inner_mtu(), 1432);
         assert_eq!(c.batch, 64);
+        assert!(c.offload, "offloads are on by default");
+        let c = Config::parse(Path::new("t.yaml"), &format!("{OK}offload: false\n")).unwrap();
+        assert!(!c.offload);
+        let e = err(&format!("{OK}offload: maybe\n"));
+        assert!(e.contains("t.yaml") && e.contains("offload"), "{e}");
     }
 
     #[test]

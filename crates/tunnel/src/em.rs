@@ -241,6 +241,7 @@ fn status(st: &EmState) -> Value {
     let r2 = |x: f64| (x * 100.0).round() / 100.0;
     json!({
         "name": st.name,
+        "ready": c.ready.load(Relaxed),
         "engine": c.engine().as_str(),
         "alg": st.alg,
         "cpu_pct": r2(s.cpu_pct),
@@ -253,6 +254,7 @@ fn status(st: &EmState) -> Value {
         "drops": c.drops_json(),
         "engine_switches": c.engine_switches.load(Relaxed),
         "failovers": c.failovers.load(Relaxed),
+        "offload": c.offload_json(),
     })
 }
 
@@ -281,6 +283,7 @@ mod tests {
         assert_eq!(code, 200);
         for k in [
             "name",
+            "ready",
             "engine",
             "alg",
             "cpu_pct",
@@ -293,6 +296,7 @@ mod tests {
             "drops",
             "engine_switches",
             "failovers",
+            "offload",
         ] {
             assert!(v.get(k).is_some(), "{k}");
         }

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::em::{self, EmState};
 use crate::esp::{Inbound, Outbound};
 use crate::stats::Counters;
-use crate::sys::{enter_netns, gettid, Tun, Underlay};
+use crate::sys::{enter_netns, gettid, set_timer_slack_ns, Tun, Underlay};
 use crate::worker::{Worker, WorkerParts};
 
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
@@ -59,7 +59,7 @@ pub fn run(
                     enter_netns(ns)?;
                 }
                 let mtu = cfg.inner_mtu();
-                let tun = Tun::open(&cfg.tun.name, &cfg.tun.address, mtu)?;
+                let tun = Tun::open(&cfg.tun.name, &cfg.tun.address, mtu, cfg.offload)?;
                 let udp = Underlay::bind(cfg.underlay.local, cfg.underlay.peer)?;
                 Worker::new(WorkerParts {
                     engine: first,
@@ -71,6 +71,7 @@ pub fn run(
                     tun,
                     udp,
                     counters: Arc::clone(&wc),
+                    offload: cfg.offload,
                 })
                 .map_err(anyhow::Error::msg)
             };
@@ -81,7 +82,11 @@ pub fn run(
                     return;
                 }
             };
+            if let Err(e) = set_timer_slack_ns(1000) {
+                log::warn!("timer slack: {e}");
+            }
             wc.worker_tid.store(gettid(), Relaxed);
+            wc.ready.store(true, Relaxed);
             let _ = ready_tx.send(Ok(()));
             w.run(&cmd_rx, &wstop, duration.map(|d| Instant::now() + d));
         })?;

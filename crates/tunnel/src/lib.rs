@@ -2,12 +2,16 @@
 //! batches on an `nfx_accel` engine that can be switched live (DESIGN.md, "Tunnels").
 
 pub mod config;
+pub mod csum;
 pub mod em;
 pub mod endpoint;
 pub mod esp;
+pub mod gro;
+pub mod offload;
 pub mod replay;
 pub mod stats;
 pub mod sys;
+pub mod udp_gso;
 pub mod worker;
 
 pub use config::Config;

@@ -1,6 +1,6 @@
 //! Counters shared between the packet worker and the EM endpoint (lock-free atomics).
 
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use nfx_accel::EngineKind;
 use serde_json::{json, Map, Value};
@@ -22,17 +22,21 @@ pub enum DropCause {
     TxError,
     /// Dummy packet (next header 59), discarded as RFC 4303 asks.
     Dummy,
+    /// A TUN read whose virtio_net_hdr contradicts the packet (unknown GSO type,
+    /// zero segment size, headers out of bounds).
+    BadVnet,
 }
 
 impl DropCause {
     /// Every reason, in report order.
-    pub const ALL: [DropCause; 6] = [
+    pub const ALL: [DropCause; 7] = [
         DropCause::AuthFailed,
         DropCause::Replay,
         DropCause::BadEncap,
         DropCause::TooBig,
         DropCause::TxError,
         DropCause::Dummy,
+        DropCause::BadVnet,
     ];
 
     /// Name in JSON.
@@ -44,6 +48,7 @@ impl DropCause {
             DropCause::TooBig => "too_big",
             DropCause::TxError => "tx_error",
             DropCause::Dummy => "dummy",
+            DropCause::BadVnet => "bad_vnet",
         }
     }
 }
@@ -80,7 +85,7 @@ pub struct Counters {
     pub rx_packets: AtomicU64,
     /// Inner bytes of those packets.
     pub rx_bytes: AtomicU64,
-    drops: [AtomicU64; 6],
+    drops: [AtomicU64; 7],
     /// Live engine switches done.
     pub engine_switches: AtomicU64,
     /// Lookaside device failures survived (fallback engine took over).
@@ -88,6 +93,18 @@ pub struct Counters {
     engine: AtomicU8,
     /// Kernel thread id of the packet worker (0 before it starts).
     pub worker_tid: AtomicI32,
+    /// TUN up with its address and the underlay socket bound: traffic can flow.
+    pub ready: AtomicBool,
+    /// `TUN_F_*` offloads the kernel accepted on the TUN.
+    pub tun_offloads: AtomicU32,
+    /// UDP GSO in use on sends.
+    pub udp_gso: AtomicBool,
+    /// UDP GRO in use on receives.
+    pub udp_gro: AtomicBool,
+    /// Times the kernel refused an offload and the per-packet path took over.
+    pub offload_fallbacks: AtomicU64,
+    /// Super-packets written to the TUN that joined more than one segment.
+    pub coalesced: AtomicU64,
 }
 
 impl Counters {
@@ -120,6 +137,29 @@ impl Counters {
         Value::Object(m)
     }
 
+    /// Which offloads are in use, as JSON.
+    pub fn offload_json(&self) -> Value {
+        let t = self.tun_offloads.load(Relaxed);
+        let names: Vec<&str> = [
+            (crate::sys::TUN_F_CSUM, "csum"),
+            (crate::sys::TUN_F_TSO4, "tso4"),
+            (crate::sys::TUN_F_TSO6, "tso6"),
+            (crate::sys::TUN_F_USO4, "uso4"),
+            (crate::sys::TUN_F_USO6, "uso6"),
+        ]
+        .iter()
+        .filter(|(f, _)| t & f != 0)
+        .map(|(_, n)| *n)
+        .collect();
+        json!({
+            "tun": names,
+            "udp_gso": self.udp_gso.load(Relaxed),
+            "udp_gro": self.udp_gro.load(Relaxed),
+            "fallbacks": self.offload_fallbacks.load(Relaxed),
+            "coalesced": self.coalesced.load(Relaxed),
+        })
+    }
+
     /// Every counter as JSON (the final report of `nfx tunnel`).
     pub fn json(&self) -> Value {
         json!({
@@ -131,6 +171,7 @@ impl Counters {
             "drops": self.drops_json(),
             "engine_switches": self.engine_switches.load(Relaxed),
             "failovers": self.failovers.load(Relaxed),
+            "offload": self.offload_json(),
         })
     }
 }
@@ -150,6 +191,11 @@ mod tests {
         assert_eq!(j["auth_failed"], 1);
         assert_eq!(j["tx_error"], 1);
         assert_eq!(j["too_big"], 0);
+        c.count(DropCause::BadVnet);
+        assert_eq!(c.drops_json()["bad_vnet"], 1);
+        c.tun_offloads
+            .store(crate::sys::TUN_F_CSUM | crate::sys::TUN_F_TSO4, Relaxed);
+        assert_eq!(c.offload_json()["tun"], json!(["csum", "tso4"]));
         c.set_engine(EngineKind::Lookaside);
         assert_eq!(c.json()["engine"], "lookaside");
     }

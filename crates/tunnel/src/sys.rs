@@ -7,12 +7,29 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const IFF_VNET_HDR: libc::c_int = 0x4000;
+/// `TUN_F_CSUM`: the kernel may hand us packets with a partial checksum.
+pub const TUN_F_CSUM: u32 = 0x01;
+/// `TUN_F_TSO4`: TCP/IPv4 super-packets.
+pub const TUN_F_TSO4: u32 = 0x02;
+/// `TUN_F_TSO6`: TCP/IPv6 super-packets.
+pub const TUN_F_TSO6: u32 = 0x04;
+/// `TUN_F_USO4`: UDP/IPv4 super-packets (Linux 6.2+).
+pub const TUN_F_USO4: u32 = 0x20;
+/// `TUN_F_USO6`: UDP/IPv6 super-packets (Linux 6.2+).
+pub const TUN_F_USO6: u32 = 0x40;
 
-/// An open TUN device (IFF_TUN | IFF_NO_PI, non-blocking).
+/// An open TUN device (IFF_TUN | IFF_NO_PI, non-blocking; with `IFF_VNET_HDR` every
+/// read and write carries a `virtio_net_hdr` first).
 pub struct Tun {
     fd: OwnedFd,
     /// Interface name the kernel assigned.
     pub name: String,
+    /// Whether packets carry a virtio_net_hdr.
+    pub vnet: bool,
+    /// The `TUN_F_*` offloads the kernel accepted (0: none, per-packet reads).
+    pub offloads: u32,
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -37,7 +54,9 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 
 impl Tun {
     /// Creates TUN `name` in the calling thread's namespace, sets MTU and address, up.
-    pub fn open(name: &str, address: &str, mtu: u32) -> anyhow::Result<Tun> {
+    /// With `vnet`, asks for a virtio_net_hdr and the checksum/TSO/USO offloads (USO
+    /// only if the kernel takes it; none if it refuses them all: see `offloads`).
+    pub fn open(name: &str, address: &str, mtu: u32, vnet: bool) -> anyhow::Result<Tun> {
         let path = c"/dev/net/tun";
         // SAFETY: plain open(2) of a NUL-terminated path.
         let fd = cvt(unsafe {
@@ -54,14 +73,32 @@ impl Tun {
         for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(15)) {
             *d = s as libc::c_char;
         }
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let vflag = if vnet { IFF_VNET_HDR } else { 0 };
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vflag) as libc::c_short;
         // SAFETY: TUNSETIFF reads/writes one ifreq.
         cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut ifr) })
             .map_err(|e| anyhow::anyhow!("TUNSETIFF {name}: {e}"))?;
+        let mut offloads = 0;
+        if vnet {
+            let tso = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+            for want in [tso | TUN_F_USO4 | TUN_F_USO6, tso] {
+                // SAFETY: TUNSETOFFLOAD takes the flags as the integer argument.
+                if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, want as libc::c_ulong) } == 0
+                {
+                    offloads = want;
+                    break;
+                }
+            }
+        }
         let name = name.to_string();
         ip(&["link", "set", "dev", &name, "mtu", &mtu.to_string(), "up"])?;
         ip(&["addr", "add", address, "dev", &name])?;
-        Ok(Tun { fd, name })
+        Ok(Tun {
+            fd,
+            name,
+            vnet,
+            offloads,
+        })
     }
 
     /// Reads one packet into `buf`; `Ok(None)` when nothing is waiting.
@@ -121,8 +158,8 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 /// The UDP underlay socket (blocking sends, non-blocking batched receives).
 pub struct Underlay {
-    sock: UdpSocket,
-    peer: (libc::sockaddr_storage, libc::socklen_t),
+    pub(crate) sock: UdpSocket,
+    pub(crate) peer: (libc::sockaddr_storage, libc::socklen_t),
 }
 
 fn set_buf(fd: RawFd, opt: libc::c_int, bytes: libc::c_int) {
@@ -254,6 +291,12 @@ pub fn enter_netns(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sets the calling thread's timer slack (how late the kernel may wake its sleeps).
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes the value as the second argument.
+    cvt(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) }).map(|_| ())
+}
+
 /// The calling thread's kernel id.
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
@@ -321,6 +364,11 @@ mod tests {
         let line = "123 (my (odd) prog) R 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
         assert_eq!(parse_stat_cpu(line), Some(300));
         assert_eq!(parse_stat_cpu("garbage"), None);
+    }
+
+    #[test]
+    fn timer_slack_is_accepted() {
+        set_timer_slack_ns(1000).unwrap();
     }
 
     #[test]

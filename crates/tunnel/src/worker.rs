@@ -5,15 +5,18 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nfx_accel::{
     open_local, Buf, Completion, Direction, Engine, EngineKind, Op, SessionId, Status,
 };
 
 use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
+use crate::gro::Gro;
+use crate::offload::{Plan, SegError, VnetHdr, VNET_LEN};
 use crate::stats::{Counters, DropCause};
-use crate::sys::{poll_readable, Tun, Underlay};
+use crate::sys::{poll_readable, Tun, Underlay, TUN_F_TSO4};
+use crate::udp_gso::{split, GRO_BUF};
 
 /// The engine to switch to.
 pub enum Target {
@@ -89,15 +92,38 @@ impl Crypto {
                 }
             }
         }
-        if self.engine.drain(out).is_err() {
-            log::warn!("engine {}: drain failed", self.kind);
-        }
+        self.wait(out);
         out.extend(ops.into_iter().map(|op| Completion {
             op,
             status: Status::DeviceGone,
         }));
     }
 }
+
+impl Crypto {
+    /// Waits for every submitted operation (a lookaside device works on its own core):
+    /// spins briefly, then sleeps in short steps so that the waiting worker does not
+    /// take CPU from the device and the kernel on a small machine.
+    fn wait(&mut self, out: &mut Vec<Completion>) {
+        let t0 = Instant::now();
+        while self.engine.in_flight() > 0 {
+            if self.engine.poll(out, usize::MAX) > 0 {
+                continue;
+            }
+            if t0.elapsed() < SPIN_FOR {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(WAIT_STEP);
+            }
+        }
+    }
+}
+
+/// How long the worker busy-polls a lookaside batch before it sleeps between polls
+/// (a small batch or one packet completes within this: latency stays low).
+const SPIN_FOR: Duration = Duration::from_micros(40);
+/// Sleep between polls after that (the worker's timer slack is set to 1 µs).
+const WAIT_STEP: Duration = Duration::from_micros(10);
 
 /// The worker's state.
 pub struct Worker {
@@ -114,6 +140,12 @@ pub struct Worker {
     counters: Arc<Counters>,
     done: Vec<Completion>,
     past_failovers: u64,
+    udp_gso: bool,
+    udp_gro: bool,
+    coalesce: bool,
+    gro: Gro,
+    tun_buf: Vec<u8>,
+    rx_raw: Vec<Vec<u8>>,
 }
 
 /// What a worker is built from.
@@ -136,6 +168,8 @@ pub struct WorkerParts {
     pub udp: Underlay,
     /// Shared counters.
     pub counters: Arc<Counters>,
+    /// Use the kernel offloads the TUN and the socket accept (`offload` in the config).
+    pub offload: bool,
 }
 
 impl Worker {
@@ -143,6 +177,21 @@ impl Worker {
     pub fn new(p: WorkerParts) -> Result<Worker, String> {
         let crypto = Crypto::new(p.engine.0, p.engine.1, &p.out, &p.inb)?;
         p.counters.set_engine(crypto.kind);
+        let udp_gso = p.offload && p.udp.probe_gso();
+        let udp_gro = p.offload && p.udp.enable_gro();
+        if p.offload && !(p.tun.offloads != 0 && udp_gso && udp_gro) {
+            log::warn!(
+                "kernel refused some offloads (tun {:#x}, udp gso {udp_gso}, udp gro {udp_gro}); \
+                 using the per-packet path for those",
+                p.tun.offloads
+            );
+            p.counters.offload_fallbacks.fetch_add(1, Relaxed);
+        }
+        p.counters.tun_offloads.store(p.tun.offloads, Relaxed);
+        // Coalesced frames are GSO packets: only for a TUN that took TSO.
+        let coalesce = p.tun.offloads & TUN_F_TSO4 != 0;
+        p.counters.udp_gso.store(udp_gso, Relaxed);
+        p.counters.udp_gro.store(udp_gro, Relaxed);
         Ok(Worker {
             crypto,
             base: p.base,
@@ -157,6 +206,16 @@ impl Worker {
             counters: p.counters,
             done: Vec::new(),
             past_failovers: 0,
+            udp_gso,
+            udp_gro,
+            coalesce,
+            gro: Gro::default(),
+            tun_buf: vec![0; VNET_LEN + 65535],
+            rx_raw: if udp_gro {
+                vec![vec![0; GRO_BUF]; 4]
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -194,8 +253,14 @@ impl Worker {
             if ready[1] {
                 self.inbound_batch();
             }
-            let f = self.past_failovers + self.crypto.engine.stats().failovers;
-            self.counters.failovers.store(f, Relaxed);
+            let now = self.crypto.engine.stats().failovers;
+            self.counters
+                .failovers
+                .store(self.past_failovers + now, Relaxed);
+            if now > 0 && self.crypto.kind == EngineKind::Lookaside {
+                // The device died: the client runs everything on the fallback engine.
+                self.counters.set_engine(self.base);
+            }
         }
     }
 
@@ -215,6 +280,77 @@ impl Worker {
 
     fn outbound_batch(&mut self) {
         let mut ops = Vec::with_capacity(self.batch);
+        if self.tun.vnet {
+            self.read_offload(&mut ops);
+        } else {
+            self.read_plain(&mut ops);
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.done);
+        self.crypto.run(ops, &mut done);
+        let mut wires: Vec<&[u8]> = Vec::with_capacity(done.len());
+        let mut inner: Vec<u64> = Vec::with_capacity(done.len());
+        for c in &done {
+            if c.status == Status::Ok {
+                wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
+                inner.push(c.op.user);
+            } else {
+                self.counters.count(DropCause::TxError);
+            }
+        }
+        let (mut sent, mut err) = if self.udp_gso {
+            self.udp.send_gso(&wires)
+        } else {
+            self.udp.send_batch(&wires)
+        };
+        if let Some(e) = err.as_ref().filter(|_| self.udp_gso) {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
+            ) {
+                log::warn!("underlay refused UDP GSO ({e}); sending datagram by datagram");
+                self.udp_gso = false;
+                self.counters.offload_fallbacks.fetch_add(1, Relaxed);
+                self.counters.udp_gso.store(false, Relaxed);
+                let (more, e2) = self.udp.send_batch(&wires[sent..]);
+                sent += more;
+                err = e2;
+            }
+        }
+        if let Some(e) = err {
+            log::warn!("underlay send: {e}");
+            for _ in sent..wires.len() {
+                self.counters.count(DropCause::TxError);
+            }
+        }
+        self.counters.tx_packets.fetch_add(sent as u64, Relaxed);
+        let bytes: u64 = inner[..sent].iter().sum();
+        self.counters.tx_bytes.fetch_add(bytes, Relaxed);
+        self.free.extend(done.drain(..).map(|c| c.op.buf));
+        self.done = done;
+    }
+
+    /// Lays out inner packet `n` bytes long at `buf[HEAD..]` as ESP and queues it.
+    fn queue(&mut self, mut buf: Buf, n: usize, ops: &mut Vec<Op>) {
+        match self.out.prepare(&mut buf, n) {
+            Ok(p) => ops.push(Op {
+                session: self.crypto.enc,
+                iv: p.iv,
+                layout: p.layout,
+                buf,
+                user: n as u64,
+            }),
+            Err(e) => {
+                self.counters.count(e.into());
+                self.free.push(buf);
+            }
+        }
+    }
+
+    /// Per-packet TUN reads (no vnet header): one read per inner packet.
+    fn read_plain(&mut self, ops: &mut Vec<Op>) {
         let limit = self.mtu + 1;
         for _ in 0..self.batch {
             let mut buf = self.take_buf();
@@ -236,55 +372,52 @@ impl Worker {
                 self.free.push(buf);
                 continue;
             }
-            match self.out.prepare(&mut buf, n) {
-                Ok(p) => ops.push(Op {
-                    session: self.crypto.enc,
-                    iv: p.iv,
-                    layout: p.layout,
-                    buf,
-                    user: n as u64,
-                }),
-                Err(e) => {
-                    self.counters.count(e.into());
-                    self.free.push(buf);
-                }
-            }
+            self.queue(buf, n, ops);
         }
-        if ops.is_empty() {
-            return;
-        }
-        let mut done = std::mem::take(&mut self.done);
-        self.crypto.run(ops, &mut done);
-        let mut wires: Vec<&[u8]> = Vec::with_capacity(done.len());
-        let mut bytes = 0u64;
-        for c in &done {
-            if c.status == Status::Ok {
-                wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
-                bytes += c.op.user;
-            } else {
-                self.counters.count(DropCause::TxError);
-            }
-        }
-        let (sent, err) = self.udp.send_batch(&wires);
-        if let Some(e) = err {
-            log::warn!("underlay send: {e}");
-            for _ in sent..wires.len() {
-                self.counters.count(DropCause::TxError);
-            }
-            bytes = done
-                .iter()
-                .filter(|c| c.status == Status::Ok)
-                .take(sent)
-                .map(|c| c.op.user)
-                .sum();
-        }
-        self.counters.tx_packets.fetch_add(sent as u64, Relaxed);
-        self.counters.tx_bytes.fetch_add(bytes, Relaxed);
-        self.free.extend(done.drain(..).map(|c| c.op.buf));
-        self.done = done;
     }
 
-    fn inbound_batch(&mut self) {
+    /// Offload TUN reads: each read is one packet or a GSO super-packet with its
+    /// virtio_net_hdr, segmented straight into ESP payload buffers.
+    fn read_offload(&mut self, ops: &mut Vec<Op>) {
+        let mut raw = std::mem::take(&mut self.tun_buf);
+        while ops.len() < self.batch {
+            let n = match self.tun.recv(&mut raw) {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(e) => {
+                    log::warn!("tun read: {e}");
+                    break;
+                }
+            };
+            let Some(h) = VnetHdr::decode(&raw[..n]) else {
+                self.counters.count(DropCause::BadVnet);
+                continue;
+            };
+            let pkt = &raw[VNET_LEN..n];
+            let plan = match Plan::new(&h, pkt, self.mtu) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.counters.count(match e {
+                        SegError::BadVnet => DropCause::BadVnet,
+                        SegError::TooBig => DropCause::TooBig,
+                    });
+                    continue;
+                }
+            };
+            for i in 0..plan.count {
+                let mut buf = self.take_buf();
+                let len = plan.write(pkt, i, &mut buf.as_mut_slice()[HEAD..]);
+                self.queue(buf, len, ops);
+            }
+        }
+        self.tun_buf = raw;
+    }
+
+    /// Receives up to a batch of ESP datagrams into engine buffers.
+    fn receive(&mut self) -> Vec<Buf> {
+        if self.udp_gro {
+            return self.receive_gro();
+        }
         let mut bufs: Vec<Buf> = (0..self.batch).map(|_| self.take_buf()).collect();
         let mut lens = Vec::with_capacity(self.batch);
         let r = {
@@ -294,19 +427,51 @@ impl Worker {
         if let Err(e) = r {
             log::warn!("underlay receive: {e}");
         }
-        let mut ops = Vec::with_capacity(lens.len());
-        let mut preps: Vec<Prepared> = Vec::with_capacity(lens.len());
         let rest = bufs.split_off(lens.len());
         self.free.extend(rest);
-        for (mut buf, len) in bufs.into_iter().zip(lens.iter().copied()) {
-            buf.set_len(len).expect("received length fits the buffer");
+        for (b, &len) in bufs.iter_mut().zip(&lens) {
+            b.set_len(len).expect("received length fits the buffer");
+        }
+        bufs
+    }
+
+    /// GRO receive: coalesced buffers split into datagrams, each copied to a buffer.
+    fn receive_gro(&mut self) -> Vec<Buf> {
+        let mut raw = std::mem::take(&mut self.rx_raw);
+        let mut got = Vec::new();
+        if let Err(e) = self.udp.recv_gro(&mut raw, &mut got) {
+            log::warn!("underlay receive: {e}");
+        }
+        let mut bufs = Vec::with_capacity(got.len() * 8);
+        for (k, &(len, seg)) in got.iter().enumerate() {
+            for r in split(len, seg) {
+                let mut b = self.take_buf();
+                if r.len() > b.capacity() {
+                    self.counters.count(DropCause::BadEncap);
+                    self.free.push(b);
+                    continue;
+                }
+                b.as_mut_slice()[..r.len()].copy_from_slice(&raw[k][r.clone()]);
+                b.set_len(r.len()).expect("checked against the capacity");
+                bufs.push(b);
+            }
+        }
+        self.rx_raw = raw;
+        bufs
+    }
+
+    fn inbound_batch(&mut self) {
+        let bufs = self.receive();
+        let mut ops = Vec::with_capacity(bufs.len());
+        let mut preps: Vec<Prepared> = Vec::with_capacity(bufs.len());
+        for mut buf in bufs {
             let s = buf.as_slice();
-            if len == 1 && s[0] == 0xff {
+            if s.len() == 1 && s[0] == 0xff {
                 // RFC 3948 NAT-keepalive: not a packet.
                 self.free.push(buf);
                 continue;
             }
-            if len >= 4 && s[..4] == [0, 0, 0, 0] {
+            if s.len() >= 4 && s[..4] == [0, 0, 0, 0] {
                 // Non-ESP marker (IKE on port 4500): this endpoint is manually keyed.
                 self.counters.count(DropCause::BadEncap);
                 self.free.push(buf);
@@ -334,19 +499,33 @@ impl Worker {
         }
         let mut done = std::mem::take(&mut self.done);
         self.crypto.run(ops, &mut done);
-        for c in done.drain(..) {
+        let (tun, counters, gro) = (&self.tun, &self.counters, &mut self.gro);
+        let mut emit = |frame: &[u8], segs: u64, bytes: u64| match tun.send(frame) {
+            Ok(()) => {
+                counters.rx_packets.fetch_add(segs, Relaxed);
+                counters.rx_bytes.fetch_add(bytes, Relaxed);
+            }
+            Err(_) => {
+                for _ in 0..segs {
+                    counters.count(DropCause::TxError);
+                }
+            }
+        };
+        for mut c in done.drain(..) {
             let why = match c.status {
                 Status::Ok => match self.inb.finish(&preps[c.op.user as usize], &c.op.buf) {
                     Ok(r) => {
                         let n = r.len() as u64;
-                        match self.tun.send(&c.op.buf.as_slice()[r]) {
-                            Ok(()) => {
-                                self.counters.rx_packets.fetch_add(1, Relaxed);
-                                self.counters.rx_bytes.fetch_add(n, Relaxed);
-                                None
-                            }
-                            Err(_) => Some(DropCause::TxError),
+                        if !tun.vnet {
+                            emit(&c.op.buf.as_slice()[r], 1, n);
+                        } else if !self.coalesce
+                            || !gro.push(&c.op.buf.as_slice()[r.clone()], &mut emit)
+                        {
+                            let s = c.op.buf.as_mut_slice();
+                            s[HEAD - VNET_LEN..HEAD].fill(0);
+                            emit(&s[HEAD - VNET_LEN..r.end], 1, n);
                         }
+                        None
                     }
                     Err(e) => Some(e.into()),
                 },
@@ -354,10 +533,12 @@ impl Worker {
                 _ => Some(DropCause::TxError),
             };
             if let Some(d) = why {
-                self.counters.count(d);
+                counters.count(d);
             }
             self.free.push(c.op.buf);
         }
+        gro.flush(&mut emit);
+        self.counters.coalesced.store(self.gro.coalesced, Relaxed);
         self.done = done;
     }
 

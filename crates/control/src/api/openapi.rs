@@ -212,7 +212,7 @@ pub fn document() -> Value {
                 "InstanceState": {"type": "object", "properties": {"id": string, "function": string, "device": string,
                         "status": string, "config_version": {"type": "integer"}, "flows": {"type": "integer"},
                         "packets": {"type": "integer"}, "cpu_pct": num, "detail": {}}},
-                "MigrateReport": {"type": "object", "properties": {"flows": {"type": "integer"}, "bytes": {"type": "integer"}}},
+                "MigrateReport": {"type": "object", "properties": {"flows": {"type": "integer"}, "bytes": {"type": "integer"}, "held_ms": {"type": "number"}}},
                 "AgentMigrate": {"type": "object", "required": ["old", "new"], "additionalProperties": false, "properties": {
                         "old": string, "new": string, "flows": {"type": "array", "items": string}}},
                 "Config": {"description": "The function's configuration, any JSON."},

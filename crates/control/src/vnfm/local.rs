@@ -2,6 +2,9 @@
 //! sockets. One worker per device runs the chain of that device's instances (in deploy
 //! order); deploy/destruct/configure rewrite that chain with `reconfigure` (no restart),
 //! migrate moves flow state with `export_state`/`import_state`, state comes from `stats`.
+//! Workers whose templates name the same fanout group share their interfaces: the
+//! second one starts as a standby, and migrating between them is a loss-free traffic
+//! handoff (steer → drain → move state → release, see docs/migration.md).
 //! What runs where is kept in a file so a restarted controller finds its workers again.
 
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
@@ -44,6 +47,10 @@ pub struct WorkerTemplate {
     /// Poll mode (`busy`, `interrupt`, `adaptive`).
     #[serde(default)]
     pub poll: Option<String>,
+    /// PACKET_FANOUT group shared with other workers on the same interfaces (inside
+    /// port: this id, outside: the next). At most two workers of a group run at once.
+    #[serde(default)]
+    pub fanout: Option<u16>,
 }
 
 impl LocalConfig {
@@ -64,6 +71,38 @@ struct Worker {
     nodes: Vec<String>,
     config_versions: Vec<u64>,
     pid: Option<u32>,
+    /// Order in which workers joined their fanout group (larger = later).
+    #[serde(default)]
+    joined: u64,
+    /// The worker this one handed its traffic to (it is drained and holds).
+    #[serde(default)]
+    handed_to: Option<String>,
+    /// Flows and bytes each of its instances moved in that handoff.
+    #[serde(default)]
+    moved: BTreeMap<String, MigrateReport>,
+}
+
+/// What a traffic handoff between two workers did, phase by phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HandoffReport {
+    /// Flow entries moved over all nodes.
+    pub flows: u64,
+    /// Bytes of exported state over all nodes.
+    pub bytes: u64,
+    /// Frames the old worker processed while draining.
+    pub drained_packets: u64,
+    /// Time to point the fanout groups at the new worker, ms.
+    pub steer_ms: f64,
+    /// Time for the old worker to empty its sockets, ms.
+    pub drain_ms: f64,
+    /// Time to export from the old and import into the new worker, ms.
+    pub state_ms: f64,
+    /// Time to release the new worker, ms.
+    pub release_ms: f64,
+    /// Whole handoff, ms (how long the new worker held traffic).
+    pub total_ms: f64,
+    /// Per old instance: what its node moved.
+    pub per_instance: BTreeMap<String, MigrateReport>,
 }
 
 /// The local VNFM.
@@ -108,8 +147,33 @@ impl LocalVnfm {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the device's worker with `chain` and waits until its socket answers.
-    fn start_worker(&self, device: &str, chain: &[serde_json::Value]) -> Result<u32, VnfmError> {
+    /// Running workers (other than `device`) in the fanout group of `device`'s template,
+    /// oldest first.
+    fn group_peers(&self, w: &BTreeMap<String, Worker>, device: &str) -> Vec<String> {
+        let group = self.cfg.workers.get(device).and_then(|t| t.fanout);
+        let mut peers: Vec<(u64, String)> = w
+            .iter()
+            .filter(|(d, wk)| {
+                group.is_some()
+                    && d.as_str() != device
+                    && wk.pid.is_some()
+                    && self.cfg.workers.get(d.as_str()).and_then(|t| t.fanout) == group
+            })
+            .map(|(d, wk)| (wk.joined, d.clone()))
+            .collect();
+        peers.sort();
+        peers.into_iter().map(|(_, d)| d).collect()
+    }
+
+    /// Starts the device's worker with `chain` and waits until its socket answers. In a
+    /// fanout group that already has a running worker it starts as a standby, after the
+    /// group's program was pinned to that worker (member 0), so joining moves nothing.
+    fn start_worker(
+        &self,
+        device: &str,
+        chain: &[serde_json::Value],
+        peers: &[String],
+    ) -> Result<u32, VnfmError> {
         let t = self.cfg.workers.get(device).ok_or_else(|| {
             VnfmError::NotFound(format!("device {device:?} is not a local worker"))
         })?;
@@ -121,6 +185,25 @@ impl LocalVnfm {
             "ports": t.ports,
             "chain": chain,
         });
+        if let Some(group) = t.fanout {
+            if peers.len() >= 2 {
+                return Err(VnfmError::Conflict(format!(
+                    "fanout group {group} already has two workers ({}); destroy one first",
+                    peers.join(", ")
+                )));
+            }
+            let role = match peers.first() {
+                Some(active) => {
+                    ask(
+                        &self.socket(active),
+                        &serde_json::json!({"cmd": "steer", "member": 0}),
+                    )?;
+                    "standby"
+                }
+                None => "active",
+            };
+            rc["fanout"] = serde_json::json!({"group": group, "role": role});
+        }
         if let Some(ns) = &t.netns {
             rc["netns"] = ns.clone().into();
         }
@@ -172,11 +255,19 @@ impl LocalVnfm {
         }
     }
 
-    /// Pushes the worker's chain; records the node names the dataplane gave.
-    fn push_chain(&self, device: &str, w: &mut Worker) -> Result<(), VnfmError> {
+    /// Pushes the worker's chain (starting the worker if needed; `all` is every worker,
+    /// for its fanout peers); records the node names the dataplane gave.
+    fn push_chain(
+        &self,
+        device: &str,
+        w: &mut Worker,
+        all: &BTreeMap<String, Worker>,
+    ) -> Result<(), VnfmError> {
         let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
         if w.pid.is_none() {
-            w.pid = Some(self.start_worker(device, &chain)?);
+            let peers = self.group_peers(all, device);
+            w.pid = Some(self.start_worker(device, &chain, &peers)?);
+            w.joined = all.values().map(|x| x.joined).max().unwrap_or(0) + 1;
             let r = ask(&self.socket(device), &serde_json::json!({"cmd": "stats"}))?;
             w.nodes = vnf_node_names(&r, w.instances.len());
             return Ok(());
@@ -194,6 +285,126 @@ impl LocalVnfm {
             })
             .unwrap_or_default();
         Ok(())
+    }
+
+    /// Copies the flow state of node `onode` of worker `od` into node `nnode` of worker
+    /// `nd`; returns (flows added, bytes).
+    fn move_state(
+        &self,
+        od: &str,
+        onode: &str,
+        nd: &str,
+        nnode: &str,
+    ) -> Result<(u64, u64), VnfmError> {
+        let out = ask(
+            &self.socket(od),
+            &serde_json::json!({"cmd": "export_state", "node": onode}),
+        )?;
+        let data = out["data_b64"].as_str().unwrap_or_default();
+        let r = ask(
+            &self.socket(nd),
+            &serde_json::json!({"cmd": "import_state", "node": nnode, "data_b64": data}),
+        )?;
+        Ok((
+            r["flows"].as_u64().unwrap_or(0),
+            out["bytes"].as_u64().unwrap_or(0),
+        ))
+    }
+
+    /// Loss-free traffic handoff from worker `od` to the standby worker `nd` of the same
+    /// fanout group (OpenNF's loss-free move): steer the group to `nd`, which holds what
+    /// it receives; `od` drains its sockets and stops; the state of every node moves
+    /// (all or nothing per node); `nd` releases and processes the held frames in order.
+    /// Both workers must run the same functions in the same order. If a step after the
+    /// steer fails, traffic is steered back to `od`, which resumes.
+    pub fn handoff(&self, od: &str, nd: &str) -> Result<HandoffReport, VnfmError> {
+        let mut g = self.lock();
+        let (ow, nw) = match (g.get(od), g.get(nd)) {
+            (Some(o), Some(n)) => (o.clone(), n.clone()),
+            _ => return Err(VnfmError::NotFound(format!("worker {od:?} or {nd:?}"))),
+        };
+        let funcs = |w: &Worker| -> Vec<String> {
+            w.instances.iter().map(|i| i.function.clone()).collect()
+        };
+        if funcs(&ow) != funcs(&nw) || ow.nodes.len() != nw.nodes.len() {
+            return Err(VnfmError::Invalid(format!(
+                "a handoff moves all traffic of worker {od} ({:?}) to {nd} ({:?}): deploy the same functions in the same order on {nd} first",
+                funcs(&ow),
+                funcs(&nw)
+            )));
+        }
+        if ow.handed_to.is_some() {
+            return Err(VnfmError::Conflict(format!(
+                "worker {od} already handed its traffic off"
+            )));
+        }
+        let peers = self.group_peers(&g, nd);
+        let member = peers
+            .iter()
+            .filter(|p| g[p.as_str()].joined < nw.joined)
+            .count();
+        let (osock, nsock) = (self.socket(od), self.socket(nd));
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        let start = Instant::now();
+        let mut r = HandoffReport::default();
+        ask(&nsock, &serde_json::json!({"cmd": "hold"}))?;
+        ask(
+            &nsock,
+            &serde_json::json!({"cmd": "steer", "member": member}),
+        )?;
+        r.steer_ms = ms(start);
+        let moved = (|| -> Result<(), VnfmError> {
+            let t = Instant::now();
+            let d = ask(&osock, &serde_json::json!({"cmd": "drain"}))?;
+            r.drained_packets = d["packets"].as_u64().unwrap_or(0);
+            r.drain_ms = ms(t);
+            let t = Instant::now();
+            for (i, inst) in ow.instances.iter().enumerate() {
+                let (flows, bytes) = self.move_state(od, &ow.nodes[i], nd, &nw.nodes[i])?;
+                r.flows += flows;
+                r.bytes += bytes;
+                r.per_instance.insert(
+                    inst.id.clone(),
+                    MigrateReport {
+                        flows,
+                        bytes,
+                        held_ms: None,
+                    },
+                );
+            }
+            r.state_ms = ms(t);
+            Ok(())
+        })();
+        if let Err(e) = moved {
+            let back = ask(
+                &nsock,
+                &serde_json::json!({"cmd": "steer", "member": 1 - member.min(1)}),
+            )
+            .and_then(|_| ask(&osock, &serde_json::json!({"cmd": "release"})));
+            return Err(VnfmError::Unavailable(format!(
+                "handoff {od} -> {nd} failed ({e}); traffic {}",
+                match back {
+                    Ok(_) => format!("steered back to {od}"),
+                    Err(b) => format!("could not be steered back: {b}"),
+                }
+            )));
+        }
+        let t = Instant::now();
+        ask(&nsock, &serde_json::json!({"cmd": "release"}))?;
+        r.release_ms = ms(t);
+        r.total_ms = ms(start);
+        if let Some(w) = g.get_mut(od) {
+            w.handed_to = Some(nd.to_string());
+            w.moved = r.per_instance.clone();
+        }
+        // The new worker carries traffic now (also when this handoff undoes an earlier
+        // one in the other direction): it may hand off again later.
+        if let Some(w) = g.get_mut(nd) {
+            w.handed_to = None;
+            w.moved.clear();
+        }
+        self.save(&g)?;
+        Ok(r)
     }
 
     fn find(w: &BTreeMap<String, Worker>, id: &str) -> Result<(String, usize), VnfmError> {
@@ -288,7 +499,7 @@ impl Vnfm for LocalVnfm {
         let mut w = g.get(&spec.device).cloned().unwrap_or_default();
         w.instances.push(spec.clone());
         w.config_versions.push(1);
-        self.push_chain(&spec.device, &mut w)?;
+        self.push_chain(&spec.device, &mut w, &g)?;
         g.insert(spec.device.clone(), w);
         self.save(&g)?;
         drop(g);
@@ -313,7 +524,7 @@ impl Vnfm for LocalVnfm {
             }
             g.remove(&d);
         } else {
-            self.push_chain(&d, &mut w)?;
+            self.push_chain(&d, &mut w, &g)?;
             g.insert(d, w);
         }
         self.save(&g)
@@ -329,7 +540,7 @@ impl Vnfm for LocalVnfm {
         let mut w = g[&d].clone();
         w.instances[p].config = config.clone();
         w.config_versions[p] += 1;
-        self.push_chain(&d, &mut w)?;
+        self.push_chain(&d, &mut w, &g)?;
         g.insert(d, w);
         self.save(&g)?;
         drop(g);
@@ -350,24 +561,34 @@ impl Vnfm for LocalVnfm {
         let g = self.lock();
         let (od, op) = Self::find(&g, old)?;
         let (nd, np) = Self::find(&g, new)?;
+        if let Some(done) = g[&od].moved.get(old) {
+            if g[&od].handed_to.as_deref() == Some(nd.as_str()) {
+                return Ok(*done);
+            }
+        }
+        let group = |d: &str| self.cfg.workers.get(d).and_then(|t| t.fanout);
+        if od != nd && group(&od).is_some() && group(&od) == group(&nd) {
+            drop(g);
+            let r = self.handoff(&od, &nd)?;
+            log::info!("handoff {od} -> {nd}: {r:?}");
+            let moved = r.per_instance.get(old).copied().ok_or_else(|| {
+                VnfmError::Unavailable(format!("handoff {od} -> {nd} moved nothing for {old}"))
+            })?;
+            return Ok(MigrateReport {
+                held_ms: Some(r.total_ms),
+                ..moved
+            });
+        }
         let (onode, nnode) = (
             g[&od].nodes.get(op).cloned().unwrap_or_default(),
             g[&nd].nodes.get(np).cloned().unwrap_or_default(),
         );
         drop(g);
-        let before = self.get_instance_state(old)?.flows;
-        let out = ask(
-            &self.socket(&od),
-            &serde_json::json!({"cmd": "export_state", "node": onode}),
-        )?;
-        let data = out["data_b64"].as_str().unwrap_or_default();
-        ask(
-            &self.socket(&nd),
-            &serde_json::json!({"cmd": "import_state", "node": nnode, "data_b64": data}),
-        )?;
+        let (flows, bytes) = self.move_state(&od, &onode, &nd, &nnode)?;
         Ok(MigrateReport {
-            flows: before,
-            bytes: out["bytes"].as_u64().unwrap_or(0),
+            flows,
+            bytes,
+            held_ms: None,
         })
     }
 
@@ -428,6 +649,72 @@ mod tests {
         assert_eq!(node_spec(&s), serde_json::json!({"nat": {}}));
         let st = serde_json::json!({"nodes": [{"name": "parse"}, {"name": "firewall"}, {"name": "nat"}, {"name": "output"}]});
         assert_eq!(vnf_node_names(&st, 2), vec!["firewall", "nat"]);
+    }
+
+    fn vnfm_with(dir: &Path, state: serde_json::Value) -> LocalVnfm {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("local-agent.json"), state.to_string()).unwrap();
+        let cfg: LocalConfig = serde_yaml_ng::from_str(&format!(
+            "run_dir: {}\nworkers:\n  w0: {{ ports: {{}}, fanout: 7 }}\n  w1: {{ ports: {{}}, fanout: 7 }}\n  w2: {{ ports: {{}}, fanout: 7 }}\n  x: {{ ports: {{}} }}\n",
+            dir.display()
+        ))
+        .unwrap();
+        LocalVnfm::new(cfg).unwrap()
+    }
+
+    fn inst(id: &str, function: &str, device: &str) -> serde_json::Value {
+        serde_json::json!({"id": id, "function": function, "device": device})
+    }
+
+    #[test]
+    fn fanout_peers_are_running_workers_of_the_group_oldest_first() {
+        let dir = std::env::temp_dir().join(format!("nfx-local-peers-{}", std::process::id()));
+        let v = vnfm_with(
+            &dir,
+            serde_json::json!({
+                "w1": {"instances": [inst("b", "nat", "w1")], "nodes": ["nat"], "config_versions": [1], "pid": 11, "joined": 2},
+                "w0": {"instances": [inst("a", "nat", "w0")], "nodes": ["nat"], "config_versions": [1], "pid": 10, "joined": 1},
+                "w2": {"instances": [], "nodes": [], "config_versions": [], "pid": null, "joined": 3},
+                "x": {"instances": [inst("c", "nat", "x")], "nodes": ["nat"], "config_versions": [1], "pid": 12, "joined": 4}
+            }),
+        );
+        let g = v.lock();
+        assert_eq!(v.group_peers(&g, "w2"), ["w0", "w1"]);
+        assert_eq!(v.group_peers(&g, "w0"), ["w1"]);
+        assert!(v.group_peers(&g, "x").is_empty(), "x has no fanout group");
+        drop(g);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn handoff_checks_workers_before_touching_traffic() {
+        let dir = std::env::temp_dir().join(format!("nfx-local-handoff-{}", std::process::id()));
+        let v = vnfm_with(
+            &dir,
+            serde_json::json!({
+                "w0": {"instances": [inst("a", "firewall", "w0"), inst("a2", "nat", "w0")], "nodes": ["firewall", "nat"], "config_versions": [1, 1], "pid": 10, "joined": 1},
+                "w1": {"instances": [inst("b", "nat", "w1")], "nodes": ["nat"], "config_versions": [1], "pid": 11, "joined": 2},
+                "w2": {"instances": [inst("c", "firewall", "w2"), inst("c2", "nat", "w2")], "nodes": ["firewall", "nat"], "config_versions": [1, 1], "pid": 12, "joined": 3, "handed_to": "w0"}
+            }),
+        );
+        assert!(matches!(
+            v.handoff("w0", "nope").unwrap_err(),
+            VnfmError::NotFound(_)
+        ));
+        let e = v.handoff("w0", "w1").unwrap_err();
+        assert!(
+            matches!(&e, VnfmError::Invalid(m) if m.contains("same functions")),
+            "{e}"
+        );
+        assert!(matches!(
+            v.handoff("w2", "w0").unwrap_err(),
+            VnfmError::Conflict(_)
+        ));
+        // No socket answers: the first step fails as unavailable, and nothing is recorded.
+        let e = v.migrate_instance("a", "c", &[]).unwrap_err();
+        assert!(matches!(e, VnfmError::Unavailable(_)), "{e}");
+        assert!(v.lock()["w0"].handed_to.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

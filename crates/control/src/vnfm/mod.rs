@@ -59,6 +59,11 @@ pub struct MigrateReport {
     pub flows: u64,
     /// Bytes of exported state.
     pub bytes: u64,
+    /// How long traffic was held at the new instance while the state moved (a
+    /// loss-free handoff between workers sharing the interfaces), ms; absent when only
+    /// the state was copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<f64>,
 }
 
 /// Why a VNFM call failed; the kind maps onto an HTTP status on the agent API.

@@ -248,6 +248,7 @@ impl Vnfm for SimVnfm {
         Ok(MigrateReport {
             flows: moved,
             bytes: moved * 32,
+            held_ms: None,
         })
     }
 

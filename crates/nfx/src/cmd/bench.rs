@@ -1,6 +1,8 @@
 //! `nfx bench ...`: dispatch to one benchmark module per subject.
 
-use super::{bench_accel, bench_chaining, bench_dataplane, bench_placement, bench_tunnel};
+use super::{
+    bench_accel, bench_chaining, bench_dataplane, bench_migration, bench_placement, bench_tunnel,
+};
 
 /// Arguments of `nfx bench`.
 #[derive(clap::Args)]
@@ -21,6 +23,8 @@ enum What {
     Chaining(bench_chaining::Args),
     /// ESP tunnel engines against WireGuard, boringtun, OpenVPN and SSH forwards.
     Tunnel(bench_tunnel::Args),
+    /// Flow-state migration: flows/s, bytes per flow, loss under traffic, deploy time.
+    Migration(bench_migration::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -31,5 +35,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Placement(a) => bench_placement::run(a),
         What::Chaining(a) => bench_chaining::run(a),
         What::Tunnel(a) => bench_tunnel::run(a),
+        What::Migration(a) => bench_migration::run(a),
     }
 }

@@ -3,7 +3,7 @@
 //! ratios to the kernel baselines and optionally writes the JSON.
 
 use anyhow::Context;
-use nfx_testbed::bench::{self, BenchOpts};
+use nfx_testbed::bench::{self, BenchOpts, FloodOpts, Generator, SinkKind};
 use nfx_testbed::runconfig::locate;
 use nfx_testbed::Spec;
 use std::path::PathBuf;
@@ -32,6 +32,24 @@ pub struct Args {
     /// The b of the testbed's 10.b.x.x subnets.
     #[arg(long, default_value_t = 198)]
     subnet_base: u8,
+    /// 64-byte UDP runs per case; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// TCP runs (1 and 4 streams) per case; the median is reported.
+    #[arg(long, default_value_t = 1)]
+    tcp_repeat: u32,
+    /// 64-byte generator in src: `mmsg` (AF_PACKET sendmmsg), `ring` (AF_PACKET TX
+    /// ring) or `udp` (sendmmsg on UDP sockets, through src's IP stack).
+    #[arg(long, default_value = "mmsg")]
+    generator: String,
+    /// Where the 64-byte flood is counted: `next-hop` (cloud, forwarding off for the run,
+    /// counts what edge delivered), `counter` (dst's kernel counters, port unbound) or
+    /// `socket` (a recvmmsg thread in dst).
+    #[arg(long, default_value = "next-hop")]
+    sink: String,
+    /// Do not pin the generator and nfx to separate CPUs during the 64-byte runs.
+    #[arg(long)]
+    no_isolate: bool,
 }
 
 /// Runs the benchmark.
@@ -40,6 +58,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.duration == 0 || args.duration > 600 {
         anyhow::bail!("--duration must be 1..=600 seconds");
     }
+    if !(1..=20).contains(&args.repeat) || !(1..=20).contains(&args.tcp_repeat) {
+        anyhow::bail!("--repeat and --tcp-repeat must be 1..=20");
+    }
+    let flood = FloodOpts {
+        generator: Generator::parse(&args.generator)?,
+        sink: SinkKind::parse(&args.sink)?,
+        secs: args.duration,
+        repeat: args.repeat,
+        isolate: !args.no_isolate,
+    };
     for c in &args.cases {
         if !bench::CASES.contains(&c.as_str()) {
             anyhow::bail!("unknown case {c:?}; cases are {}", bench::CASES.join(", "));
@@ -55,6 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         patterns: locate(&args.patterns)?,
         poll: args.poll,
         only: args.cases,
+        flood,
+        tcp_repeat: args.tcp_repeat,
     };
     nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;

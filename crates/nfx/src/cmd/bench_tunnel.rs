@@ -1,7 +1,9 @@
 //! `nfx bench tunnel`: iperf3 TCP (1 and 4 streams), CPU per GB and sockperf latency
-//! through an ESP tunnel between the testbed's `src` and `dst` namespaces (underlay
-//! routed by the kernels of `edge` and `cloud`), for no tunnel and each nfx engine, in
-//! one run. Peers that are not installed are reported as skipped with the reason.
+//! through a tunnel between the testbed's `src` and `dst` namespaces (underlay routed
+//! by the kernels of `edge` and `cloud`), in one run: no tunnel, each nfx engine, and
+//! the peers (wireguard-go, boringtun, OpenVPN, OpenSSH and Dropbear port forwards).
+//! Peers that are not installed are reported as skipped, peers that fail as failed,
+//! each with the reason; none is faked.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use nfx_testbed::cpu::ProcessCpu;
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
+use nfx_testbed::peers::{Peer, Traffic, INNER_DST, INNER_SRC, IPERF_PORT, SOCKPERF_PORT};
 use nfx_testbed::sockperf::{self, SockperfServer};
 use nfx_testbed::{Host, Spec, TestbedGuard};
 use serde_json::{json, Value};
@@ -30,11 +33,22 @@ pub struct Args {
     /// Second address octet of that testbed.
     #[arg(long, default_value_t = 211)]
     pub subnet_base: u8,
+    /// Run only these cases (comma-separated names; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
 }
 
-/// Inner (TUN) addresses of the src and dst endpoints.
-const INNER_SRC: Ipv4Addr = Ipv4Addr::new(192, 168, 250, 1);
-const INNER_DST: Ipv4Addr = Ipv4Addr::new(192, 168, 250, 2);
+/// nfx's own cases, in run order (the peers follow, in [`Peer::ALL`] order).
+const NFX_CASES: [&str; 5] = [
+    "no-tunnel",
+    "nfx-soft",
+    "nfx-cpu",
+    "nfx-cpu-no-offload",
+    "nfx-lookaside",
+];
+/// The references every case is compared with in the printed table.
+const REF_WG: &str = "wireguard-go";
+const REF_SSH: &str = "openssh-aes128-gcm";
 const KEY_1: &str = "0x000102030405060708090a0b0c0d0e0f10111213";
 const KEY_2: &str = "0x202122232425262728292a2b2c2d2e2f30313233";
 
@@ -50,9 +64,49 @@ impl Drop for Children {
     }
 }
 
-fn em_up(port: u16, limit: Duration) -> anyhow::Result<()> {
+/// Every case name, in run order.
+fn all_cases() -> Vec<&'static str> {
+    NFX_CASES
+        .into_iter()
+        .chain(Peer::ALL.iter().map(|p| p.name()))
+        .collect()
+}
+
+/// The cases to run: all when `wanted` is empty, else those named (in run order);
+/// an unknown name is an error listing the valid ones.
+fn select(wanted: &[String]) -> anyhow::Result<Vec<&'static str>> {
+    let all = all_cases();
+    let wanted: Vec<&str> = wanted
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(bad) = wanted.iter().find(|w| !all.contains(w)) {
+        anyhow::bail!(
+            "--cases: unknown case {bad:?}; valid cases: {}",
+            all.join(", ")
+        );
+    }
+    if wanted.is_empty() {
+        return Ok(all);
+    }
+    Ok(all.into_iter().filter(|c| wanted.contains(c)).collect())
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (for an endpoint's EM, so
+/// that parallel runs and other tools never share one).
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free EM port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Waits until endpoint `child` serves its EM on `port`; fails at once if it exits.
+fn em_up(child: &mut Child, port: u16, limit: Duration) -> anyhow::Result<()> {
     let t0 = Instant::now();
     loop {
+        if let Some(st) = child.try_wait()? {
+            anyhow::bail!("tunnel endpoint exited ({st}) before its EM on port {port} came up");
+        }
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return Ok(());
         }
@@ -63,12 +117,14 @@ fn em_up(port: u16, limit: Duration) -> anyhow::Result<()> {
     }
 }
 
-/// Starts the two endpoints (src and dst) with `engine`, or the lookaside `device`.
+/// Starts the two nfx endpoints (src and dst) with `engine`, or the lookaside `device`;
+/// `offload: false` selects the per-packet path (no TUN/UDP offloads) for comparison.
 fn start_tunnel(
     tb: &TestbedGuard,
     dir: &Path,
     engine: &str,
     device: Option<&Path>,
+    offload: bool,
 ) -> anyhow::Result<Children> {
     let exe = std::env::current_exe()?;
     let (src, dst) = (tb.src_ip(), tb.dst_ip());
@@ -77,7 +133,7 @@ fn start_tunnel(
         (1u16, tb.ns(Host::Src), src, dst, INNER_SRC, KEY_1, KEY_2),
         (2u16, tb.ns(Host::Dst), dst, src, INNER_DST, KEY_2, KEY_1),
     ] {
-        let port = 7390 + i;
+        let port = free_port()?;
         let (ospi, ispi) = if i == 1 {
             (0x2001, 0x2002)
         } else {
@@ -88,6 +144,7 @@ fn start_tunnel(
             .unwrap_or_default();
         let cfg = format!(
             "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nengine: {engine}\n{dev}\
+             offload: {offload}\n\
              alg: aes-128-gcm\ntun: {{name: nfxesp{i}, address: {inner}/24}}\n\
              underlay: {{local: '{local}:4500', peer: '{peer}:4500'}}\n\
              outbound: {{spi: {ospi}, key: '{okey}'}}\ninbound: {{spi: {ispi}, key: '{ikey}'}}\n"
@@ -101,94 +158,18 @@ fn start_tunnel(
                 .stdout(Stdio::null())
                 .spawn()?,
         );
-        em_up(port, Duration::from_secs(15))?;
+        let child = kids.0.last_mut().context("endpoint just started")?;
+        em_up(child, port, Duration::from_secs(15))?;
     }
     Ok(kids)
 }
 
-/// Measures one case: traffic from src to `server` (in dst).
-fn measure(
-    tb: &TestbedGuard,
-    name: &str,
-    server: Ipv4Addr,
-    secs: u32,
-    pids: &[u32],
-) -> anyhow::Result<Value> {
-    let (src, dst) = (tb.ns(Host::Src), tb.ns(Host::Dst));
-    let _srv = IperfServer::start(&dst, server, 5201)?;
-    let cpus: Vec<ProcessCpu> = pids
-        .iter()
-        .map(|&p| ProcessCpu::start(p))
-        .collect::<anyhow::Result<_>>()?;
-    let t0 = Instant::now();
-    let one = iperf::client(&ClientSpec::tcp(&src, server, 5201, secs, 1))?;
-    let wall = t0.elapsed().as_secs_f64();
-    let mut core_s = 0.0;
-    for c in &cpus {
-        core_s += c.cores()? * wall;
-    }
-    let four = iperf::client(&ClientSpec::tcp(&src, server, 5201, secs, 4))?;
-    let _sp = SockperfServer::start(&dst, server, 11111)?;
-    let lat = sockperf::ping_pong(&src, server, 11111, secs)?;
-    let gb = one.received_bytes as f64 / 1e9;
-    let r = |x: f64, d: f64| (x * d).round() / d;
-    Ok(json!({
-        "name": name,
-        "tcp1_gbps": r(one.gbps, 1000.0),
-        "tcp4_gbps": r(four.gbps, 1000.0),
-        "cpu_core_s_per_gb": if gb > 0.0 { r(core_s / gb, 1000.0) } else { 0.0 },
-        "lat_p50_us": r(lat.p50_us, 10.0),
-        "lat_p99_us": r(lat.p99_us, 10.0),
-    }))
-}
-
-/// Peers and the binary each needs; none is faked when missing.
-const PEERS: [(&str, &str); 6] = [
-    ("wireguard-go", "wireguard-go"),
-    ("boringtun", "boringtun-cli"),
-    ("openvpn", "openvpn"),
-    ("openssh-aes128-gcm", "sshd"),
-    ("openssh-aes128-ctr", "sshd"),
-    ("dropbear-aes128-ctr", "dropbear"),
-];
-
-fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        .unwrap_or(false)
-}
-
-/// Runs the subcommand.
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let secs = args.duration.clamp(1, 60);
-    let tb = TestbedGuard::up(Spec {
-        prefix: args.prefix.clone(),
-        subnet_base: args.subnet_base,
-    })
-    .context("testbed")?;
-    let dir = std::env::temp_dir().join(format!("{}bench-tunnel", args.prefix));
-    std::fs::create_dir_all(&dir)?;
-    let mut cases = Vec::new();
-    eprintln!("no-tunnel ...");
-    cases.push(measure(&tb, "no-tunnel", tb.dst_ip(), secs, &[])?);
-    for engine in ["soft", "cpu"] {
-        eprintln!("nfx-{engine} ...");
-        let kids = start_tunnel(&tb, &dir, engine, None)?;
-        let pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
-        cases.push(measure(
-            &tb,
-            &format!("nfx-{engine}"),
-            INNER_DST,
-            secs,
-            &pids,
-        )?);
-    }
-    eprintln!("nfx-lookaside ...");
-    let sock = dir.join("accel.sock");
-    let _ = std::fs::remove_file(&sock);
+/// Starts `nfx accel serve` (the lookaside device) and waits for its socket.
+fn start_device(sock: &Path) -> anyhow::Result<Children> {
+    let _ = std::fs::remove_file(sock);
     let dev = Children(vec![Command::new(std::env::current_exe()?)
         .args(["accel", "serve", "--queue-pairs", "2", "--socket"])
-        .arg(&sock)
+        .arg(sock)
         .stdout(Stdio::null())
         .spawn()?]);
     let t0 = Instant::now();
@@ -198,43 +179,346 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let kids = start_tunnel(&tb, &dir, "cpu", Some(&sock))?;
-    let mut pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
-    pids.push(dev.0[0].id());
-    cases.push(measure(&tb, "nfx-lookaside", INNER_DST, secs, &pids)?);
-    drop(kids);
-    drop(dev);
-    let mut skipped = Vec::new();
-    for (name, bin) in PEERS {
-        skipped.push((name, format!("`{bin}` is not installed here")));
-        if on_path(bin) {
-            skipped.last_mut().expect("just pushed").1 =
-                format!("`{bin}` is installed but its harness is not built into nfx yet");
+    Ok(dev)
+}
+
+/// Traffic straight to an address in `dst` (no tunnel, or an nfx tunnel's inner address).
+fn direct(addr: Ipv4Addr) -> Traffic {
+    Traffic {
+        server_addr: addr,
+        client_addr: addr,
+        iperf_server_port: IPERF_PORT,
+        iperf_client_port: IPERF_PORT,
+        sockperf_server_port: SOCKPERF_PORT,
+        sockperf_client_port: SOCKPERF_PORT,
+    }
+}
+
+/// Measures one case: servers in dst, clients in src, CPU of `pids` during the
+/// 1-stream run.
+fn measure(
+    tb: &TestbedGuard,
+    name: &str,
+    t: &Traffic,
+    secs: u32,
+    pids: &[u32],
+) -> anyhow::Result<Value> {
+    let (src, dst) = (tb.ns(Host::Src), tb.ns(Host::Dst));
+    let _srv = IperfServer::start(&dst, t.server_addr, t.iperf_server_port)?;
+    let tcp = |streams| ClientSpec::tcp(&src, t.client_addr, t.iperf_client_port, secs, streams);
+    let cpus: Vec<ProcessCpu> = pids
+        .iter()
+        .map(|&p| ProcessCpu::start(p))
+        .collect::<anyhow::Result<_>>()?;
+    let t0 = Instant::now();
+    let one = iperf::client(&tcp(1))?;
+    let wall = t0.elapsed().as_secs_f64();
+    let mut core_s = 0.0;
+    for c in &cpus {
+        core_s += c.cores()? * wall;
+    }
+    let four = iperf::client(&tcp(4))?;
+    let _sp = SockperfServer::start(&dst, t.server_addr, t.sockperf_server_port)?;
+    let lat = sockperf::ping_pong(&src, t.client_addr, t.sockperf_client_port, secs)?;
+    let gb = one.received_bytes as f64 / 1e9;
+    Ok(json!({
+        "name": name,
+        "tcp1_gbps": round(one.gbps, 1000.0),
+        "tcp4_gbps": round(four.gbps, 1000.0),
+        "cpu_core_s_per_gb": if gb > 0.0 { round(core_s / gb, 1000.0) } else { 0.0 },
+        "lat_p50_us": round(lat.p50_us, 10.0),
+        "lat_p99_us": round(lat.p99_us, 10.0),
+    }))
+}
+
+fn round(x: f64, d: f64) -> f64 {
+    (x * d).round() / d
+}
+
+/// What became of one case.
+enum Outcome {
+    /// Measured: the JSON record.
+    Measured(Value),
+    /// Not run, with the reason (a peer that is not installed).
+    Skipped(String),
+    /// Tried and failed, with the error.
+    Failed(String),
+}
+
+/// Runs one case on the testbed.
+fn run_case(tb: &TestbedGuard, dir: &Path, name: &str, secs: u32) -> Outcome {
+    let r = match name {
+        "no-tunnel" => measure(tb, name, &direct(tb.dst_ip()), secs, &[]),
+        "nfx-soft" | "nfx-cpu" | "nfx-cpu-no-offload" => {
+            let (engine, offload) = match name {
+                "nfx-soft" => ("soft", true),
+                "nfx-cpu" => ("cpu", true),
+                _ => ("cpu", false),
+            };
+            start_tunnel(tb, dir, engine, None, offload).and_then(|kids| {
+                let pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
+                measure(tb, name, &direct(INNER_DST), secs, &pids)
+            })
+        }
+        "nfx-lookaside" => {
+            let sock = dir.join("accel.sock");
+            start_device(&sock).and_then(|dev| {
+                let kids = start_tunnel(tb, dir, "cpu", Some(&sock), true)?;
+                let mut pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
+                pids.extend(dev.0.iter().map(Child::id));
+                measure(tb, name, &direct(INNER_DST), secs, &pids)
+            })
+        }
+        peer => {
+            let Some(p) = Peer::from_name(peer) else {
+                return Outcome::Failed(format!("unknown case {peer}"));
+            };
+            if let Some(why) = p.missing() {
+                return Outcome::Skipped(why);
+            }
+            p.start(tb).and_then(|g| {
+                measure(tb, name, &g.traffic(), secs, &g.pids())
+                    .map_err(|e| anyhow::anyhow!("{e:#}; peer logs: {}", g.diagnostics()))
+            })
+        }
+    };
+    match r {
+        Ok(v) => Outcome::Measured(v),
+        Err(e) => Outcome::Failed(format!("{e:#}")),
+    }
+}
+
+/// `case / reference` of a numeric field when both are measured and the reference is
+/// not zero.
+fn ratio(cases: &[Value], name: &str, reference: &str, field: &str) -> Option<f64> {
+    let get = |n: &str| {
+        cases
+            .iter()
+            .find(|c| c["name"] == n)
+            .and_then(|c| c[field].as_f64())
+    };
+    let (x, r) = (get(name)?, get(reference)?);
+    (r > 0.0).then(|| round(x / r, 100.0))
+}
+
+/// The comparisons the targets are stated in, for every measured case that is not
+/// itself the reference.
+fn ratios(cases: &[Value]) -> Vec<Value> {
+    cases
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .map(|n| {
+            json!({
+                "name": n,
+                "tcp1_vs_wireguard_go": ratio(cases, n, REF_WG, "tcp1_gbps"),
+                "tcp4_vs_wireguard_go": ratio(cases, n, REF_WG, "tcp4_gbps"),
+                "p50_vs_wireguard_go": ratio(cases, n, REF_WG, "lat_p50_us"),
+                "tcp1_vs_openssh_aes128_gcm": ratio(cases, n, REF_SSH, "tcp1_gbps"),
+            })
+        })
+        .collect()
+}
+
+/// The printed table: measured cases with their ratios, then failures and skips.
+fn table(cases: &[Value], ratios: &[Value], others: &[(String, String, String)]) -> String {
+    let fmt_ratio = |v: &Value| v.as_f64().map_or("-".into(), |x| format!("{x:.2}x"));
+    // serde_json's Display ignores width: render numbers as strings first.
+    let num = |v: &Value| v.as_f64().map_or("-".into(), |x| x.to_string());
+    let mut s = format!(
+        "{:<20} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8}\n",
+        "case",
+        "tcp1Gb/s",
+        "tcp4Gb/s",
+        "core-s/GB",
+        "p50 us",
+        "p99 us",
+        "tcp1/wg",
+        "tcp1/ossh",
+        "p50/wg"
+    );
+    for (c, r) in cases.iter().zip(ratios) {
+        s.push_str(&format!(
+            "{:<20} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8}\n",
+            c["name"].as_str().unwrap_or(""),
+            num(&c["tcp1_gbps"]),
+            num(&c["tcp4_gbps"]),
+            num(&c["cpu_core_s_per_gb"]),
+            num(&c["lat_p50_us"]),
+            num(&c["lat_p99_us"]),
+            fmt_ratio(&r["tcp1_vs_wireguard_go"]),
+            fmt_ratio(&r["tcp1_vs_openssh_aes128_gcm"]),
+            fmt_ratio(&r["p50_vs_wireguard_go"]),
+        ));
+    }
+    for (name, what, why) in others {
+        s.push_str(&format!("{name:<20} {what}: {why}\n"));
+    }
+    s
+}
+
+/// The 1-minute load average (the machine is shared; results depend on it).
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let secs = args.duration.clamp(1, 60);
+    let selected = select(&args.cases)?;
+    let tb = TestbedGuard::up(Spec {
+        prefix: args.prefix.clone(),
+        subnet_base: args.subnet_base,
+    })
+    .context("testbed")?;
+    let dir = std::env::temp_dir().join(format!("{}bench-tunnel", args.prefix));
+    std::fs::create_dir_all(&dir)?;
+    let load_start = loadavg();
+    let mut cases = Vec::new();
+    let mut others = Vec::new();
+    let (mut failed, mut skipped) = (Vec::new(), Vec::new());
+    for name in selected {
+        eprintln!("{name} ...");
+        match run_case(&tb, &dir, name, secs) {
+            Outcome::Measured(v) => cases.push(v),
+            Outcome::Skipped(why) => {
+                eprintln!("{name}: skipped: {why}");
+                skipped.push(json!({"name": name, "reason": why}));
+                others.push((name.to_string(), "skipped".to_string(), why));
+            }
+            Outcome::Failed(e) => {
+                eprintln!("{name}: failed: {e}");
+                failed.push(json!({"name": name, "error": e}));
+                others.push((name.to_string(), "failed".to_string(), e));
+            }
         }
     }
+    let load_end = loadavg();
+    let ratios = ratios(&cases);
+    print!("{}", table(&cases, &ratios, &others));
     println!(
-        "{:<22} {:>9} {:>9} {:>12} {:>9} {:>9}",
-        "case", "tcp1Gb/s", "tcp4Gb/s", "core-s/GB", "p50 us", "p99 us"
+        "load average (1 min): {} at start, {} at end",
+        load_start.map_or("?".into(), |l| l.to_string()),
+        load_end.map_or("?".into(), |l| l.to_string())
     );
-    for c in &cases {
-        println!(
-            "{:<22} {:>9} {:>9} {:>12} {:>9} {:>9}",
-            c["name"].as_str().unwrap_or(""),
-            c["tcp1_gbps"],
-            c["tcp4_gbps"],
-            c["cpu_core_s_per_gb"],
-            c["lat_p50_us"],
-            c["lat_p99_us"]
-        );
-    }
-    for (name, why) in &skipped {
-        println!("{name:<22} skipped: {why}");
-    }
     if let Some(path) = &args.json {
-        let out = json!({"cases": cases});
+        let out = json!({
+            "cases": cases,
+            "ratios": ratios,
+            "failed": failed,
+            "skipped": skipped,
+            "duration_s": secs,
+            "loadavg_start": load_start,
+            "loadavg_end": load_end,
+        });
         std::fs::write(path, serde_json::to_string_pretty(&out)?)
             .with_context(|| format!("write {}", path.display()))?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(name: &str, tcp1: f64, p50: f64) -> Value {
+        json!({"name": name, "tcp1_gbps": tcp1, "tcp4_gbps": tcp1 * 2.0,
+               "cpu_core_s_per_gb": 1.0, "lat_p50_us": p50, "lat_p99_us": p50 * 2.0})
+    }
+
+    #[test]
+    fn all_issue_case_names_are_known_in_order() {
+        assert_eq!(
+            all_cases(),
+            [
+                "no-tunnel",
+                "nfx-soft",
+                "nfx-cpu",
+                "nfx-cpu-no-offload",
+                "nfx-lookaside",
+                "wireguard-go",
+                "boringtun",
+                "openvpn",
+                "openssh-aes128-gcm",
+                "openssh-aes128-ctr",
+                "dropbear-aes128-ctr"
+            ]
+        );
+    }
+
+    #[test]
+    fn case_selection_keeps_run_order_and_rejects_unknown_names() {
+        assert_eq!(select(&[]).unwrap().len(), 11);
+        let s = select(&["openvpn".into(), " nfx-cpu".into(), String::new()]).unwrap();
+        assert_eq!(s, ["nfx-cpu", "openvpn"]);
+        let e = select(&["nfx-gpu".into()]).unwrap_err().to_string();
+        assert!(e.contains("unknown case \"nfx-gpu\""), "{e}");
+        assert!(e.contains("wireguard-go"), "{e}");
+    }
+
+    #[test]
+    fn ratios_compare_with_both_references() {
+        let cases = vec![
+            case("nfx-cpu", 6.2, 41.0),
+            case("wireguard-go", 3.1, 82.0),
+            case("openssh-aes128-gcm", 7.75, 50.0),
+        ];
+        let r = ratios(&cases);
+        assert_eq!(r[0]["tcp1_vs_wireguard_go"], 2.0);
+        assert_eq!(r[0]["tcp4_vs_wireguard_go"], 2.0);
+        assert_eq!(r[0]["p50_vs_wireguard_go"], 0.5);
+        assert_eq!(r[0]["tcp1_vs_openssh_aes128_gcm"], 0.8);
+        assert_eq!(r[1]["tcp1_vs_wireguard_go"], 1.0);
+        let alone = ratios(&[case("nfx-cpu", 1.0, 1.0)]);
+        assert!(alone[0]["tcp1_vs_wireguard_go"].is_null());
+        let zero = [case("nfx-cpu", 1.0, 1.0), case("wireguard-go", 0.0, 0.0)];
+        assert!(ratio(&zero, "nfx-cpu", REF_WG, "tcp1_gbps").is_none());
+    }
+
+    #[test]
+    fn table_shows_ratios_and_reasons_not_numbers_for_failures() {
+        let cases = vec![case("nfx-cpu", 6.2, 41.0), case("wireguard-go", 3.1, 82.0)];
+        let others = vec![(
+            "openvpn".to_string(),
+            "failed".to_string(),
+            "starting openvpn: tunnel not ready".to_string(),
+        )];
+        let t = table(&cases, &ratios(&cases), &others);
+        let cpu = t.lines().find(|l| l.starts_with("nfx-cpu")).unwrap();
+        assert!(cpu.contains("2.00x") && cpu.contains("0.50x"), "{t}");
+        assert!(cpu.trim_end().ends_with("0.50x"), "{t}");
+        assert!(
+            t.contains("openvpn              failed: starting openvpn"),
+            "{t}"
+        );
+        assert_eq!(t.lines().count(), 4);
+        let header = t.lines().next().unwrap();
+        let col = header.find("tcp4Gb/s").unwrap() + "tcp4Gb/s".len();
+        assert_eq!(
+            &cpu[col - 5..col],
+            " 12.4",
+            "numbers align under headers:\n{t}"
+        );
+    }
+
+    #[test]
+    fn em_wait_fails_fast_when_the_endpoint_exits() {
+        let port = free_port().unwrap();
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        let mut child = Command::new("true").spawn().unwrap();
+        let t0 = Instant::now();
+        let e = em_up(&mut child, port, Duration::from_secs(10)).unwrap_err();
+        assert!(e.to_string().contains("exited"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn load_average_is_read() {
+        assert!(loadavg().is_some_and(|l| l >= 0.0));
+    }
 }

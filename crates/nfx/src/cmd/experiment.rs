@@ -48,6 +48,15 @@ struct AccelSwitch {
     /// Second octet of the testbed's 10.b.x.x addresses.
     #[arg(long, default_value_t = 207)]
     subnet_base: u8,
+    /// SSM upper CPU threshold (%): grant above it. A saturated `soft` tunnel sits at
+    /// 75–100 % of a core on the shared 2-vCPU testbed (iperf3 and the kernel take the rest).
+    #[arg(long, default_value_t = 70.0)]
+    upper: f64,
+    /// SSM lower CPU threshold (%): revoke below it. It must lie under the CPU of a
+    /// saturated tunnel on the accelerator (20–45 % with the offloads) and above an
+    /// idle one (0–4 % at 10 Mbit/s), or the grant flaps.
+    #[arg(long, default_value_t = 10.0)]
+    lower: f64,
 }
 
 /// Runs the subcommand.
@@ -299,6 +308,12 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
         "--duration {}: must be at least 20 s",
         a.duration
     );
+    anyhow::ensure!(
+        0.0 < a.lower && a.lower < a.upper && a.upper <= 100.0,
+        "--lower {} / --upper {}: need 0 < lower < upper <= 100",
+        a.lower,
+        a.upper
+    );
     nfx_testbed::root::require_root()?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
     let work = a.out.join("work");
@@ -355,8 +370,8 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
         })
         .collect();
     let cfg = PolicyConfig {
-        upper: 90.0,
-        lower: 40.0,
+        upper: a.upper,
+        lower: a.lower,
         samples: 2,
         cooldown_ns: 2_000_000_000,
         queue_pairs: 1,
@@ -500,9 +515,17 @@ fn write_outputs(
         .filter(|d| d.decision == Kind::Grant)
         .filter_map(|d| d.reaction_ms)
         .collect();
-    println!("SSM reaction (ms): {reaction:?}; lost packets: {lost}");
-    let summary =
-        serde_json::json!({"tunnels": tunnels, "reaction_ms": reaction, "lost_packets": lost});
+    let switch_us: Vec<u64> = ssm
+        .log()
+        .iter()
+        .filter(|d| d.decision == Kind::Grant)
+        .filter_map(|d| d.switch_us)
+        .collect();
+    println!(
+        "SSM reaction (ms): {reaction:?}; engine switch (µs): {switch_us:?}; lost packets: {lost}"
+    );
+    let summary = serde_json::json!({"tunnels": tunnels, "reaction_ms": reaction,
+        "switch_us": switch_us, "lost_packets": lost});
     std::fs::write(
         a.out.join("summary.json"),
         serde_json::to_string_pretty(&summary)? + "\n",

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_accel;
 pub mod bench_chaining;
 pub mod bench_dataplane;
+pub mod bench_migration;
 pub mod bench_placement;
 pub mod bench_tunnel;
 pub mod chain;

@@ -51,7 +51,8 @@ pub struct FwVal {
     pub flags: u8,
 }
 
-impl TableValue for FwVal {
+// SAFETY: only integer fields, valid when zero.
+unsafe impl TableValue for FwVal {
     /// Established TCP connections and answered flows are never evicted.
     fn evictable(&self) -> bool {
         self.state != TcpState::Established as u8 && self.state != STATE_REPLIED

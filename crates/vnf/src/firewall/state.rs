@@ -11,6 +11,10 @@ use nfx_packet::FlowKey;
 /// Bytes per exported flow.
 pub const RECORD_LEN: usize = 20;
 
+/// How many records ahead the import starts loading a record's buckets, so that the
+/// cache misses of a large import overlap instead of queueing one after another.
+const PREFETCH_AHEAD: usize = 16;
+
 pub(super) fn export(fw: &Firewall, out: &mut Vec<u8>) -> usize {
     let at = blob::write_header(out, BlobKind::Firewall, RECORD_LEN);
     let mut n = 0;
@@ -69,12 +73,19 @@ pub(super) fn import(fw: &mut Firewall, data: &[u8]) -> Result<usize, StateError
         .collect::<Result<Vec<_>, _>>()?;
     let base = fw.now_ns;
     let mut added = Vec::with_capacity(decoded.len());
+    let mut by_state = [0u64; NSTATES];
     for (i, (key, val, remaining)) in decoded.iter().enumerate() {
+        if let Some((ahead, _, _)) = decoded.get(i + PREFETCH_AHEAD) {
+            fw.table.prefetch_buckets(ahead);
+        }
         if fw.table.find(key).is_some() {
             continue;
         }
         match fw.table.insert_free(*key, base + remaining, *val) {
-            Some(slot) => added.push(slot),
+            Some(slot) => {
+                added.push(slot);
+                by_state[usize::from(val.state)] += 1;
+            }
             None => {
                 for slot in added {
                     fw.table.remove(slot);
@@ -83,9 +94,8 @@ pub(super) fn import(fw: &mut Firewall, data: &[u8]) -> Result<usize, StateError
             }
         }
     }
-    for &slot in &added {
-        let s = fw.table.get(slot).val.state;
-        fw.by_state[usize::from(s)] += 1;
+    for (total, n) in fw.by_state.iter_mut().zip(by_state) {
+        *total += n;
     }
     if !fw.clock_seen {
         fw.rebase_pending = true;

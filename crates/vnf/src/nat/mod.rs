@@ -118,7 +118,8 @@ pub struct NatVal {
     pub twin: u32,
 }
 
-impl TableValue for NatVal {
+// SAFETY: only integer fields, valid when zero.
+unsafe impl TableValue for NatVal {
     /// Unanswered or closing mappings may be evicted; answered ones may not.
     fn evictable(&self) -> bool {
         self.flags & PENDING == 0 && (self.flags & REPLIED == 0 || self.flags & CLOSING != 0)

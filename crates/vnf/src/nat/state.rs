@@ -10,6 +10,10 @@ use nfx_packet::parse::IPPROTO_ICMP;
 /// Bytes per exported mapping.
 pub const RECORD_LEN: usize = 24;
 
+/// How many records ahead the import starts loading a mapping's buckets (both keys), so
+/// that the cache misses of a large import overlap.
+const PREFETCH_AHEAD: usize = 16;
+
 pub(super) fn export(nat: &Nat, out: &mut Vec<u8>) -> usize {
     let at = blob::write_header(out, BlobKind::Nat, RECORD_LEN);
     let mut n = 0;
@@ -63,6 +67,10 @@ pub(super) fn import(nat: &mut Nat, data: &[u8]) -> Result<usize, StateError> {
     let mut added: Vec<usize> = Vec::with_capacity(decoded.len() * 2);
     let mut count = 0;
     for (i, (m, flags, remaining)) in decoded.iter().enumerate() {
+        if let Some((ahead, _, _)) = decoded.get(i + PREFETCH_AHEAD) {
+            nat.table.prefetch_buckets(&ahead.fwd_key());
+            nat.table.prefetch_buckets(&ahead.rev_key());
+        }
         let (fk, rk) = (m.fwd_key(), m.rev_key());
         if nat.table.find(&fk).is_some() || nat.table.find(&rk).is_some() {
             continue;

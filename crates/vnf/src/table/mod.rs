@@ -33,7 +33,12 @@ pub const EVICT_WINDOW: usize = 4;
 const HEADROOM: f64 = 1.10;
 
 /// What a node stores per flow; the table only needs to know what may be evicted.
-pub trait TableValue: Copy + Default {
+///
+/// # Safety
+/// The all-zero bit pattern must be a valid value of the type (plain integers and
+/// bools): the table allocates its slots zeroed, so that building a table of a million
+/// flows costs no page writes until the slots are used (instance deployment time).
+pub unsafe trait TableValue: Copy + Default {
     /// True when this entry may be replaced by a new flow when the table is full.
     fn evictable(&self) -> bool;
 }
@@ -81,6 +86,25 @@ pub enum Insert<V> {
     Full,
 }
 
+/// `n` all-zero slots from the allocator's zeroed pages (no writes, no page faults
+/// until a slot is touched).
+fn zeroed_entries<V: TableValue>(n: usize) -> Box<[Entry<V>]> {
+    let layout = std::alloc::Layout::array::<Entry<V>>(n).expect("table size fits in memory");
+    if layout.size() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    // SAFETY: the layout has a non-zero size; the memory comes from the global
+    // allocator with exactly this layout, as `Box` expects; every field of `Entry<V>`
+    // (FlowKey integers, a u64, and `V` by `TableValue`'s contract) is valid when zero.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Entry<V>>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+    }
+}
+
 /// The bounded table. See the module documentation for layout and eviction.
 pub struct FlowTable<V> {
     tags: Box<[u16]>,
@@ -109,7 +133,7 @@ impl<V: TableValue> FlowTable<V> {
         Self {
             tags: vec![0u16; n].into_boxed_slice(),
             overflow: vec![0u32; nbuckets].into_boxed_slice(),
-            entries: vec![Entry::default(); n].into_boxed_slice(),
+            entries: zeroed_entries(n),
             nbuckets,
             max_flows,
             len: 0,

@@ -10,7 +10,8 @@ struct V {
     tag: u32,
 }
 
-impl TableValue for V {
+// SAFETY: a bool and an integer, valid when zero.
+unsafe impl TableValue for V {
     fn evictable(&self) -> bool {
         !self.pinned
     }

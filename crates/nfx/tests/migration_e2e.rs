@@ -1,0 +1,404 @@
+//! End-to-end: live migration of a firewall → NAT instance between two `nfx run`
+//! processes on the testbed's edge, under real traffic, through the local VNFM. Both
+//! workers share `to-src`/`to-cloud` through PACKET_FANOUT groups; the handoff steers,
+//! drains the old worker, moves the flow state and releases the new one. Checks: an
+//! iperf3 TCP transfer survives with every byte, dst keeps seeing the same translated
+//! address and port, the new worker drops nothing for lack of state, the old one
+//! forwards nothing after the handoff, and a sequence-numbered UDP stream arrives
+//! complete and in order. Needs root; each test has its own prefix and subnet, removes
+//! its testbed and workers even on failure, and bounds every traffic run.
+
+use nfx_control::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
+use nfx_control::vnfm::{InstanceSpec, Vnfm};
+use nfx_io::{AfPacketOptions, AfPacketPort, Port};
+use nfx_packet::{Direction, PacketBuf, PacketVector};
+use nfx_testbed::acl::{IPERF_PORT, UDPGEN_PORT};
+use nfx_testbed::control::{port_counter, request, stats};
+use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
+use nfx_testbed::runconfig::{chain_nodes, Chain};
+use nfx_testbed::{netns, Host, Spec, TestbedGuard};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const NFX: &str = env!("CARGO_BIN_EXE_nfx");
+/// Traffic tests share two cores: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn root() -> bool {
+    let ok = nfx_testbed::root::effective_uid() == 0;
+    if !ok {
+        eprintln!("skipped: needs root");
+    }
+    ok
+}
+
+/// Shuts the local VNFM's workers down (and kills them if they do not go) on drop, so a
+/// failing test leaves no dataplane process behind.
+struct Workers {
+    run_dir: PathBuf,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for dev in ["w0", "w1"] {
+            let sock = self.run_dir.join(format!("{dev}.sock"));
+            let _ = request(&sock, &json!({"cmd": "shutdown"}), Duration::from_secs(2));
+        }
+        let state = std::fs::read_to_string(self.run_dir.join("local-agent.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .unwrap_or_default();
+        std::thread::sleep(Duration::from_millis(300));
+        for w in state.as_object().into_iter().flat_map(|m| m.values()) {
+            if let Some(pid) = w["pid"].as_u64() {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+/// A testbed with the edge kernel's forwarding off and a local VNFM with two workers
+/// (`w0`, `w1`) on edge in one fanout group; firewall → NAT deployed on `w0`.
+struct Rig {
+    vnfm: LocalVnfm,
+    _workers: Workers,
+    tb: TestbedGuard,
+    _dir: nfx_testbed::tempfile::TempDir,
+    chain: Vec<Value>,
+}
+
+impl Rig {
+    fn up(prefix: &str, subnet_base: u8, group: u16) -> Rig {
+        let tb = TestbedGuard::up(Spec {
+            prefix: prefix.into(),
+            subnet_base,
+        })
+        .unwrap();
+        tb.set_edge_forwarding(false).unwrap();
+        let dir = nfx_testbed::tempfile::tempdir().unwrap();
+        let (src_mac, cloud_mac) = tb.edge_peer_macs().unwrap();
+        let template = WorkerTemplate {
+            netns: Some(tb.ns(Host::Edge)),
+            ports: json!({
+                "inside": {"iface": "to-src", "peer_mac": src_mac},
+                "outside": {"iface": "to-cloud", "peer_mac": cloud_mac},
+            }),
+            vector: None,
+            poll: Some("adaptive".into()),
+            fanout: Some(group),
+        };
+        let cfg = LocalConfig {
+            run_dir: dir.path().to_path_buf(),
+            nfx_bin: Some(PathBuf::from(NFX)),
+            workers: [("w0".into(), template.clone()), ("w1".into(), template)].into(),
+        };
+        let workers = Workers {
+            run_dir: dir.path().to_path_buf(),
+        };
+        let vnfm = LocalVnfm::new(cfg).unwrap();
+        let chain = chain_nodes(
+            &tb,
+            &Chain::Full {
+                patterns: PathBuf::from("/nonexistent"),
+                elephant_bytes: 1,
+            },
+        )[..2]
+            .to_vec();
+        let rig = Rig {
+            vnfm,
+            _workers: workers,
+            tb,
+            _dir: dir,
+            chain,
+        };
+        rig.deploy("a", "w0");
+        rig
+    }
+
+    /// Deploys `fw-<tag>` and `nat-<tag>` on `device`.
+    fn deploy(&self, tag: &str, device: &str) {
+        for (i, (f, short)) in [("firewall", "fw"), ("nat", "nat")].iter().enumerate() {
+            self.vnfm
+                .deploy_instance(&InstanceSpec {
+                    id: format!("{short}-{tag}"),
+                    function: f.to_string(),
+                    device: device.into(),
+                    config: self.chain[i][*f].clone(),
+                    throughput_gbps: 0.0,
+                    capacity: 0.0,
+                })
+                .unwrap();
+        }
+    }
+
+    fn socket(&self, device: &str) -> PathBuf {
+        self._dir.path().join(format!("{device}.sock"))
+    }
+
+    /// Moves fw-a/nat-a to fw-b/nat-b (one handoff) and checks both reports.
+    fn migrate(&self) -> u64 {
+        let fw = self.vnfm.migrate_instance("fw-a", "fw-b", &[]).unwrap();
+        let nat = self.vnfm.migrate_instance("nat-a", "nat-b", &[]).unwrap();
+        assert!(fw.flows >= 1 && nat.flows >= 1, "{fw:?} {nat:?}");
+        assert_eq!(fw.bytes, 12 + 20 * fw.flows, "{fw:?}");
+        fw.flows + nat.flows
+    }
+
+    /// Drops for lack of state on worker `device`: firewall `invalid_state`, NAT
+    /// `nat_no_mapping`, and frames lost to a full socket while held.
+    fn stateless_drops(&self, device: &str) -> (u64, u64, u64) {
+        let s = stats(&self.socket(device)).unwrap();
+        let node_drop = |node: &str, reason: &str| {
+            s["nodes"]
+                .as_array()
+                .and_then(|a| a.iter().find(|n| n["name"] == node))
+                .map(|n| n["drops"][reason].as_u64().unwrap_or(0))
+                .unwrap_or(0)
+        };
+        let socket: u64 = ["inside", "outside"]
+            .iter()
+            .map(|p| port_counter(&s, p, "socket_drops"))
+            .sum();
+        (
+            node_drop("firewall", "invalid_state"),
+            node_drop("nat", "nat_no_mapping"),
+            socket,
+        )
+    }
+
+    fn tx_packets(&self, device: &str) -> u64 {
+        let s = stats(&self.socket(device)).unwrap();
+        port_counter(&s, "inside", "tx_packets") + port_counter(&s, "outside", "tx_packets")
+    }
+}
+
+/// Polls `f` every 50 ms until it is true or `limit` passes.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Peers of the established TCP connections to `port` as dst's kernel sees them.
+fn tcp_peers(ns: &str, port: u16) -> BTreeSet<String> {
+    let out = netns::command(
+        ns,
+        &[
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+            &format!("sport = :{port}"),
+        ],
+    )
+    .output()
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(String::from))
+        .collect()
+}
+
+#[test]
+fn tcp_transfer_survives_migration_with_same_nat_mapping() {
+    if !root() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rig = Rig::up("nfxmig-tcp-", 246, 3100);
+    let (src, dst_ns, dst) = (rig.tb.ns(Host::Src), rig.tb.ns(Host::Dst), rig.tb.dst_ip());
+    let _srv = IperfServer::start(&dst_ns, dst, IPERF_PORT).unwrap();
+    let client =
+        std::thread::spawn(move || iperf::client(&ClientSpec::tcp(&src, dst, IPERF_PORT, 6, 1)));
+    assert!(
+        eventually(Duration::from_secs(5), || rig.tx_packets("w0") > 2000),
+        "no traffic through w0"
+    );
+    // The standby joins the groups while traffic flows: it must not take any yet.
+    rig.deploy("b", "w1");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        rig.tx_packets("w1"),
+        0,
+        "the standby forwarded before the handoff"
+    );
+    let peers_before = tcp_peers(&dst_ns, IPERF_PORT);
+    assert!(
+        peers_before
+            .iter()
+            .all(|p| p.starts_with(&rig.tb.nat_ip().to_string())),
+        "{peers_before:?}"
+    );
+    let flows = rig.migrate();
+    let a_after = rig.tx_packets("w0");
+    std::thread::sleep(Duration::from_millis(700));
+    let peers_after = tcp_peers(&dst_ns, IPERF_PORT);
+    let tcp = client
+        .join()
+        .unwrap()
+        .expect("iperf3 failed across the migration");
+    assert_eq!(
+        rig.tx_packets("w0"),
+        a_after,
+        "w0 forwarded after the handoff"
+    );
+    assert!(rig.tx_packets("w1") > 1000, "w1 carries the traffic");
+    assert!(!peers_before.is_empty());
+    assert_eq!(
+        peers_before, peers_after,
+        "dst saw another translated source"
+    );
+    assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
+    assert!(
+        tcp.received_bytes as f64 >= tcp.sent_bytes as f64 * 0.99,
+        "{tcp:?}"
+    );
+    assert_eq!(rig.stateless_drops("w1"), (0, 0, 0), "{flows} flows moved");
+    for id in ["fw-a", "nat-a"] {
+        rig.vnfm.destruct_instance(id).unwrap();
+    }
+    assert!(eventually(Duration::from_secs(3), || stats(
+        &rig.socket("w0")
+    )
+    .is_err()));
+}
+
+/// Sends `seq` (u32, big endian) datagrams from `ns` to `dst:port`, about 10,000 per
+/// second, until `stop`; returns how many were sent.
+fn udp_sender(
+    ns: String,
+    dst: Ipv4Addr,
+    port: u16,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect(SocketAddrV4::new(dst, port)).unwrap();
+        let mut seq = 0u32;
+        let mut payload = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..10 {
+                payload[..4].copy_from_slice(&seq.to_be_bytes());
+                s.send(&payload).unwrap();
+                seq += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seq
+    })
+}
+
+/// Sequence numbers in arrival order, and the source (address, port) pairs seen.
+type Captured = (Vec<u32>, BTreeSet<(u32, u16)>);
+
+/// Captures, with an AF_PACKET socket (32 MiB buffer) on dst's `veth0`, every UDP
+/// datagram to `port` that reaches dst, until `stop` and 500 ms of silence; returns the
+/// sequence numbers in arrival order and the set of source address:port. Capturing at
+/// the interface rather than in a UDP socket keeps dst's own socket buffer (and CPU
+/// scheduling on a shared machine) out of what is measured: nfx's delivery.
+fn udp_receiver(ns: String, port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Captured> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        // Bound so that dst's kernel does not answer with port-unreachable errors.
+        let _sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).unwrap();
+        let mut cap = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut seqs, mut from) = (Vec::new(), BTreeSet::new());
+        let mut v = PacketVector::new(256, PacketBuf::MTU_CAPACITY);
+        let mut idle = Instant::now();
+        loop {
+            let n = cap.recv(v.slots_mut()).unwrap();
+            if n == 0 {
+                if stop.load(Ordering::Relaxed) && idle.elapsed() > Duration::from_millis(500) {
+                    return (seqs, from);
+                }
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            idle = Instant::now();
+            v.set_len(n, Direction::Forward);
+            for p in v.packets() {
+                let f = p.buf.frame();
+                let Ok(m) = nfx_packet::parse(f) else {
+                    continue;
+                };
+                if m.key.proto == 17 && m.key.dport == port && f.len() >= m.payload + 4 {
+                    let b = &f[m.payload..m.payload + 4];
+                    seqs.push(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    from.insert((m.key.src, m.key.sport));
+                }
+            }
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    h
+}
+
+#[test]
+fn udp_sequence_arrives_complete_and_in_order_across_migration() {
+    if !root() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rig = Rig::up("nfxmig-udp-", 247, 3200);
+    let port = UDPGEN_PORT + 3;
+    let (stop_tx, stop_rx) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let rx = udp_receiver(rig.tb.ns(Host::Dst), port, stop_rx.clone());
+    let tx = udp_sender(rig.tb.ns(Host::Src), rig.tb.dst_ip(), port, stop_tx.clone());
+    assert!(eventually(Duration::from_secs(5), || rig.tx_packets("w0") > 3000));
+    rig.deploy("b", "w1");
+    std::thread::sleep(Duration::from_millis(300));
+    let at_handoff = rig.tx_packets("w0");
+    rig.migrate();
+    std::thread::sleep(Duration::from_millis(1000));
+    stop_tx.store(true, Ordering::Relaxed);
+    let sent = tx.join().unwrap();
+    stop_rx.store(true, Ordering::Relaxed);
+    let (seqs, from) = rx.join().unwrap();
+    assert!(sent > 5000, "sent only {sent}");
+    let got: BTreeSet<u32> = seqs.iter().copied().collect();
+    let missing: Vec<u32> = (0..sent).filter(|s| !got.contains(s)).collect();
+    assert!(
+        missing.is_empty(),
+        "lost {} of {sent}: {:?}; handoff near {at_handoff}; w0 {}; w1 {}",
+        missing.len(),
+        &missing[..missing.len().min(40)],
+        stats(&rig.socket("w0"))
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        stats(&rig.socket("w1"))
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    );
+    assert!(
+        seqs.iter().enumerate().all(|(i, &s)| s == i as u32),
+        "reordered: first bad at {:?}",
+        seqs.iter().enumerate().find(|(i, &s)| s != *i as u32)
+    );
+    assert_eq!(from.len(), 1, "dst saw several sources: {from:?}");
+    assert_eq!(
+        Ipv4Addr::from(from.iter().next().unwrap().0),
+        rig.tb.nat_ip()
+    );
+    assert_eq!(rig.stateless_drops("w1"), (0, 0, 0));
+}
