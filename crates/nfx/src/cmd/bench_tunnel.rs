@@ -101,17 +101,39 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Waits until endpoint `child` serves its EM on `port`; fails at once if it exits.
+/// True when the endpoint's EM on `port` answers `/status` with `"ready": true` (TUN up
+/// with its address, underlay bound): the EM itself answers before that.
+fn em_ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+    if c.write_all(b"GET /status HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut text = String::new();
+    if c.read_to_string(&mut text).is_err() {
+        return false;
+    }
+    text.split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str::<Value>(body).ok())
+        .is_some_and(|st| st["ready"] == true)
+}
+
 fn em_up(child: &mut Child, port: u16, limit: Duration) -> anyhow::Result<()> {
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait()? {
-            anyhow::bail!("tunnel endpoint exited ({st}) before its EM on port {port} came up");
+            anyhow::bail!("tunnel endpoint exited ({st}) before its EM on port {port} was ready");
         }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if em_ready(port) {
             return Ok(());
         }
         if t0.elapsed() > limit {
-            anyhow::bail!("tunnel endpoint EM on port {port} did not come up");
+            anyhow::bail!("tunnel endpoint EM on port {port} did not report ready");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
