@@ -1,10 +1,10 @@
 //! Receive-side coalescing (GRO in userspace, like wireguard-go's `tcpGRO`): consecutive
 //! in-order TCP/IPv4 segments of one flow that left the peer as one TSO burst are
-//! joined back into one super-packet, written to the TUN with a `GSO_TCPV4` vnet
+//! joined back into one super-packet, written to the TUN with a `VnetHdr::GSO_TCPV4` vnet
 //! header, so the kernel sees one packet instead of ~40. Anything else passes through.
 
 use crate::csum;
-use crate::offload::{VnetHdr, F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, VNET_LEN};
+use crate::offload::VnetHdr;
 
 /// Flows held open at once (one pending super-packet each).
 const MAX_FLOWS: usize = 8;
@@ -81,7 +81,7 @@ fn same_flow(a: &[u8], b: &[u8]) -> bool {
 
 impl Pending {
     fn packet(&self) -> &[u8] {
-        &self.buf[VNET_LEN..]
+        &self.buf[VnetHdr::LEN..]
     }
 
     /// Whether segment `s` (packet `p`) continues this super-packet.
@@ -108,7 +108,7 @@ impl Pending {
         if s.payload < self.mss || s.psh {
             self.closed = true;
             if s.psh {
-                self.buf[VNET_LEN + 33] |= TCP_PSH;
+                self.buf[VnetHdr::LEN + 33] |= TCP_PSH;
             }
         }
     }
@@ -116,26 +116,26 @@ impl Pending {
     /// Writes the vnet header (and, for a real super-packet, the headers a GSO packet
     /// carries: total length, IP checksum, partial TCP checksum).
     fn finish(&mut self) -> &[u8] {
-        let n = self.buf.len() - VNET_LEN;
+        let n = self.buf.len() - VnetHdr::LEN;
         let mut h = VnetHdr::default();
         if self.segs > 1 {
-            let p = &mut self.buf[VNET_LEN..];
+            let p = &mut self.buf[VnetHdr::LEN..];
             p[2..4].copy_from_slice(&(n as u16).to_be_bytes());
             csum::set_ipv4(&mut p[..20]);
             let partial = csum::fold(csum::pseudo(p, 6, n - 20));
             p[36..38].copy_from_slice(&partial.to_be_bytes());
             h = VnetHdr {
-                flags: F_NEEDS_CSUM,
-                gso_type: GSO_TCPV4,
+                flags: VnetHdr::F_NEEDS_CSUM,
+                gso_type: VnetHdr::GSO_TCPV4,
                 hdr_len: (20 + self.tcp_hl) as u16,
                 gso_size: self.mss as u16,
                 csum_start: 20,
                 csum_offset: 16,
             };
         } else {
-            h.gso_type = GSO_NONE;
+            h.gso_type = VnetHdr::GSO_NONE;
         }
-        h.encode(&mut self.buf[..VNET_LEN]);
+        self.buf[..VnetHdr::LEN].copy_from_slice(&h.to_bytes());
         &self.buf
     }
 }
@@ -171,8 +171,8 @@ impl Gro {
         }
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
-        buf.reserve(VNET_LEN + MAX_IP);
-        buf.resize(VNET_LEN, 0);
+        buf.reserve(VnetHdr::LEN + MAX_IP);
+        buf.resize(VnetHdr::LEN, 0);
         buf.extend_from_slice(p);
         self.flows.push(Pending {
             buf,
@@ -207,7 +207,7 @@ impl Gro {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::offload::{Plan, VNET_LEN};
+    use crate::offload::{read_vnet, Plan};
     use etherparse::{NetHeaders, PacketHeaders, TransportHeader};
 
     fn seg(sport: u16, seq: u32, flags: u8, len: usize) -> Vec<u8> {
@@ -243,7 +243,7 @@ mod tests {
             let mut emit = |f: &[u8], n: u64, _b: u64| out.push((f.to_vec(), n));
             for p in pkts {
                 if !g.push(p, &mut emit) {
-                    let mut f = vec![0u8; VNET_LEN];
+                    let mut f = vec![0u8; VnetHdr::LEN];
                     f.extend_from_slice(p);
                     emit(&f, 1, p.len() as u64);
                 }
@@ -255,8 +255,8 @@ mod tests {
 
     /// Re-segments a coalesced frame the way the kernel would and checks each piece.
     fn resegment(frame: &[u8]) -> Vec<Vec<u8>> {
-        let h = VnetHdr::decode(frame).unwrap();
-        let pkt = &frame[VNET_LEN..];
+        let h = read_vnet(frame).unwrap();
+        let pkt = &frame[VnetHdr::LEN..];
         let plan = Plan::new(&h, pkt, 1500).unwrap();
         (0..plan.count)
             .map(|i| {
@@ -279,10 +279,10 @@ mod tests {
         assert_eq!(out.len(), 1);
         let (frame, n) = &out[0];
         assert_eq!(*n, 6);
-        let h = VnetHdr::decode(frame).unwrap();
+        let h = read_vnet(frame).unwrap();
         assert_eq!(
             (h.gso_type, h.gso_size, h.csum_start),
-            (GSO_TCPV4, 1000, 20)
+            (VnetHdr::GSO_TCPV4, 1000, 20)
         );
         let back = resegment(frame);
         assert_eq!(back.len(), 6);
@@ -312,13 +312,18 @@ mod tests {
         let out = run(&pkts);
         let summary: Vec<(u16, u64)> = out
             .iter()
-            .map(|(f, n)| (u16::from_be_bytes([f[VNET_LEN + 20], f[VNET_LEN + 21]]), *n))
+            .map(|(f, n)| {
+                (
+                    u16::from_be_bytes([f[VnetHdr::LEN + 20], f[VnetHdr::LEN + 21]]),
+                    *n,
+                )
+            })
             .collect();
         // The FIN of flow 2 first flushes everything held between the two hosts.
         assert_eq!(summary, vec![(1, 2), (2, 1), (1, 1), (2, 1), (1, 1)]);
         let singles = out.iter().filter(|(_, n)| *n == 1);
         for (f, _) in singles {
-            assert_eq!(VnetHdr::decode(f).unwrap(), VnetHdr::default());
+            assert_eq!(read_vnet(f).unwrap(), VnetHdr::default());
         }
     }
 
@@ -344,7 +349,7 @@ mod tests {
     fn never_exceeds_the_ip_limit() {
         let pkts: Vec<Vec<u8>> = (0..100).map(|i| seg(1, i * 1400, TCP_ACK, 1400)).collect();
         let out = run(&pkts);
-        assert!(out.iter().all(|(f, _)| f.len() - VNET_LEN <= MAX_IP));
+        assert!(out.iter().all(|(f, _)| f.len() - VnetHdr::LEN <= MAX_IP));
         assert_eq!(out.iter().map(|(_, n)| n).sum::<u64>(), 100);
         assert_eq!(out[0].1, 46);
     }

@@ -6,20 +6,7 @@
 
 use crate::csum;
 
-/// Length of the legacy `virtio_net_hdr` (the TUN default `TUNSETVNETHDRSZ`).
-pub const VNET_LEN: usize = 10;
-/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the L4 checksum is partial (pseudo-header only).
-pub const F_NEEDS_CSUM: u8 = 1;
-/// `VIRTIO_NET_HDR_GSO_NONE`.
-pub const GSO_NONE: u8 = 0;
-/// `VIRTIO_NET_HDR_GSO_TCPV4`.
-pub const GSO_TCPV4: u8 = 1;
-/// `VIRTIO_NET_HDR_GSO_TCPV6`.
-pub const GSO_TCPV6: u8 = 4;
-/// `VIRTIO_NET_HDR_GSO_UDP_L4` (USO).
-pub const GSO_UDP_L4: u8 = 5;
-/// `VIRTIO_NET_HDR_GSO_ECN` flag bit of `gso_type`.
-pub const GSO_ECN: u8 = 0x80;
+pub use nfx_packet::VnetHdr;
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
@@ -27,47 +14,9 @@ const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
 const TCP_CWR: u8 = 0x80;
 
-/// The `virtio_net_hdr` fields (little-endian on the wire of a TUN on x86/arm).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VnetHdr {
-    /// `F_NEEDS_CSUM` and friends.
-    pub flags: u8,
-    /// `GSO_*`.
-    pub gso_type: u8,
-    /// Length of all headers (a hint; recomputed here).
-    pub hdr_len: u16,
-    /// Payload bytes per segment (MSS for TCP).
-    pub gso_size: u16,
-    /// Where the partial L4 checksum's coverage starts.
-    pub csum_start: u16,
-    /// Offset of the checksum field from `csum_start`.
-    pub csum_offset: u16,
-}
-
-impl VnetHdr {
-    /// Decodes the first `VNET_LEN` bytes; `None` if `b` is shorter.
-    pub fn decode(b: &[u8]) -> Option<VnetHdr> {
-        let b = b.get(..VNET_LEN)?;
-        let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-        Some(VnetHdr {
-            flags: b[0],
-            gso_type: b[1],
-            hdr_len: u(2),
-            gso_size: u(4),
-            csum_start: u(6),
-            csum_offset: u(8),
-        })
-    }
-
-    /// Encodes into the first `VNET_LEN` bytes of `b`.
-    pub fn encode(&self, b: &mut [u8]) {
-        b[0] = self.flags;
-        b[1] = self.gso_type;
-        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
-        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
-        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
-        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
-    }
+/// The vnet header in front of a packet read from the TUN; `None` if `b` is shorter.
+pub fn read_vnet(b: &[u8]) -> Option<VnetHdr> {
+    Some(VnetHdr::from_bytes(b.get(..VnetHdr::LEN)?.try_into().ok()?))
 }
 
 /// Why a packet read from the TUN cannot be segmented (counted as `bad_vnet`).
@@ -113,10 +62,10 @@ impl Plan {
     /// header) and plans segments of at most `max` bytes each.
     pub fn new(h: &VnetHdr, pkt: &[u8], max: usize) -> Result<Plan, SegError> {
         let total = pkt.len();
-        let gso = h.gso_type & !GSO_ECN;
+        let gso = h.gso_type & !VnetHdr::GSO_ECN;
         let cs = h.csum_start as usize;
-        if gso == GSO_NONE {
-            let kind = if h.flags & F_NEEDS_CSUM != 0 {
+        if gso == VnetHdr::GSO_NONE {
+            let kind = if h.flags & VnetHdr::F_NEEDS_CSUM != 0 {
                 let field = cs + h.csum_offset as usize;
                 if field + 2 > total {
                     return Err(SegError::BadVnet);
@@ -155,12 +104,12 @@ impl Plan {
         };
         // csum_start must be the L4 header right after the IP header (no IPv6
         // extension headers in GSO packets here).
-        if cs != ip_hl || h.flags & F_NEEDS_CSUM == 0 {
+        if cs != ip_hl || h.flags & VnetHdr::F_NEEDS_CSUM == 0 {
             return Err(SegError::BadVnet);
         }
         let (kind, l4_len) = match gso {
-            GSO_TCPV4 | GSO_TCPV6 => {
-                if (gso == GSO_TCPV4) != v4 || proto != TCP {
+            VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => {
+                if (gso == VnetHdr::GSO_TCPV4) != v4 || proto != TCP {
                     return Err(SegError::BadVnet);
                 }
                 let doff = pkt.get(cs + 12).ok_or(SegError::BadVnet)? >> 4;
@@ -170,7 +119,7 @@ impl Plan {
                 }
                 (Kind::Tcp { v4, l4: cs }, l)
             }
-            GSO_UDP_L4 => {
+            VnetHdr::GSO_UDP_L4 => {
                 if proto != UDP || h.csum_offset != 6 {
                     return Err(SegError::BadVnet);
                 }
@@ -368,8 +317,8 @@ mod tests {
 
     fn tso4(mss: u16, hdr: &[u8]) -> VnetHdr {
         VnetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4,
             hdr_len: hdr.len() as u16,
             gso_size: mss,
             csum_start: (hdr[0] & 0x0f) as u16 * 4,
@@ -387,10 +336,9 @@ mod tests {
             csum_start: 20,
             csum_offset: 16,
         };
-        let mut b = [0u8; VNET_LEN];
-        h.encode(&mut b);
-        assert_eq!(VnetHdr::decode(&b), Some(h));
-        assert_eq!(VnetHdr::decode(&b[..9]), None);
+        let b = h.to_bytes();
+        assert_eq!(read_vnet(&b), Some(h));
+        assert_eq!(read_vnet(&b[..9]), None);
     }
 
     #[test]
@@ -447,8 +395,8 @@ mod tests {
         let mut pkt = ipv6(TCP, &tcp, &payload(5000));
         partial(&mut pkt, 40, 56, TCP);
         let h = VnetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV6,
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV6,
             hdr_len: 60,
             gso_size: 1400,
             csum_start: 40,
@@ -471,8 +419,8 @@ mod tests {
             let l4 = if v4 { 20 } else { 40 };
             partial(&mut pkt, l4, l4 + 6, UDP);
             let h = VnetHdr {
-                flags: F_NEEDS_CSUM,
-                gso_type: GSO_UDP_L4,
+                flags: VnetHdr::F_NEEDS_CSUM,
+                gso_type: VnetHdr::GSO_UDP_L4,
                 hdr_len: l4 as u16 + 8,
                 gso_size: 1000,
                 csum_start: l4 as u16,
@@ -494,7 +442,7 @@ mod tests {
         csum::set_ipv4(&mut pkt[..20]);
         partial(&mut pkt, 20, 36, TCP);
         let h = VnetHdr {
-            flags: F_NEEDS_CSUM,
+            flags: VnetHdr::F_NEEDS_CSUM,
             csum_start: 20,
             csum_offset: 16,
             ..VnetHdr::default()
@@ -519,11 +467,11 @@ mod tests {
                 ..good
             },
             VnetHdr {
-                gso_type: GSO_TCPV6,
+                gso_type: VnetHdr::GSO_TCPV6,
                 ..good
             },
             VnetHdr {
-                gso_type: GSO_UDP_L4,
+                gso_type: VnetHdr::GSO_UDP_L4,
                 ..good
             },
             VnetHdr {
@@ -540,7 +488,7 @@ mod tests {
             },
             VnetHdr { flags: 0, ..good },
             VnetHdr {
-                gso_type: GSO_NONE,
+                gso_type: VnetHdr::GSO_NONE,
                 csum_start: 3030,
                 ..good
             },
@@ -561,7 +509,7 @@ mod tests {
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
                                    hb in proptest::collection::vec(proptest::prelude::any::<u8>(), 10)) {
-            let h = VnetHdr::decode(&hb).unwrap();
+            let h = read_vnet(&hb).unwrap();
             if let Ok(plan) = Plan::new(&h, &bytes, 1500) {
                 let mut d = vec![0u8; 1500];
                 for i in 0..plan.count {

@@ -187,94 +187,6 @@ impl Underlay {
         })
     }
 
-    /// Receives up to `bufs.len()` datagrams without blocking; returns the lengths.
-    pub fn recv_batch(&self, bufs: &mut [&mut [u8]], lens: &mut Vec<usize>) -> io::Result<()> {
-        lens.clear();
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: mmsghdr is plain data; every msg_iov points into `iov`, alive below.
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .map(|v| {
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        // SAFETY: msgs/iov describe valid writable buffers for the duration of the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                msgs.len() as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        lens.extend(msgs[..n as usize].iter().map(|m| m.msg_len as usize));
-        Ok(())
-    }
-
-    /// Sends every packet to the peer in order (sendmmsg, blocking); returns how many
-    /// were sent before an error, with the error.
-    pub fn send_batch(&self, pkts: &[&[u8]]) -> (usize, Option<io::Error>) {
-        let mut iov: Vec<libc::iovec> = pkts
-            .iter()
-            .map(|p| libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            })
-            .collect();
-        let mut peer = self.peer;
-        // SAFETY: as in recv_batch; the kernel only reads these buffers.
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .map(|v| {
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m.msg_hdr.msg_name = (&mut peer.0 as *mut libc::sockaddr_storage).cast();
-                m.msg_hdr.msg_namelen = peer.1;
-                m
-            })
-            .collect();
-        let mut done = 0;
-        while done < msgs.len() {
-            // SAFETY: valid mmsghdr array slice.
-            let n = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    msgs[done..].as_mut_ptr(),
-                    (msgs.len() - done) as libc::c_uint,
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return (done, Some(e));
-            }
-            done += n as usize;
-        }
-        (done, None)
-    }
-
     /// The file descriptor (for poll).
     pub fn raw(&self) -> RawFd {
         self.sock.as_raw_fd()
@@ -391,9 +303,10 @@ mod tests {
         assert_eq!((n, e.is_none()), (3, true));
         let mut store = vec![[0u8; 64]; 4];
         let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|s| &mut s[..]).collect();
-        let mut lens = Vec::new();
+        let mut got = Vec::new();
         poll_readable(&[a.raw()], 1000).unwrap();
-        a.recv_batch(&mut bufs, &mut lens).unwrap();
+        a.recv_batch(&mut bufs, &mut got).unwrap();
+        let lens: Vec<usize> = got.iter().map(|&(len, _)| len).collect();
         assert_eq!(lens, vec![3, 3, 5]);
         assert_eq!(&store[2][..5], b"three");
     }

@@ -76,7 +76,28 @@ impl Underlay {
     /// (one `sendmmsg` for all); returns how many datagrams were sent before an error.
     pub fn send_gso(&self, pkts: &[&[u8]]) -> (usize, Option<io::Error>) {
         let lens: Vec<usize> = pkts.iter().map(|p| p.len()).collect();
-        let groups = group(&lens);
+        self.send_runs(pkts, &group(&lens))
+    }
+
+    /// Sends every packet to the peer in order, one datagram per message (the path
+    /// without UDP GSO); returns how many were sent before an error.
+    pub fn send_batch(&self, pkts: &[&[u8]]) -> (usize, Option<io::Error>) {
+        let singles: Vec<(usize, usize, usize)> = pkts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, 1, p.len()))
+            .collect();
+        self.send_runs(pkts, &singles)
+    }
+
+    /// One `sendmmsg` (retried until all are out) with one message per run
+    /// `(first index, count, size)` of `pkts`; runs longer than one carry a
+    /// `UDP_SEGMENT` cmsg.
+    fn send_runs(
+        &self,
+        pkts: &[&[u8]],
+        groups: &[(usize, usize, usize)],
+    ) -> (usize, Option<io::Error>) {
         let mut iov: Vec<libc::iovec> = pkts
             .iter()
             .map(|p| libc::iovec {
@@ -134,9 +155,14 @@ impl Underlay {
         (pkts.len(), None)
     }
 
-    /// Receives up to `bufs.len()` (possibly GRO-coalesced) buffers without blocking;
-    /// `out` gets `(length, segment size or 0)` per buffer filled.
-    pub fn recv_gro(&self, bufs: &mut [Vec<u8>], out: &mut Vec<(usize, usize)>) -> io::Result<()> {
+    /// Receives up to `bufs.len()` buffers without blocking (with GRO on, each may hold
+    /// several coalesced datagrams); `out` gets `(length, segment size or 0)` per
+    /// buffer filled.
+    pub fn recv_batch(
+        &self,
+        bufs: &mut [&mut [u8]],
+        out: &mut Vec<(usize, usize)>,
+    ) -> io::Result<()> {
         out.clear();
         let mut iov: Vec<libc::iovec> = bufs
             .iter_mut()
@@ -245,7 +271,8 @@ mod tests {
                 break;
             }
             poll_readable(&[a.sock.as_raw_fd()], 200).unwrap();
-            a.recv_gro(&mut bufs, &mut lens).unwrap();
+            let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            a.recv_batch(&mut slices, &mut lens).unwrap();
             for (k, &(len, seg)) in lens.iter().enumerate() {
                 for r in split(len, seg) {
                     got.push(bufs[k][r].to_vec());

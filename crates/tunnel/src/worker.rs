@@ -13,7 +13,7 @@ use nfx_accel::{
 
 use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
 use crate::gro::Gro;
-use crate::offload::{Plan, SegError, VnetHdr, VNET_LEN};
+use crate::offload::{read_vnet, Plan, SegError, VnetHdr};
 use crate::stats::{Counters, DropCause};
 use crate::sys::{poll_readable, Tun, Underlay, TUN_F_TSO4};
 use crate::udp_gso::{split, GRO_BUF};
@@ -210,7 +210,7 @@ impl Worker {
             udp_gro,
             coalesce,
             gro: Gro::default(),
-            tun_buf: vec![0; VNET_LEN + 65535],
+            tun_buf: vec![0; VnetHdr::LEN + 65535],
             rx_raw: if udp_gro {
                 vec![vec![0; GRO_BUF]; 4]
             } else {
@@ -389,11 +389,11 @@ impl Worker {
                     break;
                 }
             };
-            let Some(h) = VnetHdr::decode(&raw[..n]) else {
+            let Some(h) = read_vnet(&raw[..n]) else {
                 self.counters.count(DropCause::BadVnet);
                 continue;
             };
-            let pkt = &raw[VNET_LEN..n];
+            let pkt = &raw[VnetHdr::LEN..n];
             let plan = match Plan::new(&h, pkt, self.mtu) {
                 Ok(p) => p,
                 Err(e) => {
@@ -419,17 +419,17 @@ impl Worker {
             return self.receive_gro();
         }
         let mut bufs: Vec<Buf> = (0..self.batch).map(|_| self.take_buf()).collect();
-        let mut lens = Vec::with_capacity(self.batch);
+        let mut got = Vec::with_capacity(self.batch);
         let r = {
             let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            self.udp.recv_batch(&mut slices, &mut lens)
+            self.udp.recv_batch(&mut slices, &mut got)
         };
         if let Err(e) = r {
             log::warn!("underlay receive: {e}");
         }
-        let rest = bufs.split_off(lens.len());
+        let rest = bufs.split_off(got.len());
         self.free.extend(rest);
-        for (b, &len) in bufs.iter_mut().zip(&lens) {
+        for (b, &(len, _)) in bufs.iter_mut().zip(&got) {
             b.set_len(len).expect("received length fits the buffer");
         }
         bufs
@@ -439,7 +439,11 @@ impl Worker {
     fn receive_gro(&mut self) -> Vec<Buf> {
         let mut raw = std::mem::take(&mut self.rx_raw);
         let mut got = Vec::new();
-        if let Err(e) = self.udp.recv_gro(&mut raw, &mut got) {
+        let r = {
+            let mut slices: Vec<&mut [u8]> = raw.iter_mut().map(|b| b.as_mut_slice()).collect();
+            self.udp.recv_batch(&mut slices, &mut got)
+        };
+        if let Err(e) = r {
             log::warn!("underlay receive: {e}");
         }
         let mut bufs = Vec::with_capacity(got.len() * 8);
@@ -522,8 +526,8 @@ impl Worker {
                             || !gro.push(&c.op.buf.as_slice()[r.clone()], &mut emit)
                         {
                             let s = c.op.buf.as_mut_slice();
-                            s[HEAD - VNET_LEN..HEAD].fill(0);
-                            emit(&s[HEAD - VNET_LEN..r.end], 1, n);
+                            s[HEAD - VnetHdr::LEN..HEAD].fill(0);
+                            emit(&s[HEAD - VnetHdr::LEN..r.end], 1, n);
                         }
                         None
                     }
