@@ -141,12 +141,7 @@ impl<'a> ColGen<'a> {
             .iter()
             .filter(|pat| row_of_model[pat.model] != usize::MAX)
             .filter_map(|pat| {
-                let items: Vec<(u32, u32)> = pat
-                    .items
-                    .iter()
-                    .filter(|&&(t, _)| demand[t as usize] > 0)
-                    .map(|&(t, c)| (t, c.min(demand[t as usize])))
-                    .collect();
+                let items = pat.clipped(demand);
                 (!items.is_empty()).then_some(Pattern {
                     model: pat.model,
                     items,

@@ -345,12 +345,7 @@ impl Search<'_> {
                 if !fits && copy >= whole as u32 {
                     break;
                 }
-                let items: Vec<(u32, u32)> = pat
-                    .items
-                    .iter()
-                    .map(|&(t, c)| (t, c.min(demand[t as usize])))
-                    .filter(|&(_, c)| c > 0)
-                    .collect();
+                let items = pat.clipped(&demand);
                 if items.is_empty() {
                     break;
                 }
@@ -482,12 +477,7 @@ impl Search<'_> {
                     if avail[pat.model] == 0 {
                         break;
                     }
-                    let items: Vec<(u32, u32)> = pat
-                        .items
-                        .iter()
-                        .map(|&(t, c)| (t, c.min(demand[t as usize])))
-                        .filter(|&(_, c)| c > 0)
-                        .collect();
+                    let items = pat.clipped(demand);
                     if items.is_empty() {
                         break;
                     }

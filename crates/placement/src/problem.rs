@@ -59,6 +59,18 @@ pub struct Pattern {
     pub items: Vec<(u32, u32)>,
 }
 
+impl Pattern {
+    /// This pattern's items cut down to what `demand` (per type) still needs, with
+    /// types it no longer needs left out; empty when it covers nothing.
+    pub fn clipped(&self, demand: &[u32]) -> Vec<(u32, u32)> {
+        self.items
+            .iter()
+            .map(|&(t, c)| (t, c.min(demand[t as usize])))
+            .filter(|&(_, c)| c > 0)
+            .collect()
+    }
+}
+
 impl Problem {
     /// Groups an instance (assumed validated) into models and types.
     pub fn new(inst: &Instance) -> Problem {
