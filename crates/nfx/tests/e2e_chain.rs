@@ -3,6 +3,9 @@
 //! by itself. Needs root (network namespaces); each test has its own prefix and
 //! subnet, removes its testbed even on failure, and bounds every traffic run.
 
+mod common;
+
+use common::eventually;
 use nfx_testbed::acl::{DENIED_PORT, IPERF_PORT, UDPGEN_PORT};
 use nfx_testbed::control::{events, port_counter, total_drop};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
@@ -14,7 +17,7 @@ use nfx_testbed::{Host, Spec, TestbedGuard};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 /// Traffic tests share two cores: run them one at a time.
@@ -30,20 +33,6 @@ fn root() -> bool {
 
 fn patterns() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/dpi/patterns.txt")
-}
-
-/// Polls `f` every 50 ms until it is true or `limit` passes.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn is_flow(e: &Value, proto: u64, port: u16) -> bool {

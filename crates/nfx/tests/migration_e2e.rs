@@ -8,6 +8,9 @@
 //! complete and in order. Needs root; each test has its own prefix and subnet, removes
 //! its testbed and workers even on failure, and bounds every traffic run.
 
+mod common;
+
+use common::eventually;
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
@@ -177,20 +180,6 @@ impl Rig {
     fn tx_packets(&self, device: &str) -> u64 {
         let s = stats(&self.socket(device)).unwrap();
         port_counter(&s, "inside", "tx_packets") + port_counter(&s, "outside", "tx_packets")
-    }
-}
-
-/// Polls `f` every 50 ms until it is true or `limit` passes.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
