@@ -94,6 +94,14 @@ pub trait Engine: Send {
     /// Operations submitted and not yet returned by `poll`.
     fn in_flight(&self) -> usize;
 
+    /// Blocks for at most `timeout` until `poll` can return `n` completions (or every
+    /// operation in flight, if fewer), so that a caller waiting for a batch sleeps once
+    /// and is woken when it is done instead of polling in a loop. Engines that finish
+    /// operations inside `submit` (soft, cpu) return at once.
+    fn wait_ready(&mut self, n: usize, timeout: std::time::Duration) {
+        let _ = (n, timeout);
+    }
+
     /// Counters.
     fn stats(&self) -> EngineStats;
 

@@ -1,7 +1,14 @@
 //! The packet worker: TUN → batch encrypt → sendmmsg, recvmmsg → batch decrypt → TUN,
 //! all crypto as one submit/poll batch per vector on the current engine, which can be
 //! replaced between two batches (live engine switching).
+//!
+//! On a lookaside queue pair the worker pipelines: it submits the batch it just read and
+//! finishes the batches of earlier rounds (sendmmsg / TUN writes) while the device
+//! encrypts, so worker I/O and device crypto overlap. Completions come back in
+//! submission order and are finished in that order, so sequence numbers and packet
+//! order are those of a synchronous engine.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -45,12 +52,16 @@ pub struct SwitchCmd {
     pub reply: Sender<Result<Switched, String>>,
 }
 
-/// One engine with this endpoint's two sessions on it.
+/// One engine with this endpoint's two sessions on it, and the completions polled from
+/// it that no batch has taken yet.
 struct Crypto {
     engine: Box<dyn Engine>,
     kind: EngineKind,
     enc: SessionId,
     dec: SessionId,
+    /// Completions in submission order, polled early (ring full) or beyond the batch
+    /// being finished; the next batches take them from the front.
+    ready: Vec<Completion>,
 }
 
 impl Crypto {
@@ -71,18 +82,22 @@ impl Crypto {
             kind,
             enc,
             dec,
+            ready: Vec::new(),
         })
     }
 
-    /// Submits the whole vector as one batch and returns the completions in order;
-    /// ops the engine refused come back with `DeviceGone`.
-    fn run(&mut self, mut ops: Vec<Op>, out: &mut Vec<Completion>) {
-        out.clear();
+    /// Submits the whole vector as one batch without waiting for it and returns how
+    /// many completions it will yield (one per op, in order, behind every earlier
+    /// batch's). While the queue is full, finished completions are moved to `ready` to
+    /// make room. Ops the engine refuses complete with `DeviceGone` once everything
+    /// submitted before them is back, so the order still holds.
+    fn submit(&mut self, mut ops: Vec<Op>) -> usize {
+        let n = ops.len();
         while !ops.is_empty() {
             match self.engine.submit(&mut ops) {
                 Ok(0) => {
-                    if self.engine.poll(out, usize::MAX) == 0 {
-                        std::thread::yield_now();
+                    if self.engine.poll(&mut self.ready, usize::MAX) == 0 {
+                        self.engine.wait_ready(1, WAIT_STEP);
                     }
                 }
                 Ok(_) => {}
@@ -92,38 +107,66 @@ impl Crypto {
                 }
             }
         }
-        self.wait(out);
-        out.extend(ops.into_iter().map(|op| Completion {
-            op,
-            status: Status::DeviceGone,
-        }));
+        if !ops.is_empty() {
+            self.wait_for(usize::MAX);
+            self.ready.extend(ops.into_iter().map(|op| Completion {
+                op,
+                status: Status::DeviceGone,
+            }));
+        }
+        n
     }
-}
 
-impl Crypto {
-    /// Waits for every submitted operation (a lookaside device works on its own core):
-    /// spins briefly, then sleeps in short steps so that the waiting worker does not
-    /// take CPU from the device and the kernel on a small machine.
-    fn wait(&mut self, out: &mut Vec<Completion>) {
+    /// Moves whatever the engine has finished to `ready`, without waiting.
+    fn collect(&mut self) {
+        self.engine.poll(&mut self.ready, usize::MAX);
+    }
+
+    /// Moves the oldest `n` completions to `out`, waiting for them if needed.
+    fn take(&mut self, n: usize, out: &mut Vec<Completion>) {
+        self.wait_for(n);
+        let n = n.min(self.ready.len());
+        out.extend(self.ready.drain(..n));
+    }
+
+    /// Waits until `ready` holds `n` completions or nothing is in flight (a lookaside
+    /// device works on its own core): spins briefly, then sleeps until the device wakes
+    /// it (bounded by `WAIT_STEP`, so a dead device is still noticed by `poll`), so that
+    /// the waiting worker neither takes CPU from the device and the kernel on a small
+    /// machine nor wakes up just to find the batch unfinished.
+    fn wait_for(&mut self, n: usize) {
         let t0 = Instant::now();
-        while self.engine.in_flight() > 0 {
-            if self.engine.poll(out, usize::MAX) > 0 {
+        while self.ready.len() < n && self.engine.in_flight() > 0 {
+            if self.engine.poll(&mut self.ready, usize::MAX) > 0 {
                 continue;
             }
             if t0.elapsed() < SPIN_FOR {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(WAIT_STEP);
+                let want = n - self.ready.len();
+                self.engine.wait_ready(want, WAIT_STEP);
             }
         }
     }
 }
 
-/// How long the worker busy-polls a lookaside batch before it sleeps between polls
-/// (a small batch or one packet completes within this: latency stays low).
-const SPIN_FOR: Duration = Duration::from_micros(40);
-/// Sleep between polls after that (the worker's timer slack is set to 1 µs).
-const WAIT_STEP: Duration = Duration::from_micros(10);
+/// A batch handed to the engine and not finished yet (the worker keeps them oldest
+/// first; completions arrive in the same order).
+enum Flight {
+    /// Outbound ESP packets: this many ops, each op's `user` is its inner length.
+    Out(usize),
+    /// Inbound ESP packets: one record per op (the op's `user` indexes it).
+    In(Vec<Prepared>),
+}
+
+/// How long the worker busy-polls a lookaside batch before it sleeps (a small batch or
+/// one packet completes within this: latency stays low).
+const SPIN_FOR: Duration = Duration::from_micros(20);
+/// Most batches a pipelined worker keeps in flight before it waits for the oldest
+/// (two outbound batches and the inbound one fit a 256-entry device ring).
+const MAX_FLIGHTS: usize = 2;
+/// Longest sleep on the engine's completion wake-up before polling again.
+const WAIT_STEP: Duration = Duration::from_millis(1);
 
 /// The worker's state.
 pub struct Worker {
@@ -139,6 +182,7 @@ pub struct Worker {
     udp: Underlay,
     counters: Arc<Counters>,
     done: Vec<Completion>,
+    flights: VecDeque<Flight>,
     past_failovers: u64,
     udp_gso: bool,
     udp_gro: bool,
@@ -205,6 +249,7 @@ impl Worker {
             udp: p.udp,
             counters: p.counters,
             done: Vec::new(),
+            flights: VecDeque::new(),
             past_failovers: 0,
             udp_gso,
             udp_gro,
@@ -220,7 +265,10 @@ impl Worker {
     }
 
     /// Runs until `stop` is set or `deadline` passes, serving switch commands between
-    /// batches.
+    /// batches. On a lookaside queue pair up to `MAX_FLIGHTS` batches stay in flight
+    /// while the worker reads more: batches whose completions are in are finished
+    /// without waiting, and the worker waits for the oldest only when it has nothing
+    /// to read or the limit is reached.
     pub fn run(
         &mut self,
         cmds: &Receiver<SwitchCmd>,
@@ -230,6 +278,7 @@ impl Worker {
         let fds = [self.tun.raw(), self.udp.raw()];
         loop {
             while let Ok(c) = cmds.try_recv() {
+                self.finish_all();
                 let r = self.switch(c.target);
                 if r.is_ok() {
                     self.counters.engine_switches.fetch_add(1, Relaxed);
@@ -238,20 +287,37 @@ impl Worker {
                 let _ = c.reply.send(r);
             }
             if stop.load(Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                self.finish_all();
                 return;
             }
-            let ready = match poll_readable(&fds, 5) {
+            let pipelined = self.crypto.kind == EngineKind::Lookaside;
+            if pipelined {
+                self.finish_done();
+                if self.flights.len() >= MAX_FLIGHTS {
+                    self.finish_front();
+                }
+            }
+            let wait_ms = if self.flights.is_empty() { 5 } else { 0 };
+            let ready = match poll_readable(&fds, wait_ms) {
                 Ok(r) => r,
                 Err(e) => {
                     log::error!("poll: {e}");
+                    self.finish_all();
                     return;
                 }
             };
+            let before = self.flights.len();
             if ready[0] {
                 self.outbound_batch();
             }
             if ready[1] {
                 self.inbound_batch();
+            }
+            // Only a device working beside the worker gains from batches left in flight.
+            if !pipelined {
+                self.finish_all();
+            } else if self.flights.len() == before {
+                self.finish_front();
             }
             let now = self.crypto.engine.stats().failovers;
             self.counters
@@ -278,6 +344,50 @@ impl Worker {
         b
     }
 
+    /// Finishes, oldest first, the batches whose completions have all arrived.
+    fn finish_done(&mut self) {
+        self.crypto.collect();
+        while let Some(f) = self.flights.front() {
+            let n = match f {
+                Flight::Out(n) => *n,
+                Flight::In(preps) => preps.len(),
+            };
+            if self.crypto.ready.len() < n {
+                return;
+            }
+            self.finish_front();
+        }
+    }
+
+    /// Finishes every batch in flight, oldest first.
+    fn finish_all(&mut self) {
+        while !self.flights.is_empty() {
+            self.finish_front();
+        }
+    }
+
+    /// Takes the oldest batch's completions (waiting for them) and sends or delivers
+    /// its packets.
+    fn finish_front(&mut self) {
+        let Some(f) = self.flights.pop_front() else {
+            return;
+        };
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        match f {
+            Flight::Out(n) => {
+                self.crypto.take(n, &mut done);
+                self.send_out(&mut done);
+            }
+            Flight::In(preps) => {
+                self.crypto.take(preps.len(), &mut done);
+                self.deliver_in(&mut done, &preps);
+            }
+        }
+        self.done = done;
+    }
+
+    /// Reads a batch from the TUN and submits it for encryption.
     fn outbound_batch(&mut self) {
         let mut ops = Vec::with_capacity(self.batch);
         if self.tun.vnet {
@@ -288,12 +398,16 @@ impl Worker {
         if ops.is_empty() {
             return;
         }
-        let mut done = std::mem::take(&mut self.done);
-        self.crypto.run(ops, &mut done);
+        let n = self.crypto.submit(ops);
+        self.flights.push_back(Flight::Out(n));
+    }
+
+    /// Sends the packets of one finished outbound batch.
+    fn send_out(&mut self, done: &mut Vec<Completion>) {
         let mut wires: Vec<&[u8]> = Vec::with_capacity(done.len());
         let mut inner: Vec<u64> = Vec::with_capacity(done.len());
-        for c in &done {
-            if c.status == Status::Ok {
+        for c in done.iter() {
+            if c.status == Status::Ok && c.op.session == self.crypto.enc {
                 wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
                 inner.push(c.op.user);
             } else {
@@ -329,7 +443,6 @@ impl Worker {
         let bytes: u64 = inner[..sent].iter().sum();
         self.counters.tx_bytes.fetch_add(bytes, Relaxed);
         self.free.extend(done.drain(..).map(|c| c.op.buf));
-        self.done = done;
     }
 
     /// Lays out inner packet `n` bytes long at `buf[HEAD..]` as ESP and queues it.
@@ -501,8 +614,14 @@ impl Worker {
         if ops.is_empty() {
             return;
         }
-        let mut done = std::mem::take(&mut self.done);
-        self.crypto.run(ops, &mut done);
+        let n = self.crypto.submit(ops);
+        debug_assert_eq!(n, preps.len());
+        self.flights.push_back(Flight::In(preps));
+    }
+
+    /// Checks and writes to the TUN the packets of one finished inbound batch.
+    fn deliver_in(&mut self, done: &mut Vec<Completion>, preps: &[Prepared]) {
+        let dec = self.crypto.dec;
         let (tun, counters, gro) = (&self.tun, &self.counters, &mut self.gro);
         let mut emit = |frame: &[u8], segs: u64, bytes: u64| match tun.send(frame) {
             Ok(()) => {
@@ -516,8 +635,12 @@ impl Worker {
             }
         };
         for mut c in done.drain(..) {
-            let why = match c.status {
-                Status::Ok => match self.inb.finish(&preps[c.op.user as usize], &c.op.buf) {
+            let prep = preps
+                .get(c.op.user as usize)
+                .filter(|_| c.op.session == dec);
+            let why = match (c.status, prep) {
+                (_, None) => Some(DropCause::TxError),
+                (Status::Ok, Some(prep)) => match self.inb.finish(prep, &c.op.buf) {
                     Ok(r) => {
                         let n = r.len() as u64;
                         if !tun.vnet {
@@ -533,7 +656,7 @@ impl Worker {
                     }
                     Err(e) => Some(e.into()),
                 },
-                Status::AuthFailed => Some(DropCause::AuthFailed),
+                (Status::AuthFailed, _) => Some(DropCause::AuthFailed),
                 _ => Some(DropCause::TxError),
             };
             if let Some(d) = why {
@@ -543,12 +666,11 @@ impl Worker {
         }
         gro.flush(&mut emit);
         self.counters.coalesced.store(self.gro.coalesced, Relaxed);
-        self.done = done;
     }
 
-    /// Moves both sessions to another engine between two batches. Every batch is
-    /// submitted and drained completely before a command is read, so the old engine has
-    /// nothing in flight here: no packet is lost or reordered by the switch.
+    /// Moves both sessions to another engine between two batches. `run` finishes every
+    /// batch in flight before it serves a command, so the old engine has nothing in
+    /// flight here: no packet is lost or reordered by the switch.
     fn switch(&mut self, target: Target) -> Result<Switched, String> {
         let (engine, kind) = match target {
             Target::Local(k) => (open_local(k).map_err(|e| e.to_string())?, k),
@@ -561,6 +683,7 @@ impl Worker {
             }
         };
         let t0 = Instant::now();
+        debug_assert!(self.flights.is_empty() && self.crypto.ready.is_empty());
         debug_assert_eq!(self.crypto.engine.in_flight(), 0);
         let new = Crypto::new(engine, kind, &self.out, &self.inb)?;
         let mut old = std::mem::replace(&mut self.crypto, new);

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proto::{self, Msg, Recv};
-use super::ring::{futex_wake, DoorbellView, Geometry, QpView, SqEntry, DOORBELL_LEN, MAGIC};
+use super::ring::{
+    futex_wait, futex_wake, DoorbellView, Geometry, QpView, SqEntry, DOORBELL_LEN, MAGIC,
+};
 use super::seqpacket;
 use super::shm::Mapping;
 use crate::buf::SlotPool;
@@ -534,6 +536,31 @@ impl Engine for LookasideEngine {
             }
         }
         n
+    }
+
+    fn wait_ready(&mut self, n: usize, timeout: Duration) {
+        if self.fallback.is_some() || n <= self.ready.len() {
+            return;
+        }
+        // The ring entry whose completion makes `n` completions pollable.
+        let k = n - self.ready.len();
+        let Some(want) = self
+            .pending
+            .iter()
+            .take(k)
+            .rev()
+            .find_map(|p| p.seq)
+            .map(|s| s + 1)
+        else {
+            return;
+        };
+        let v = &self.view;
+        let bell = v.cq_bell().load(Ordering::SeqCst);
+        v.cq_want().store(want, Ordering::SeqCst);
+        if v.sq_done().load(Ordering::SeqCst) < want && v.revoked().load(Ordering::SeqCst) == 0 {
+            futex_wait(v.cq_bell(), bell, timeout);
+        }
+        v.cq_want().store(0, Ordering::SeqCst);
     }
 
     fn in_flight(&self) -> usize {

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::proto::{self, Msg, Recv};
-use super::ring::{futex_wait, DoorbellView, Geometry, QpView, DOORBELL_LEN, MAGIC};
+use super::ring::{futex_wait, futex_wake, DoorbellView, Geometry, QpView, DOORBELL_LEN, MAGIC};
 use super::seqpacket;
 use super::shm::Mapping;
 use crate::backend::Sessions;
@@ -420,6 +420,21 @@ fn process(qp: &Qp, budget: usize) -> usize {
         done += 1;
         v.sq_done().store(done, Ordering::Release);
         n += 1;
+    }
+    drop(sessions);
+    // A client asleep on its completions (`LookasideEngine::wait_ready`) is woken once
+    // the entry it waits for is done. Pairs with the client's store of cq_want before
+    // it re-reads sq_done: one of the two sides sees the other's write.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let want = v.cq_want().load(Ordering::SeqCst);
+    if want != 0
+        && done >= want
+        && v.cq_want()
+            .compare_exchange(want, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        v.cq_bell().fetch_add(1, Ordering::SeqCst);
+        futex_wake(v.cq_bell());
     }
     n
 }

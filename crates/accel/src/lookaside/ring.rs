@@ -1,7 +1,8 @@
 //! Layout of a queue pair's shared region and of the device's doorbell page.
 //!
 //! ```text
-//! 0      header: sizes, sq_tail (client), sq_done (device), undo record, revoked flag
+//! 0      header: sizes, sq_tail (client), sq_done (device), undo record, revoked flag,
+//!        completion wake-up (client waiting flag + futex word the device bumps)
 //! 4096   submission entries: ring_size × 64 B; the device writes each entry's status
 //!        and advances sq_done, so completions are in submission order by construction
 //! ...    undo area (one slot): the device copies a buffer here before working on it in
@@ -132,6 +133,15 @@ impl QpView {
     /// Set by a client that has given up on the device: the device must stop.
     pub(crate) fn revoked(&self) -> &AtomicU32 {
         self.atomic_u32(256)
+    }
+    /// Non-zero while the client is (about to be) asleep on `cq_bell`: the `sq_done`
+    /// value it waits for. The device clears it when it wakes the client.
+    pub(crate) fn cq_want(&self) -> &AtomicU64 {
+        self.atomic_u64(320)
+    }
+    /// Futex word the device bumps after completing entries while `cq_waiting` is set.
+    pub(crate) fn cq_bell(&self) -> &AtomicU32 {
+        self.atomic_u32(384)
     }
 
     fn entry_ptr(&self, seq: u64) -> *mut SqEntry {

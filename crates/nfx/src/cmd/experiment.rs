@@ -57,6 +57,10 @@ struct AccelSwitch {
     /// idle one (0–4 % at 10 Mbit/s), or the grant flaps.
     #[arg(long, default_value_t = 10.0)]
     lower: f64,
+    /// Microseconds the lookaside device keeps polling after its last work before it
+    /// sleeps (`nfx accel serve --spin-us`).
+    #[arg(long, default_value_t = 200)]
+    device_spin_us: u64,
 }
 
 /// Runs the subcommand.
@@ -325,8 +329,18 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
     let (src_ns, dst_ns) = (tb.ns(Host::Src), tb.ns(Host::Dst));
     let sock = work.join("accel.sock");
     let sock_s = sock.to_string_lossy().to_string();
+    let spin = a.device_spin_us.to_string();
     let _device = spawn_nfx(
-        &["accel", "serve", "--queue-pairs", "1", "--socket", &sock_s],
+        &[
+            "accel",
+            "serve",
+            "--queue-pairs",
+            "1",
+            "--socket",
+            &sock_s,
+            "--spin-us",
+            &spin,
+        ],
         &work.join("accel.log"),
     )?;
     let end = Instant::now() + Duration::from_secs(5);
