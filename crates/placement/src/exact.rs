@@ -7,6 +7,7 @@
 //! deadline passes (the gap is then reported).
 
 use crate::bin_completion;
+use crate::bnp::BranchPrice;
 use crate::bounds;
 use crate::colgen::ColGen;
 use crate::complete;
@@ -32,6 +33,8 @@ const BC_DIVE_NODES: u64 = 200;
 const BC_DIVE_ITEMS: usize = 80;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
+/// Branch and price gets `1/BNP_PARTS` of the remaining time per round of the main loop.
+const BNP_PARTS: u32 = 3;
 
 /// What the exact solver found.
 #[derive(Debug, Clone)]
@@ -146,6 +149,13 @@ pub fn solve(
         if let Some(one) = &one {
             s.duals = Some(one.feasible_duals(&root.duals));
         }
+        let seed: Vec<Pattern> = root
+            .columns
+            .iter()
+            .map(|(pat, _)| pat.clone())
+            .chain(s.best.iter().cloned())
+            .collect();
+        let mut bnp = BranchPrice::new(p, root.bound, &seed);
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
@@ -178,7 +188,13 @@ pub fn solve(
                 if !s.whole_first {
                     disc += 1;
                 }
-            } else if one.is_none() {
+            }
+            if s.lb >= s.ub {
+                break;
+            }
+            let until = s.slice(BNP_PARTS);
+            s.branch_and_price(&mut bnp, until);
+            if bnp.exhausted() && disc > MAX_DISCREPANCY && one.is_none() {
                 break;
             }
         }
@@ -379,6 +395,17 @@ impl Search<'_> {
             self.offer_partial(&fixed, 0);
             self.fixed = mark;
         }
+    }
+
+    /// Runs branch and price until `until`; takes a cheaper placement it finds and the
+    /// bound it proves.
+    fn branch_and_price(&mut self, bnp: &mut BranchPrice, until: Instant) {
+        if let Some((_, pats)) = bnp.run(self.ub, until) {
+            let mark = std::mem::take(&mut self.fixed);
+            self.offer_partial(&pats, 0);
+            self.fixed = mark;
+        }
+        self.lb = self.lb.max(bnp.bound(self.ub));
     }
 
     /// A deadline `1/parts` of the remaining time away, for one heuristic call.

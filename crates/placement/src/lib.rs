@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod bin_completion;
+pub mod bnp;
 pub mod bounds;
 pub mod bpp;
 pub mod colgen;

@@ -1,0 +1,1066 @@
+//! Branch and price over individual VNF instances: the column-generation LP bound at
+//! the root is often not enough (hard28 instances whose optimum is ⌈LP⌉ + 1, hybrid
+//! instances with a few expensive devices), so nodes branch and re-price.
+//!
+//! The master is an exact cover of the node's *groups* of instances by device contents
+//! (one row per group, equality) with one row per device model capping its count.
+//! Branching (Ryan–Foster, generalised to several models):
+//! - a pair of groups fractionally together: *together* merges them into one group,
+//!   *apart* forbids them in the same device (a conflict in the pricing knapsack);
+//! - when every pair is integral but a group's model is fractional: *only* that model
+//!   or *not* that model.
+//!
+//! Pricing is a knapsack with conflicts and two capacities, solved exactly by depth-first
+//! branch and bound with a surrogate Dantzig bound (a node budget turns it into a valid
+//! upper bound). Nodes are processed best bound first in time slices, so the search can
+//! be interleaved with the other heuristics and the smallest open bound is always a
+//! proven lower bound.
+
+use crate::greedy::best_greedy;
+use crate::problem::{Pattern, Problem};
+use crate::simplex::{LpStatus, Master};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::time::Instant;
+
+/// Node budget of one pricing knapsack.
+const PRICE_NODES: u64 = 200_000;
+/// Improving patterns kept per pricing call.
+const PRICE_COLUMNS: usize = 8;
+/// Values closer than this to an integer count as integral.
+const EPS: f64 = 1e-6;
+
+/// A branching decision on instances (indexes into the expanded item list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// The two instances share a device.
+    Together(u32, u32),
+    /// The two instances are on different devices.
+    Apart(u32, u32),
+    /// The instance is on a device of this model.
+    Only(u32, u32),
+    /// The instance is not on a device of this model.
+    Ban(u32, u32),
+    /// At most this many devices of the model are used.
+    AtMost(u32, u32),
+    /// At least this many devices of the model are used.
+    AtLeast(u32, u32),
+}
+
+/// An open node: its decisions and the best bound known for it (from its parent).
+#[derive(Debug, Clone)]
+struct Node {
+    bound: f64,
+    /// Creation order: among equal bounds and depths the newest goes first.
+    seq: u64,
+    decisions: Vec<Decision>,
+}
+
+impl PartialEq for Node {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Node {}
+impl PartialOrd for Node {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Node {
+    /// Max-heap order: the smallest bound first, then the deepest node.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.bound
+            .total_cmp(&self.bound)
+            .then(self.decisions.len().cmp(&o.decisions.len()))
+            .then(self.seq.cmp(&o.seq))
+    }
+}
+
+/// A device content over instances: model and sorted instance indexes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Col {
+    model: u32,
+    items: Vec<u32>,
+}
+
+/// The node's groups of instances and what each group may do.
+struct Groups {
+    /// Instances of each group.
+    members: Vec<Vec<u32>>,
+    /// Group of each instance.
+    of: Vec<u32>,
+    /// Row-major `n × n` conflict matrix between groups.
+    conflict: Vec<bool>,
+    /// Row-major `n × models`: the group fits a device of the model on its own and no
+    /// decision forbids it.
+    allowed: Vec<bool>,
+    /// Resource need of each group on each model (`n × models`).
+    size: Vec<u64>,
+    /// Throughput of each group.
+    thr: Vec<u64>,
+}
+
+/// What processing one node found.
+enum NodeOutcome {
+    /// The time slice ended first; the node is still open.
+    Interrupted,
+    /// Pruned (infeasible, bound ≥ incumbent, or solved).
+    Closed,
+    /// Two children with this bound.
+    Branch(f64, Decision, Decision),
+    /// Neither solved nor branchable (inexact pricing with nothing left to branch on):
+    /// dropped, but its bound caps the proven bound.
+    Stuck(f64),
+}
+
+/// Branch-and-price state, kept between time slices.
+pub struct BranchPrice<'a> {
+    p: &'a Problem,
+    /// Type of each expanded instance.
+    item_type: Vec<u32>,
+    pool: Vec<Col>,
+    seen: HashSet<Col>,
+    open: BinaryHeap<Node>,
+    seq: u64,
+    /// Smallest bound of a node that had to be dropped undecided.
+    stuck: Option<f64>,
+    /// Nodes processed so far.
+    pub nodes: u64,
+    /// Best placement found by this search and its cost.
+    found: Option<(u64, Vec<Pattern>)>,
+}
+
+impl<'a> BranchPrice<'a> {
+    /// A search for `p` whose root starts with bound `lb` and the columns of `seed`
+    /// (e.g. the root LP's and the incumbent's patterns).
+    pub fn new(p: &'a Problem, lb: f64, seed: &[Pattern]) -> BranchPrice<'a> {
+        let item_type: Vec<u32> = p
+            .types
+            .iter()
+            .enumerate()
+            .flat_map(|(t, ty)| std::iter::repeat_n(t as u32, ty.members.len()))
+            .collect();
+        let mut s = BranchPrice {
+            p,
+            item_type,
+            pool: Vec::new(),
+            seen: HashSet::new(),
+            open: BinaryHeap::new(),
+            seq: 0,
+            stuck: None,
+            nodes: 0,
+            found: None,
+        };
+        let first: Vec<u32> = {
+            let mut acc = 0u32;
+            p.types
+                .iter()
+                .map(|ty| {
+                    let f = acc;
+                    acc += ty.members.len() as u32;
+                    f
+                })
+                .collect()
+        };
+        for pat in seed {
+            let mut items = Vec::new();
+            for &(t, c) in &pat.items {
+                let t = t as usize;
+                let c = c.min(p.types[t].members.len() as u32);
+                items.extend(first[t]..first[t] + c);
+            }
+            s.add_col(Col {
+                model: pat.model as u32,
+                items,
+            });
+        }
+        s.open.push(Node {
+            bound: lb,
+            seq: 0,
+            decisions: Vec::new(),
+        });
+        s
+    }
+
+    fn add_col(&mut self, c: Col) {
+        if !c.items.is_empty() && self.seen.insert(c.clone()) {
+            self.pool.push(c);
+        }
+    }
+
+    /// Whether every node has been closed: the best placement found (or the incumbent
+    /// passed to [`BranchPrice::run`]) is optimal, or none exists.
+    pub fn finished(&self) -> bool {
+        self.open.is_empty() && self.stuck.is_none()
+    }
+
+    /// Whether no node is left to process (finished, or stopped on an undecidable one).
+    pub fn exhausted(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// A proven lower bound given incumbent cost `ub`: the smallest open bound.
+    pub fn bound(&self, ub: u64) -> u64 {
+        let open = self.open.peek().map_or(ub, |n| ceil_bound(n.bound));
+        let stuck = self.stuck.map_or(ub, ceil_bound);
+        open.min(stuck).min(ub)
+    }
+
+    /// Processes nodes until `until` or until every node is closed, pruning against
+    /// incumbent cost `ub`. Returns a cheaper placement if one was found.
+    pub fn run(&mut self, mut ub: u64, until: Instant) -> Option<(u64, Vec<Pattern>)> {
+        let start_found = self.found.as_ref().map(|f| f.0);
+        if let Some((c, _)) = &self.found {
+            ub = ub.min(*c);
+        }
+        while let Some(node) = self.open.pop() {
+            if ceil_bound(node.bound) >= ub {
+                // Every other open node has a bound at least as large.
+                self.open.clear();
+                break;
+            }
+            if Instant::now() >= until {
+                self.open.push(node);
+                break;
+            }
+            self.nodes += 1;
+            match self.process(&node, &mut ub, until) {
+                NodeOutcome::Interrupted => {
+                    self.open.push(node);
+                    break;
+                }
+                NodeOutcome::Closed => {}
+                NodeOutcome::Stuck(b) => {
+                    self.stuck = Some(self.stuck.map_or(b, |s| s.min(b)));
+                }
+                NodeOutcome::Branch(b, d1, d2) => {
+                    for d in [d2, d1] {
+                        let mut decisions = node.decisions.clone();
+                        decisions.push(d);
+                        self.seq += 1;
+                        self.open.push(Node {
+                            bound: b.max(node.bound),
+                            seq: self.seq,
+                            decisions,
+                        });
+                    }
+                }
+            }
+        }
+        match (&self.found, start_found) {
+            (Some((c, pats)), s) if s != Some(*c) => Some((*c, pats.clone())),
+            _ => None,
+        }
+    }
+
+    fn record(&mut self, ub: &mut u64, pats: Vec<Pattern>) {
+        let c = self.p.cost(&pats);
+        if c < *ub {
+            *ub = c;
+            self.found = Some((c, pats));
+        }
+    }
+
+    /// Builds the node's groups from its decisions; `None` if they contradict.
+    fn groups(&self, decisions: &[Decision]) -> Option<Groups> {
+        let p = self.p;
+        let n = self.item_type.len();
+        let nm = p.models.len();
+        let mut parent: Vec<u32> = (0..n as u32).collect();
+        fn find(parent: &mut [u32], mut x: u32) -> u32 {
+            while parent[x as usize] != x {
+                parent[x as usize] = parent[parent[x as usize] as usize];
+                x = parent[x as usize];
+            }
+            x
+        }
+        for d in decisions {
+            if let Decision::Together(a, b) = *d {
+                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+                parent[ra.max(rb) as usize] = ra.min(rb);
+            }
+        }
+        let mut of = vec![u32::MAX; n];
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        let mut gid = vec![u32::MAX; n];
+        for i in 0..n as u32 {
+            let r = find(&mut parent, i) as usize;
+            if gid[r] == u32::MAX {
+                gid[r] = members.len() as u32;
+                members.push(Vec::new());
+            }
+            of[i as usize] = gid[r];
+            members[gid[r] as usize].push(i);
+        }
+        let ng = members.len();
+        let mut conflict = vec![false; ng * ng];
+        let mut allowed = vec![true; ng * nm];
+        for d in decisions {
+            match *d {
+                Decision::Apart(a, b) => {
+                    let (ga, gb) = (of[a as usize] as usize, of[b as usize] as usize);
+                    if ga == gb {
+                        return None;
+                    }
+                    conflict[ga * ng + gb] = true;
+                    conflict[gb * ng + ga] = true;
+                }
+                Decision::Only(a, k) => {
+                    let g = of[a as usize] as usize;
+                    for kk in (0..nm).filter(|&kk| kk != k as usize) {
+                        allowed[g * nm + kk] = false;
+                    }
+                }
+                Decision::Ban(a, k) => allowed[of[a as usize] as usize * nm + k as usize] = false,
+                Decision::Together(..) | Decision::AtMost(..) | Decision::AtLeast(..) => {}
+            }
+        }
+        let mut size = vec![0u64; ng * nm];
+        let mut thr = vec![0u64; ng];
+        for (g, mem) in members.iter().enumerate() {
+            for &i in mem {
+                let t = self.item_type[i as usize] as usize;
+                thr[g] = thr[g].saturating_add(p.types[t].thr);
+                for k in 0..nm {
+                    size[g * nm + k] = size[g * nm + k].saturating_add(p.size(t, k));
+                    if !p.compat(t, k) {
+                        allowed[g * nm + k] = false;
+                    }
+                }
+            }
+            for k in 0..nm {
+                let m = &p.models[k];
+                if size[g * nm + k] > m.cap || thr[g] > m.thr_cap || m.devices.is_empty() {
+                    allowed[g * nm + k] = false;
+                }
+            }
+            if !(0..nm).any(|k| allowed[g * nm + k]) {
+                return None;
+            }
+        }
+        Some(Groups {
+            members,
+            of,
+            conflict,
+            allowed,
+            size,
+            thr,
+        })
+    }
+
+    /// The column over groups that `c` is at this node, if it respects the decisions.
+    fn node_col(&self, g: &Groups, c: &Col) -> Option<Vec<u32>> {
+        let nm = self.p.models.len();
+        let ng = g.members.len();
+        let mut gs: Vec<u32> = c.items.iter().map(|&i| g.of[i as usize]).collect();
+        gs.sort_unstable();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < gs.len() {
+            let grp = gs[i];
+            let mut j = i;
+            while j < gs.len() && gs[j] == grp {
+                j += 1;
+            }
+            if j - i != g.members[grp as usize].len()
+                || !g.allowed[grp as usize * nm + c.model as usize]
+            {
+                return None;
+            }
+            out.push(grp);
+            i = j;
+        }
+        for (a, &x) in out.iter().enumerate() {
+            if out[a + 1..]
+                .iter()
+                .any(|&y| g.conflict[x as usize * ng + y as usize])
+            {
+                return None;
+            }
+        }
+        Some(out)
+    }
+
+    /// Column generation at one node, then pruning or a branching decision.
+    fn process(&mut self, node: &Node, ub: &mut u64, until: Instant) -> NodeOutcome {
+        let p = self.p;
+        let nm = p.models.len();
+        let Some(g) = self.groups(&node.decisions) else {
+            return NodeOutcome::Closed;
+        };
+        let ng = g.members.len();
+        // Device-count limits per model from the decisions.
+        let mut lo = vec![0u32; nm];
+        let mut hi: Vec<u32> = p.counts();
+        for d in &node.decisions {
+            match *d {
+                Decision::AtMost(k, n) => hi[k as usize] = hi[k as usize].min(n),
+                Decision::AtLeast(k, n) => lo[k as usize] = lo[k as usize].max(n),
+                _ => {}
+            }
+        }
+        if (0..nm).any(|k| lo[k] > hi[k]) {
+            return NodeOutcome::Closed;
+        }
+        let models: Vec<usize> = (0..nm).filter(|&k| hi[k] > 0).collect();
+        if (0..ng).any(|x| !models.iter().any(|&k| g.allowed[x * nm + k])) {
+            return NodeOutcome::Closed;
+        }
+        // Rows: groups (exact cover), "at least" rows of models (with a surplus
+        // column), then the "at most" rows of models.
+        let lo_models: Vec<usize> = models.iter().copied().filter(|&k| lo[k] > 0).collect();
+        let mut row_of_lo = vec![usize::MAX; nm];
+        for (i, &k) in lo_models.iter().enumerate() {
+            row_of_lo[k] = ng + i;
+        }
+        let n_ge = ng + lo_models.len();
+        let mut row_of_model = vec![usize::MAX; nm];
+        for (i, &k) in models.iter().enumerate() {
+            row_of_model[k] = n_ge + i;
+        }
+        let max_cost = p.models.iter().map(|m| m.cost).max().unwrap_or(1) as f64;
+        let big_m = (max_cost * ng as f64 + 1.0).min(1e9);
+        let rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(hi[k])).collect();
+        let mut rhs_ge = vec![1.0; ng];
+        rhs_ge.extend(lo_models.iter().map(|&k| f64::from(lo[k])));
+        let mut lp = Master::with_rows(&rhs_ge, &rhs_le, big_m, false);
+        for &k in &lo_models {
+            lp.add_column(0.0, &[(row_of_lo[k], -1.0)]);
+        }
+        let mut cols: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut node_seen: HashSet<(u32, Vec<u32>)> = HashSet::new();
+        let mut entries: Vec<(usize, f64)> = Vec::new();
+        let mut add = |lp: &mut Master, cols: &mut Vec<(u32, Vec<u32>)>, k: u32, gs: Vec<u32>| {
+            if !node_seen.insert((k, gs.clone())) {
+                return false;
+            }
+            entries.clear();
+            entries.extend(gs.iter().map(|&x| (x as usize, 1.0)));
+            entries.push((row_of_model[k as usize], 1.0));
+            if row_of_lo[k as usize] != usize::MAX {
+                entries.push((row_of_lo[k as usize], 1.0));
+            }
+            lp.add_column(p.models[k as usize].cost as f64, &entries);
+            cols.push((k, gs));
+            true
+        };
+        for c in self.pool.iter().filter(|c| hi[c.model as usize] > 0) {
+            if let Some(gs) = self.node_col(&g, c) {
+                add(&mut lp, &mut cols, c.model, gs);
+            }
+        }
+        for grp in 0..ng {
+            if let Some(&k) = models
+                .iter()
+                .filter(|&&k| g.allowed[grp * nm + k])
+                .min_by_key(|&&k| p.models[k].cost)
+            {
+                add(&mut lp, &mut cols, k as u32, vec![grp as u32]);
+            }
+        }
+        let first = lp.first_structural() + lo_models.len();
+        let mut bound = node.bound;
+        let mut knap = Knapsack::default();
+        let mut converged = false;
+        loop {
+            if lp.solve(until) == LpStatus::TimeLimit {
+                return NodeOutcome::Interrupted;
+            }
+            let y = lp.duals().to_vec();
+            let obj = lp.objective();
+            let nu = |k: usize| match row_of_lo[k] {
+                usize::MAX => 0.0,
+                r => y[r].max(0.0),
+            };
+            let dy: f64 = y[..ng].iter().sum::<f64>()
+                + lo_models
+                    .iter()
+                    .map(|&k| nu(k) * f64::from(lo[k]))
+                    .sum::<f64>();
+            let mut lagr = dy;
+            let mut theta = 1.0f64;
+            let mut farley_ok = true;
+            let mut new_cols: Vec<(u32, Vec<u32>)> = Vec::new();
+            let mut exact = true;
+            for &k in &models {
+                let m = &p.models[k];
+                let cost = m.cost as f64;
+                let mu = y[row_of_model[k]].min(0.0) + nu(k);
+                knap.load(&g, k, nm, &y[..ng], m.cap, m.thr_cap);
+                let ans = knap.solve(&g.conflict, ng, cost - mu);
+                exact &= ans.exact;
+                let upper = ans.upper + nu(k);
+                if upper > cost {
+                    lagr += f64::from(hi[k]) * (cost - upper);
+                    if cost > 0.0 {
+                        theta = theta.min(cost / upper);
+                    } else {
+                        farley_ok = false;
+                    }
+                }
+                for (v, gs) in ans.columns {
+                    if cost - mu - v < -1e-9 {
+                        new_cols.push((k as u32, gs));
+                    }
+                }
+            }
+            let farley = if farley_ok && dy > 0.0 {
+                theta * dy
+            } else {
+                lagr
+            };
+            bound = bound.max(lagr.max(farley));
+            if ceil_bound(bound) >= *ub {
+                return NodeOutcome::Closed;
+            }
+            let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
+            let integral =
+                lp.artificial() < EPS && xs.iter().all(|&x| !(EPS..=1.0 - EPS).contains(&x));
+            if new_cols.is_empty() {
+                if exact {
+                    converged = true;
+                    bound = bound.max(obj);
+                }
+                break;
+            }
+            if !integral && lp.artificial() < EPS && ceil_bound(bound) >= ceil_bound(obj) {
+                break;
+            }
+            let mut added = false;
+            for (k, gs) in new_cols {
+                let items: Vec<u32> = {
+                    let mut v: Vec<u32> = gs
+                        .iter()
+                        .flat_map(|&x| g.members[x as usize].iter().copied())
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                if add(&mut lp, &mut cols, k, gs) {
+                    self.add_col(Col { model: k, items });
+                    added = true;
+                }
+            }
+            if !added {
+                break;
+            }
+        }
+        if converged && lp.artificial() > 1e-3 {
+            return NodeOutcome::Closed;
+        }
+        if ceil_bound(bound) >= *ub {
+            return NodeOutcome::Closed;
+        }
+        let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
+        let to_pattern = |k: u32, gs: &[u32]| -> Pattern {
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for &x in gs {
+                for &i in &g.members[x as usize] {
+                    *counts.entry(self.item_type[i as usize]).or_default() += 1;
+                }
+            }
+            let mut items: Vec<(u32, u32)> = counts.into_iter().collect();
+            items.sort_unstable();
+            Pattern {
+                model: k as usize,
+                items,
+            }
+        };
+        // Primal: the columns at one, completed greedily.
+        let mut demand = p.demands();
+        let mut avail = p.counts();
+        let mut fixed: Vec<Pattern> = Vec::new();
+        for (i, &x) in xs.iter().enumerate() {
+            if x > 1.0 - EPS {
+                let pat = to_pattern(cols[i].0, &cols[i].1);
+                avail[pat.model] -= 1;
+                for &(t, c) in &pat.items {
+                    demand[t as usize] -= c;
+                }
+                fixed.push(pat);
+            }
+        }
+        if demand.iter().all(|&d| d == 0) {
+            self.record(ub, fixed);
+            if converged {
+                return NodeOutcome::Closed;
+            }
+        } else if let Some(rest) = best_greedy(p, &demand, &avail) {
+            fixed.extend(rest);
+            self.record(ub, fixed);
+        }
+        if ceil_bound(bound) >= *ub {
+            return NodeOutcome::Closed;
+        }
+        // Ryan–Foster: the most fractional pair of groups.
+        let mut together: HashMap<(u32, u32), f64> = HashMap::new();
+        let mut on_model: HashMap<(u32, u32), f64> = HashMap::new();
+        for (i, &x) in xs.iter().enumerate() {
+            if x < EPS {
+                continue;
+            }
+            let (k, gs) = &cols[i];
+            for (a, &ga) in gs.iter().enumerate() {
+                *on_model.entry((ga, *k)).or_default() += x;
+                for &gb in &gs[a + 1..] {
+                    *together.entry((ga, gb)).or_default() += x;
+                }
+            }
+        }
+        let frac = |s: f64| s.min(1.0 - s);
+        let pick = |m: &HashMap<(u32, u32), f64>| {
+            m.iter()
+                .filter(|(_, &s)| frac(s) > EPS)
+                .max_by(|a, b| frac(*a.1).total_cmp(&frac(*b.1)).then(b.0.cmp(a.0)))
+                .map(|(&key, _)| key)
+        };
+        let lead = |x: u32| g.members[x as usize][0];
+        let mut per_model = vec![0.0f64; nm];
+        for (i, &x) in xs.iter().enumerate() {
+            per_model[cols[i].0 as usize] += x;
+        }
+        if let Some(k) = (0..nm)
+            .filter(|&k| frac(per_model[k] - per_model[k].floor()) > EPS)
+            .max_by(|&a, &b| p.models[a].cost.cmp(&p.models[b].cost).then(b.cmp(&a)))
+        {
+            let v = per_model[k];
+            return NodeOutcome::Branch(
+                bound,
+                Decision::AtLeast(k as u32, v.ceil() as u32),
+                Decision::AtMost(k as u32, v.floor() as u32),
+            );
+        }
+        if let Some((ga, gb)) = pick(&together) {
+            let (a, b) = (lead(ga), lead(gb));
+            return NodeOutcome::Branch(bound, Decision::Together(a, b), Decision::Apart(a, b));
+        }
+        if let Some((ga, k)) = pick(&on_model) {
+            let a = lead(ga);
+            return NodeOutcome::Branch(bound, Decision::Only(a, k), Decision::Ban(a, k));
+        }
+        // Integral in every pair and model: the LP solution is one placement. If the
+        // pricing was exact it is the node's optimum; otherwise branch on any pair of
+        // groups that could still share a device, so that the search progresses.
+        if converged {
+            return NodeOutcome::Closed;
+        }
+        let pair = (0..ng).find_map(|a| {
+            (a + 1..ng)
+                .find(|&b| {
+                    !g.conflict[a * ng + b]
+                        && models
+                            .iter()
+                            .any(|&k| g.allowed[a * nm + k] && g.allowed[b * nm + k])
+                })
+                .map(|b| (a as u32, b as u32))
+        });
+        match pair {
+            Some((ga, gb)) => {
+                let (a, b) = (lead(ga), lead(gb));
+                NodeOutcome::Branch(bound, Decision::Together(a, b), Decision::Apart(a, b))
+            }
+            None => NodeOutcome::Stuck(bound),
+        }
+    }
+}
+
+/// Rounds a floating lower bound on an integer cost up, with a tolerance.
+fn ceil_bound(b: f64) -> u64 {
+    (b - EPS).ceil().max(0.0) as u64
+}
+
+/// One knapsack candidate: a group with its value and needs.
+#[derive(Debug, Clone, Copy)]
+struct KGroup {
+    g: u32,
+    v: f64,
+    w1: u64,
+    w2: u64,
+    /// Surrogate weight: the sum of the shares of both capacities that bind.
+    s: f64,
+}
+
+/// The pricing answer for one model.
+struct KAnswer {
+    /// Improving patterns found (value, groups), best last.
+    columns: Vec<(f64, Vec<u32>)>,
+    /// A proven upper bound on the best value.
+    upper: f64,
+    /// Whether the search finished (upper is the exact optimum).
+    exact: bool,
+}
+
+/// Depth-first branch and bound for the knapsack with conflicts, with reusable buffers.
+#[derive(Default)]
+struct Knapsack {
+    items: Vec<KGroup>,
+    cap1: u64,
+    cap2: u64,
+    inv1: f64,
+    inv2: f64,
+    /// Positions (in `items`) sorted by value per unit of resource and of throughput.
+    by1: Vec<u32>,
+    by2: Vec<u32>,
+    chosen: Vec<u32>,
+    best: f64,
+    threshold: f64,
+    found: Vec<(f64, Vec<u32>)>,
+    nodes: u64,
+}
+
+impl Knapsack {
+    /// Candidates of model `k`: allowed groups with a positive dual.
+    fn load(&mut self, g: &Groups, k: usize, nm: usize, pi: &[f64], cap1: u64, cap2: u64) {
+        self.items.clear();
+        for (x, &v) in pi.iter().enumerate() {
+            if v > 1e-9 && g.allowed[x * nm + k] {
+                self.items.push(KGroup {
+                    g: x as u32,
+                    v,
+                    w1: g.size[x * nm + k],
+                    w2: g.thr[x],
+                    s: 0.0,
+                });
+            }
+        }
+        let tot1: u128 = self.items.iter().map(|i| u128::from(i.w1)).sum();
+        let tot2: u128 = self.items.iter().map(|i| u128::from(i.w2)).sum();
+        self.cap1 = cap1;
+        self.cap2 = cap2;
+        self.inv1 = if tot1 > u128::from(cap1) && cap1 > 0 {
+            1.0 / cap1 as f64
+        } else {
+            0.0
+        };
+        self.inv2 = if tot2 > u128::from(cap2) && cap2 > 0 {
+            1.0 / cap2 as f64
+        } else {
+            0.0
+        };
+        let (i1, i2) = (self.inv1, self.inv2);
+        for it in &mut self.items {
+            it.s = it.w1 as f64 * i1 + it.w2 as f64 * i2;
+        }
+        let ratio = |v: f64, w: f64| if w > 0.0 { v / w } else { f64::INFINITY };
+        self.items.sort_by(|a, b| {
+            ratio(b.v, b.s)
+                .total_cmp(&ratio(a.v, a.s))
+                .then(a.g.cmp(&b.g))
+        });
+        let items = &self.items;
+        let by = |out: &mut Vec<u32>, w: fn(&KGroup) -> u64| {
+            out.clear();
+            out.extend(0..items.len() as u32);
+            out.sort_by(|&a, &b| {
+                let (a, b) = (&items[a as usize], &items[b as usize]);
+                ratio(b.v, w(b) as f64)
+                    .total_cmp(&ratio(a.v, w(a) as f64))
+                    .then(a.g.cmp(&b.g))
+            });
+        };
+        by(&mut self.by1, |i| i.w1);
+        by(&mut self.by2, |i| i.w2);
+    }
+
+    /// Maximises the value over conflict-free subsets within both capacities; keeps
+    /// the patterns worth more than `threshold`.
+    fn solve(&mut self, conflict: &[bool], ng: usize, threshold: f64) -> KAnswer {
+        self.chosen.clear();
+        self.found.clear();
+        self.best = 0.0;
+        self.nodes = 0;
+        self.threshold = threshold;
+        let root = self.bound(0, 0.0, self.cap1, self.cap2, f64::NEG_INFINITY);
+        self.dfs(conflict, ng, 0, 0.0, self.cap1, self.cap2);
+        let exact = self.nodes <= PRICE_NODES;
+        let mut columns = std::mem::take(&mut self.found);
+        if columns.len() > PRICE_COLUMNS {
+            columns.drain(..columns.len() - PRICE_COLUMNS);
+        }
+        KAnswer {
+            columns,
+            upper: if exact {
+                self.best
+            } else {
+                root.max(self.best)
+            },
+            exact,
+        }
+    }
+
+    /// The smallest of the surrogate Dantzig bound and the Dantzig bounds of each
+    /// binding capacity alone, for items `from..` on top of `val` with room `r1`, `r2`;
+    /// stops early once a bound is at most `enough`.
+    fn bound(&self, from: usize, val: f64, r1: u64, r2: u64, enough: f64) -> f64 {
+        let mut b = self.dantzig(from, val, r1, r2);
+        for (dim, inv, order) in [(0, self.inv1, &self.by1), (1, self.inv2, &self.by2)] {
+            if b <= enough || inv == 0.0 {
+                continue;
+            }
+            let mut d = val;
+            let mut room = if dim == 0 { r1 } else { r2 };
+            for &pos in order {
+                let it = &self.items[pos as usize];
+                if (pos as usize) < from || it.w1 > r1 || it.w2 > r2 {
+                    continue;
+                }
+                let w = if dim == 0 { it.w1 } else { it.w2 };
+                if w <= room {
+                    d += it.v;
+                    room -= w;
+                } else {
+                    d += it.v * room as f64 / w as f64;
+                    break;
+                }
+            }
+            b = b.min(d);
+        }
+        b
+    }
+
+    /// Surrogate Dantzig bound of items `from..` on top of `val` with room `r1`, `r2`.
+    fn dantzig(&self, from: usize, val: f64, r1: u64, r2: u64) -> f64 {
+        let mut b = val;
+        let mut room = r1 as f64 * self.inv1 + r2 as f64 * self.inv2;
+        for it in &self.items[from..] {
+            if it.w1 > r1 || it.w2 > r2 {
+                continue;
+            }
+            if it.s <= room {
+                b += it.v;
+                room -= it.s;
+            } else {
+                b += it.v * room / it.s;
+                break;
+            }
+        }
+        b
+    }
+
+    fn dfs(&mut self, conflict: &[bool], ng: usize, idx: usize, val: f64, r1: u64, r2: u64) {
+        self.nodes += 1;
+        if self.nodes > PRICE_NODES {
+            return;
+        }
+        if val > self.best + 1e-12 {
+            self.best = val;
+            if val > self.threshold + 1e-9 {
+                self.found.push((val, self.chosen.clone()));
+            }
+        }
+        if idx >= self.items.len()
+            || self.bound(idx, val, r1, r2, self.best + 1e-9) <= self.best + 1e-9
+        {
+            return;
+        }
+        let it = self.items[idx];
+        let free = it.w1 <= r1
+            && it.w2 <= r2
+            && self
+                .chosen
+                .iter()
+                .all(|&c| !conflict[c as usize * ng + it.g as usize]);
+        if free {
+            self.chosen.push(it.g);
+            self.dfs(conflict, ng, idx + 1, val + it.v, r1 - it.w1, r2 - it.w2);
+            self.chosen.pop();
+        }
+        self.dfs(conflict, ng, idx + 1, val, r1, r2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instance::{Device, DeviceKind, Instance, VnfInstance};
+    use crate::validate;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// Runs branch and price alone to the end; returns (finished, best cost).
+    fn run_alone(inst: &Instance) -> (bool, Option<u64>) {
+        let p = Problem::new(inst);
+        let mut b = BranchPrice::new(&p, 0.0, &[]);
+        b.run(u64::MAX, Instant::now() + Duration::from_secs(20));
+        let best = b.found.as_ref().map(|(c, pats)| {
+            let a = p
+                .to_assignment(pats, inst.vnf_instances.len())
+                .expect("patterns map onto devices");
+            assert_eq!(validate::check(inst, &a), Ok(*c));
+            *c
+        });
+        (b.finished(), best)
+    }
+
+    /// Minimum cost over all assignments (None if none is feasible).
+    fn brute(inst: &Instance) -> Option<u64> {
+        let (n, nd) = (inst.vnf_instances.len(), inst.devices.len());
+        let mut a = vec![0usize; n];
+        let mut best: Option<u64> = None;
+        loop {
+            if let Ok(c) = validate::check(inst, &a) {
+                best = Some(best.map_or(c, |b| b.min(c)));
+            }
+            let mut i = 0;
+            loop {
+                if i == n {
+                    return best;
+                }
+                a[i] += 1;
+                if a[i] < nd {
+                    break;
+                }
+                a[i] = 0;
+                i += 1;
+            }
+        }
+    }
+
+    fn device(i: usize, hw: bool, cost: u64, cap: u64, lat: u64, thr: u64) -> Device {
+        Device {
+            id: format!("d{i}"),
+            model: String::new(),
+            kind: if hw {
+                DeviceKind::Hardware
+            } else {
+                DeviceKind::Software
+            },
+            functions: vec!["fw".into()],
+            cost,
+            tcam_capacity: hw.then_some(cap),
+            cpu_capacity: (!hw).then_some(cap),
+            latency_us: lat,
+            throughput_gbps: thr,
+        }
+    }
+
+    fn vnf(i: usize, tcam: u64, cpu: u64, lat: u64, thr: u64) -> VnfInstance {
+        VnfInstance {
+            id: format!("v{i}"),
+            function: "fw".into(),
+            tcam_need: tcam,
+            cpu_need: cpu,
+            latency_bound_us: lat,
+            throughput_gbps: thr,
+        }
+    }
+
+    /// The root LP bound is 4.5 but the optimum is 7: only branching proves it.
+    #[test]
+    fn proves_an_optimum_above_the_rounded_lp_bound() {
+        let inst = Instance {
+            name: "gap".into(),
+            functions: vec!["fw".into()],
+            devices: vec![device(0, true, 2, 11, 0, 5), device(1, false, 5, 9, 0, 6)],
+            vnf_instances: vec![vnf(0, 4, 7, 2, 1), vnf(1, 1, 9, 1, 0), vnf(2, 8, 1, 2, 5)],
+        };
+        let p = Problem::new(&inst);
+        let root = crate::colgen::ColGen::new(&p).solve(
+            &p.demands(),
+            &p.counts(),
+            None,
+            f64::INFINITY,
+            true,
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert!(ceil_bound(root.bound) + 1 < 7, "root bound {}", root.bound);
+        assert_eq!(brute(&inst), Some(7));
+        assert_eq!(run_alone(&inst), (true, Some(7)));
+    }
+
+    #[test]
+    fn knapsack_with_conflicts_matches_brute_force() {
+        let mut rng = 7u64;
+        let mut next = |m: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % m
+        };
+        for _ in 0..300 {
+            let ng = 1 + next(9) as usize;
+            let nm = 1;
+            let (cap1, cap2) = (5 + next(20), 3 + next(10));
+            let g = Groups {
+                members: (0..ng as u32).map(|i| vec![i]).collect(),
+                of: (0..ng as u32).collect(),
+                conflict: (0..ng * ng).map(|_| next(5) == 0).collect(),
+                allowed: (0..ng).map(|_| next(6) != 0).collect(),
+                size: (0..ng).map(|_| next(12)).collect(),
+                thr: (0..ng).map(|_| next(6)).collect(),
+            };
+            let conflict: Vec<bool> = (0..ng * ng)
+                .map(|i| g.conflict[i] || g.conflict[(i % ng) * ng + i / ng])
+                .collect();
+            let pi: Vec<f64> = (0..ng).map(|_| next(10) as f64 - 2.0).collect();
+            let mut k = Knapsack::default();
+            k.load(&g, 0, nm, &pi, cap1, cap2);
+            let ans = k.solve(&conflict, ng, -1.0);
+            let mut best = 0.0f64;
+            for mask in 0u32..1 << ng {
+                let set: Vec<usize> = (0..ng).filter(|&x| mask >> x & 1 == 1).collect();
+                let ok = set.iter().all(|&x| g.allowed[x])
+                    && set.iter().map(|&x| g.size[x]).sum::<u64>() <= cap1
+                    && set.iter().map(|&x| g.thr[x]).sum::<u64>() <= cap2
+                    && set
+                        .iter()
+                        .all(|&a| set.iter().all(|&b| a == b || !conflict[a * ng + b]));
+                if ok {
+                    best = best.max(set.iter().map(|&x| pi[x].max(0.0)).sum());
+                }
+            }
+            assert!(ans.exact);
+            assert!((ans.upper - best).abs() < 1e-9, "{} vs {best}", ans.upper);
+            let (v, set) = ans.columns.last().cloned().unwrap_or((0.0, Vec::new()));
+            assert!((v - best).abs() < 1e-9);
+            assert!(set.iter().all(|&a| set
+                .iter()
+                .all(|&b| a == b || !conflict[a as usize * ng + b as usize])));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(150))]
+
+        /// Branch and price alone finishes with the brute-force optimum on tiny
+        /// multi-model instances (or finds nothing when none exists).
+        #[test]
+        fn branch_and_price_equals_brute_force(
+            devs in proptest::collection::vec(
+                (any::<bool>(), 1u64..10, 4u64..20, 0u64..4, 2u64..12), 1..5),
+            vnfs in proptest::collection::vec(
+                (1u64..12, 1u64..12, 0u64..5, 0u64..6), 1..6),
+        ) {
+            let inst = Instance {
+                name: "prop".into(),
+                functions: vec!["fw".into()],
+                devices: devs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(hw, c, cap, lat, thr))| device(i, hw, c, cap, lat, thr))
+                    .collect(),
+                vnf_instances: vnfs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(t, c, lat, thr))| vnf(i, t, c, lat, thr))
+                    .collect(),
+            };
+            prop_assume!(inst.validate("prop").is_ok());
+            prop_assert_eq!(run_alone(&inst), (true, brute(&inst)));
+        }
+
+        /// Classical bin packing: branch and price alone equals brute force.
+        #[test]
+        fn branch_and_price_bin_packing_equals_brute_force(
+            weights in proptest::collection::vec(1u64..=100, 1..8),
+            cap in 100u64..=160,
+        ) {
+            let inst = crate::bpp::BppInstance { name: "prop".into(), capacity: cap, weights }
+                .to_instance();
+            let (finished, best) = run_alone(&inst);
+            prop_assert!(finished);
+            prop_assert_eq!(best, brute(&inst));
+        }
+    }
+}
