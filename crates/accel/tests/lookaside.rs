@@ -134,6 +134,49 @@ fn zero_copy_and_bounce_buffers_complete_in_order() {
 }
 
 #[test]
+fn wait_ready_is_woken_by_the_device_per_batch() {
+    let mut la = lookaside(1);
+    let e = &mut la.engine;
+    let alg = Alg::Aes128CtrHmacSha256;
+    let sid = e.create_session(enc(alg, &[4; 16], &[8; 32])).unwrap();
+    let (n, len) = (60, 16000);
+    let want = reference(alg, n, len);
+    // Nothing in flight: returns at once.
+    let t0 = Instant::now();
+    e.wait_ready(1, Duration::from_secs(2));
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    // Three batches in flight at once, collected batch by batch as a pipelined tunnel does.
+    let mut ops = ops_for(e, sid, n, len, true, 16);
+    while !ops.is_empty() {
+        assert!(
+            e.submit(&mut ops).unwrap() > 0,
+            "ring and slots hold all ops"
+        );
+    }
+    let mut out = Vec::new();
+    for batch in 0..3 {
+        let t0 = Instant::now();
+        while out.len() < (batch + 1) * 20 {
+            let missing = (batch + 1) * 20 - out.len();
+            e.wait_ready(missing, Duration::from_secs(2));
+            e.poll(&mut out, missing);
+        }
+        // A device that never rang the completion bell leaves the client asleep for
+        // the whole 2 s timeout.
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "batch {batch}: {:?}",
+            t0.elapsed()
+        );
+    }
+    assert_eq!(e.in_flight(), 0);
+    for (i, c) in out.iter().enumerate() {
+        assert_eq!((c.op.user, c.status), (i as u64, Status::Ok), "order");
+        assert_eq!(c.op.buf.as_slice(), &want[i][..], "op {i}");
+    }
+}
+
+#[test]
 fn drain_then_switch_engine_keeps_order() {
     let mut la = lookaside(1);
     let mut soft = nfx_accel::soft_engine();

@@ -488,3 +488,75 @@ fn lookaside_device_killed_mid_stream_loses_nothing() {
     assert_eq!(st["failovers"], 1, "{st}");
     assert_eq!(st["engine"], "cpu", "the fallback engine is reported: {st}");
 }
+
+/// Kills the lookaside device process when the test ends, however it ends.
+struct DeviceGuard(Child);
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn udp_stream_survives_20_lookaside_grants_and_releases() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut p = Pair::new("g", 154);
+    let sock = p.dir.join("accel.sock");
+    let _dev = DeviceGuard(
+        Command::new(nfx())
+            .args([
+                "accel",
+                "serve",
+                "--queue-pairs",
+                "1",
+                "--socket",
+                sock.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while !Path::new(&sock).exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The pipelined lookaside path (batches left in flight between rounds) must hand
+    // every packet over in order at each grant and release.
+    p.start(nfx(), "aes-128-gcm", "");
+    let done = Arc::new(AtomicBool::new(false));
+    let port = p.em_port(1);
+    let body = format!("{{\"device\":\"{}\"}}", sock.display());
+    let flag = Arc::clone(&done);
+    let switcher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..20 {
+            let (code, v) = if i % 2 == 0 {
+                http(port, "POST", "/accelerator/use", &body).unwrap()
+            } else {
+                http(port, "POST", "/accelerator/release", "").unwrap()
+            };
+            let want = if i % 2 == 0 { "lookaside" } else { "cpu" };
+            assert_eq!((code, v["engine"].as_str()), (200, Some(want)), "{v}");
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    let (sent, got) = udp_stream(&p, done);
+    switcher.join().unwrap();
+    let expect: Vec<u32> = (0..sent).collect();
+    assert!(
+        got == expect,
+        "sent {sent}, got {} (first gap at {:?})",
+        got.len(),
+        got.iter().enumerate().find(|(i, &s)| *i as u32 != s)
+    );
+    let (_, st) = http(port, "GET", "/status", "").unwrap();
+    assert_eq!(st["engine_switches"], 20, "{st}");
+    assert_eq!(st["failovers"], 0, "{st}");
+}

@@ -37,7 +37,9 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// Defaults: 256-entry rings, 768 slots of 16 KiB, 200 µs of polling before sleeping.
+    /// Defaults: 256-entry rings, 768 slots of 16 KiB, 30 µs of polling before sleeping
+    /// (a pipelining client keeps the device fed without it; a longer spin only takes CPU
+    /// from the clients on a small machine, docs/experiments/accel-switch.md).
     pub fn new(socket: impl Into<PathBuf>, queue_pairs: usize) -> Self {
         DeviceConfig {
             socket: socket.into(),
@@ -46,7 +48,7 @@ impl DeviceConfig {
             ring_size: 256,
             slots: 768,
             slot_size: 16384,
-            spin: Duration::from_micros(200),
+            spin: Duration::from_micros(30),
         }
     }
 

@@ -58,8 +58,10 @@ struct AccelSwitch {
     #[arg(long, default_value_t = 10.0)]
     lower: f64,
     /// Microseconds the lookaside device keeps polling after its last work before it
-    /// sleeps (`nfx accel serve --spin-us`).
-    #[arg(long, default_value_t = 200)]
+    /// sleeps (`nfx accel serve --spin-us`). The pipelined tunnel keeps it fed and wakes
+    /// it through the doorbell; a longer spin takes CPU the tunnel ends and iperf3 need
+    /// on the 2-vCPU testbed (docs/experiments/accel-switch.md).
+    #[arg(long, default_value_t = 30)]
     device_spin_us: u64,
 }
 
