@@ -29,6 +29,15 @@ pub struct RunConfig {
     /// How the worker waits for packets.
     #[serde(default = "default_poll")]
     pub poll: PollMode,
+    /// How AF_PACKET ports receive: `ring` (PACKET_MMAP receive ring, no system call
+    /// while frames wait) or `mmsg` (`recvmmsg`). Both send with `sendmmsg`.
+    #[serde(default)]
+    pub io: IoMode,
+    /// Worker threads, 1..=16. With more than one, each owns its own sockets on both
+    /// interfaces and its own flow tables; PACKET_FANOUT spreads flows over them so both
+    /// directions of a flow meet the same worker (docs/dataplane.md, "Workers").
+    #[serde(default = "default_workers")]
+    pub workers: usize,
     /// JSON-lines file that receives every event (DPI matches, elephants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<PathBuf>,
@@ -53,6 +62,20 @@ pub struct FanoutConfig {
     #[serde(default)]
     pub role: Role,
 }
+
+/// How AF_PACKET ports receive frames.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// PACKET_MMAP receive ring (TPACKET_V2).
+    #[default]
+    Ring,
+    /// `recvmmsg` batches.
+    Mmsg,
+}
+
+/// Most worker threads an instance may run.
+pub const MAX_WORKERS: usize = 16;
 
 /// Whether an instance starts processing or holding.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -87,6 +110,10 @@ pub struct PortConfig {
 
 fn default_vector() -> usize {
     nfx_packet::MAX_VECTOR
+}
+
+fn default_workers() -> usize {
+    1
 }
 
 fn default_poll() -> PollMode {
@@ -172,6 +199,18 @@ impl RunConfig {
                     self.vector,
                     nfx_packet::MAX_VECTOR
                 ),
+            ));
+        }
+        if !(1..=MAX_WORKERS).contains(&self.workers) {
+            return Err(err(
+                "workers",
+                format!("{} is out of range 1..={MAX_WORKERS}", self.workers),
+            ));
+        }
+        if self.workers > 1 && self.fanout.is_some() {
+            return Err(err(
+                "workers",
+                "more than one worker cannot be combined with `fanout` (handoff between instances needs one worker)".into(),
             ));
         }
         for (side, p) in [
@@ -278,7 +317,15 @@ chain:
         .unwrap();
         assert_eq!(c.vector, 256);
         assert_eq!(c.poll, PollMode::Adaptive);
+        assert_eq!(c.io, IoMode::Ring);
+        assert_eq!(c.workers, 1);
         assert!(c.chain.is_empty());
+    }
+
+    #[test]
+    fn io_and_workers_parse() {
+        let c = RunConfig::parse(&format!("{GOOD}io: mmsg\nworkers: 4\n"), "f").unwrap();
+        assert_eq!((c.io, c.workers), (IoMode::Mmsg, 4));
     }
 
     fn err_of(text: &str) -> ConfigError {
@@ -326,6 +373,13 @@ chain:
                 format!("{GOOD}fanout: {{ group: 7, role: lead }}\n"),
                 "fanout.role",
             ),
+            (format!("{GOOD}workers: 0\n"), "workers"),
+            (format!("{GOOD}workers: 17\n"), "workers"),
+            (
+                format!("{GOOD}workers: 2\nfanout: {{ group: 7 }}\n"),
+                "workers",
+            ),
+            (format!("{GOOD}io: xdp\n"), "io"),
         ];
         for (text, field) in cases {
             let e = err_of(&text);

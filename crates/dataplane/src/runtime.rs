@@ -2,7 +2,7 @@
 //! other threads (the control socket, `nfx run`, tests) talk to its worker.
 
 use crate::builtin::{L2Rewrite, OutputNode};
-use crate::config::{ConfigError, Role, RunConfig};
+use crate::config::{ConfigError, IoMode, Role, RunConfig};
 use crate::graph::Graph;
 use crate::stats::Stats;
 use crate::worker::{Command, Drained, Mailbox, Worker};
@@ -30,12 +30,23 @@ pub type PortOpener = Box<dyn FnOnce() -> anyhow::Result<[Box<dyn Port>; 2]> + S
 /// How long a caller waits for the worker to answer a command.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Inner {
+/// Slots of each PACKET_MMAP receive ring (`io: ring`): 32 MiB per port, the memory of
+/// the 32 MiB socket buffer `recvmmsg` uses, so both ride out the same stalls (about
+/// 40 ms of 64-byte frames at 0.4 Mpps).
+const RX_RING_SLOTS: usize = 16384;
+
+/// The command channel of one worker thread.
+struct WorkerLink {
     tx: Sender<Command>,
     mailbox: Arc<Mailbox>,
+}
+
+struct Inner {
+    workers: Vec<WorkerLink>,
     builder: ChainBuilder,
-    /// The specs of the running chain (also serializes reconfigurations).
-    applied: Mutex<Vec<serde_json::Value>>,
+    /// The specs of the running chain and, per spec, whether its node needs replies
+    /// steered by destination port (also serializes reconfigurations).
+    applied: Mutex<(Vec<serde_json::Value>, Vec<bool>)>,
 }
 
 /// A cloneable handle that sends commands to a running worker and waits for answers.
@@ -45,13 +56,33 @@ pub struct Controller {
 }
 
 impl Controller {
-    fn send(&self, cmd: Command) -> anyhow::Result<()> {
-        self.inner
-            .tx
-            .send(cmd)
-            .map_err(|_| anyhow!("the worker has stopped"))?;
-        self.inner.mailbox.ring();
+    fn send_to(&self, worker: usize, cmd: Command) -> anyhow::Result<()> {
+        let w = &self.inner.workers[worker];
+        w.tx.send(cmd)
+            .map_err(|_| anyhow!("worker {worker} has stopped"))?;
+        w.mailbox.ring();
         Ok(())
+    }
+
+    /// Sends to the only worker; commands that act on one worker's ports or flow
+    /// state (handoff, migration) are refused for an instance with several.
+    fn send(&self, cmd: Command) -> anyhow::Result<()> {
+        let n = self.inner.workers.len();
+        if n != 1 {
+            bail!("this command needs an instance with one worker (this one runs {n})");
+        }
+        self.send_to(0, cmd)
+    }
+
+    fn ask_to<T>(
+        &self,
+        worker: usize,
+        make: impl FnOnce(mpsc::SyncSender<T>) -> Command,
+    ) -> anyhow::Result<T> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send_to(worker, make(tx))?;
+        rx.recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| anyhow!("worker {worker} did not answer within {REPLY_TIMEOUT:?}"))
     }
 
     fn ask<T>(&self, make: impl FnOnce(mpsc::SyncSender<T>) -> Command) -> anyhow::Result<T> {
@@ -61,9 +92,18 @@ impl Controller {
             .map_err(|_| anyhow!("the worker did not answer within {REPLY_TIMEOUT:?}"))
     }
 
-    /// Fresh counters, taken by the worker between two vectors.
+    /// Number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.inner.workers.len()
+    }
+
+    /// Fresh counters, taken by each worker between two vectors; with several workers
+    /// one document that lists them all ([`Stats::merge`]).
     pub fn stats(&self) -> anyhow::Result<Stats> {
-        self.ask(Command::Stats)
+        let parts = (0..self.workers())
+            .map(|w| self.ask_to(w, Command::Stats))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Stats::merge(parts))
     }
 
     /// Builds a new chain from `specs` and swaps it in between two vectors: no packet is
@@ -71,19 +111,43 @@ impl Controller {
     /// keep their flow state. The longest prefix of specs equal to the running chain's is
     /// not rebuilt: those nodes stay as they are (deploying at the end of a chain builds
     /// one node). Returns the new names and the number of flows carried over.
+    /// With several workers every worker gets its own new nodes (sharded, see
+    /// [`nfx_vnf::Node::shard`]) and the flow steering follows the new chain.
     pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<(Vec<String>, usize)> {
         let mut applied = self.inner.applied.lock().unwrap_or_else(|e| e.into_inner());
         let keep = applied
+            .0
             .iter()
             .zip(specs)
             .take_while(|(a, b)| a == b)
             .count();
-        let nodes = (self.inner.builder)(specs, keep)
-            .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
-        let (old, names, carried) = self.ask(|tx| Command::Reconfigure(keep, nodes, tx))?;
-        *applied = specs.to_vec();
-        drop(applied);
-        drop(old);
+        let n = self.workers();
+        let mut per_worker = Vec::with_capacity(n);
+        let mut dest = applied.1[..keep].to_vec();
+        for w in 0..n {
+            let mut nodes = (self.inner.builder)(specs, keep)
+                .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
+            let flags = shard_nodes(&mut nodes, w, n)
+                .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
+            if w == 0 {
+                dest.extend(flags);
+            }
+            per_worker.push(nodes);
+        }
+        let mut names = Vec::new();
+        let mut carried = 0;
+        for (w, nodes) in per_worker.into_iter().enumerate() {
+            let (old, nm, c) = self.ask_to(w, |tx| Command::Reconfigure(keep, nodes, tx))?;
+            drop(old);
+            names = nm;
+            carried += c;
+        }
+        if n > 1 {
+            let by_port = dest.iter().any(|d| *d);
+            self.ask_to(0, |tx| Command::SpreadFlows(by_port, tx))?
+                .map_err(|e| anyhow!("reconfigure: {e}"))?;
+        }
+        *applied = (specs.to_vec(), dest);
         Ok((names, carried))
     }
 
@@ -150,9 +214,15 @@ impl Controller {
             .map_err(|e| anyhow!("steer: {e}"))
     }
 
-    /// Asks the worker to stop after the current vector.
+    /// Asks every worker to stop after its current vector.
     pub fn shutdown(&self) -> anyhow::Result<()> {
-        self.send(Command::Shutdown)
+        let mut result = Ok(());
+        for w in 0..self.workers() {
+            if let Err(e) = self.send_to(w, Command::Shutdown) {
+                result = Err(e);
+            }
+        }
+        result
     }
 
     /// Answers one control-socket request line with one response line (no newline).
@@ -267,54 +337,247 @@ impl Controller {
     }
 }
 
-/// A running dataplane instance: one worker thread and the controller that talks to it.
+/// A running dataplane instance: its worker threads and the controller that talks to them.
 pub struct Dataplane {
     controller: Controller,
-    worker: Option<JoinHandle<Stats>>,
+    workers: Vec<JoinHandle<Stats>>,
+}
+
+/// Tells each node it runs as worker `index` of `count` (only with more than one) and
+/// returns, per node, whether replies must be steered by destination port.
+fn shard_nodes(
+    nodes: &mut [Box<dyn Node>],
+    index: usize,
+    count: usize,
+) -> Result<Vec<bool>, ConfigError> {
+    let mut flags = Vec::with_capacity(nodes.len());
+    for n in nodes.iter_mut() {
+        let by_port = if count > 1 {
+            n.shard(index, count).map_err(|problem| ConfigError {
+                file: String::new(),
+                field: "workers".into(),
+                problem,
+            })?
+        } else {
+            false
+        };
+        flags.push(by_port);
+    }
+    Ok(flags)
+}
+
+/// Event writer of one worker when several share the events file: whole lines are
+/// appended under a lock at each flush (or when 64 KiB are buffered), so the lines of
+/// different workers never interleave.
+struct SharedLines {
+    file: Arc<Mutex<std::fs::File>>,
+    buf: Vec<u8>,
+}
+
+impl SharedLines {
+    fn write_lines(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        let Some(end) = self.buf.iter().rposition(|b| *b == b'\n') else {
+            return Ok(());
+        };
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        f.write_all(&self.buf[..=end])?;
+        self.buf.drain(..=end);
+        Ok(())
+    }
+}
+
+impl std::io::Write for SharedLines {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= 64 << 10 {
+            self.write_lines()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.write_lines()
+    }
+}
+
+/// Everything one worker thread is started with.
+struct WorkerStart {
+    index: usize,
+    nodes: Vec<Box<dyn Node>>,
+    events: Option<Box<dyn std::io::Write + Send>>,
+    open: PortOpener,
+    held: bool,
 }
 
 impl Dataplane {
-    /// Starts a worker with AF_PACKET ports on the configured interfaces, inside the
-    /// configured namespace. Returns once the ports are open (or with the reason they
-    /// could not be).
+    /// Starts `workers` worker threads with AF_PACKET ports on the configured
+    /// interfaces, inside the configured namespace. Returns once every port is open (or
+    /// with the reason one could not be). With several workers, each opens its own
+    /// sockets on both interfaces, joined to one fanout group per interface, and flows
+    /// are spread over them ([`nfx_io::fanout::flow_program`]).
     pub fn start(cfg: &RunConfig, builder: ChainBuilder) -> anyhow::Result<Self> {
         let batch = cfg.vector;
-        let groups = cfg.fanout.map(|f| [f.group, f.group + 1]);
+        let rx_ring = (cfg.io == IoMode::Ring).then_some(RX_RING_SLOTS);
         let names = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
         ];
-        let open: PortOpener = Box::new(move || {
-            let opts = |side: usize| AfPacketOptions {
-                batch,
-                fanout: groups.map(|g| g[side]),
-                ..AfPacketOptions::default()
-            };
-            let inside = AfPacketPort::open(&names[0], opts(0))?;
-            let outside = AfPacketPort::open(&names[1], opts(1))?;
-            Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
-        });
-        Self::start_with_ports(cfg, builder, open)
+        let opts = move |group: Option<u16>| AfPacketOptions {
+            batch,
+            fanout: group,
+            rx_ring,
+            ..AfPacketOptions::default()
+        };
+        if cfg.workers == 1 {
+            let groups = cfg.fanout.map(|f| [f.group, f.group + 1]);
+            let open: PortOpener = Box::new(move || {
+                let inside = AfPacketPort::open(&names[0], opts(groups.map(|g| g[0])))?;
+                let outside = AfPacketPort::open(&names[1], opts(groups.map(|g| g[1])))?;
+                Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
+            });
+            return Self::start_with_ports(cfg, builder, open);
+        }
+        // Worker 0 creates the two groups; the others join them, in order, so that
+        // fanout member k is worker k.
+        let groups: Arc<Mutex<Option<[u16; 2]>>> = Arc::new(Mutex::new(None));
+        let opens = (0..cfg.workers)
+            .map(|w| {
+                let (names, groups) = (names.clone(), groups.clone());
+                Box::new(move || {
+                    let mut ports = Vec::with_capacity(2);
+                    for side in 0..2 {
+                        let port = if w == 0 {
+                            let port = AfPacketPort::open(&names[side], opts(None))?;
+                            let id = nfx_io::fanout::join_new(port.fd())
+                                .with_context(|| format!("port {}", names[side]))?;
+                            let mut g = groups.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut ids = g.unwrap_or([0, 0]);
+                            ids[side] = id;
+                            *g = Some(ids);
+                            port
+                        } else {
+                            let ids = groups
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .ok_or_else(|| anyhow!("worker 0 made no fanout groups"))?;
+                            AfPacketPort::open(&names[side], opts(Some(ids[side])))?
+                        };
+                        ports.push(Box::new(port) as Box<dyn Port>);
+                    }
+                    let [a, b]: [Box<dyn Port>; 2] = ports
+                        .try_into()
+                        .map_err(|_| anyhow!("two ports expected"))?;
+                    Ok([a, b])
+                }) as PortOpener
+            })
+            .collect();
+        Self::start_workers(cfg, builder, opens)
     }
 
-    /// Starts a worker whose ports are made by `open` (tests use in-memory ports).
+    /// Starts one worker whose ports are made by `open` (tests use in-memory ports).
     pub fn start_with_ports(
         cfg: &RunConfig,
         builder: ChainBuilder,
         open: PortOpener,
     ) -> anyhow::Result<Self> {
-        let nodes = builder(&cfg.chain, 0).map_err(|e| ConfigError {
+        if cfg.workers != 1 {
+            bail!(
+                "ports made by the caller serve one worker, not {}",
+                cfg.workers
+            );
+        }
+        Self::start_workers(cfg, builder, vec![open])
+    }
+
+    fn start_workers(
+        cfg: &RunConfig,
+        builder: ChainBuilder,
+        opens: Vec<PortOpener>,
+    ) -> anyhow::Result<Self> {
+        let n = opens.len();
+        let with_file = |e: ConfigError| ConfigError {
             file: cfg.source.clone(),
             ..e
-        })?;
-        let events: Option<Box<dyn std::io::Write + Send>> = match &cfg.events {
+        };
+        let mut chains = Vec::with_capacity(n);
+        let mut dest = Vec::new();
+        for w in 0..n {
+            let mut nodes = builder(&cfg.chain, 0).map_err(with_file)?;
+            let flags = shard_nodes(&mut nodes, w, n).map_err(with_file)?;
+            if w == 0 {
+                dest = flags;
+            }
+            chains.push(nodes);
+        }
+        let mut writers: Vec<Option<Box<dyn std::io::Write + Send>>> = Vec::with_capacity(n);
+        match &cfg.events {
             Some(path) => {
                 let f = std::fs::File::create(path)
                     .with_context(|| format!("creating events file {}", path.display()))?;
-                Some(Box::new(std::io::BufWriter::new(f)))
+                if n == 1 {
+                    writers.push(Some(Box::new(std::io::BufWriter::new(f))));
+                } else {
+                    let file = Arc::new(Mutex::new(f));
+                    for _ in 0..n {
+                        writers.push(Some(Box::new(SharedLines {
+                            file: file.clone(),
+                            buf: Vec::new(),
+                        })));
+                    }
+                }
             }
-            None => None,
+            None => writers.resize_with(n, || None),
+        }
+        let standby = cfg.fanout.is_some_and(|f| f.role == Role::Standby);
+        let mut links = Vec::with_capacity(n);
+        let mut handles: Vec<JoinHandle<Stats>> = Vec::with_capacity(n);
+        let started = chains
+            .into_iter()
+            .zip(writers)
+            .zip(opens)
+            .enumerate()
+            .try_for_each(|(index, ((nodes, events), open))| {
+                let (link, handle) = Self::spawn_worker(
+                    cfg,
+                    WorkerStart {
+                        index,
+                        nodes,
+                        events,
+                        open,
+                        held: standby,
+                    },
+                )?;
+                links.push(link);
+                handles.push(handle);
+                anyhow::Ok(())
+            });
+        let dp = Self {
+            controller: Controller {
+                inner: Arc::new(Inner {
+                    workers: links,
+                    builder,
+                    applied: Mutex::new((cfg.chain.clone(), dest.clone())),
+                }),
+            },
+            workers: handles,
         };
+        // On error, dropping `dp` stops the workers already running.
+        started?;
+        if n > 1 {
+            let by_port = dest.iter().any(|d| *d);
+            dp.controller
+                .ask_to(0, |tx| Command::SpreadFlows(by_port, tx))?
+                .map_err(|e| anyhow!("spreading flows over {n} workers: {e}"))?;
+        }
+        Ok(dp)
+    }
+
+    /// Spawns one worker thread and waits until its ports are open.
+    fn spawn_worker(
+        cfg: &RunConfig,
+        start: WorkerStart,
+    ) -> anyhow::Result<(WorkerLink, JoinHandle<Stats>)> {
         let peer = |side: &str, mac: &str| {
             parse_mac(mac).map_err(|e| anyhow!("ports.{side}.peer_mac: {e}"))
         };
@@ -327,10 +590,16 @@ impl Dataplane {
         let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<()>>(1);
         let (name, poll, vector, netns) =
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
-        let standby = cfg.fanout.is_some_and(|f| f.role == Role::Standby);
+        let WorkerStart {
+            index,
+            nodes,
+            events,
+            open,
+            held,
+        } = start;
         let mb = mailbox.clone();
         let worker = std::thread::Builder::new()
-            .name(format!("nfx-worker-{name}"))
+            .name(format!("nfx-worker-{name}-{index}"))
             .spawn(move || {
                 let setup = || -> anyhow::Result<[Box<dyn Port>; 2]> {
                     if let Some(ns) = &netns {
@@ -356,31 +625,22 @@ impl Dataplane {
                     },
                 };
                 let graph = Graph::new(nodes, output, events);
-                let worker =
-                    Worker::new(name, poll, vector, ports, graph, rx, mb).start_held(standby);
+                let worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
+                    .with_id(index)
+                    .start_held(held);
                 let _ = ready_tx.send(Ok(()));
                 worker.run()
             })
-            .context("spawning the worker thread")?;
+            .context("spawning a worker thread")?;
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let _ = worker.join();
                 return Err(e);
             }
-            Err(_) => bail!("the worker thread died while starting"),
+            Err(_) => bail!("worker {index} died while starting"),
         }
-        Ok(Self {
-            controller: Controller {
-                inner: Arc::new(Inner {
-                    tx,
-                    mailbox,
-                    builder,
-                    applied: Mutex::new(cfg.chain.clone()),
-                }),
-            },
-            worker: Some(worker),
-        })
+        Ok((WorkerLink { tx, mailbox }, worker))
     }
 
     /// The handle for commands.
@@ -388,27 +648,32 @@ impl Dataplane {
         self.controller.clone()
     }
 
-    /// True once the worker thread has ended (e.g. after a `shutdown` command).
+    /// True once every worker thread has ended (e.g. after a `shutdown` command).
     pub fn finished(&self) -> bool {
-        self.worker.as_ref().is_none_or(|w| w.is_finished())
+        self.workers.iter().all(|w| w.is_finished())
     }
 
-    /// Stops the worker (if still running) and returns its final stats.
+    /// Stops the workers (if still running) and returns their final stats, merged.
     pub fn stop(mut self) -> anyhow::Result<Stats> {
         let _ = self.controller.shutdown();
-        let w = self
-            .worker
-            .take()
-            .ok_or_else(|| anyhow!("already stopped"))?;
-        w.join().map_err(|_| anyhow!("the worker thread panicked"))
+        if self.workers.is_empty() {
+            bail!("already stopped");
+        }
+        let parts = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(|w| w.join().map_err(|_| anyhow!("a worker thread panicked")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Stats::merge(parts))
     }
 }
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        if let Some(w) = self.worker.take() {
+        if !self.workers.is_empty() {
             let _ = self.controller.shutdown();
-            let _ = w.join();
+            for w in self.workers.drain(..) {
+                let _ = w.join();
+            }
         }
     }
 }

@@ -117,6 +117,92 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// One document for an instance that runs several workers: `workers` lists every
+    /// worker, ports, nodes (matched by name) and events are summed, cycles per packet
+    /// is the packet-weighted mean, and node gauges are summed field by field (numbers)
+    /// or taken from the first worker (anything else). `held` is true if any worker holds.
+    pub fn merge(parts: Vec<Stats>) -> Stats {
+        let mut it = parts.into_iter();
+        let Some(mut all) = it.next() else {
+            return Stats::default();
+        };
+        for s in it {
+            all.uptime_s = all.uptime_s.max(s.uptime_s);
+            all.held |= s.held;
+            all.workers.extend(s.workers);
+            for p in s.ports {
+                match all.ports.iter_mut().find(|q| q.name == p.name) {
+                    Some(q) => {
+                        q.rx_packets += p.rx_packets;
+                        q.rx_bytes += p.rx_bytes;
+                        q.tx_packets += p.tx_packets;
+                        q.tx_bytes += p.tx_bytes;
+                        q.tx_retries += p.tx_retries;
+                        q.socket_drops += p.socket_drops;
+                        add_map(&mut q.drops, &p.drops);
+                    }
+                    None => all.ports.push(p),
+                }
+            }
+            for n in s.nodes {
+                match all.nodes.iter_mut().find(|m| m.name == n.name) {
+                    Some(m) => {
+                        let total = m.packets + n.packets;
+                        if total > 0 {
+                            m.cycles_per_packet = (m.cycles_per_packet * m.packets as f64
+                                + n.cycles_per_packet * n.packets as f64)
+                                / total as f64;
+                        }
+                        m.packets = total;
+                        m.bytes += n.bytes;
+                        add_map(&mut m.drops, &n.drops);
+                        add_json(&mut m.stats, &n.stats);
+                    }
+                    None => all.nodes.push(n),
+                }
+            }
+            add_map(&mut all.events, &s.events);
+        }
+        all
+    }
+}
+
+fn add_map(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// Adds the numbers of `from` into `into`, field by field; other values stay as they are.
+fn add_json(into: &mut serde_json::Value, from: &serde_json::Value) {
+    use serde_json::Value;
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(x) => add_json(x, v),
+                    None => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            *a = match (a.as_u64(), b.as_u64()) {
+                (Some(x), Some(y)) => x.saturating_add(y).into(),
+                _ => match serde_json::Number::from_f64(
+                    a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0),
+                ) {
+                    Some(n) => n,
+                    None => return,
+                },
+            };
+        }
+        _ => {}
+    }
+}
+
 fn gbps(bytes_now: u64, bytes_before: u64, secs: f64) -> String {
     if secs <= 0.0 {
         return "-".into();
@@ -263,6 +349,53 @@ mod tests {
             .find(|l| l.starts_with("firewall"))
             .unwrap()
             .contains(" - "));
+    }
+
+    #[test]
+    fn merge_sums_counters_and_lists_every_worker() {
+        let part = |id: usize, pkts: u64, cycles: f64| {
+            let mut drops = [0u64; DropReason::COUNT];
+            drops[DropReason::AclDeny as usize] = id as u64 + 1;
+            Stats {
+                name: "edge".into(),
+                uptime_s: 1.0 + id as f64,
+                workers: vec![WorkerStats {
+                    id,
+                    rx_packets: pkts,
+                    ..WorkerStats::default()
+                }],
+                ports: vec![PortStats {
+                    name: "inside".into(),
+                    rx_packets: pkts,
+                    drops: drops_map(&drops),
+                    ..PortStats::default()
+                }],
+                nodes: vec![NodeStats {
+                    name: "nat".into(),
+                    packets: pkts,
+                    cycles_per_packet: cycles,
+                    drops: drops_map(&drops),
+                    stats: serde_json::json!({"mappings": pkts, "note": "x"}),
+                    ..NodeStats::default()
+                }],
+                events: [("elephant".to_string(), 1)].into(),
+                ..Stats::default()
+            }
+        };
+        let m = Stats::merge(vec![part(0, 100, 10.0), part(1, 300, 30.0)]);
+        assert_eq!(m.workers.iter().map(|w| w.id).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(m.uptime_s, 2.0);
+        assert_eq!(m.ports.len(), 1);
+        assert_eq!(m.ports[0].rx_packets, 400);
+        assert_eq!(m.ports[0].drops["acl_deny"], 3);
+        let nat = m.node("nat").unwrap();
+        assert_eq!(nat.packets, 400);
+        assert_eq!(nat.cycles_per_packet, 25.0);
+        assert_eq!(nat.stats["mappings"], 400);
+        assert_eq!(nat.stats["note"], "x");
+        assert_eq!(m.node_drops("nat"), 3);
+        assert_eq!(m.events["elephant"], 2);
+        assert_eq!(Stats::merge(vec![]), Stats::default());
     }
 
     #[test]

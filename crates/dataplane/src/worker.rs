@@ -36,6 +36,10 @@ pub enum Command {
     Drain(SyncSender<Drained>),
     /// Point both ports' fanout groups at member `k`.
     Steer(u32, SyncSender<Result<(), String>>),
+    /// Spread flows over the fanout groups' members (the instance's workers): inside by
+    /// a symmetric flow hash, outside by destination port residue (`true`, a source NAT
+    /// picks reply ports) or by the same symmetric hash (`false`).
+    SpreadFlows(bool, SyncSender<Result<(), String>>),
     /// Leave the loop; the final stats are the thread's result.
     Shutdown,
 }
@@ -98,6 +102,7 @@ pub const PORT_NAMES: [&str; 2] = ["inside", "outside"];
 /// Everything one worker thread owns.
 pub struct Worker {
     name: String,
+    id: usize,
     poll: PollMode,
     vector: usize,
     ports: [Box<dyn Port>; 2],
@@ -130,6 +135,7 @@ impl Worker {
         let vector = vector.clamp(1, nfx_packet::MAX_VECTOR);
         Self {
             name,
+            id: 0,
             poll,
             vector,
             ports,
@@ -147,6 +153,12 @@ impl Worker {
             held: false,
             socket_drops: [0; 2],
         }
+    }
+
+    /// Numbers the worker (its `workers[].id` in the stats).
+    pub fn with_id(mut self, id: usize) -> Self {
+        self.id = id;
+        self
     }
 
     /// Starts the worker holding (a fanout standby): it reads nothing until `Release`.
@@ -285,6 +297,21 @@ impl Worker {
         Ok(())
     }
 
+    /// Installs the flow-spreading fanout programs (see [`Command::SpreadFlows`]).
+    fn spread_flows(&self, dest_port: bool) -> Result<(), String> {
+        use nfx_io::fanout::{flow_program, set_program, FlowKey};
+        let outside = if dest_port {
+            FlowKey::DestPort
+        } else {
+            FlowKey::Symmetric
+        };
+        for (p, key) in self.ports.iter().zip([FlowKey::Symmetric, outside]) {
+            set_program(p.fd(), &flow_program(key))
+                .map_err(|e| format!("port {}: fanout program: {e}", p.name()))?;
+        }
+        Ok(())
+    }
+
     /// Adds the frames the kernel dropped because a socket was full (e.g. while held).
     fn sample_socket_drops(&mut self) {
         for (i, p) in self.ports.iter().enumerate() {
@@ -330,6 +357,9 @@ impl Worker {
                 Ok(Command::Steer(k, reply)) => {
                     let _ = reply.send(self.steer(k));
                 }
+                Ok(Command::SpreadFlows(dest_port, reply)) => {
+                    let _ = reply.send(self.spread_flows(dest_port));
+                }
                 Ok(Command::Reconfigure(keep, nodes, reply)) => {
                     let (old, carried) = self.graph.replace_chain_after(keep, nodes);
                     let _ = reply.send((old, self.graph.vnf_names(), carried));
@@ -367,7 +397,7 @@ impl Worker {
             })
             .collect();
         let worker = WorkerStats {
-            id: 0,
+            id: self.id,
             cpu_pct: self.window_pct.unwrap_or_else(|| cpu_pct(cpu, uptime)),
             cpu_s: cpu.as_secs_f64(),
             rx_packets: ports.iter().map(|p| p.rx_packets).sum(),

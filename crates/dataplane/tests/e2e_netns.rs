@@ -308,3 +308,113 @@ fn chain_with_firewall_drops_denied_udp_and_counts_it() {
     let st = dp.stop().unwrap();
     assert_eq!(st.node("firewall").unwrap().drops["acl_deny"], 30);
 }
+
+/// Opens `n` TCP connections from `a` to `b` at once, `len` bytes each; returns, per
+/// connection, the bytes `b` counted and the source address `b` saw.
+fn tcp_parallel(t: &Topo, net: u8, n: usize, len: usize) -> Vec<(u64, std::net::IpAddr)> {
+    let addr: SocketAddr = format!("10.{net}.2.2:5002").parse().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let server = within(&t.b, move || {
+        let l = TcpListener::bind(addr).unwrap();
+        ready_tx.send(()).unwrap();
+        let conns: Vec<_> = (0..n)
+            .map(|_| {
+                let (mut c, peer) = l.accept().unwrap();
+                std::thread::spawn(move || {
+                    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let mut total = 0u64;
+                    let mut buf = vec![0u8; 65536];
+                    while let Ok(k @ 1..) = c.read(&mut buf) {
+                        total += k as u64;
+                    }
+                    let _ = c.write_all(&total.to_be_bytes());
+                    (total, peer.ip())
+                })
+            })
+            .collect();
+        conns
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    ready.recv().unwrap();
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            within(&t.a, move || {
+                let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                    .expect("connect through nfx");
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+                let chunk = vec![0x5au8; len];
+                c.write_all(&chunk).unwrap();
+                c.shutdown(std::net::Shutdown::Write).unwrap();
+                let mut echo = [0u8; 8];
+                c.read_exact(&mut echo).unwrap();
+                u64::from_be_bytes(echo)
+            })
+        })
+        .collect();
+    let echoed: Vec<u64> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    let seen = server.join().unwrap();
+    let mut a: Vec<u64> = seen.iter().map(|s| s.0).collect();
+    let mut b = echoed;
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "what b counted and what a heard back differ");
+    seen
+}
+
+#[test]
+fn two_workers_share_tcp_through_firewall_and_nat() {
+    let net = 253;
+    let t = Topo::new("2w", net);
+    let chain = format!(
+        "[{{firewall: {{default: deny, rules: [{{action: allow, proto: tcp, dport: 5002}}]}}}}, \
+         {{nat: {{snat: {{public_ip: 10.{net}.3.100}}}}}}]"
+    );
+    let mut cfg = config(&t, net, &chain);
+    cfg.workers = 2;
+    let dp = Dataplane::start(&cfg, builder()).unwrap();
+    // 16 connections: the chance that the flow hash puts all on one worker is 2^-15.
+    let len = 1 << 20;
+    let seen = tcp_parallel(&t, net, 16, len);
+    assert_eq!(seen.len(), 16);
+    for (bytes, peer) in &seen {
+        assert_eq!(*bytes, len as u64);
+        assert_eq!(
+            peer.to_string(),
+            format!("10.{net}.3.100"),
+            "not translated"
+        );
+    }
+    let live = dp.controller().stats().unwrap();
+    assert_eq!(live.workers.len(), 2);
+    let st = dp.stop().unwrap();
+    assert_eq!(st.workers.iter().map(|w| w.id).collect::<Vec<_>>(), [0, 1]);
+    for w in &st.workers {
+        assert!(
+            w.rx_packets >= 20,
+            "worker {} saw {} frames",
+            w.id,
+            w.rx_packets
+        );
+    }
+    let nat = st.node("nat").unwrap();
+    assert_eq!(
+        nat.drops["nat_no_mapping"], 0,
+        "a reply met the wrong worker"
+    );
+    assert_eq!(nat.stats["snat_created"], 16);
+    assert_eq!(st.node("firewall").unwrap().drops["acl_deny"], 0);
+}
+
+#[test]
+fn port_forwards_are_refused_with_two_workers() {
+    let text = "name: x\nports:\n  inside: {iface: ia, peer_mac: '02:00:00:00:00:01'}\n  outside: {iface: ib, peer_mac: '02:00:00:00:00:02'}\nworkers: 2\nchain:\n  - nat: {dnat: [{proto: tcp, public_ip: 10.0.0.1, public_port: 80, to_ip: 10.1.0.1, to_port: 80}]}\n";
+    let cfg = RunConfig::parse(text, "2w.yaml").unwrap();
+    let e = Dataplane::start(&cfg, builder()).err().unwrap().to_string();
+    assert!(
+        e.contains("2w.yaml") && e.contains("workers") && e.contains("dnat"),
+        "{e}"
+    );
+}

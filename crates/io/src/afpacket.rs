@@ -1,11 +1,13 @@
 //! AF_PACKET port on one interface (a veth end): raw Ethernet frames with their
 //! virtio-net header, so that GSO/GRO super-packets (up to 64 KiB) and partial checksums
-//! cross userspace without being segmented. Batched with `recvmmsg`/`sendmmsg`.
+//! cross userspace without being segmented. Sends with `sendmmsg`; receives with
+//! `recvmmsg` or from a PACKET_MMAP ring ([`crate::ring`], `rx_ring`).
 
 use crate::mmsg::MsgBatch;
 use crate::port::{Port, PortCounters};
+use crate::ring::{parse_slot, RxRing, SlotFrame};
 use crate::sys::{check, iface_mac, ifindex, owned, set_buffer, setsockopt_int};
-use nfx_packet::Packet;
+use nfx_packet::{Packet, VnetHdr};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -24,6 +26,9 @@ pub struct AfPacketOptions {
     /// PACKET_FANOUT group (CBPF type) to join after binding, so that two processes can
     /// share the interface and traffic can be steered between them ([`crate::fanout`]).
     pub fanout: Option<u16>,
+    /// Receive through a PACKET_MMAP ring of at least this many slots instead of
+    /// `recvmmsg` (`None`). `batch` still bounds the frames taken per receive.
+    pub rx_ring: Option<usize>,
 }
 
 impl Default for AfPacketOptions {
@@ -34,6 +39,7 @@ impl Default for AfPacketOptions {
             qdisc_bypass: true,
             tx_retries: 16,
             fanout: None,
+            rx_ring: None,
         }
     }
 }
@@ -46,6 +52,9 @@ pub struct AfPacketPort {
     mac: [u8; 6],
     retries: u32,
     batch: MsgBatch,
+    ring: Option<RxRing>,
+    /// Most frames one receive takes from the ring.
+    ring_batch: usize,
     counters: PortCounters,
 }
 
@@ -107,6 +116,10 @@ impl AfPacketPort {
             )
         })
         .map_err(|e| with("bind", e))?;
+        let mut ring = match opts.rx_ring {
+            Some(frames) => Some(RxRing::new(raw, frames).map_err(|e| with("PACKET_RX_RING", e))?),
+            None => None,
+        };
         let mreq = libc::packet_mreq {
             mr_ifindex: index as i32,
             mr_type: libc::PACKET_MR_PROMISC as u16,
@@ -129,6 +142,9 @@ impl AfPacketPort {
             // Between bind and join the socket received copies of frames that another
             // member owns; discard them, or a standby would forward them a second time.
             discard_queued(raw);
+            if let Some(r) = &mut ring {
+                r.discard();
+            }
         }
         let batch = opts.batch.clamp(1, nfx_packet::MAX_VECTOR);
         Ok(Self {
@@ -137,6 +153,8 @@ impl AfPacketPort {
             mac,
             retries: opts.tx_retries,
             batch: MsgBatch::new(batch, true),
+            ring,
+            ring_batch: batch,
             counters: PortCounters::default(),
         })
     }
@@ -156,6 +174,9 @@ impl Port for AfPacketPort {
     }
 
     fn recv(&mut self, slots: &mut [Packet]) -> io::Result<usize> {
+        if self.ring.is_some() {
+            return Ok(self.recv_ring(slots));
+        }
         self.batch
             .recv(self.fd.as_raw_fd(), slots, 0, &mut self.counters)
     }
@@ -173,6 +194,98 @@ impl Port for AfPacketPort {
     fn counters(&self) -> &PortCounters {
         &self.counters
     }
+}
+
+impl AfPacketPort {
+    /// Takes up to `slots.len()` (at most `batch`) frames from the receive ring, copying
+    /// each into a slot's buffer; oversize frames come from the socket queue.
+    fn recv_ring(&mut self, slots: &mut [Packet]) -> usize {
+        let fd = self.fd.as_raw_fd();
+        let Some(ring) = &mut self.ring else {
+            return 0;
+        };
+        let c = &mut self.counters;
+        let want = slots.len().min(self.ring_batch);
+        let mut kept = 0;
+        let mut taken = 0;
+        while taken < want {
+            let Some(status) = ring.ready() else {
+                break;
+            };
+            taken += 1;
+            let p = &mut slots[kept];
+            let got = match parse_slot(ring.head_slot(), status) {
+                Ok(SlotFrame::InSlot { mac, len }) => {
+                    let slot = ring.head_slot();
+                    let storage = p.buf.storage_mut();
+                    if len > storage.len() {
+                        Err(nfx_packet::DropReason::TooBig)
+                    } else {
+                        storage[..len].copy_from_slice(&slot[mac..mac + len]);
+                        let mut h = [0u8; VnetHdr::LEN];
+                        h.copy_from_slice(&slot[mac - VnetHdr::LEN..mac]);
+                        p.buf.set_len(len);
+                        p.buf.vnet = VnetHdr::from_bytes(&h);
+                        Ok(len)
+                    }
+                }
+                Ok(SlotFrame::Queued) => recv_one(fd, p, c),
+                Err(reason) => Err(reason),
+            };
+            ring.release_head();
+            match got {
+                Ok(len) => {
+                    c.rx_packets += 1;
+                    c.rx_bytes += len as u64;
+                    kept += 1;
+                }
+                Err(reason) => c.drop(reason),
+            }
+        }
+        kept
+    }
+}
+
+/// Reads one frame (with its virtio-net header) from the socket queue into `p`: the full
+/// copy of a frame too big for a ring slot. `Truncated` when none is queued (the kernel
+/// had no buffer room for the copy) or it did not fit.
+fn recv_one(
+    fd: RawFd,
+    p: &mut Packet,
+    c: &mut PortCounters,
+) -> Result<usize, nfx_packet::DropReason> {
+    let mut h = [0u8; VnetHdr::LEN];
+    let storage = p.buf.storage_mut();
+    let mut iov = [
+        libc::iovec {
+            iov_base: h.as_mut_ptr().cast(),
+            iov_len: h.len(),
+        },
+        libc::iovec {
+            iov_base: storage.as_mut_ptr().cast(),
+            iov_len: storage.len(),
+        },
+    ];
+    // SAFETY: msghdr is plain old data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 2;
+    // SAFETY: the message points at two live buffers borrowed for this call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            c.rx_errors += 1;
+        }
+        return Err(nfx_packet::DropReason::Truncated);
+    }
+    let n = n as usize;
+    if msg.msg_flags & libc::MSG_TRUNC != 0 || n < VnetHdr::LEN {
+        return Err(nfx_packet::DropReason::Truncated);
+    }
+    let len = n - VnetHdr::LEN;
+    p.buf.set_len(len);
+    p.buf.vnet = VnetHdr::from_bytes(&h);
+    Ok(len)
 }
 
 /// Reads and throws away every frame queued on the non-blocking socket `fd`.

@@ -11,6 +11,7 @@ mod mmsg;
 pub mod netns;
 pub mod poll;
 pub mod port;
+pub mod ring;
 pub mod sys;
 pub mod tun;
 pub mod udp;

@@ -123,14 +123,32 @@ fn recv_until(
     }
 }
 
+/// Receive options: `recvmmsg`, or a PACKET_MMAP ring of `ring` slots.
+fn rx_opts(ring: Option<usize>) -> AfPacketOptions {
+    AfPacketOptions {
+        rx_ring: ring,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn batched_frames_cross_in_order_with_their_bytes() {
-    let pair = Pair::new("batch");
+    batched_frames(None, "batch");
+}
+
+#[test]
+fn batched_frames_cross_a_receive_ring_in_order() {
+    // 128 slots for 300 frames: the ring wraps while the sender is still sending.
+    batched_frames(Some(128), "ring");
+}
+
+fn batched_frames(ring: Option<usize>, tag: &str) {
+    let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let rx = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&b).unwrap();
-        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut port = AfPacketPort::open("veth0", rx_opts(ring)).unwrap();
         ready_tx.send(()).unwrap();
         assert_eq!(port.mac(), [0x02, 0, 0, 0, 0xbb, 1]);
         let mut vec = PacketVector::new(64, PacketBuf::GSO_CAPACITY);
@@ -149,15 +167,21 @@ fn batched_frames_cross_in_order_with_their_bytes() {
             },
         )
         .unwrap();
-        let mut pkts: Vec<Packet> = (0..300u32)
-            .map(|i| {
-                Packet::new(
-                    PacketBuf::from_frame(&udp_frame(i, 60 + (i as usize % 200))),
-                    Direction::Forward,
-                )
-            })
-            .collect();
-        let n = port.send(&mut pkts);
+        let mut n = 0;
+        for chunk in (0..300u32).collect::<Vec<_>>().chunks(100) {
+            let mut pkts: Vec<Packet> = chunk
+                .iter()
+                .map(|&i| {
+                    Packet::new(
+                        PacketBuf::from_frame(&udp_frame(i, 60 + (i as usize % 200))),
+                        Direction::Forward,
+                    )
+                })
+                .collect();
+            n += port.send(&mut pkts);
+            // Give the receiver time to empty a small ring between chunks.
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(port.counters().tx_packets, 300);
         n
     });
@@ -176,16 +200,27 @@ fn batched_frames_cross_in_order_with_their_bytes() {
 
 #[test]
 fn gso_super_packet_crosses_unsegmented() {
-    let pair = Pair::new("gso");
+    gso_super_packet(None, "gso");
+}
+
+#[test]
+fn gso_super_packet_crosses_a_receive_ring_in_order() {
+    gso_super_packet(Some(64), "gsoring");
+}
+
+/// Sends a small frame, a 30 000-byte TCP GSO frame and another small frame; all three
+/// must arrive whole and in order (with a ring the big one comes from the socket queue).
+fn gso_super_packet(ring: Option<usize>, tag: &str) {
+    let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let rx = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&b).unwrap();
-        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut port = AfPacketPort::open("veth0", rx_opts(ring)).unwrap();
         ready_tx.send(()).unwrap();
         let mut vec = PacketVector::new(8, PacketBuf::GSO_CAPACITY);
         let mut got = Vec::new();
-        recv_until(&mut port, 1, &mut vec, &mut got);
+        recv_until(&mut port, 3, &mut vec, &mut got);
         got
     });
     ready.recv().unwrap();
@@ -210,20 +245,26 @@ fn gso_super_packet_crosses_unsegmented() {
         buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
         buf.set_len(frame.len());
         buf.vnet = vnet;
-        let mut pkts = vec![Packet::new(buf, Direction::Forward)];
+        let mut pkts = vec![
+            Packet::new(PacketBuf::from_frame(&udp_frame(1, 60)), Direction::Forward),
+            Packet::new(buf, Direction::Forward),
+            Packet::new(PacketBuf::from_frame(&udp_frame(2, 60)), Direction::Forward),
+        ];
         assert_eq!(
             port.send(&mut pkts),
-            1,
+            3,
             "kernel refused the GSO frame: {:?}",
             port.counters()
         );
     });
     let got = rx.join().unwrap();
-    assert_eq!(got.len(), 1, "GSO frame did not arrive whole");
-    assert_eq!(got[0].0.len(), len);
-    assert_eq!(got[0].1.gso_type, VnetHdr::GSO_TCPV4);
-    assert_eq!(got[0].1.gso_size, 1448);
-    assert!(got[0].1.needs_csum());
+    assert_eq!(got.len(), 3, "GSO frame did not arrive whole");
+    assert_eq!(got[0].0, udp_frame(1, 60));
+    assert_eq!(got[2].0, udp_frame(2, 60));
+    assert_eq!(got[1].0.len(), len);
+    assert_eq!(got[1].1.gso_type, VnetHdr::GSO_TCPV4);
+    assert_eq!(got[1].1.gso_size, 1448);
+    assert!(got[1].1.needs_csum());
 }
 
 #[test]

@@ -19,13 +19,24 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Case names, in run order.
-pub const CASES: [&str; 5] = [
+/// Case names run by default, in run order.
+pub const DEFAULT_CASES: [&str; 5] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
     "nfx-chain",
     "nfx-chain-scalar",
+];
+
+/// Every case name, in run order: the defaults and `nfx-chain-2w` (the chain on two
+/// workers, `nfx run --workers 2`), which runs only when `--cases` names it.
+pub const CASES: [&str; 6] = [
+    "kernel-forward",
+    "kernel-nftables",
+    "nfx-forward",
+    "nfx-chain",
+    "nfx-chain-scalar",
+    "nfx-chain-2w",
 ];
 
 /// How to run the benchmark.
@@ -47,6 +58,8 @@ pub struct BenchOpts {
     pub flood: FloodOpts,
     /// TCP runs per case (median reported).
     pub tcp_repeat: u32,
+    /// Receive path of the nfx cases (`nfx run --io`); the config default when `None`.
+    pub io: Option<String>,
 }
 
 /// One row of the result, as written to JSON. A measurement that failed is `null`.
@@ -114,7 +127,13 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
         repeat: opts.flood.repeat,
         ..Default::default()
     };
-    let want = |c: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == c);
+    let want = |c: &str| {
+        if opts.only.is_empty() {
+            DEFAULT_CASES.contains(&c)
+        } else {
+            opts.only.iter().any(|o| o == c)
+        }
+    };
     for case in CASES.into_iter().filter(|c| want(c)) {
         if crate::stop::requested() {
             anyhow::bail!("interrupted");
@@ -133,10 +152,10 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
                 }
                 _ => {
                     tb.set_edge_forwarding(false)?;
-                    let (chain, scalar) = chain_of(case, opts);
+                    let (chain, extra) = chain_of(case, opts);
                     let spec = run_spec(case, &dir, chain, &opts.poll);
-                    let extra: &[&str] = if scalar { &["--scalar"] } else { &[] };
-                    let nfx = NfxRun::start(&opts.nfx_bin, &tb, &spec, extra, dir.path())?;
+                    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                    let nfx = NfxRun::start(&opts.nfx_bin, &tb, &spec, &extra, dir.path())?;
                     let r = measure(case, &tb, opts, Some(&nfx), log);
                     nfx.stop()?;
                     Ok(r)
@@ -198,15 +217,27 @@ pub fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
-fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, bool) {
+/// The chain of an nfx case and the `nfx run` arguments that make it that case.
+fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
     let full = Chain::Full {
         patterns: opts.patterns.clone(),
         elephant_bytes: 1_000_000,
     };
+    let mut extra: Vec<String> = match &opts.io {
+        Some(io) => vec!["--io".into(), io.clone()],
+        None => Vec::new(),
+    };
     match case {
-        "nfx-forward" => (Chain::Empty, false),
-        "nfx-chain-scalar" => (full, true),
-        _ => (full, false),
+        "nfx-forward" => (Chain::Empty, extra),
+        "nfx-chain-scalar" => {
+            extra.push("--scalar".into());
+            (full, extra)
+        }
+        "nfx-chain-2w" => {
+            extra.extend(["--workers".into(), "2".into()]);
+            (full, extra)
+        }
+        _ => (full, extra),
     }
 }
 
@@ -361,9 +392,10 @@ fn adaptive_checks(
     let mut mpps = Vec::new();
     let mut idle = 0.0;
     for poll in ["adaptive", "busy"] {
-        let (chain, _) = chain_of("nfx-chain", opts);
+        let (chain, extra) = chain_of("nfx-chain", opts);
         let spec = run_spec(&format!("chain-{poll}"), &tmp, chain, poll);
-        let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &[], tmp.path())?;
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, tmp.path())?;
         if poll == "adaptive" {
             // Let start-up settle, then measure a quiet interval.
             std::thread::sleep(Duration::from_millis(500));

@@ -53,6 +53,16 @@ pub trait Node: Send {
         serde_json::Value::Null
     }
 
+    /// Tells the node it runs as worker `index` of `count` (flows spread over workers by
+    /// PACKET_FANOUT; see `nfx_io::fanout::flow_program`). Returns `Ok(true)` when frames
+    /// arriving on the outside port must be steered by destination port residue
+    /// (`port % count == index`) because the node picks the ports replies are addressed
+    /// to (source NAT), `Ok(false)` when a symmetric flow hash keeps its state together,
+    /// and an error when the node cannot run on more than one worker.
+    fn shard(&mut self, _index: usize, _count: usize) -> Result<bool, String> {
+        Ok(false)
+    }
+
     /// Appends the node's flow state to `out` (live migration) in a compact binary
     /// format and returns how many flows it wrote. Stateless nodes write nothing.
     fn export_state(&self, _out: &mut Vec<u8>) -> usize {

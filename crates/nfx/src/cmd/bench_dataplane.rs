@@ -20,7 +20,8 @@ pub struct Args {
     /// Poll mode of the nfx cases: busy, interrupt or adaptive.
     #[arg(long, default_value = "adaptive")]
     poll: String,
-    /// Run only these cases (comma-separated; default all).
+    /// Run only these cases (comma-separated; default all but `nfx-chain-2w`, the chain
+    /// on two workers).
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// DPI pattern file of the chain.
@@ -50,6 +51,10 @@ pub struct Args {
     /// Do not pin the generator and nfx to separate CPUs during the 64-byte runs.
     #[arg(long)]
     no_isolate: bool,
+    /// Receive path of the nfx cases: `ring` (PACKET_MMAP ring) or `mmsg` (recvmmsg);
+    /// default: the run config's default.
+    #[arg(long)]
+    io: Option<String>,
 }
 
 /// Runs the benchmark.
@@ -68,6 +73,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         repeat: args.repeat,
         isolate: !args.no_isolate,
     };
+    if let Some(io) = &args.io {
+        if io != "ring" && io != "mmsg" {
+            anyhow::bail!("--io {io:?}: expected ring or mmsg");
+        }
+    }
     for c in &args.cases {
         if !bench::CASES.contains(&c.as_str()) {
             anyhow::bail!("unknown case {c:?}; cases are {}", bench::CASES.join(", "));
@@ -85,6 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         only: args.cases,
         flood,
         tcp_repeat: args.tcp_repeat,
+        io: args.io,
     };
     nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;

@@ -22,6 +22,12 @@ pub struct Args {
     /// Poll mode, overriding the config: busy, interrupt or adaptive.
     #[arg(long)]
     poll: Option<PollMode>,
+    /// Receive path of the ports, overriding the config: ring or mmsg.
+    #[arg(long)]
+    io: Option<String>,
+    /// Worker threads, overriding the config (`workers`).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Stop after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
@@ -37,6 +43,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = args.poll {
         cfg.poll = p;
     }
+    if let Some(io) = &args.io {
+        cfg.io = match io.as_str() {
+            "ring" => nfx_dataplane::config::IoMode::Ring,
+            "mmsg" => nfx_dataplane::config::IoMode::Mmsg,
+            other => anyhow::bail!("--io {other:?}: expected ring or mmsg"),
+        };
+    }
+    if let Some(w) = args.workers {
+        cfg.workers = w;
+        let file = cfg.source.clone();
+        cfg.validate(&file)?;
+    }
     let deadline = match args.duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(Instant::now() + Duration::from_secs_f64(d)),
         Some(d) => anyhow::bail!("--duration {d}: must be a positive number of seconds"),
@@ -45,12 +63,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.base_dir()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller())?;
     eprintln!(
-        "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll); control socket {}",
+        "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s)); control socket {}",
         cfg.name,
         cfg.ports.inside.iface,
         cfg.ports.outside.iface,
         if cfg.scalar() { "scalar" } else { "vector" },
         cfg.poll.as_str(),
+        cfg.workers,
         server.path().display()
     );
     loop {

@@ -184,6 +184,9 @@ pub struct Nat {
     now_ns: u64,
     clock_seen: bool,
     rebase_pending: bool,
+    /// This node's worker index and the worker count: it hands out only public ports
+    /// (and ICMP ids) `p` with `p % count == index` (see [`Node::shard`]).
+    shard: (u16, u16),
 }
 
 fn proto_index(proto: u8) -> usize {
@@ -222,6 +225,7 @@ impl Nat {
             now_ns: 0,
             clock_seen: false,
             rebase_pending: false,
+            shard: (0, 1),
         }
     }
 
@@ -357,7 +361,9 @@ impl Nat {
                 Err(DropReason::NatNoPort)
             };
         }
-        if (s.lo..=s.hi).contains(&k.sport) {
+        let (index, count) = self.shard;
+        let mine = |p: u16| p % count == index;
+        if (s.lo..=s.hi).contains(&k.sport) && mine(k.sport) {
             m.public.1 = k.sport;
             if free(self, &m) {
                 return Ok(k.sport);
@@ -366,9 +372,13 @@ impl Nat {
         let span = u32::from(s.hi - s.lo) + 1;
         let ci = proto_index(k.proto);
         let mut p = self.cursor[ci].clamp(s.lo, s.hi);
-        for _ in 0..span.min(MAX_PORT_TRIES) {
+        for _ in 0..span.min(MAX_PORT_TRIES * u32::from(count)) {
             m.public.1 = p;
             let next = if p == s.hi { s.lo } else { p + 1 };
+            if !mine(p) {
+                p = next;
+                continue;
+            }
             if free(self, &m) {
                 self.cursor[ci] = next;
                 return Ok(p);
@@ -563,6 +573,32 @@ impl Node for Nat {
             "expired": self.expired,
             "evicted": self.evicted,
         })
+    }
+
+    fn shard(&mut self, index: usize, count: usize) -> Result<bool, String> {
+        if count > 1 && !self.dnat.is_empty() {
+            return Err(format!(
+                "{}: port forwards (dnat) need a single worker: their replies cannot be steered to the worker holding the mapping",
+                self.name
+            ));
+        }
+        let span = self
+            .snat
+            .map_or(usize::MAX, |s| usize::from(s.hi - s.lo) + 1);
+        let (Ok(i), Ok(c)) = (u16::try_from(index), u16::try_from(count)) else {
+            return Err(format!(
+                "{}: worker {index} of {count} out of range",
+                self.name
+            ));
+        };
+        if c == 0 || i >= c || span < count {
+            return Err(format!(
+                "{}: worker {index} of {count}: the port range has {span} ports, fewer than the workers",
+                self.name
+            ));
+        }
+        self.shard = (i, c);
+        Ok(self.snat.is_some())
     }
 
     fn export_state(&self, out: &mut Vec<u8>) -> usize {

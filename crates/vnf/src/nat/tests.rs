@@ -94,6 +94,58 @@ fn port_collisions_and_ranges() {
 }
 
 #[test]
+fn sharded_nat_hands_out_only_its_residue_class() {
+    for (index, count) in [(0, 2), (1, 2), (2, 3)] {
+        let mut n = nat(5000, 5999, 1000);
+        assert_eq!(Node::shard(&mut n, index, count), Ok(true));
+        for i in 0..20u16 {
+            // Inside ports of both classes, in and out of the range.
+            for sport in [5000 + i, 40000 + i] {
+                let (d, k) = go(&mut n, &tcp(IN, sport, REM, 80, 0x02, b""), F, 1);
+                assert_eq!(d, None);
+                assert_eq!(usize::from(k.1) % count, index, "port {} for {sport}", k.1);
+                let (d, back) = go(&mut n, &tcp(REM, 80, PUB, k.1, 0x12, b""), R, 2);
+                assert_eq!((d, back.3), (None, sport));
+            }
+        }
+        let p = send(&mut n, &icmp_echo(IN, REM, 7, false), F, 1);
+        assert_eq!(usize::from(p.meta.key.sport) % count, index);
+    }
+    // The residue class runs out before the range does.
+    let mut n = nat(6000, 6003, 100);
+    assert_eq!(Node::shard(&mut n, 1, 2), Ok(true));
+    for i in 0..2 {
+        assert_eq!(go(&mut n, &udp(IN, 7000 + i, REM, 53, b"q"), F, 1).0, None);
+    }
+    let (d, _) = go(&mut n, &udp(IN, 7002, REM, 53, b"q"), F, 1);
+    assert_eq!(d, Some(DropReason::NatNoPort));
+}
+
+#[test]
+fn sharding_refuses_port_forwards_and_tiny_ranges() {
+    let mut n = nat(6000, 6000, 10);
+    assert!(Node::shard(&mut n, 0, 2)
+        .unwrap_err()
+        .contains("fewer than the workers"));
+    assert_eq!(Node::shard(&mut n, 0, 1), Ok(true));
+    let mut d = Nat::new(
+        "nat",
+        None,
+        vec![Dnat {
+            proto: 6,
+            public_ip: ip(PUB),
+            public_port: 8080,
+            to_ip: ip(IN),
+            to_port: 80,
+        }],
+        10,
+        Timeouts::default(),
+    );
+    assert!(Node::shard(&mut d, 1, 2).unwrap_err().contains("dnat"));
+    assert_eq!(Node::shard(&mut d, 0, 1), Ok(false));
+}
+
+#[test]
 fn icmp_echo_id_translation() {
     let mut n = nat(30000, 30010, 100);
     let p = send(&mut n, &icmp_echo(IN, REM, 7, false), F, 1);

@@ -1,0 +1,235 @@
+//! PACKET_MMAP receive ring (TPACKET_V2) for [`crate::AfPacketPort`].
+//!
+//! Why: with `recvmmsg` every batch costs a system call and every frame an skb clone
+//! queued on the socket, then copied and freed in the worker's context. With a ring the
+//! kernel copies each frame into shared memory in the context that delivers it (on veth
+//! that is the *sender's* transmit), and the worker reads frames with plain memory loads:
+//! no system call while frames are waiting.
+//!
+//! Slots are [`SLOT`] bytes, enough for an MTU frame and its headers. A frame that does
+//! not fit (a GSO super-packet of up to 64 KiB) is also queued on the socket in full
+//! (PACKET_COPY_THRESH) and its slot is marked `TP_STATUS_COPY`; the port then reads that
+//! one frame with `recvmsg`, in the same position, so order and GSO are kept. A slot whose
+//! lengths do not add up is a counted `Truncated` drop, never a panic.
+
+use crate::sys::{check, setsockopt_int};
+use nfx_packet::{DropReason, VnetHdr};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes per ring slot: tpacket2 header, address, virtio-net header and an MTU frame.
+pub const SLOT: usize = 2048;
+/// Bytes per ring block (the kernel allocates the ring in blocks of whole slots).
+const BLOCK: usize = 64 << 10;
+/// Slot status bits (linux/if_packet.h).
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_COPY: u32 = 1 << 1;
+const TP_STATUS_KERNEL: u32 = 0;
+
+/// Where one received frame lies in its slot, as read from the slot's `tpacket2_hdr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotFrame {
+    /// The whole frame is in the slot: `len` bytes from byte `mac`, the virtio-net
+    /// header in the [`VnetHdr::LEN`] bytes before it.
+    InSlot {
+        /// Offset of the Ethernet header in the slot.
+        mac: usize,
+        /// Frame length.
+        len: usize,
+    },
+    /// Too big for a slot; the full frame waits in the socket queue.
+    Queued,
+}
+
+/// Reads the header of a slot the kernel handed over (`status` has `TP_STATUS_USER`)
+/// and checks that the frame it describes lies inside the slot. Errors are the reason to
+/// count the frame as dropped.
+pub fn parse_slot(slot: &[u8], status: u32) -> Result<SlotFrame, DropReason> {
+    let hdr_len = std::mem::size_of::<libc::tpacket2_hdr>();
+    if slot.len() < hdr_len {
+        return Err(DropReason::Truncated);
+    }
+    let word = |at: usize| u32::from_ne_bytes([slot[at], slot[at + 1], slot[at + 2], slot[at + 3]]);
+    let half = |at: usize| usize::from(u16::from_ne_bytes([slot[at], slot[at + 1]]));
+    // struct tpacket2_hdr { u32 tp_status, tp_len, tp_snaplen; u16 tp_mac, tp_net; ... }
+    let len = word(4) as usize;
+    let snap = word(8) as usize;
+    let mac = half(12);
+    if status & TP_STATUS_COPY != 0 {
+        return Ok(SlotFrame::Queued);
+    }
+    if snap != len || len == 0 || mac < hdr_len + VnetHdr::LEN || mac + len > slot.len() {
+        return Err(DropReason::Truncated);
+    }
+    Ok(SlotFrame::InSlot { mac, len })
+}
+
+/// A mapped TPACKET_V2 receive ring on one packet socket.
+pub(crate) struct RxRing {
+    base: *mut u8,
+    size: usize,
+    slots: usize,
+    head: usize,
+}
+
+// SAFETY: the mapping belongs to this ring alone; the kernel side is synchronised
+// through each slot's status word.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    /// Sets up a ring of at least `frames` slots on `fd` (a packet socket with
+    /// PACKET_VNET_HDR already set, no ring yet) and maps it.
+    pub(crate) fn new(fd: RawFd, frames: usize) -> io::Result<Self> {
+        let per_block = BLOCK / SLOT;
+        let blocks = frames.div_ceil(per_block).max(1);
+        let slots = blocks * per_block;
+        setsockopt_int(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            libc::tpacket_versions::TPACKET_V2 as i32,
+        )?;
+        // Frames that do not fit a slot are queued on the socket as well.
+        setsockopt_int(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, 1)?;
+        let req = libc::tpacket_req {
+            tp_block_size: BLOCK as u32,
+            tp_block_nr: blocks as u32,
+            tp_frame_size: SLOT as u32,
+            tp_frame_nr: slots as u32,
+        };
+        // SAFETY: passes a live tpacket_req and its size.
+        check(unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_RX_RING,
+                (&req as *const libc::tpacket_req).cast(),
+                std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
+            )
+        })?;
+        let size = blocks * BLOCK;
+        // SAFETY: maps the ring just configured on `fd`; checked for MAP_FAILED below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            base: base.cast(),
+            size,
+            slots,
+            head: 0,
+        })
+    }
+
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: slot `i` < `slots` lies in the mapping, is 4-byte aligned (SLOT is a
+        // multiple of 16) and starts with the u32 status word the kernel writes.
+        unsafe { &*self.base.add(i * SLOT).cast::<AtomicU32>() }
+    }
+
+    /// The status of the slot at the head if the kernel handed it over, else `None`.
+    pub(crate) fn ready(&self) -> Option<u32> {
+        let s = self.status(self.head).load(Ordering::Acquire);
+        (s & TP_STATUS_USER != 0).then_some(s)
+    }
+
+    /// The head slot's bytes (valid while it is ready).
+    pub(crate) fn head_slot(&self) -> &[u8] {
+        // SAFETY: the head slot is SLOT bytes inside the mapping and owned by userspace
+        // until `release_head` (its status says TP_STATUS_USER).
+        unsafe { std::slice::from_raw_parts(self.base.add(self.head * SLOT), SLOT) }
+    }
+
+    /// Gives the head slot back to the kernel and moves on.
+    pub(crate) fn release_head(&mut self) {
+        self.status(self.head)
+            .store(TP_STATUS_KERNEL, Ordering::Release);
+        self.head = (self.head + 1) % self.slots;
+    }
+
+    /// Releases every slot userspace holds (frames queued before a fanout join).
+    pub(crate) fn discard(&mut self) {
+        while self.ready().is_some() {
+            self.release_head();
+        }
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.base.cast(), self.size) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(len: u32, snap: u32, mac: u16) -> Vec<u8> {
+        let mut s = vec![0u8; SLOT];
+        s[0..4].copy_from_slice(&TP_STATUS_USER.to_ne_bytes());
+        s[4..8].copy_from_slice(&len.to_ne_bytes());
+        s[8..12].copy_from_slice(&snap.to_ne_bytes());
+        s[12..14].copy_from_slice(&mac.to_ne_bytes());
+        s
+    }
+
+    #[test]
+    fn well_formed_slot_gives_the_frame() {
+        assert_eq!(
+            parse_slot(&slot(60, 60, 82), TP_STATUS_USER),
+            Ok(SlotFrame::InSlot { mac: 82, len: 60 })
+        );
+        let max = (SLOT - 82) as u32;
+        assert_eq!(
+            parse_slot(&slot(max, max, 82), TP_STATUS_USER),
+            Ok(SlotFrame::InSlot {
+                mac: 82,
+                len: max as usize
+            })
+        );
+    }
+
+    #[test]
+    fn oversize_frame_marked_copy_is_read_from_the_queue() {
+        assert_eq!(
+            parse_slot(&slot(60000, 1966, 82), TP_STATUS_USER | TP_STATUS_COPY),
+            Ok(SlotFrame::Queued)
+        );
+    }
+
+    #[test]
+    fn bad_lengths_are_truncated_drops() {
+        let bad = [
+            slot(60000, 1966, 82), // cut short, no full copy queued
+            slot(0, 0, 82),        // empty
+            slot(60, 60, 20),      // frame overlaps the header
+            slot(60, 60, 2040),    // frame runs past the slot
+            slot(3000, 3000, 82),  // lengths past the slot
+            slot(u32::MAX, u32::MAX, 82),
+        ];
+        for s in bad {
+            assert_eq!(
+                parse_slot(&s, TP_STATUS_USER),
+                Err(DropReason::Truncated),
+                "{:?}",
+                &s[..14]
+            );
+        }
+        assert_eq!(
+            parse_slot(&[0u8; 8], TP_STATUS_USER),
+            Err(DropReason::Truncated)
+        );
+    }
+}
