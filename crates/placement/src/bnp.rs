@@ -25,6 +25,8 @@ use std::time::Instant;
 
 /// Node budget of one pricing knapsack.
 const PRICE_NODES: u64 = 200_000;
+/// Node budget of the first, cheaper attempt of a pricing knapsack.
+const PRICE_FIRST_NODES: u64 = 5_000;
 /// Improving patterns kept per pricing call.
 const PRICE_COLUMNS: usize = 8;
 /// Values closer than this to an integer count as integral.
@@ -586,9 +588,43 @@ impl<'a> BranchPrice<'a> {
             if converged {
                 return NodeOutcome::Closed;
             }
-        } else if let Some(rest) = best_greedy(p, &demand, &avail) {
-            fixed.extend(rest);
-            self.record(ub, fixed);
+        } else {
+            // Rounding: the fractional columns by decreasing value (those ≥ ½, then
+            // all), clipped to what is still needed, the rest greedily.
+            let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
+            order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
+            let mut found = Vec::new();
+            for min_x in [1.0, 0.5, 0.0] {
+                let (mut d, mut a, mut f) = (demand.clone(), avail.clone(), fixed.clone());
+                for &i in order
+                    .iter()
+                    .filter(|&&i| xs[i] < 1.0 - EPS && xs[i] >= min_x)
+                {
+                    let pat = to_pattern(cols[i].0, &cols[i].1);
+                    let items = pat.clipped(&d);
+                    if a[pat.model] == 0 || items.is_empty() {
+                        continue;
+                    }
+                    a[pat.model] -= 1;
+                    for &(t, c) in &items {
+                        d[t as usize] -= c;
+                    }
+                    f.push(Pattern {
+                        model: pat.model,
+                        items,
+                    });
+                }
+                if d.iter().any(|&x| x > 0) {
+                    match best_greedy(p, &d, &a) {
+                        Some(rest) => f.extend(rest),
+                        None => continue,
+                    }
+                }
+                found.push(f);
+            }
+            for f in found {
+                self.record(ub, f);
+            }
         }
         if ceil_bound(bound) >= *ub {
             return NodeOutcome::Closed;
@@ -681,6 +717,119 @@ struct KGroup {
     s: f64,
 }
 
+/// Largest scaled capacity of a suffix dynamic program.
+const DP_CAP: u64 = 2048;
+
+/// Upper bounds for the knapsack's remaining items under one capacity alone: best value
+/// of items `j..` within a room, by dynamic programming over the capacity scaled down
+/// to at most [`DP_CAP`] (weights rounded down, room rounded down: a relaxation).
+#[derive(Default)]
+struct SuffixDp {
+    /// Whether the capacity binds (otherwise `get` is unbounded).
+    on: bool,
+    scale: u64,
+    width: usize,
+    /// Row-major `(n + 1) × width`.
+    table: Vec<f64>,
+}
+
+impl SuffixDp {
+    fn build(&mut self, w: &[u64], v: &[f64], cap: u64, on: bool) {
+        self.on = on;
+        if !on {
+            return;
+        }
+        self.scale = cap.div_ceil(DP_CAP).max(1);
+        let c = (cap / self.scale) as usize;
+        self.width = c + 1;
+        let n = w.len();
+        self.table.clear();
+        self.table.resize((n + 1) * self.width, 0.0);
+        for j in (0..n).rev() {
+            let wj = (w[j] / self.scale) as usize;
+            let (head, tail) = self.table.split_at_mut((j + 1) * self.width);
+            let next = &tail[..self.width];
+            let row = &mut head[j * self.width..];
+            for r in 0..self.width {
+                row[r] = if wj <= r {
+                    next[r].max(next[r - wj] + v[j])
+                } else {
+                    next[r]
+                };
+            }
+        }
+    }
+
+    /// Best value of items `from..` within `room` (relaxed); infinite when off.
+    fn get(&self, from: usize, room: u64) -> f64 {
+        if !self.on {
+            return f64::INFINITY;
+        }
+        let r = ((room / self.scale) as usize).min(self.width - 1);
+        self.table[from * self.width + r]
+    }
+}
+
+/// Largest table of a two-capacity suffix dynamic program (entries).
+const DP2_ENTRIES: usize = 1 << 21;
+
+/// Like [`SuffixDp`] for both capacities together: `table[j][r1][r2]` bounds the best
+/// value of items `j..` within rooms `r1`, `r2`, both scaled down to fit
+/// [`DP2_ENTRIES`].
+#[derive(Default)]
+struct SuffixDp2 {
+    on: bool,
+    s1: u64,
+    s2: u64,
+    c1: usize,
+    c2: usize,
+    table: Vec<f64>,
+}
+
+impl SuffixDp2 {
+    fn build(&mut self, w1: &[u64], w2: &[u64], v: &[f64], cap1: u64, cap2: u64, on: bool) {
+        let n = w1.len();
+        self.on = on && n > 0;
+        if !self.on {
+            return;
+        }
+        self.s2 = cap2.div_ceil(64).max(1);
+        self.c2 = (cap2 / self.s2) as usize + 1;
+        let per_row = (DP2_ENTRIES / (n + 1) / self.c2).max(2);
+        self.s1 = cap1.div_ceil(per_row as u64 - 1).max(1);
+        self.c1 = (cap1 / self.s1) as usize + 1;
+        let plane = self.c1 * self.c2;
+        self.table.clear();
+        self.table.resize((n + 1) * plane, 0.0);
+        for j in (0..n).rev() {
+            let (a, b) = ((w1[j] / self.s1) as usize, (w2[j] / self.s2) as usize);
+            let (head, tail) = self.table.split_at_mut((j + 1) * plane);
+            let next = &tail[..plane];
+            let row = &mut head[j * plane..];
+            for r1 in 0..self.c1 {
+                for r2 in 0..self.c2 {
+                    let keep = next[r1 * self.c2 + r2];
+                    row[r1 * self.c2 + r2] = if a <= r1 && b <= r2 {
+                        keep.max(next[(r1 - a) * self.c2 + r2 - b] + v[j])
+                    } else {
+                        keep
+                    };
+                }
+            }
+        }
+    }
+
+    /// Best value of items `from..` within the rooms (relaxed); infinite when off.
+    fn get(&self, from: usize, r1: u64, r2: u64) -> f64 {
+        if !self.on {
+            return f64::INFINITY;
+        }
+        let a = ((r1 / self.s1) as usize).min(self.c1 - 1);
+        let b = ((r2 / self.s2) as usize).min(self.c2 - 1);
+        self.table[(from * self.c1 + a) * self.c2 + b]
+    }
+}
+
 /// The pricing answer for one model.
 struct KAnswer {
     /// Improving patterns found (value, groups), best last.
@@ -702,9 +851,15 @@ struct Knapsack {
     /// Positions (in `items`) sorted by value per unit of resource and of throughput.
     by1: Vec<u32>,
     by2: Vec<u32>,
+    /// Suffix dynamic programs per binding capacity (see [`SuffixDp`]).
+    dp1: SuffixDp,
+    dp2: SuffixDp,
+    dp12: SuffixDp2,
     chosen: Vec<u32>,
     best: f64,
     threshold: f64,
+    /// Node budget of the current search.
+    limit: u64,
     found: Vec<(f64, Vec<u32>)>,
     nodes: u64,
 }
@@ -761,19 +916,32 @@ impl Knapsack {
         };
         by(&mut self.by1, |i| i.w1);
         by(&mut self.by2, |i| i.w2);
+        let (w1, w2): (Vec<u64>, Vec<u64>) = self.items.iter().map(|i| (i.w1, i.w2)).unzip();
+        let v: Vec<f64> = self.items.iter().map(|i| i.v).collect();
+        self.dp1.build(&w1, &v, cap1, self.inv1 > 0.0);
+        self.dp2.build(&w2, &v, cap2, self.inv2 > 0.0);
+        self.dp12.on = false;
     }
 
     /// Maximises the value over conflict-free subsets within both capacities; keeps
     /// the patterns worth more than `threshold`.
+    /// A first search runs with the cheap bounds and a small budget; if it does not
+    /// finish and both capacities bind, the two-capacity table is built and the search
+    /// repeated with the full budget.
     fn solve(&mut self, conflict: &[bool], ng: usize, threshold: f64) -> KAnswer {
-        self.chosen.clear();
-        self.found.clear();
-        self.best = 0.0;
-        self.nodes = 0;
         self.threshold = threshold;
+        self.limit = PRICE_FIRST_NODES;
+        self.search(conflict, ng);
+        if self.nodes > self.limit && self.inv1 > 0.0 && self.inv2 > 0.0 {
+            let w1: Vec<u64> = self.items.iter().map(|i| i.w1).collect();
+            let w2: Vec<u64> = self.items.iter().map(|i| i.w2).collect();
+            let v: Vec<f64> = self.items.iter().map(|i| i.v).collect();
+            self.dp12.build(&w1, &w2, &v, self.cap1, self.cap2, true);
+            self.limit = PRICE_NODES;
+            self.search(conflict, ng);
+        }
         let root = self.bound(0, 0.0, self.cap1, self.cap2, f64::NEG_INFINITY);
-        self.dfs(conflict, ng, 0, 0.0, self.cap1, self.cap2);
-        let exact = self.nodes <= PRICE_NODES;
+        let exact = self.nodes <= self.limit;
         let mut columns = std::mem::take(&mut self.found);
         if columns.len() > PRICE_COLUMNS {
             columns.drain(..columns.len() - PRICE_COLUMNS);
@@ -793,7 +961,16 @@ impl Knapsack {
     /// binding capacity alone, for items `from..` on top of `val` with room `r1`, `r2`;
     /// stops early once a bound is at most `enough`.
     fn bound(&self, from: usize, val: f64, r1: u64, r2: u64, enough: f64) -> f64 {
-        let mut b = self.dantzig(from, val, r1, r2);
+        let mut b = val
+            + self
+                .dp1
+                .get(from, r1)
+                .min(self.dp2.get(from, r2))
+                .min(self.dp12.get(from, r1, r2));
+        if b <= enough {
+            return b;
+        }
+        b = b.min(self.dantzig(from, val, r1, r2));
         for (dim, inv, order) in [(0, self.inv1, &self.by1), (1, self.inv2, &self.by2)] {
             if b <= enough || inv == 0.0 {
                 continue;
@@ -838,9 +1015,17 @@ impl Knapsack {
         b
     }
 
+    fn search(&mut self, conflict: &[bool], ng: usize) {
+        self.chosen.clear();
+        self.found.clear();
+        self.best = 0.0;
+        self.nodes = 0;
+        self.dfs(conflict, ng, 0, 0.0, self.cap1, self.cap2);
+    }
+
     fn dfs(&mut self, conflict: &[bool], ng: usize, idx: usize, val: f64, r1: u64, r2: u64) {
         self.nodes += 1;
-        if self.nodes > PRICE_NODES {
+        if self.nodes > self.limit {
             return;
         }
         if val > self.best + 1e-12 {

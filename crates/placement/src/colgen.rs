@@ -56,6 +56,11 @@ impl<'a> ColGen<'a> {
         }
     }
 
+    /// The patterns generated so far (e.g. to seed another column generation).
+    pub fn patterns(&self) -> &[Pattern] {
+        &self.pool
+    }
+
     /// Number of patterns generated so far.
     pub fn pool_size(&self) -> usize {
         self.pool.len()

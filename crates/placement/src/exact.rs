@@ -33,8 +33,10 @@ const BC_DIVE_NODES: u64 = 200;
 const BC_DIVE_ITEMS: usize = 80;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
+/// A dive pass gets at most `1/DIVE_PARTS` of the remaining time.
+const DIVE_PARTS: u32 = 4;
 /// Branch and price gets `1/BNP_PARTS` of the remaining time per round of the main loop.
-const BNP_PARTS: u32 = 3;
+const BNP_PARTS: u32 = 2;
 
 /// What the exact solver found.
 #[derive(Debug, Clone)]
@@ -149,12 +151,7 @@ pub fn solve(
         if let Some(one) = &one {
             s.duals = Some(one.feasible_duals(&root.duals));
         }
-        let seed: Vec<Pattern> = root
-            .columns
-            .iter()
-            .map(|(pat, _)| pat.clone())
-            .chain(s.best.iter().cloned())
-            .collect();
+        let seed: Vec<Pattern> = s.cg.patterns().iter().chain(&s.best).cloned().collect();
         let mut bnp = BranchPrice::new(p, root.bound, &seed);
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
@@ -178,7 +175,11 @@ pub fn solve(
             }
             if disc <= MAX_DISCREPANCY {
                 let (mut d, mut a) = (demand.clone(), avail.clone());
+                // A dive pass gets a bounded share of the time, so that branch and
+                // price always runs too.
+                s.deadline = s.slice(DIVE_PARTS);
                 s.dive(&mut d, &mut a, 0, disc, None);
+                s.deadline = deadline;
                 if disc == 0 && !s.whole_first && s.lb < s.ub {
                     s.try_waste_proof();
                 }
