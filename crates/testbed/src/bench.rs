@@ -280,6 +280,21 @@ fn measure(
     r.tcp1_gbps = median(&tcp1);
     r.cpu_cores = median(&cores);
     r.tcp4_gbps = median(&tcp4);
+    if let Some(Ok(st)) = nfx.map(NfxRun::stats) {
+        let per: Vec<String> = st["workers"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .map(|w| format!("{}", w["rx_packets"].as_u64().unwrap_or(0)))
+            .collect();
+        if per.len() > 1 {
+            log(&format!(
+                "  frames received per worker after TCP: {}",
+                per.join(" / ")
+            ));
+        }
+    }
     let (mut runs, mut cpu) = (Vec::new(), Vec::new());
     for _ in 0..opts.flood.repeat.max(1) {
         let before = nfx.map(|n| n.stats());
