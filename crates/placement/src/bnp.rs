@@ -21,6 +21,7 @@ use crate::problem::{Pattern, Problem};
 use crate::simplex::{LpStatus, Master};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::rc::Rc;
 use std::time::Instant;
 
 /// Node budget of one pricing knapsack.
@@ -29,6 +30,8 @@ const PRICE_NODES: u64 = 200_000;
 const PRICE_FIRST_NODES: u64 = 5_000;
 /// Improving patterns kept per pricing call.
 const PRICE_COLUMNS: usize = 8;
+/// Newest pool columns added to the starting columns of a non-root node.
+const RECENT_COLUMNS: usize = 300;
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
 
@@ -56,6 +59,9 @@ struct Node {
     /// Creation order: among equal bounds and depths the newest goes first.
     seq: u64,
     decisions: Vec<Decision>,
+    /// The parent's LP columns with a positive value: with the newest pool columns,
+    /// the starting columns of this node (the root starts from the whole pool).
+    hint: Option<Rc<Vec<Col>>>,
 }
 
 impl PartialEq for Node {
@@ -127,6 +133,8 @@ pub struct BranchPrice<'a> {
     seq: u64,
     /// Smallest bound of a node that had to be dropped undecided.
     stuck: Option<f64>,
+    /// Positive LP columns of the node processed last (the children's hint).
+    last_columns: Vec<Col>,
     /// Nodes processed so far.
     pub nodes: u64,
     /// Best placement found by this search and its cost.
@@ -151,6 +159,7 @@ impl<'a> BranchPrice<'a> {
             open: BinaryHeap::new(),
             seq: 0,
             stuck: None,
+            last_columns: Vec::new(),
             nodes: 0,
             found: None,
         };
@@ -181,6 +190,7 @@ impl<'a> BranchPrice<'a> {
             bound: lb,
             seq: 0,
             decisions: Vec::new(),
+            hint: None,
         });
         s
     }
@@ -237,6 +247,7 @@ impl<'a> BranchPrice<'a> {
                     self.stuck = Some(self.stuck.map_or(b, |s| s.min(b)));
                 }
                 NodeOutcome::Branch(b, d1, d2) => {
+                    let hint = Some(Rc::new(std::mem::take(&mut self.last_columns)));
                     for d in [d2, d1] {
                         let mut decisions = node.decisions.clone();
                         decisions.push(d);
@@ -245,6 +256,7 @@ impl<'a> BranchPrice<'a> {
                             bound: b.max(node.bound),
                             seq: self.seq,
                             decisions,
+                            hint: hint.clone(),
                         });
                     }
                 }
@@ -447,7 +459,14 @@ impl<'a> BranchPrice<'a> {
             cols.push((k, gs));
             true
         };
-        for c in self.pool.iter().filter(|c| hi[c.model as usize] > 0) {
+        let start: Vec<&Col> = match &node.hint {
+            None => self.pool.iter().collect(),
+            Some(h) => h
+                .iter()
+                .chain(&self.pool[self.pool.len().saturating_sub(RECENT_COLUMNS)..])
+                .collect(),
+        };
+        for c in start.into_iter().filter(|c| hi[c.model as usize] > 0) {
             if let Some(gs) = self.node_col(&g, c) {
                 add(&mut lp, &mut cols, c.model, gs);
             }
@@ -555,6 +574,19 @@ impl<'a> BranchPrice<'a> {
             return NodeOutcome::Closed;
         }
         let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
+        self.last_columns = xs
+            .iter()
+            .zip(&cols)
+            .filter(|(&x, _)| x > EPS)
+            .map(|(_, (k, gs))| {
+                let mut items: Vec<u32> = gs
+                    .iter()
+                    .flat_map(|&x| g.members[x as usize].iter().copied())
+                    .collect();
+                items.sort_unstable();
+                Col { model: *k, items }
+            })
+            .collect();
         let to_pattern = |k: u32, gs: &[u32]| -> Pattern {
             let mut counts: HashMap<u32, u32> = HashMap::new();
             for &x in gs {

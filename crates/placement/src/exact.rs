@@ -3,8 +3,10 @@
 //! discrepancy search — each node fixes the columns the LP already uses integrally (or
 //! its largest fractional column), re-solves the residual LP with the shared column
 //! pool, prunes by the residual bound and completes greedily. Passes with a growing
-//! discrepancy budget run until the incumbent meets the bound (proven optimal) or the
-//! deadline passes (the gap is then reported).
+//! discrepancy budget alternate with time slices of branch and price (`bnp`), which
+//! raises the bound above the root LP's and finds placements of its own, until the
+//! incumbent meets the bound (proven optimal) or the deadline passes (the gap is then
+//! reported).
 
 use crate::bin_completion;
 use crate::bnp::BranchPrice;

@@ -1,6 +1,6 @@
 //! nfx-placement: HYPER's performance-aware VNF placement (§V), made exact and fast.
 //! Offline: minimum-cost placement under constraints (2)–(6), proven optimal or with a
-//! reported gap (column generation + diving). Baseline: HYPER's enhanced FFD. Online:
+//! reported gap (column generation, diving, branch and price). Baseline: HYPER's enhanced FFD. Online:
 //! HYPER's best-fit fitness. Also readers for the classical bin-packing benchmark sets
 //! and a generator of HYPER-style instances.
 
