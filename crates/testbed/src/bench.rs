@@ -4,6 +4,7 @@
 
 mod affinity;
 mod flood;
+pub mod ingress;
 
 pub use flood::{udp64, FloodOpts, Generator, Isolation, SinkKind, Udp64};
 
@@ -60,6 +61,9 @@ pub struct BenchOpts {
     pub tcp_repeat: u32,
     /// Receive path of the nfx cases (`nfx run --io`); the config default when `None`.
     pub io: Option<String>,
+    /// During nfx cases, drop IPv4 at edge's netdev ingress after the packet taps
+    /// ([`ingress::EdgeIngressDrop`]) so edge's own stack does no work per frame.
+    pub edge_ingress_drop: bool,
 }
 
 /// One row of the result, as written to JSON. A measurement that failed is `null`.
@@ -152,6 +156,10 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
                 }
                 _ => {
                     tb.set_edge_forwarding(false)?;
+                    let _drop = opts
+                        .edge_ingress_drop
+                        .then(|| ingress::EdgeIngressDrop::apply(&tb))
+                        .transpose()?;
                     let (chain, extra) = chain_of(case, opts);
                     let spec = run_spec(case, &dir, chain, &opts.poll);
                     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
@@ -404,6 +412,10 @@ fn adaptive_checks(
     let tmp = tempfile::Builder::new()
         .prefix("adaptive-")
         .tempdir_in(dir)?;
+    let _drop = opts
+        .edge_ingress_drop
+        .then(|| ingress::EdgeIngressDrop::apply(tb))
+        .transpose()?;
     let mut mpps = Vec::new();
     let mut idle = 0.0;
     for poll in ["adaptive", "busy"] {

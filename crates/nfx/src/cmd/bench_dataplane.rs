@@ -55,6 +55,10 @@ pub struct Args {
     /// default: the run config's default.
     #[arg(long)]
     io: Option<String>,
+    /// During the nfx cases, drop IPv4 at edge's netdev ingress (after nfx's sockets
+    /// took their copy) so edge's own IP stack does no per-frame work on the sender's CPU.
+    #[arg(long)]
+    edge_ingress_drop: bool,
 }
 
 /// Runs the benchmark.
@@ -96,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         flood,
         tcp_repeat: args.tcp_repeat,
         io: args.io,
+        edge_ingress_drop: args.edge_ingress_drop,
     };
     nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
