@@ -54,18 +54,24 @@ pub enum SinkKind {
     Counter,
     /// A recvmmsg receiver thread ([`Sink`]).
     Socket,
+    /// At the device under test's next hop, before its IP stack: a netdev-family
+    /// nftables ingress rule on cloud's `to-edge` counts and drops the flood
+    /// ([`IngressSink`]); the cheapest sink — cloud's receive of each frame runs inside
+    /// the sender's (nfx's) transmit on veth, so a costly sink is charged to nfx.
+    Ingress,
 }
 
 impl SinkKind {
     /// Names accepted by [`SinkKind::parse`].
-    pub const NAMES: [&'static str; 3] = ["next-hop", "counter", "socket"];
+    pub const NAMES: [&'static str; 4] = ["next-hop", "counter", "socket", "ingress"];
 
-    /// `next-hop`, `counter` or `socket`.
+    /// `next-hop`, `counter`, `socket` or `ingress`.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         match s {
             "next-hop" => Ok(SinkKind::NextHop),
             "counter" => Ok(SinkKind::Counter),
             "socket" => Ok(SinkKind::Socket),
+            "ingress" => Ok(SinkKind::Ingress),
             _ => anyhow::bail!("unknown sink {s:?}; sinks are {}", Self::NAMES.join(", ")),
         }
     }
@@ -76,6 +82,7 @@ impl SinkKind {
             SinkKind::NextHop => "next-hop",
             SinkKind::Counter => "counter",
             SinkKind::Socket => "socket",
+            SinkKind::Ingress => "ingress",
         }
     }
 }
@@ -151,6 +158,12 @@ pub fn udp64(tb: &TestbedGuard, flood: &FloodOpts, dut: Option<u32>) -> anyhow::
             let g = gen()?;
             let c = sink.finish()?;
             (g, c.packets, c.other())
+        }
+        SinkKind::Ingress => {
+            let sink = IngressSink::start(&tb.ns(Host::Cloud), "to-edge", UDPGEN_PORT)?;
+            let g = gen()?;
+            let (packets, rx) = sink.read()?;
+            (g, packets, rx.saturating_sub(packets))
         }
         SinkKind::Socket => {
             let sink = Sink::start(&dst_ns, UDPGEN_PORT, &[])?;
@@ -231,6 +244,91 @@ impl Drop for Isolation {
     }
 }
 
+/// Name of the nftables table of [`IngressSink`].
+pub const INGRESS_SINK_TABLE: &str = "nfx_flood_sink";
+
+/// Counts and drops UDP datagrams to one port at an interface's netdev ingress (before
+/// the IP stack); the table is removed on drop.
+pub struct IngressSink {
+    ns: String,
+    iface: String,
+    rx_base: u64,
+}
+
+/// The ruleset of an [`IngressSink`] (idempotent: replaces an earlier copy).
+pub fn ingress_sink_ruleset(iface: &str, port: u16) -> String {
+    let t = INGRESS_SINK_TABLE;
+    format!(
+        "add table netdev {t}\ndelete table netdev {t}\ntable netdev {t} {{\n  counter flood {{ }}\n  chain sink {{\n    type filter hook ingress device \"{iface}\" priority filter; policy accept;\n    meta protocol ip ip protocol udp udp dport {port} counter name flood drop\n  }}\n}}\n"
+    )
+}
+
+/// `packets N` of `nft list counter` output.
+pub fn parse_nft_counter(text: &str) -> anyhow::Result<u64> {
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "packets" {
+            if let Some(n) = words.next().and_then(|n| n.parse().ok()) {
+                return Ok(n);
+            }
+        }
+    }
+    anyhow::bail!("no packet count in nft output: {text:?}")
+}
+
+impl IngressSink {
+    /// Installs the rule on `iface` in `ns`.
+    pub fn start(ns: &str, iface: &str, port: u16) -> anyhow::Result<Self> {
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(file.path(), ingress_sink_ruleset(iface, port))?;
+        let path = file.path().to_string_lossy().into_owned();
+        crate::netns::exec(ns, &["nft", "-f", &path], Duration::from_secs(10))?;
+        let mut sink = Self {
+            ns: ns.to_string(),
+            iface: iface.to_string(),
+            rx_base: 0,
+        };
+        sink.rx_base = sink.iface_rx()?;
+        Ok(sink)
+    }
+
+    fn iface_rx(&self) -> anyhow::Result<u64> {
+        let text =
+            crate::netns::exec(&self.ns, &["cat", "/proc/net/dev"], Duration::from_secs(10))?;
+        crate::udpgen::parse_net_dev_rx(&text, &self.iface)
+    }
+
+    /// Datagrams counted so far and frames the interface received since the start.
+    pub fn read(&self) -> anyhow::Result<(u64, u64)> {
+        let out = crate::netns::exec(
+            &self.ns,
+            &[
+                "nft",
+                "list",
+                "counter",
+                "netdev",
+                INGRESS_SINK_TABLE,
+                "flood",
+            ],
+            Duration::from_secs(10),
+        )?;
+        Ok((
+            parse_nft_counter(&out)?,
+            self.iface_rx()?.saturating_sub(self.rx_base),
+        ))
+    }
+}
+
+impl Drop for IngressSink {
+    fn drop(&mut self) {
+        let _ = crate::netns::exec(
+            &self.ns,
+            &["nft", "delete", "table", "netdev", INGRESS_SINK_TABLE],
+            Duration::from_secs(10),
+        );
+    }
+}
+
 /// Turns a router's IPv4 forwarding off until dropped.
 struct ForwardingOff(String);
 
@@ -260,5 +358,29 @@ fn drain(sink: &Sink) {
             return;
         }
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingress_sink_rule_counts_only_the_flood_port() {
+        let r = ingress_sink_ruleset("to-edge", 9);
+        assert!(r.contains("device \"to-edge\""), "{r}");
+        assert!(r.contains("udp dport 9 counter name flood drop"), "{r}");
+        assert!(
+            r.contains("policy accept"),
+            "ARP and other traffic must pass: {r}"
+        );
+    }
+
+    #[test]
+    fn nft_counter_output_parses() {
+        let out = "table netdev nfx_flood_sink {\n\tcounter flood {\n\t\tpackets 123456 bytes 7901184\n\t}\n}\n";
+        assert_eq!(parse_nft_counter(out).unwrap(), 123456);
+        assert!(parse_nft_counter("table netdev x {}").is_err());
+        assert!(parse_nft_counter("packets many").is_err());
     }
 }
