@@ -35,10 +35,14 @@ const BC_DIVE_NODES: u64 = 200;
 const BC_DIVE_ITEMS: usize = 80;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
-/// A dive pass gets at most `1/DIVE_PARTS` of the remaining time.
+/// A dive pass on a hybrid instance gets at most `1/DIVE_PARTS` of the remaining time.
 const DIVE_PARTS: u32 = 4;
-/// Branch and price gets `1/BNP_PARTS` of the remaining time per round of the main loop.
+/// Branch and price gets `1/BNP_PARTS` of the remaining time per round of the main loop
+/// on hybrid instances, whose gaps are mostly on the bound side ...
 const BNP_PARTS: u32 = 2;
+/// ... and `1/BNP_PARTS_1D` on classical bin packing, where most gaps are closed by the
+/// primal search (IRUP instances) and dives run unbounded.
+const BNP_PARTS_1D: u32 = 5;
 
 /// What the exact solver found.
 #[derive(Debug, Clone)]
@@ -179,7 +183,9 @@ pub fn solve(
                 let (mut d, mut a) = (demand.clone(), avail.clone());
                 // A dive pass gets a bounded share of the time, so that branch and
                 // price always runs too.
-                s.deadline = s.slice(DIVE_PARTS);
+                if one.is_none() {
+                    s.deadline = s.slice(DIVE_PARTS);
+                }
                 s.dive(&mut d, &mut a, 0, disc, None);
                 s.deadline = deadline;
                 if disc == 0 && !s.whole_first && s.lb < s.ub {
@@ -195,7 +201,11 @@ pub fn solve(
             if s.lb >= s.ub {
                 break;
             }
-            let until = s.slice(BNP_PARTS);
+            let until = s.slice(if one.is_some() {
+                BNP_PARTS_1D
+            } else {
+                BNP_PARTS
+            });
             s.branch_and_price(&mut bnp, until);
             if bnp.exhausted() && disc > MAX_DISCREPANCY && one.is_none() {
                 break;
