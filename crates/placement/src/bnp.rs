@@ -608,11 +608,18 @@ impl<'a> BranchPrice<'a> {
         for (i, &x) in xs.iter().enumerate() {
             if x > 1.0 - EPS {
                 let pat = to_pattern(cols[i].0, &cols[i].1);
+                let items = pat.clipped(&demand);
+                if avail[pat.model] == 0 || items.is_empty() {
+                    continue;
+                }
                 avail[pat.model] -= 1;
-                for &(t, c) in &pat.items {
+                for &(t, c) in &items {
                     demand[t as usize] -= c;
                 }
-                fixed.push(pat);
+                fixed.push(Pattern {
+                    model: pat.model,
+                    items,
+                });
             }
         }
         if demand.iter().all(|&d| d == 0) {
