@@ -152,9 +152,10 @@ fn reconfigure_rebuilds_only_what_changed_after_the_common_prefix() {
     assert_eq!(wait_tx(&outside.0, 10).len(), 10);
     let tag = |id: u64| serde_json::json!({"tag": {"id": id}});
     // Appending keeps tag1 as it is: nothing is carried, its count continues.
-    let (names, carried) = ctl.reconfigure(&[tag(1), tag(2)]).unwrap();
+    let r = ctl.reconfigure(&[tag(1), tag(2)]).unwrap();
+    assert_eq!(r.stats.node("tag2").unwrap().packets, 0);
     assert_eq!(
-        (names, carried),
+        (r.names, r.carried),
         (vec!["tag1".to_string(), "tag2".into()], 0)
     );
     MemPort::inject(&inside.0, &inside.1, (10..20).map(udp_frame));
@@ -163,21 +164,23 @@ fn reconfigure_rebuilds_only_what_changed_after_the_common_prefix() {
     assert_eq!(st.node("tag1").unwrap().stats["tagged"], 20);
     assert_eq!(st.node("tag2").unwrap().stats["tagged"], 10);
     // Changing the first spec rebuilds both; same-named nodes get their state carried.
-    let (_, carried) = ctl
+    let carried = ctl
         .reconfigure(&[
             serde_json::json!({"tag": {"id": 1, "drop_every": 1000}}),
             tag(2),
         ])
-        .unwrap();
+        .unwrap()
+        .carried;
     assert_eq!(carried, 2);
     // A failed build changes nothing, and the next reconfigure still compares right.
     assert!(ctl.reconfigure(&[serde_json::json!({"tag": {}})]).is_err());
-    let (_, carried) = ctl
+    let carried = ctl
         .reconfigure(&[
             serde_json::json!({"tag": {"id": 1, "drop_every": 1000}}),
             tag(2),
         ])
-        .unwrap();
+        .unwrap()
+        .carried;
     assert_eq!(carried, 0, "identical specs keep every node");
 }
 

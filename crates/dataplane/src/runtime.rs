@@ -49,6 +49,17 @@ struct Inner {
     applied: Mutex<(Vec<serde_json::Value>, Vec<bool>)>,
 }
 
+/// What [`Controller::reconfigure`] did: the new VNF node names, the flows carried over
+/// to same-named nodes, and the stats right after the swap.
+pub struct Reconfigured {
+    /// The chain's VNF node names, in order.
+    pub names: Vec<String>,
+    /// Flows carried from old nodes to new nodes of the same name.
+    pub carried: usize,
+    /// Every worker's stats taken right after its swap, merged.
+    pub stats: Stats,
+}
+
 /// A cloneable handle that sends commands to a running worker and waits for answers.
 #[derive(Clone)]
 pub struct Controller {
@@ -113,7 +124,7 @@ impl Controller {
     /// one node). Returns the new names and the number of flows carried over.
     /// With several workers every worker gets its own new nodes (sharded, see
     /// [`nfx_vnf::Node::shard`]) and the flow steering follows the new chain.
-    pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<(Vec<String>, usize)> {
+    pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<Reconfigured> {
         let mut applied = self.inner.applied.lock().unwrap_or_else(|e| e.into_inner());
         let keep = applied
             .0
@@ -136,11 +147,13 @@ impl Controller {
         }
         let mut names = Vec::new();
         let mut carried = 0;
+        let mut parts = Vec::with_capacity(n);
         for (w, nodes) in per_worker.into_iter().enumerate() {
-            let (old, nm, c) = self.ask_to(w, |tx| Command::Reconfigure(keep, nodes, tx))?;
+            let (old, nm, c, st) = self.ask_to(w, |tx| Command::Reconfigure(keep, nodes, tx))?;
             drop(old);
             names = nm;
             carried += c;
+            parts.push(st);
         }
         if n > 1 {
             let by_port = dest.iter().any(|d| *d);
@@ -148,7 +161,11 @@ impl Controller {
                 .map_err(|e| anyhow!("reconfigure: {e}"))?;
         }
         *applied = (specs.to_vec(), dest);
-        Ok((names, carried))
+        Ok(Reconfigured {
+            names,
+            carried,
+            stats: Stats::merge(parts),
+        })
     }
 
     /// Runs `job` on the worker thread against the VNF called `node`.
@@ -281,8 +298,9 @@ impl Controller {
                     .get("chain")
                     .and_then(|c| c.as_array())
                     .ok_or_else(|| anyhow!("`reconfigure` needs an array field `chain`"))?;
-                let (names, carried) = self.reconfigure(chain)?;
-                Ok(serde_json::json!({ "ok": true, "nodes": names, "flows_carried": carried }))
+                let r = self.reconfigure(chain)?;
+                Ok(serde_json::json!({ "ok": true, "nodes": r.names,
+                    "flows_carried": r.carried, "stats": r.stats }))
             }
             "export_state" => {
                 let node = field("node")?;

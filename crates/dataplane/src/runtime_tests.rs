@@ -98,9 +98,10 @@ fn reconfigure_under_load_loses_and_reorders_nothing() {
     let mut swaps = 0;
     while r.outside.0.lock().unwrap().tx.len() < N as usize / 2 {
         let id = 2 + (swaps % 2);
-        let (names, _) = ctl
+        let names = ctl
             .reconfigure(&[serde_json::json!({"tag": {"id": id}})])
-            .unwrap();
+            .unwrap()
+            .names;
         assert_eq!(names, [format!("tag{id}")]);
         swaps += 1;
     }

@@ -44,9 +44,10 @@ pub enum Command {
     Shutdown,
 }
 
-/// What a reconfiguration hands back: the old nodes, the new node names and how many
-/// flows were carried from old to new nodes of the same name.
-pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>, usize);
+/// What a reconfiguration hands back: the old nodes, the new node names, how many
+/// flows were carried from old to new nodes of the same name, and the worker's stats
+/// right after the swap (so that a deploy needs no second round trip for its state).
+pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>, usize, Stats);
 
 /// What a drain did: frames processed, and whether the sockets were found empty (false
 /// when [`DRAIN_LIMIT`] passed first, i.e. traffic still arrives: not steered away).
@@ -362,7 +363,8 @@ impl Worker {
                 }
                 Ok(Command::Reconfigure(keep, nodes, reply)) => {
                     let (old, carried) = self.graph.replace_chain_after(keep, nodes);
-                    let _ = reply.send((old, self.graph.vnf_names(), carried));
+                    self.sample_socket_drops();
+                    let _ = reply.send((old, self.graph.vnf_names(), carried, self.stats()));
                 }
                 Ok(Command::WithNode(name, job)) => job(self.graph.vnf_mut(&name)),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return true,

@@ -295,11 +295,12 @@ fn chain_with_firewall_drops_denied_udp_and_counts_it() {
         bytes as u64,
         "allowed TCP did not pass"
     );
-    let (names, _) = dp
+    let r = dp
         .controller()
         .reconfigure(&[serde_json::json!({"firewall": {"default": "allow"}})])
         .unwrap();
-    assert_eq!(names, ["firewall"]);
+    assert_eq!(r.names, ["firewall"]);
+    assert!(r.stats.node("firewall").is_some());
     assert_eq!(
         udp_through(&t, net, 30, Duration::from_secs(5)),
         30,

@@ -11,12 +11,12 @@
 mod common;
 
 use common::eventually;
-use nfx_control::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
+use nfx_control::vnfm::local::{stop_recorded_workers, LocalConfig, LocalVnfm, WorkerTemplate};
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, PacketBuf, PacketVector};
 use nfx_testbed::acl::{IPERF_PORT, UDPGEN_PORT};
-use nfx_testbed::control::{port_counter, request, stats};
+use nfx_testbed::control::{port_counter, stats};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::runconfig::{chain_nodes, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
@@ -48,23 +48,7 @@ struct Workers {
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        for dev in ["w0", "w1"] {
-            let sock = self.run_dir.join(format!("{dev}.sock"));
-            let _ = request(&sock, &json!({"cmd": "shutdown"}), Duration::from_secs(2));
-        }
-        let state = std::fs::read_to_string(self.run_dir.join("local-agent.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .unwrap_or_default();
-        std::thread::sleep(Duration::from_millis(300));
-        for w in state.as_object().into_iter().flat_map(|m| m.values()) {
-            if let Some(pid) = w["pid"].as_u64() {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .stderr(std::process::Stdio::null())
-                    .status();
-            }
-        }
+        stop_recorded_workers(&self.run_dir);
     }
 }
 

@@ -7,6 +7,7 @@
 //! handoff (steer → drain → move state → release, see docs/migration.md).
 //! What runs where is kept in a file so a restarted controller finds its workers again.
 
+use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -109,6 +110,8 @@ pub struct HandoffReport {
 pub struct LocalVnfm {
     cfg: LocalConfig,
     workers: Mutex<BTreeMap<String, Worker>>,
+    /// Where `workers` is recorded, so that a restarted agent finds its workers.
+    state: Mutex<StateFile>,
 }
 
 impl LocalVnfm {
@@ -116,17 +119,11 @@ impl LocalVnfm {
     pub fn new(cfg: LocalConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&cfg.run_dir)
             .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.run_dir.display()))?;
-        let state = cfg.run_dir.join("local-agent.json");
-        let workers = if state.exists() {
-            let text = std::fs::read_to_string(&state)?;
-            serde_json::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("{}: not an agent state: {e}", state.display()))?
-        } else {
-            BTreeMap::new()
-        };
+        let (state, workers) = StateFile::open(&cfg.run_dir);
         Ok(LocalVnfm {
             cfg,
-            workers: Mutex::new(workers),
+            workers: Mutex::new(workers.unwrap_or_default()),
+            state: Mutex::new(state),
         })
     }
 
@@ -135,12 +132,11 @@ impl LocalVnfm {
     }
 
     fn save(&self, w: &BTreeMap<String, Worker>) -> Result<(), VnfmError> {
-        let p = self.cfg.run_dir.join("local-agent.json");
-        let tmp = p.with_extension("tmp");
-        let text = serde_json::to_vec(w).map_err(unavailable)?;
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, &p))
-            .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", p.display())))
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .save(w)
+            .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", self.cfg.run_dir.display())))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Worker>> {
@@ -256,13 +252,14 @@ impl LocalVnfm {
     }
 
     /// Pushes the worker's chain (starting the worker if needed; `all` is every worker,
-    /// for its fanout peers); records the node names the dataplane gave.
+    /// for its fanout peers); records the node names the dataplane gave and returns the
+    /// worker's stats document as of right after the change.
     fn push_chain(
         &self,
         device: &str,
         w: &mut Worker,
         all: &BTreeMap<String, Worker>,
-    ) -> Result<(), VnfmError> {
+    ) -> Result<serde_json::Value, VnfmError> {
         let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
         if w.pid.is_none() {
             let peers = self.group_peers(all, device);
@@ -270,9 +267,9 @@ impl LocalVnfm {
             w.joined = all.values().map(|x| x.joined).max().unwrap_or(0) + 1;
             let r = ask(&self.socket(device), &serde_json::json!({"cmd": "stats"}))?;
             w.nodes = vnf_node_names(&r, w.instances.len());
-            return Ok(());
+            return Ok(r);
         }
-        let r = ask(
+        let mut r = ask(
             &self.socket(device),
             &serde_json::json!({"cmd": "reconfigure", "chain": chain}),
         )?;
@@ -284,7 +281,7 @@ impl LocalVnfm {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(())
+        Ok(r["stats"].take())
     }
 
     /// Copies the flow state of node `onode` of worker `od` into node `nnode` of worker
@@ -449,6 +446,71 @@ fn unavailable(e: impl std::fmt::Display) -> VnfmError {
 }
 
 /// One request/response exchange on a worker's control socket.
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.starts_with(" Z"))
+        })
+        .unwrap_or(false)
+}
+
+/// Stops every worker recorded in `run_dir`: asks each to shut down, waits up to 3 s,
+/// then kills what is left. For tools and tests that must leave no dataplane process
+/// behind when the agent did not get to destroy its instances.
+pub fn stop_recorded_workers(run_dir: &Path) {
+    let pids = recorded_pids(run_dir);
+    for (dev, _) in &pids {
+        let _ = ask(
+            &run_dir.join(format!("{dev}.sock")),
+            &serde_json::json!({"cmd": "shutdown"}),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pids.iter().any(|(_, p)| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (_, pid) in pids {
+        if alive(pid) {
+            if let Ok(p) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill(2) on a pid this agent started, with a valid signal.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// An instance's state from its worker's stats document (`node`: its node's name there).
+fn instance_state(
+    spec: &InstanceSpec,
+    node: Option<&String>,
+    version: u64,
+    stats: &serde_json::Value,
+) -> InstanceState {
+    let name = node.map(String::as_str).unwrap_or_default();
+    let n = stats["nodes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| !name.is_empty() && x["name"] == name))
+        .cloned()
+        .unwrap_or_default();
+    let flows = ["flows", "entries", "connections", "mappings"]
+        .iter()
+        .find_map(|k| n["stats"][k].as_u64())
+        .unwrap_or(0);
+    InstanceState {
+        id: spec.id.clone(),
+        function: spec.function.clone(),
+        device: spec.device.clone(),
+        status: "running".into(),
+        config_version: version,
+        flows,
+        packets: n["packets"].as_u64().unwrap_or(0),
+        cpu_pct: stats["workers"][0]["cpu_pct"].as_f64().unwrap_or(0.0),
+        detail: serde_json::json!({ "node": n, "worker": stats["name"] }),
+    }
+}
+
 fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
     let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
     let mut s = UnixStream::connect(sock).map_err(io)?;
@@ -499,11 +561,11 @@ impl Vnfm for LocalVnfm {
         let mut w = g.get(&spec.device).cloned().unwrap_or_default();
         w.instances.push(spec.clone());
         w.config_versions.push(1);
-        self.push_chain(&spec.device, &mut w, &g)?;
+        let stats = self.push_chain(&spec.device, &mut w, &g)?;
+        let state = instance_state(spec, w.nodes.last(), 1, &stats);
         g.insert(spec.device.clone(), w);
         self.save(&g)?;
-        drop(g);
-        self.get_instance_state(&spec.id)
+        Ok(state)
     }
 
     fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
@@ -540,11 +602,16 @@ impl Vnfm for LocalVnfm {
         let mut w = g[&d].clone();
         w.instances[p].config = config.clone();
         w.config_versions[p] += 1;
-        self.push_chain(&d, &mut w, &g)?;
+        let stats = self.push_chain(&d, &mut w, &g)?;
+        let state = instance_state(
+            &w.instances[p],
+            w.nodes.get(p),
+            w.config_versions[p],
+            &stats,
+        );
         g.insert(d, w);
         self.save(&g)?;
-        drop(g);
-        self.get_instance_state(id)
+        Ok(state)
     }
 
     fn migrate_instance(
@@ -597,30 +664,11 @@ impl Vnfm for LocalVnfm {
         let (d, p) = Self::find(&g, id)?;
         let w = &g[&d];
         let spec = w.instances[p].clone();
-        let node = w.nodes.get(p).cloned().unwrap_or_default();
+        let node = w.nodes.get(p).cloned();
         let version = w.config_versions[p];
         drop(g);
         let stats = ask(&self.socket(&d), &serde_json::json!({"cmd": "stats"}))?;
-        let n = stats["nodes"]
-            .as_array()
-            .and_then(|a| a.iter().find(|x| x["name"] == node.as_str()))
-            .cloned()
-            .unwrap_or_default();
-        let flows = ["flows", "entries", "connections", "mappings"]
-            .iter()
-            .find_map(|k| n["stats"][k].as_u64())
-            .unwrap_or(0);
-        Ok(InstanceState {
-            id: spec.id,
-            function: spec.function,
-            device: spec.device,
-            status: "running".into(),
-            config_version: version,
-            flows,
-            packets: n["packets"].as_u64().unwrap_or(0),
-            cpu_pct: stats["workers"][0]["cpu_pct"].as_f64().unwrap_or(0.0),
-            detail: serde_json::json!({ "node": n, "worker": stats["name"] }),
-        })
+        Ok(instance_state(&spec, node.as_ref(), version, &stats))
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
@@ -653,7 +701,10 @@ mod tests {
 
     fn vnfm_with(dir: &Path, state: serde_json::Value) -> LocalVnfm {
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("local-agent.json"), state.to_string()).unwrap();
+        StateFile::open::<serde_json::Value>(dir)
+            .0
+            .save(&state)
+            .unwrap();
         let cfg: LocalConfig = serde_yaml_ng::from_str(&format!(
             "run_dir: {}\nworkers:\n  w0: {{ ports: {{}}, fanout: 7 }}\n  w1: {{ ports: {{}}, fanout: 7 }}\n  w2: {{ ports: {{}}, fanout: 7 }}\n  x: {{ ports: {{}} }}\n",
             dir.display()

@@ -4,6 +4,7 @@
 pub mod local;
 pub mod remote;
 pub mod sim;
+pub mod state_file;
 
 use serde::{Deserialize, Serialize};
 

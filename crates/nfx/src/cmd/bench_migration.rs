@@ -10,7 +10,9 @@
 //!   sent − received at dst, plus the drop counters, with the handoff's phases).
 
 use anyhow::{bail, Context};
-use nfx_control::vnfm::local::{HandoffReport, LocalConfig, LocalVnfm, WorkerTemplate};
+use nfx_control::vnfm::local::{
+    stop_recorded_workers, HandoffReport, LocalConfig, LocalVnfm, WorkerTemplate,
+};
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_packet::{checksum, Direction, Packet, PacketBuf};
 use nfx_testbed::acl::UDPGEN_PORT;
@@ -491,25 +493,7 @@ impl Workers {
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        let state: Value = std::fs::read_to_string(self.0.join("local-agent.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        for (dev, w) in state.as_object().into_iter().flatten() {
-            let sock = self.0.join(format!("{dev}.sock"));
-            if request(&sock, &json!({"cmd": "shutdown"}), Duration::from_secs(2)).is_err() {
-                continue;
-            }
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while stats(&sock).is_ok() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if let (true, Some(pid)) = (stats(&sock).is_ok(), w["pid"].as_u64()) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
-            }
-        }
+        stop_recorded_workers(&self.0);
     }
 }
 

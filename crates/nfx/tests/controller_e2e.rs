@@ -1,0 +1,294 @@
+//! End-to-end: the controller (`nfx up`) drives real `nfx run` workers through its local
+//! agent, over its REST API, while iperf3 traffic crosses the testbed. A NAT service is
+//! deployed on one of edge's two software devices, migrated with `POST
+//! /api/v1/instances/{id}/migrate` to the other device (deploy new → move flows → destroy
+//! old → re-steer) mid-transfer, and destroyed. Checks: every operation completes, the
+//! TCP transfer survives with every byte and the same translated source, the new worker
+//! carries the traffic and dropped nothing for lack of state, the old worker is gone,
+//! and after the destroy no worker process is left. Needs root; own prefix, subnet and
+//! fanout group; everything is removed on failure too.
+
+mod common;
+
+use common::eventually;
+use nfx_control::client::{load_token, Client};
+use nfx_control::vnfm::local::stop_recorded_workers;
+use nfx_control::vnfm::state_file::recorded_pids;
+use nfx_testbed::acl::IPERF_PORT;
+use nfx_testbed::control::{port_counter, stats};
+use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
+use nfx_testbed::runconfig::{chain_nodes, write_yaml, Chain};
+use nfx_testbed::{netns, Host, Spec, TestbedGuard};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const NFX: &str = env!("CARGO_BIN_EXE_nfx");
+const TOKEN: &str = "controller-e2e-token-0123456789";
+const DEVICES: [&str; 2] = ["w0", "w1"];
+
+fn root() -> bool {
+    let ok = nfx_testbed::root::effective_uid() == 0;
+    if !ok {
+        eprintln!("skipped: needs root");
+    }
+    ok
+}
+
+/// Kills the controller, then stops every worker its agent recorded.
+struct Controller {
+    child: Child,
+    run_dir: PathBuf,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        stop_recorded_workers(&self.run_dir);
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+}
+
+/// Peers of the established TCP connections to `port` as dst's kernel sees them.
+fn tcp_peers(ns: &str, port: u16) -> BTreeSet<String> {
+    let out = netns::command(
+        ns,
+        &[
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+            &format!("sport = :{port}"),
+        ],
+    )
+    .output()
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(String::from))
+        .collect()
+}
+
+/// The testbed as an infrastructure: edge has two software devices `w0`, `w1`.
+fn infra() -> Value {
+    let sw = |id: &str| {
+        json!({"id": id, "host": "edge", "tier": "software", "functions": ["firewall", "nat"],
+               "latency_us": 40, "throughput_gbps": 10, "cost": 1, "cpu_cores": 1})
+    };
+    json!({
+        "hosts": [{"id": "src", "cores": 1}, {"id": "edge", "cores": 2},
+                  {"id": "cloud", "cores": 1}, {"id": "dst", "cores": 1}],
+        "devices": [sw("w0"), sw("w1")],
+        "links": [{"a": "src", "b": "edge", "latency_us": 30},
+                  {"a": "edge", "b": "cloud", "latency_us": 30},
+                  {"a": "cloud", "b": "dst", "latency_us": 30}],
+    })
+}
+
+fn node_drop(s: &Value, node: &str, reason: &str) -> u64 {
+    s["nodes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["name"] == node))
+        .map(|n| n["drops"][reason].as_u64().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+fn tx_packets(sock: &Path) -> u64 {
+    stats(sock)
+        .map(|s| {
+            port_counter(&s, "inside", "tx_packets") + port_counter(&s, "outside", "tx_packets")
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn rest_deploy_migrate_destroy_under_traffic() {
+    if !root() {
+        return;
+    }
+    let tb = TestbedGuard::up(Spec {
+        prefix: "nfxctl-".into(),
+        subnet_base: 239,
+    })
+    .unwrap();
+    tb.set_edge_forwarding(false).unwrap();
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("agent");
+    let (src_mac, cloud_mac) = tb.edge_peer_macs().unwrap();
+    let template = json!({
+        "netns": tb.ns(Host::Edge),
+        "ports": {"inside": {"iface": "to-src", "peer_mac": src_mac},
+                  "outside": {"iface": "to-cloud", "peer_mac": cloud_mac}},
+        "poll": "adaptive",
+        "fanout": 3300,
+    });
+    let local = json!({
+        "run_dir": run_dir, "nfx_bin": NFX,
+        "workers": {"w0": template.clone(), "w1": template},
+    });
+    write_yaml(&dir.path().join("infra.yaml"), &infra()).unwrap();
+    write_yaml(&dir.path().join("local.yaml"), &local).unwrap();
+    let ready = dir.path().join("ready");
+    let child = Command::new(NFX)
+        .arg("up")
+        .arg("--db")
+        .arg(dir.path().join("state.db"))
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--infra")
+        .arg(dir.path().join("infra.yaml"))
+        .arg("--local-config")
+        .arg(dir.path().join("local.yaml"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .env("NFX_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ctl = Controller {
+        child,
+        run_dir: run_dir.clone(),
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(&ready)
+            .map(|s| !s.is_empty())
+            .unwrap_or(false)),
+        "controller never became ready"
+    );
+    let base = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let c = Client::new(&base, load_token(Some(&dir.path().join("token"))).unwrap());
+
+    let nat = chain_nodes(
+        &tb,
+        &Chain::Full {
+            patterns: PathBuf::from("/nonexistent"),
+            elephant_bytes: 1,
+        },
+    )[1]["nat"]
+        .clone();
+    let svc = json!({
+        "id": "masq", "tenant": "t", "ingress": "src", "egress": "dst",
+        "chain": [{"function": "nat", "config": nat}],
+        "sla": {"max_latency_us": 1000, "min_throughput_gbps": 1},
+    });
+    let op = c.post("/api/v1/services", &svc).unwrap();
+    assert_eq!(op.status, 202, "{op:?}");
+    let done = c
+        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let inst = c.get("/api/v1/instances").unwrap().body;
+    let inst = inst.as_array().unwrap();
+    assert_eq!(inst.len(), 1, "{inst:?}");
+    let old_id = inst[0]["spec"]["id"].as_str().unwrap().to_string();
+    let old_dev = inst[0]["spec"]["device"].as_str().unwrap().to_string();
+    let new_dev = DEVICES.iter().find(|d| **d != old_dev).unwrap().to_string();
+    let old_sock = run_dir.join(format!("{old_dev}.sock"));
+    let new_sock = run_dir.join(format!("{new_dev}.sock"));
+
+    let (src, dst_ns, dst) = (tb.ns(Host::Src), tb.ns(Host::Dst), tb.dst_ip());
+    let _srv = IperfServer::start(&dst_ns, dst, IPERF_PORT).unwrap();
+    let client =
+        std::thread::spawn(move || iperf::client(&ClientSpec::tcp(&src, dst, IPERF_PORT, 6, 1)));
+    assert!(
+        eventually(Duration::from_secs(5), || tx_packets(&old_sock) > 2000),
+        "no traffic through {old_dev}"
+    );
+    let peers_before = tcp_peers(&dst_ns, IPERF_PORT);
+    assert!(
+        !peers_before.is_empty()
+            && peers_before
+                .iter()
+                .all(|p| p.starts_with(&tb.nat_ip().to_string())),
+        "{peers_before:?}"
+    );
+
+    let op = c
+        .post(
+            &format!("/api/v1/instances/{old_id}/migrate"),
+            &json!({"device": new_dev}),
+        )
+        .unwrap();
+    assert_eq!(op.status, 202, "{op:?}");
+    let done = c
+        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let steps = done["steps"].as_array().unwrap();
+    assert!(
+        steps.len() >= 3 && steps.iter().all(|s| s["status"] == "done"),
+        "{done}"
+    );
+    let inst = c.get("/api/v1/instances").unwrap().body;
+    let inst = inst.as_array().unwrap().clone();
+    assert_eq!(inst.len(), 1, "{inst:?}");
+    assert_eq!(inst[0]["spec"]["device"], new_dev.as_str(), "{inst:?}");
+    let new_id = inst[0]["spec"]["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, old_id);
+    let path = c.get("/api/v1/services/masq").unwrap().body;
+    assert_eq!(
+        path["path"]["hops"][0]["instance"],
+        new_id.as_str(),
+        "{path}"
+    );
+
+    let moved = tx_packets(&new_sock);
+    assert!(
+        eventually(Duration::from_secs(3), || tx_packets(&new_sock)
+            > moved + 1000),
+        "{new_dev} does not carry the traffic"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || stats(&old_sock).is_err()),
+        "the old worker still runs after its instance was destroyed"
+    );
+    let peers_after = tcp_peers(&dst_ns, IPERF_PORT);
+    let tcp = client
+        .join()
+        .unwrap()
+        .expect("iperf3 failed across the migration");
+    assert_eq!(
+        peers_before, peers_after,
+        "dst saw another translated source"
+    );
+    assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
+    assert!(
+        tcp.received_bytes as f64 >= tcp.sent_bytes as f64 * 0.99,
+        "{tcp:?}"
+    );
+    let s = stats(&new_sock).unwrap();
+    assert_eq!(node_drop(&s, "nat", "nat_no_mapping"), 0, "{s}");
+    let live = c.get(&format!("/api/v1/instances/{new_id}")).unwrap().body;
+    assert!(live["state"]["packets"].as_u64().unwrap_or(0) > 0, "{live}");
+
+    let pids: Vec<u32> = recorded_pids(&run_dir)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    let op = c.delete("/api/v1/services/masq").unwrap();
+    assert_eq!(op.status, 202, "{op:?}");
+    let done = c
+        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    assert!(c
+        .get("/api/v1/instances")
+        .unwrap()
+        .body
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(
+        eventually(Duration::from_secs(5), || pids.iter().all(|p| !alive(*p))),
+        "worker processes left after the destroy: {pids:?}"
+    );
+}
