@@ -44,9 +44,10 @@ struct ServeArgs {
     /// Bytes per buffer slot (largest operation buffer).
     #[arg(long, default_value_t = 16384)]
     slot_size: u32,
-    /// Microseconds the device keeps polling after its last work before it sleeps.
-    #[arg(long, default_value_t = 200)]
-    spin_us: u64,
+    /// Microseconds the device keeps polling after its last work before it sleeps
+    /// (default: the device's own, `DeviceConfig::new`).
+    #[arg(long)]
+    spin_us: Option<u64>,
 }
 
 /// Runs the subcommand.
@@ -58,7 +59,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             cfg.ring_size = a.ring_size;
             cfg.slots = a.slots;
             cfg.slot_size = a.slot_size;
-            cfg.spin = Duration::from_micros(a.spin_us);
+            if let Some(us) = a.spin_us {
+                cfg.spin = Duration::from_micros(us);
+            }
             eprintln!(
                 "nfx accel: device on {} with {} queue pair(s){}",
                 a.socket.display(),
