@@ -20,7 +20,6 @@ use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::runconfig::{chain_nodes, write_yaml, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -56,26 +55,6 @@ fn alive(pid: u32) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| s.contains(") Z "))
             .unwrap_or(true)
-}
-
-/// Peers of the established TCP connections to `port` as dst's kernel sees them.
-fn tcp_peers(ns: &str, port: u16) -> BTreeSet<String> {
-    let out = netns::command(
-        ns,
-        &[
-            "ss",
-            "-Htn",
-            "state",
-            "established",
-            &format!("sport = :{port}"),
-        ],
-    )
-    .output()
-    .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().last().map(String::from))
-        .collect()
 }
 
 /// The testbed as an infrastructure: edge has two software devices `w0`, `w1`.
@@ -203,7 +182,7 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         eventually(Duration::from_secs(5), || tx_packets(&old_sock) > 2000),
         "no traffic through {old_dev}"
     );
-    let peers_before = tcp_peers(&dst_ns, IPERF_PORT);
+    let peers_before = netns::tcp_peers(&dst_ns, IPERF_PORT).unwrap();
     assert!(
         !peers_before.is_empty()
             && peers_before
@@ -251,7 +230,7 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         eventually(Duration::from_secs(5), || stats(&old_sock).is_err()),
         "the old worker still runs after its instance was destroyed"
     );
-    let peers_after = tcp_peers(&dst_ns, IPERF_PORT);
+    let peers_after = netns::tcp_peers(&dst_ns, IPERF_PORT).unwrap();
     let tcp = client
         .join()
         .unwrap()

@@ -167,26 +167,6 @@ impl Rig {
     }
 }
 
-/// Peers of the established TCP connections to `port` as dst's kernel sees them.
-fn tcp_peers(ns: &str, port: u16) -> BTreeSet<String> {
-    let out = netns::command(
-        ns,
-        &[
-            "ss",
-            "-Htn",
-            "state",
-            "established",
-            &format!("sport = :{port}"),
-        ],
-    )
-    .output()
-    .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().last().map(String::from))
-        .collect()
-}
-
 #[test]
 fn tcp_transfer_survives_migration_with_same_nat_mapping() {
     if !root() {
@@ -210,7 +190,7 @@ fn tcp_transfer_survives_migration_with_same_nat_mapping() {
         0,
         "the standby forwarded before the handoff"
     );
-    let peers_before = tcp_peers(&dst_ns, IPERF_PORT);
+    let peers_before = netns::tcp_peers(&dst_ns, IPERF_PORT).unwrap();
     assert!(
         peers_before
             .iter()
@@ -220,7 +200,7 @@ fn tcp_transfer_survives_migration_with_same_nat_mapping() {
     let flows = rig.migrate();
     let a_after = rig.tx_packets("w0");
     std::thread::sleep(Duration::from_millis(700));
-    let peers_after = tcp_peers(&dst_ns, IPERF_PORT);
+    let peers_after = netns::tcp_peers(&dst_ns, IPERF_PORT).unwrap();
     let tcp = client
         .join()
         .unwrap()

@@ -178,6 +178,20 @@ pub fn pids(ns: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The peers (`addr:port`) of the established TCP connections to local `port` inside
+/// `ns`, as that namespace's kernel sees them (`ss`): how a test checks which source
+/// address a NAT gave a connection.
+pub fn tcp_peers(ns: &str, port: u16) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let filter = format!("sport = :{port}");
+    let mut cmd = command(ns, &["ss", "-Htn", "state", "established", &filter]);
+    cmd.stdout(std::process::Stdio::piped());
+    let out = process::output_within(cmd, Duration::from_secs(5))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(String::from))
+        .collect())
+}
+
 /// Whether a socket listens on `port` inside `ns` (TCP LISTEN, or a bound UDP socket),
 /// read from `/proc/thread-self/net/{tcp,udp}` of a thread inside `ns`.
 pub fn listening(ns: &str, port: u16, udp: bool) -> anyhow::Result<bool> {
