@@ -34,6 +34,13 @@ const PRICE_COLUMNS: usize = 8;
 const RECENT_COLUMNS: usize = 300;
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
+/// Subset-row cuts added per separation round, in all, and separation rounds at the
+/// root.
+const CUTS_PER_ROUND: usize = 60;
+const MAX_CUTS: usize = 400;
+const MAX_CUT_ROUNDS: u32 = 40;
+/// Least violation of a separated subset-row cut.
+const CUT_VIOLATION: f64 = 0.01;
 
 /// A branching decision on instances (indexes into the expanded item list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +120,8 @@ struct Groups {
 enum NodeOutcome {
     /// The time slice ended first; the node is still open.
     Interrupted,
+    /// Cuts were added at the root: process it again, with this bound.
+    Again(f64),
     /// Pruned (infeasible, bound ≥ incumbent, or solved).
     Closed,
     /// Two children with this bound.
@@ -139,6 +148,13 @@ pub struct BranchPrice<'a> {
     pub nodes: u64,
     /// Best placement found by this search and its cost.
     found: Option<(u64, Vec<Pattern>)>,
+    /// Subset-row cuts (three instances, at most one device may hold two of them),
+    /// separated at the root on one-model problems and kept in every node.
+    cuts: Vec<[u32; 3]>,
+    /// The cuts each instance is in.
+    item_cuts: Vec<Vec<u32>>,
+    /// Separation rounds done at the root.
+    cut_rounds: u32,
 }
 
 impl<'a> BranchPrice<'a> {
@@ -162,7 +178,11 @@ impl<'a> BranchPrice<'a> {
             last_columns: Vec::new(),
             nodes: 0,
             found: None,
+            cuts: Vec::new(),
+            item_cuts: Vec::new(),
+            cut_rounds: 0,
         };
+        s.item_cuts = vec![Vec::new(); s.item_type.len()];
         let first: Vec<u32> = {
             let mut acc = 0u32;
             p.types
@@ -243,6 +263,12 @@ impl<'a> BranchPrice<'a> {
                     break;
                 }
                 NodeOutcome::Closed => {}
+                NodeOutcome::Again(b) => {
+                    self.open.push(Node {
+                        bound: b.max(node.bound),
+                        ..node
+                    });
+                }
                 NodeOutcome::Stuck(b) => {
                     self.stuck = Some(self.stuck.map_or(b, |s| s.min(b)));
                 }
@@ -396,6 +422,87 @@ impl<'a> BranchPrice<'a> {
         Some(out)
     }
 
+    /// Adds the most violated subset-row cuts Σ ⌊|p ∩ T| / 2⌋ x_p ≤ 1 over triples T
+    /// of instances that share positive columns of the LP solution `xs`; returns
+    /// whether any was added.
+    fn separate(&mut self, g: &Groups, cols: &[(u32, Vec<u32>)], xs: &[f64]) -> bool {
+        let room = MAX_CUTS.saturating_sub(self.cuts.len()).min(CUTS_PER_ROUND);
+        if room == 0 {
+            return false;
+        }
+        let pos: Vec<(f64, Vec<u32>)> = xs
+            .iter()
+            .zip(cols)
+            .filter(|(&x, _)| x > EPS)
+            .map(|(&x, (_, gs))| {
+                let mut items: Vec<u32> = gs
+                    .iter()
+                    .flat_map(|&x| g.members[x as usize].iter().copied())
+                    .collect();
+                items.sort_unstable();
+                (x, items)
+            })
+            .collect();
+        let mut of_item: Vec<Vec<u32>> = vec![Vec::new(); self.item_type.len()];
+        for (ci, (_, items)) in pos.iter().enumerate() {
+            for &i in items {
+                of_item[i as usize].push(ci as u32);
+            }
+        }
+        let mut cand: HashSet<[u32; 3]> = HashSet::new();
+        for (_, items) in &pos {
+            for (ai, &a) in items.iter().enumerate() {
+                for &b in &items[ai + 1..] {
+                    for &cj in of_item[a as usize].iter().chain(&of_item[b as usize]) {
+                        for &c in &pos[cj as usize].1 {
+                            if c != a && c != b {
+                                let mut t = [a, b, c];
+                                t.sort_unstable();
+                                cand.insert(t);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let known: HashSet<[u32; 3]> = self.cuts.iter().copied().collect();
+        let mut violated: Vec<(f64, [u32; 3])> = Vec::new();
+        let mut seen: Vec<u32> = Vec::new();
+        for t in cand {
+            if known.contains(&t) {
+                continue;
+            }
+            seen.clear();
+            let mut lhs = 0.0;
+            for &i in &t {
+                for &cj in &of_item[i as usize] {
+                    if seen.contains(&cj) {
+                        continue;
+                    }
+                    seen.push(cj);
+                    let (x, items) = &pos[cj as usize];
+                    let inside = t.iter().filter(|z| items.binary_search(z).is_ok()).count();
+                    if inside >= 2 {
+                        lhs += x;
+                    }
+                }
+            }
+            if lhs > 1.0 + CUT_VIOLATION {
+                violated.push((lhs, t));
+            }
+        }
+        violated.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let added = violated.len().min(room);
+        for (_, t) in violated.into_iter().take(added) {
+            let id = self.cuts.len() as u32;
+            self.cuts.push(t);
+            for &i in &t {
+                self.item_cuts[i as usize].push(id);
+            }
+        }
+        added > 0
+    }
+
     /// Column generation at one node, then pruning or a branching decision.
     fn process(&mut self, node: &Node, ub: &mut u64, until: Instant) -> NodeOutcome {
         let p = self.p;
@@ -435,7 +542,23 @@ impl<'a> BranchPrice<'a> {
         }
         let max_cost = p.models.iter().map(|m| m.cost).max().unwrap_or(1) as f64;
         let big_m = (max_cost * ng as f64 + 1.0).min(1e9);
-        let rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(hi[k])).collect();
+        let mut rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(hi[k])).collect();
+        // Subset-row cut rows follow the model rows; per group, the cuts it is in and
+        // how many of its instances each holds.
+        let cut_row0 = n_ge + models.len();
+        rhs_le.extend(self.cuts.iter().map(|_| 1.0));
+        let mut group_cuts: Vec<Vec<(u32, u32)>> = vec![Vec::new(); ng];
+        for (x, mem) in g.members.iter().enumerate() {
+            for &i in mem {
+                for &c in &self.item_cuts[i as usize] {
+                    match group_cuts[x].iter_mut().find(|(cc, _)| *cc == c) {
+                        Some((_, m)) => *m += 1,
+                        None => group_cuts[x].push((c, 1)),
+                    }
+                }
+            }
+        }
+        let mut cut_count: Vec<(u32, u32)> = Vec::new();
         let mut rhs_ge = vec![1.0; ng];
         rhs_ge.extend(lo_models.iter().map(|&k| f64::from(lo[k])));
         let mut lp = Master::with_rows(&rhs_ge, &rhs_le, big_m, false);
@@ -452,6 +575,21 @@ impl<'a> BranchPrice<'a> {
             entries.clear();
             entries.extend(gs.iter().map(|&x| (x as usize, 1.0)));
             entries.push((row_of_model[k as usize], 1.0));
+            cut_count.clear();
+            for &x in &gs {
+                for &(c, m) in &group_cuts[x as usize] {
+                    match cut_count.iter_mut().find(|(cc, _)| *cc == c) {
+                        Some((_, n)) => *n += m,
+                        None => cut_count.push((c, m)),
+                    }
+                }
+            }
+            entries.extend(
+                cut_count
+                    .iter()
+                    .filter(|&&(_, n)| n >= 2)
+                    .map(|&(c, _)| (cut_row0 + c as usize, 1.0)),
+            );
             if row_of_lo[k as usize] != usize::MAX {
                 entries.push((row_of_lo[k as usize], 1.0));
             }
@@ -494,14 +632,21 @@ impl<'a> BranchPrice<'a> {
                 usize::MAX => 0.0,
                 r => y[r].max(0.0),
             };
+            // Cut duals are ≤ 0: a pattern holding two instances of a cut pays −y.
+            let sigma: Vec<f64> = y[cut_row0..cut_row0 + self.cuts.len()]
+                .iter()
+                .map(|&v| (-v).max(0.0))
+                .collect();
             let dy: f64 = y[..ng].iter().sum::<f64>()
                 + lo_models
                     .iter()
                     .map(|&k| nu(k) * f64::from(lo[k]))
-                    .sum::<f64>();
+                    .sum::<f64>()
+                - sigma.iter().sum::<f64>();
             let mut lagr = dy;
             let mut theta = 1.0f64;
-            let mut farley_ok = true;
+            // Farley's bound assumes covering rows only.
+            let mut farley_ok = sigma.iter().all(|&v| v <= 1e-12);
             let mut new_cols: Vec<(u32, Vec<u32>)> = Vec::new();
             let mut exact = true;
             for &k in &models {
@@ -509,6 +654,7 @@ impl<'a> BranchPrice<'a> {
                 let cost = m.cost as f64;
                 let mu = y[row_of_model[k]].min(0.0) + nu(k);
                 knap.load(&g, k, nm, &y[..ng], m.cap, m.thr_cap);
+                knap.set_cuts(&group_cuts, &sigma);
                 let ans = knap.solve(&g.conflict, ng, cost - mu);
                 exact &= ans.exact;
                 let upper = ans.upper + nu(k);
@@ -574,6 +720,16 @@ impl<'a> BranchPrice<'a> {
             return NodeOutcome::Closed;
         }
         let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
+        if nm == 1
+            && node.decisions.is_empty()
+            && self.cut_rounds < MAX_CUT_ROUNDS
+            && lp.artificial() < EPS
+        {
+            self.cut_rounds += 1;
+            if self.separate(&g, &cols, &xs) {
+                return NodeOutcome::Again(bound);
+            }
+        }
         self.last_columns = xs
             .iter()
             .zip(&cols)
@@ -901,6 +1057,14 @@ struct Knapsack {
     limit: u64,
     found: Vec<(f64, Vec<u32>)>,
     nodes: u64,
+    /// Per candidate (position in `items`): the subset-row cuts with a positive
+    /// penalty it is in, with its number of instances in each.
+    cut_of: Vec<Vec<(u32, u32)>>,
+    /// Penalty of each cut (minus its dual), paid once a pattern holds two of its
+    /// instances.
+    sigma: Vec<f64>,
+    /// Instances of each cut in the current partial pattern.
+    cut_cnt: Vec<u32>,
 }
 
 impl Knapsack {
@@ -960,6 +1124,26 @@ impl Knapsack {
         self.dp1.build(&w1, &v, cap1, self.inv1 > 0.0);
         self.dp2.build(&w2, &v, cap2, self.inv2 > 0.0);
         self.dp12.on = false;
+        self.cut_of.clear();
+        self.cut_of.resize(self.items.len(), Vec::new());
+    }
+
+    /// Subset-row penalties for the loaded candidates: `group_cuts[g]` lists the cuts
+    /// of group g with its instance counts, `sigma` each cut's penalty. The bounds
+    /// ignore penalties, which only lower values, so they stay valid.
+    fn set_cuts(&mut self, group_cuts: &[Vec<(u32, u32)>], sigma: &[f64]) {
+        self.sigma.clear();
+        self.sigma.extend_from_slice(sigma);
+        self.cut_cnt.clear();
+        self.cut_cnt.resize(sigma.len(), 0);
+        for (pos, it) in self.items.iter().enumerate() {
+            self.cut_of[pos].clear();
+            self.cut_of[pos].extend(
+                group_cuts[it.g as usize]
+                    .iter()
+                    .filter(|&&(c, _)| sigma[c as usize] > 1e-12),
+            );
+        }
     }
 
     /// Maximises the value over conflict-free subsets within both capacities; keeps
@@ -1086,9 +1270,21 @@ impl Knapsack {
                 .iter()
                 .all(|&c| !conflict[c as usize * ng + it.g as usize]);
         if free {
+            let mut penalty = 0.0;
+            for &(c, m) in &self.cut_of[idx] {
+                let before = self.cut_cnt[c as usize];
+                if before < 2 && before + m >= 2 {
+                    penalty += self.sigma[c as usize];
+                }
+                self.cut_cnt[c as usize] = before + m;
+            }
             self.chosen.push(it.g);
-            self.dfs(conflict, ng, idx + 1, val + it.v, r1 - it.w1, r2 - it.w2);
+            let next = val + it.v - penalty;
+            self.dfs(conflict, ng, idx + 1, next, r1 - it.w1, r2 - it.w2);
             self.chosen.pop();
+            for &(c, m) in &self.cut_of[idx] {
+                self.cut_cnt[c as usize] -= m;
+            }
         }
         self.dfs(conflict, ng, idx + 1, val, r1, r2);
     }
@@ -1241,6 +1437,71 @@ mod tests {
             assert!(set.iter().all(|&a| set
                 .iter()
                 .all(|&b| a == b || !conflict[a as usize * ng + b as usize])));
+        }
+    }
+
+    /// Subset-row penalties: the pricing optimum equals brute force over subsets,
+    /// each paying a cut's penalty once it holds two of the cut's instances.
+    #[test]
+    fn knapsack_with_cut_penalties_matches_brute_force() {
+        let mut rng = 11u64;
+        let mut next = |m: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % m
+        };
+        for _ in 0..300 {
+            let ng = 1 + next(9) as usize;
+            let (cap1, cap2) = (5 + next(20), 3 + next(10));
+            let g = Groups {
+                members: (0..ng as u32).map(|i| vec![i]).collect(),
+                of: (0..ng as u32).collect(),
+                conflict: vec![false; ng * ng],
+                allowed: vec![true; ng],
+                size: (0..ng).map(|_| next(12)).collect(),
+                thr: (0..ng).map(|_| next(6)).collect(),
+            };
+            let n_cuts = next(4) as usize;
+            let mut group_cuts: Vec<Vec<(u32, u32)>> = vec![Vec::new(); ng];
+            for c in 0..n_cuts as u32 {
+                for cuts in group_cuts.iter_mut() {
+                    if next(3) == 0 {
+                        cuts.push((c, 1 + next(2) as u32));
+                    }
+                }
+            }
+            let sigma: Vec<f64> = (0..n_cuts).map(|_| next(4) as f64 * 0.5).collect();
+            let pi: Vec<f64> = (0..ng).map(|_| next(10) as f64 - 2.0).collect();
+            let mut k = Knapsack::default();
+            k.load(&g, 0, 1, &pi, cap1, cap2);
+            k.set_cuts(&group_cuts, &sigma);
+            let ans = k.solve(&g.conflict, ng, -1.0);
+            let mut best = 0.0f64;
+            for mask in 0u32..1 << ng {
+                let set: Vec<usize> = (0..ng).filter(|&x| (mask >> x) & 1 == 1).collect();
+                let ok = set.iter().all(|&x| pi[x] > 1e-9)
+                    && set.iter().map(|&x| g.size[x]).sum::<u64>() <= cap1
+                    && set.iter().map(|&x| g.thr[x]).sum::<u64>() <= cap2;
+                if !ok {
+                    continue;
+                }
+                let mut v: f64 = set.iter().map(|&x| pi[x]).sum();
+                for (c, &pen) in sigma.iter().enumerate() {
+                    let held: u32 = set
+                        .iter()
+                        .flat_map(|&x| group_cuts[x].iter())
+                        .filter(|&&(cc, _)| cc as usize == c)
+                        .map(|&(_, m)| m)
+                        .sum();
+                    if held >= 2 {
+                        v -= pen;
+                    }
+                }
+                best = best.max(v);
+            }
+            assert!(ans.exact);
+            assert!((ans.upper - best).abs() < 1e-9, "{} vs {best}", ans.upper);
         }
     }
 

@@ -16,6 +16,7 @@ use crate::complete;
 use crate::greedy::best_greedy;
 use crate::pricing::{KItem, Pricer};
 use crate::problem::{Pattern, Problem};
+use crate::repack;
 use crate::waste;
 use std::time::Instant;
 
@@ -33,6 +34,11 @@ const BC_FIRST_NODES: u64 = 2_000;
 const BC_DIVE_NODES: u64 = 200;
 /// Dive nodes with at most this many items left try bin completion.
 const BC_DIVE_ITEMS: usize = 80;
+/// The large neighbourhood search on hybrid instances gets `1/REPACK_FIRST_PARTS` of
+/// the time before the root LP and `1/REPACK_PARTS` of the remaining time per round of
+/// the main loop.
+const REPACK_FIRST_PARTS: u32 = 10;
+const REPACK_PARTS: u32 = 8;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
 /// A dive pass on a hybrid instance gets at most `1/DIVE_PARTS` of the remaining time.
@@ -142,6 +148,11 @@ pub fn solve(
     if let Some(g) = best_greedy(p, &demand, &avail) {
         s.offer_partial(&g, 0);
     }
+    // On hybrid instances the greedy incumbent is improved locally first: the root LP
+    // can take most of the time on large ones.
+    if s.one.is_none() && s.lb < s.ub {
+        s.try_repack(u64::MAX, REPACK_FIRST_PARTS);
+    }
     s.cg.add_patterns(&s.best.clone());
     if s.lb < s.ub {
         let root = s.cg.solve(
@@ -197,6 +208,10 @@ pub fn solve(
                 if !s.whole_first {
                     disc += 1;
                 }
+            }
+            if one.is_none() && s.lb < s.ub {
+                s.try_repack(seed, REPACK_PARTS);
+                seed += 1;
             }
             if s.lb >= s.ub {
                 break;
@@ -406,6 +421,20 @@ impl Search<'_> {
             fixed.extend(one.patterns(bins));
             let mark = std::mem::take(&mut self.fixed);
             self.offer_partial(&fixed, 0);
+            self.fixed = mark;
+        }
+    }
+
+    /// On hybrid instances: large neighbourhood search from the incumbent for
+    /// `1/parts` of the remaining time.
+    fn try_repack(&mut self, seed: u64, parts: u32) {
+        if self.best.is_empty() {
+            return;
+        }
+        let until = self.slice(parts);
+        if let Some(pats) = repack::improve(self.p, &self.best, seed, until) {
+            let mark = std::mem::take(&mut self.fixed);
+            self.offer_partial(&pats, 0);
             self.fixed = mark;
         }
     }
