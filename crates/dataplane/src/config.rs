@@ -29,10 +29,17 @@ pub struct RunConfig {
     /// How the worker waits for packets.
     #[serde(default = "default_poll")]
     pub poll: PollMode,
-    /// How AF_PACKET ports receive: `ring` (PACKET_MMAP receive ring, no system call
-    /// while frames wait) or `mmsg` (`recvmmsg`). Both send with `sendmmsg`.
+    /// How AF_PACKET ports receive and send: `ring` (PACKET_MMAP receive ring, no
+    /// system call while frames wait; `sendmmsg`), `mmsg` (`recvmmsg`/`sendmmsg`) or
+    /// `rings` (receive ring and a PACKET_MMAP transmit ring, one `send()` per vector).
     #[serde(default)]
     pub io: IoMode,
+    /// Whether the kernel of the ports' namespace also sees the frames nfx forwards:
+    /// `isolate` (default) drops IPv4/IPv6 at the ports' ingress hook, behind nfx's packet
+    /// taps, while the instance runs; `keep` leaves the kernel stack on (docs/dataplane.md,
+    /// "Kernel stack").
+    #[serde(default)]
+    pub kernel_stack: KernelStack,
     /// Worker threads, 1..=16. With more than one, each owns its own sockets on both
     /// interfaces and its own flow tables; PACKET_FANOUT spreads flows over them so both
     /// directions of a flow meet the same worker (docs/dataplane.md, "Workers").
@@ -63,15 +70,64 @@ pub struct FanoutConfig {
     pub role: Role,
 }
 
-/// How AF_PACKET ports receive frames.
+/// How AF_PACKET ports receive and send frames.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IoMode {
-    /// PACKET_MMAP receive ring (TPACKET_V2).
+    /// PACKET_MMAP receive ring (TPACKET_V2), `sendmmsg` batches.
     #[default]
     Ring,
-    /// `recvmmsg` batches.
+    /// `recvmmsg` and `sendmmsg` batches.
     Mmsg,
+    /// PACKET_MMAP receive ring and transmit ring (TPACKET_V2).
+    Rings,
+}
+
+impl IoMode {
+    /// Every mode, for help texts and errors.
+    pub const ALL: [IoMode; 3] = [IoMode::Ring, IoMode::Mmsg, IoMode::Rings];
+
+    /// The name used in config files and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoMode::Ring => "ring",
+            IoMode::Mmsg => "mmsg",
+            IoMode::Rings => "rings",
+        }
+    }
+
+    /// Whether ports receive through a PACKET_MMAP ring.
+    pub fn rx_ring(self) -> bool {
+        matches!(self, IoMode::Ring | IoMode::Rings)
+    }
+
+    /// Whether ports send through a PACKET_MMAP ring.
+    pub fn tx_ring(self) -> bool {
+        self == IoMode::Rings
+    }
+}
+
+impl std::str::FromStr for IoMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        IoMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown io mode `{s}` (expected ring, mmsg or rings)"))
+    }
+}
+
+/// What the kernel of the ports' namespace does with the frames nfx takes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelStack {
+    /// An nftables netdev ingress drop of IPv4 and IPv6 on both ports (ARP and IPv6
+    /// neighbour discovery pass), installed at start and removed at exit
+    /// ([`nfx_io::isolate`]): the kernel neither routes, answers nor rejects them.
+    #[default]
+    Isolate,
+    /// The kernel receives a copy of every frame too (the AF_PACKET sockets only tap).
+    Keep,
 }
 
 /// Most worker threads an instance may run.
@@ -318,6 +374,7 @@ chain:
         assert_eq!(c.vector, 256);
         assert_eq!(c.poll, PollMode::Adaptive);
         assert_eq!(c.io, IoMode::Ring);
+        assert_eq!(c.kernel_stack, KernelStack::Isolate);
         assert_eq!(c.workers, 1);
         assert!(c.chain.is_empty());
     }
@@ -326,6 +383,21 @@ chain:
     fn io_and_workers_parse() {
         let c = RunConfig::parse(&format!("{GOOD}io: mmsg\nworkers: 4\n"), "f").unwrap();
         assert_eq!((c.io, c.workers), (IoMode::Mmsg, 4));
+        let c = RunConfig::parse(&format!("{GOOD}io: rings\n"), "f").unwrap();
+        assert_eq!(c.io, IoMode::Rings);
+        assert!(c.io.rx_ring() && c.io.tx_ring());
+        for m in IoMode::ALL {
+            assert_eq!(m.as_str().parse::<IoMode>(), Ok(m));
+        }
+        assert!("xdp".parse::<IoMode>().unwrap_err().contains("xdp"));
+    }
+
+    #[test]
+    fn kernel_stack_parses() {
+        let c = RunConfig::parse(&format!("{GOOD}kernel_stack: keep\n"), "f").unwrap();
+        assert_eq!(c.kernel_stack, KernelStack::Keep);
+        let c = RunConfig::parse(&format!("{GOOD}kernel_stack: isolate\n"), "f").unwrap();
+        assert_eq!(c.kernel_stack, KernelStack::Isolate);
     }
 
     fn err_of(text: &str) -> ConfigError {
@@ -380,6 +452,7 @@ chain:
                 "workers",
             ),
             (format!("{GOOD}io: xdp\n"), "io"),
+            (format!("{GOOD}kernel_stack: off\n"), "kernel_stack"),
         ];
         for (text, field) in cases {
             let e = err_of(&text);

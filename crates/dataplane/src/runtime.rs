@@ -2,7 +2,7 @@
 //! other threads (the control socket, `nfx run`, tests) talk to its worker.
 
 use crate::builtin::{L2Rewrite, OutputNode};
-use crate::config::{ConfigError, IoMode, Role, RunConfig};
+use crate::config::{ConfigError, KernelStack, Role, RunConfig};
 use crate::graph::Graph;
 use crate::stats::Stats;
 use crate::worker::{Command, Drained, Mailbox, Worker};
@@ -34,6 +34,12 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// the 32 MiB socket buffer `recvmmsg` uses, so both ride out the same stalls (about
 /// 40 ms of 64-byte frames at 0.4 Mpps).
 const RX_RING_SLOTS: usize = 16384;
+
+/// Slots of each PACKET_MMAP transmit ring (`io: rings`), 68 KiB each (35 MiB): two
+/// vectors, plus room for frames whose skbs still wait in the receiving namespace's
+/// backlog (a slot comes back when its skb is orphaned there). A frame that finds no
+/// free slot is a counted `tx_error` drop.
+const TX_RING_SLOTS: usize = 512;
 
 /// The command channel of one worker thread.
 struct WorkerLink {
@@ -436,7 +442,9 @@ impl Dataplane {
     /// are spread over them ([`nfx_io::fanout::flow_program`]).
     pub fn start(cfg: &RunConfig, builder: ChainBuilder) -> anyhow::Result<Self> {
         let batch = cfg.vector;
-        let rx_ring = (cfg.io == IoMode::Ring).then_some(RX_RING_SLOTS);
+        let rx_ring = cfg.io.rx_ring().then_some(RX_RING_SLOTS);
+        let tx_ring = cfg.io.tx_ring().then_some(TX_RING_SLOTS);
+        let isolate_kernel = cfg.kernel_stack == KernelStack::Isolate;
         let names = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
@@ -445,6 +453,8 @@ impl Dataplane {
             batch,
             fanout: group,
             rx_ring,
+            tx_ring,
+            isolate_kernel,
             ..AfPacketOptions::default()
         };
         if cfg.workers == 1 {

@@ -419,3 +419,87 @@ fn port_forwards_are_refused_with_two_workers() {
         "{e}"
     );
 }
+
+/// IPv4 packets the kernel of namespace `ns` received so far (`Ip: InReceives`).
+fn kernel_ip_in(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut ip = text.lines().filter(|l| l.starts_with("Ip:"));
+    let (keys, values) = (ip.next().unwrap(), ip.next().unwrap());
+    let at = keys
+        .split_whitespace()
+        .position(|k| k == "InReceives")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+/// The kernel-stack isolation tables (netdev family) of namespace `ns`.
+fn isolation_tables(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables", "netdev"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("table netdev "))
+        .filter(|t| t.starts_with(nfx_io::isolate::TABLE_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn kernel_of_m_sees_no_forwarded_frame_unless_kept() {
+    let net = 254;
+    let t = Topo::new("iso", net);
+    // A table left by a process that no longer exists (pid above any pid_max).
+    let stale = "nfx_isolate_1073741823_1_0";
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &t.m,
+        "nft",
+        &format!("add table netdev {stale}"),
+    ]);
+    assert_eq!(isolation_tables(&t.m), vec![stale.to_string()]);
+
+    let dp = Dataplane::start(&config(&t, net, "[]"), builder()).unwrap();
+    let tables = isolation_tables(&t.m);
+    assert_eq!(
+        tables.len(),
+        2,
+        "one table per port, stale one gone: {tables:?}"
+    );
+    assert!(!tables.iter().any(|x| x == stale), "{tables:?}");
+    let before = kernel_ip_in(&t.m);
+    assert_eq!(udp_through(&t, net, 200, Duration::from_secs(5)), 200);
+    assert_eq!(tcp_through(&t, net, 1 << 20), 1 << 20);
+    assert_eq!(
+        kernel_ip_in(&t.m) - before,
+        0,
+        "the kernel of m received frames nfx forwarded"
+    );
+    dp.stop().unwrap();
+    assert!(isolation_tables(&t.m).is_empty(), "tables left after stop");
+
+    let mut cfg = config(&t, net, "[]");
+    cfg.kernel_stack = nfx_dataplane::config::KernelStack::Keep;
+    let dp = Dataplane::start(&cfg, builder()).unwrap();
+    assert!(isolation_tables(&t.m).is_empty());
+    let before = kernel_ip_in(&t.m);
+    assert_eq!(udp_through(&t, net, 200, Duration::from_secs(5)), 200);
+    let seen = kernel_ip_in(&t.m) - before;
+    assert!(
+        seen >= 200,
+        "with kernel_stack: keep m saw only {seen} of 200"
+    );
+    dp.stop().unwrap();
+}

@@ -1,12 +1,16 @@
 //! AF_PACKET port on one interface (a veth end): raw Ethernet frames with their
 //! virtio-net header, so that GSO/GRO super-packets (up to 64 KiB) and partial checksums
-//! cross userspace without being segmented. Sends with `sendmmsg`; receives with
-//! `recvmmsg` or from a PACKET_MMAP ring ([`crate::ring`], `rx_ring`).
+//! cross userspace without being segmented. Sends with `sendmmsg` or through a
+//! PACKET_MMAP transmit ring ([`crate::txring`], `tx_ring`); receives with `recvmmsg` or
+//! from a PACKET_MMAP ring ([`crate::ring`], `rx_ring`).
 
+use crate::isolate::KernelIsolation;
+use crate::mmsg::wait_writable;
 use crate::mmsg::MsgBatch;
 use crate::port::{Port, PortCounters};
 use crate::ring::{parse_slot, RxRing, SlotFrame};
 use crate::sys::{check, iface_mac, ifindex, owned, set_buffer, setsockopt_int};
+use crate::txring::{Push, TxRing};
 use nfx_packet::{Packet, VnetHdr};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -29,6 +33,13 @@ pub struct AfPacketOptions {
     /// Receive through a PACKET_MMAP ring of at least this many slots instead of
     /// `recvmmsg` (`None`). `batch` still bounds the frames taken per receive.
     pub rx_ring: Option<usize>,
+    /// Send through a PACKET_MMAP transmit ring of at least this many slots (on a
+    /// send-only socket of its own) instead of `sendmmsg` (`None`).
+    pub tx_ring: Option<usize>,
+    /// Keep the kernel's IP stack off the interface while the port is open: an ingress
+    /// drop of IPv4/IPv6 behind the packet taps ([`crate::isolate`]). For a dataplane
+    /// that forwards what it receives; a generator or a test tap leaves it off.
+    pub isolate_kernel: bool,
 }
 
 impl Default for AfPacketOptions {
@@ -40,6 +51,8 @@ impl Default for AfPacketOptions {
             tx_retries: 16,
             fanout: None,
             rx_ring: None,
+            tx_ring: None,
+            isolate_kernel: false,
         }
     }
 }
@@ -55,7 +68,11 @@ pub struct AfPacketPort {
     ring: Option<RxRing>,
     /// Most frames one receive takes from the ring.
     ring_batch: usize,
+    tx_ring: Option<TxRing>,
     counters: PortCounters,
+    /// The ingress drop that keeps the kernel stack off the interface, if asked for;
+    /// removed when the port closes.
+    isolation: Option<KernelIsolation>,
 }
 
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
@@ -146,6 +163,21 @@ impl AfPacketPort {
                 r.discard();
             }
         }
+        let tx_ring = match opts.tx_ring {
+            Some(frames) => Some(
+                TxRing::open(index, frames, opts.qdisc_bypass)
+                    .map_err(|e| with("PACKET_TX_RING", e))?,
+            ),
+            None => None,
+        };
+        let isolation = if opts.isolate_kernel {
+            Some(
+                KernelIsolation::install(iface, index)
+                    .map_err(|e| with("kernel stack isolation", e))?,
+            )
+        } else {
+            None
+        };
         let batch = opts.batch.clamp(1, nfx_packet::MAX_VECTOR);
         Ok(Self {
             fd,
@@ -155,8 +187,17 @@ impl AfPacketPort {
             batch: MsgBatch::new(batch, true),
             ring,
             ring_batch: batch,
+            tx_ring,
             counters: PortCounters::default(),
+            isolation,
         })
+    }
+}
+
+impl AfPacketPort {
+    /// The nftables table of the kernel-stack isolation, when the port installed one.
+    pub fn isolation_table(&self) -> Option<&str> {
+        self.isolation.as_ref().map(KernelIsolation::table)
     }
 }
 
@@ -174,6 +215,13 @@ impl Port for AfPacketPort {
     }
 
     fn recv(&mut self, slots: &mut [Packet]) -> io::Result<usize> {
+        // Frames a full send queue left in the transmit ring go out now, not only with
+        // the next vector.
+        if let Some(tx) = &mut self.tx_ring {
+            if tx.pending() > 0 && tx.kick().is_err() {
+                self.counters.tx_retries += 1;
+            }
+        }
         if self.ring.is_some() {
             return Ok(self.recv_ring(slots));
         }
@@ -182,6 +230,9 @@ impl Port for AfPacketPort {
     }
 
     fn send(&mut self, pkts: &mut [Packet]) -> usize {
+        if self.tx_ring.is_some() {
+            return self.send_ring(pkts);
+        }
         self.batch.send(
             self.fd.as_raw_fd(),
             pkts,
@@ -197,6 +248,57 @@ impl Port for AfPacketPort {
 }
 
 impl AfPacketPort {
+    /// Writes every packet into the transmit ring, then kicks the kernel once. A frame
+    /// that finds the ring full (its slot still queued or in flight) or is too big for
+    /// a slot is dropped with `TxError`/`TooBig`; a kick the send queue refuses is
+    /// retried (bounded), and what is still marked after that goes with the next kick.
+    fn send_ring(&mut self, pkts: &mut [Packet]) -> usize {
+        let Some(tx) = &mut self.tx_ring else {
+            return 0;
+        };
+        let c = &mut self.counters;
+        let mut sent = 0;
+        for p in pkts.iter_mut() {
+            let frame = p.buf.frame();
+            let len = frame.len();
+            let mut pushed = tx.push(&p.buf.vnet, frame);
+            if pushed == Push::Full && tx.pending() > 0 {
+                // Hand the marked slots over; the kernel returns each as it is done.
+                let _ = tx.kick();
+                pushed = tx.push(&p.buf.vnet, frame);
+            }
+            match pushed {
+                Push::Queued => {
+                    c.tx_packets += 1;
+                    c.tx_bytes += len as u64;
+                    sent += 1;
+                }
+                Push::Full => {
+                    p.drop = Some(nfx_packet::DropReason::TxError);
+                    c.drop(nfx_packet::DropReason::TxError);
+                }
+                Push::TooBig => {
+                    p.drop = Some(nfx_packet::DropReason::TooBig);
+                    c.drop(nfx_packet::DropReason::TooBig);
+                }
+            }
+        }
+        let mut tries = 0;
+        while let Err(e) = tx.kick() {
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
+                    if tries < self.retries =>
+                {
+                    tries += 1;
+                    c.tx_retries += 1;
+                    wait_writable(tx.fd());
+                }
+                _ => break,
+            }
+        }
+        sent
+    }
+
     /// Takes up to `slots.len()` (at most `batch`) frames from the receive ring, copying
     /// each into a slot's buffer; oversize frames come from the socket queue.
     fn recv_ring(&mut self, slots: &mut [Packet]) -> usize {

@@ -7,6 +7,7 @@
 pub mod afpacket;
 pub mod cpu;
 pub mod fanout;
+pub mod isolate;
 mod mmsg;
 pub mod netns;
 pub mod poll;
@@ -14,6 +15,7 @@ pub mod port;
 pub mod ring;
 pub mod sys;
 pub mod tun;
+pub mod txring;
 pub mod udp;
 
 pub use afpacket::{AfPacketOptions, AfPacketPort};

@@ -133,16 +133,22 @@ fn rx_opts(ring: Option<usize>) -> AfPacketOptions {
 
 #[test]
 fn batched_frames_cross_in_order_with_their_bytes() {
-    batched_frames(None, "batch");
+    batched_frames(None, None, "batch");
 }
 
 #[test]
 fn batched_frames_cross_a_receive_ring_in_order() {
     // 128 slots for 300 frames: the ring wraps while the sender is still sending.
-    batched_frames(Some(128), "ring");
+    batched_frames(Some(128), None, "ring");
 }
 
-fn batched_frames(ring: Option<usize>, tag: &str) {
+#[test]
+fn batched_frames_cross_a_transmit_ring_in_order() {
+    // 15 slots for sends of 100 frames: the ring wraps within every send.
+    batched_frames(None, Some(15), "txring");
+}
+
+fn batched_frames(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
     let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -158,11 +164,12 @@ fn batched_frames(ring: Option<usize>, tag: &str) {
     });
     ready.recv().unwrap();
     let a = pair.a.clone();
-    let sent = Pair::within(&a, || {
+    let sent = Pair::within(&a, move || {
         let mut port = AfPacketPort::open(
             "veth0",
             AfPacketOptions {
                 batch: 32,
+                tx_ring,
                 ..Default::default()
             },
         )
@@ -200,17 +207,22 @@ fn batched_frames(ring: Option<usize>, tag: &str) {
 
 #[test]
 fn gso_super_packet_crosses_unsegmented() {
-    gso_super_packet(None, "gso");
+    gso_super_packet(None, None, "gso");
 }
 
 #[test]
 fn gso_super_packet_crosses_a_receive_ring_in_order() {
-    gso_super_packet(Some(64), "gsoring");
+    gso_super_packet(Some(64), None, "gsoring");
+}
+
+#[test]
+fn gso_super_packet_crosses_a_transmit_ring_unsegmented() {
+    gso_super_packet(None, Some(15), "gsotx");
 }
 
 /// Sends a small frame, a 30 000-byte TCP GSO frame and another small frame; all three
 /// must arrive whole and in order (with a ring the big one comes from the socket queue).
-fn gso_super_packet(ring: Option<usize>, tag: &str) {
+fn gso_super_packet(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
     let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -240,7 +252,14 @@ fn gso_super_packet(ring: Option<usize>, tag: &str) {
     let a = pair.a.clone();
     let frame = f.clone();
     Pair::within(&a, move || {
-        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut port = AfPacketPort::open(
+            "veth0",
+            AfPacketOptions {
+                tx_ring,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
         buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
         buf.set_len(frame.len());
@@ -301,4 +320,178 @@ fn missing_interface_is_a_clear_error() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("nfx-nope0"), "{err}");
+}
+
+/// An IPv4/UDP frame from 10.99.0.1:1234 to 10.99.0.2:9999 whose payload is `len` copies
+/// of `fill`, with a valid IP header checksum and no UDP checksum.
+fn udp_to_b(fill: u8, len: usize) -> Vec<u8> {
+    let mut f = udp_frame(0, 14 + 20 + 8 + len);
+    f[26..30].copy_from_slice(&[10, 99, 0, 1]);
+    let mut sum = 0u32;
+    for i in (14..34).step_by(2) {
+        sum += u32::from(u16::from_be_bytes([f[i], f[i + 1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f[34..36].copy_from_slice(&1234u16.to_be_bytes());
+    f[36..38].copy_from_slice(&9999u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((8 + len) as u16).to_be_bytes());
+    f[42..].fill(fill);
+    f
+}
+
+/// The kernel hands a transmit-ring slot back from the skb destructor, which on veth
+/// runs in the receiving namespace (`ip_rcv` orphans the skb) while a socket there may
+/// still hold the data unread. A datagram sent from a slot must read the same after the
+/// ring wrapped and rewrote that slot four times: the kernel copied the zero-copy
+/// fragments when the skb crossed the veth (crates/io/src/txring.rs).
+#[test]
+fn tx_ring_slot_is_not_reused_under_a_reader() {
+    let pair = Pair::new("txhold");
+    ip(&["-n", &pair.b, "addr", "add", "10.99.0.2/24", "dev", "veth0"]);
+    let b = pair.b.clone();
+    let sock = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        std::net::UdpSocket::bind("10.99.0.2:9999").unwrap()
+    })
+    .join()
+    .unwrap();
+    let a = pair.a.clone();
+    Pair::within(&a, move || {
+        let mut port = AfPacketPort::open(
+            "veth0",
+            AfPacketOptions {
+                tx_ring: Some(15),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut first = vec![Packet::new(
+            PacketBuf::from_frame(&udp_to_b(b'A', 1000)),
+            Direction::Forward,
+        )];
+        assert_eq!(port.send(&mut first), 1);
+        for _ in 0..4 {
+            let mut later: Vec<Packet> = (0..15)
+                .map(|_| {
+                    Packet::new(
+                        PacketBuf::from_frame(&udp_to_b(b'B', 1000)),
+                        Direction::Forward,
+                    )
+                })
+                .collect();
+            assert_eq!(port.send(&mut later), 15, "{:?}", port.counters());
+        }
+    });
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(n, 1000);
+    let bs = buf[..n].iter().filter(|&&c| c == b'B').count();
+    assert_eq!(
+        bs, 0,
+        "the first datagram was overwritten through a reused slot"
+    );
+    let mut later = 0;
+    while let Ok(n) = sock.recv(&mut buf) {
+        assert!(buf[..n].iter().all(|&c| c == b'B'));
+        later += 1;
+        if later == 60 {
+            break;
+        }
+    }
+    assert_eq!(later, 60);
+}
+
+/// Netdev tables of namespace `ns` (`nft list tables netdev`).
+fn netdev_tables(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables", "netdev"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("table netdev "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A port that isolates the kernel still receives every frame (the taps come before the
+/// ingress drop), while the namespace's IP stack gets none; the table goes with the port,
+/// and then the kernel receives again.
+#[test]
+fn isolating_port_receives_what_the_kernel_no_longer_sees() {
+    let pair = Pair::new("iso");
+    ip(&["-n", &pair.b, "addr", "add", "10.99.0.2/24", "dev", "veth0"]);
+    let b = pair.b.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let (sent_tx, sent) = std::sync::mpsc::channel::<()>();
+    let rx = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        let sock = std::net::UdpSocket::bind("10.99.0.2:9999").unwrap();
+        let mut port = AfPacketPort::open(
+            "veth0",
+            AfPacketOptions {
+                isolate_kernel: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let table = port.isolation_table().unwrap().to_string();
+        ready_tx.send(table).unwrap();
+        sent.recv().unwrap();
+        let mut vec = PacketVector::new(64, PacketBuf::MTU_CAPACITY);
+        let mut got = Vec::new();
+        recv_until(&mut port, 20, &mut vec, &mut got);
+        (got.len(), sock)
+    });
+    let table = ready.recv().unwrap();
+    assert!(netdev_tables(&pair.b).contains(&table), "{table}");
+    let send20 = |fill: u8| {
+        Pair::within(&pair.a, move || {
+            let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+            let mut pkts: Vec<Packet> = (0..20)
+                .map(|_| {
+                    Packet::new(
+                        PacketBuf::from_frame(&udp_to_b(fill, 200)),
+                        Direction::Forward,
+                    )
+                })
+                .collect();
+            assert_eq!(port.send(&mut pkts), 20);
+        })
+    };
+    send20(b'I');
+    sent_tx.send(()).unwrap();
+    let (port_got, sock) = rx.join().unwrap();
+    assert_eq!(port_got, 20, "the port missed frames");
+    assert!(
+        !netdev_tables(&pair.b).contains(&table),
+        "table {table} left after the port closed"
+    );
+    // veth delivers in the sender's send, so the isolated frames would be queued by now.
+    sock.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 2048];
+    assert_eq!(
+        std::iter::from_fn(|| sock.recv(&mut buf).ok()).count(),
+        0,
+        "the kernel stack received isolated frames"
+    );
+    send20(b'K');
+    sock.set_nonblocking(false).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let kernel_got = std::iter::from_fn(|| sock.recv(&mut buf).ok())
+        .take(20)
+        .count();
+    assert_eq!(
+        kernel_got, 20,
+        "without the port the kernel must receive again"
+    );
 }

@@ -4,7 +4,6 @@
 
 mod affinity;
 mod flood;
-pub mod ingress;
 
 pub use flood::{udp64, FloodOpts, Generator, Isolation, SinkKind, Udp64};
 
@@ -61,9 +60,9 @@ pub struct BenchOpts {
     pub tcp_repeat: u32,
     /// Receive path of the nfx cases (`nfx run --io`); the config default when `None`.
     pub io: Option<String>,
-    /// During nfx cases, drop IPv4 at edge's netdev ingress after the packet taps
-    /// ([`ingress::EdgeIngressDrop`]) so edge's own stack does no work per frame.
-    pub edge_ingress_drop: bool,
+    /// Let edge's kernel stack see the frames nfx forwards (`nfx run --kernel-stack
+    /// keep`); by default nfx keeps it off its ports (`kernel_stack: isolate`).
+    pub keep_edge_stack: bool,
 }
 
 /// One row of the result, as written to JSON. A measurement that failed is `null`.
@@ -91,6 +90,9 @@ pub struct CaseResult {
     pub lat_p99_us: Option<f64>,
     /// System-wide CPU cores busy during the 1-stream TCP run.
     pub cpu_cores: Option<f64>,
+    /// nfx worker CPU seconds per GB (10^9 bytes) it received during the 1-stream TCP
+    /// runs (median); `null` for kernel cases.
+    pub tcp1_worker_cpu_s_per_gb: Option<f64>,
 }
 
 /// The whole result.
@@ -156,10 +158,6 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
                 }
                 _ => {
                     tb.set_edge_forwarding(false)?;
-                    let _drop = opts
-                        .edge_ingress_drop
-                        .then(|| ingress::EdgeIngressDrop::apply(&tb))
-                        .transpose()?;
                     let (chain, extra) = chain_of(case, opts);
                     let spec = run_spec(case, &dir, chain, &opts.poll);
                     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
@@ -235,6 +233,9 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
         Some(io) => vec!["--io".into(), io.clone()],
         None => Vec::new(),
     };
+    if opts.keep_edge_stack {
+        extra.extend(["--kernel-stack".into(), "keep".into()]);
+    }
     match case {
         "nfx-forward" => (Chain::Empty, extra),
         "nfx-chain-scalar" => {
@@ -276,17 +277,26 @@ fn measure(
         ..Default::default()
     };
     let (mut tcp1, mut cores, mut tcp4) = (Vec::new(), Vec::new(), Vec::new());
+    let mut per_gb = Vec::new();
     for _ in 0..opts.tcp_repeat.max(1) {
         let cpu = SystemCpu::start();
+        let before = nfx.map(NfxRun::stats);
         let one = iperf::client(&ClientSpec::tcp(&src_ns, tb.dst_ip(), IPERF_PORT, secs, 1));
         let c = cpu.and_then(|c| c.cores());
         tcp1.extend(note(log, "tcp1 Gbit/s", one.map(|x| x.gbps)));
         cores.extend(note(log, "cpu cores", c));
+        if let (Some(Ok(a)), Some(Ok(b))) = (before, nfx.map(NfxRun::stats)) {
+            if let Some(x) = worker_cpu_s_per_gb(&a, &b) {
+                log(&format!("  tcp1 worker CPU-s per GB: {x:.3}"));
+                per_gb.push(x);
+            }
+        }
         let four = iperf::client(&ClientSpec::tcp(&src_ns, tb.dst_ip(), IPERF_PORT, secs, 4));
         tcp4.extend(note(log, "tcp4 Gbit/s", four.map(|x| x.gbps)));
     }
     r.tcp1_gbps = median(&tcp1);
     r.cpu_cores = median(&cores);
+    r.tcp1_worker_cpu_s_per_gb = median(&per_gb);
     r.tcp4_gbps = median(&tcp4);
     if let Some(Ok(st)) = nfx.map(NfxRun::stats) {
         let per: Vec<String> = st["workers"]
@@ -394,6 +404,23 @@ pub fn worker_totals(stats: &Value) -> (f64, u64) {
     )
 }
 
+/// Worker CPU seconds per GB (10^9 bytes) received between two stats documents.
+pub fn worker_cpu_s_per_gb(before: &Value, after: &Value) -> Option<f64> {
+    let bytes = |st: &Value| -> u64 {
+        st["workers"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|w| w["rx_bytes"].as_u64())
+            .sum()
+    };
+    let (c0, _) = worker_totals(before);
+    let (c1, _) = worker_totals(after);
+    let b = bytes(after).checked_sub(bytes(before)).filter(|&b| b > 0)?;
+    Some((c1 - c0).max(0.0) / (b as f64 / 1e9))
+}
+
 /// Worker CPU seconds per million received frames between two stats documents.
 pub fn worker_cpu_s_per_mpkt(before: &Value, after: &Value) -> Option<f64> {
     let (c0, p0) = worker_totals(before);
@@ -412,10 +439,6 @@ fn adaptive_checks(
     let tmp = tempfile::Builder::new()
         .prefix("adaptive-")
         .tempdir_in(dir)?;
-    let _drop = opts
-        .edge_ingress_drop
-        .then(|| ingress::EdgeIngressDrop::apply(tb))
-        .transpose()?;
     let mut mpps = Vec::new();
     let mut idle = 0.0;
     for poll in ["adaptive", "busy"] {
@@ -454,7 +477,7 @@ pub fn table(rep: &BenchReport) -> String {
     let f = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |x| format!("{x:.prec$}"));
     let r = |a: Option<f64>, b: Option<f64>| f(ratio(a, b), 2);
     let mut s = format!(
-        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
+        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
         "case",
         "tcp1",
         "tcp4",
@@ -464,14 +487,15 @@ pub fn table(rep: &BenchReport) -> String {
         "p99",
         "cores",
         "wcpu",
+        "tcpwcpu",
         "tcp1/kfwd",
         "tcp1/knft",
         "udp/kfwd",
         "+p50"
     );
     s.push_str(&format!(
-        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
-        "", "Gbit/s", "Gbit/s", "Mpps", "Mpps", "µs", "µs", "", "s/Mpkt", "", "", "", "µs"
+        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
+        "", "Gbit/s", "Gbit/s", "Mpps", "Mpps", "µs", "µs", "", "s/Mpkt", "s/GB", "", "", "", "µs"
     ));
     for c in &rep.cases {
         let dp50 = match (c.lat_p50_us, kf.and_then(|k| k.lat_p50_us)) {
@@ -479,7 +503,7 @@ pub fn table(rep: &BenchReport) -> String {
             _ => "-".into(),
         };
         s.push_str(&format!(
-            "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
+            "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
             c.name,
             f(c.tcp1_gbps, 2),
             f(c.tcp4_gbps, 2),
@@ -489,6 +513,7 @@ pub fn table(rep: &BenchReport) -> String {
             f(c.lat_p99_us, 1),
             f(c.cpu_cores, 2),
             f(c.worker_cpu_s_per_mpkt, 3),
+            f(c.tcp1_worker_cpu_s_per_gb, 3),
             r(c.tcp1_gbps, kf.and_then(|k| k.tcp1_gbps)),
             r(c.tcp1_gbps, kn.and_then(|k| k.tcp1_gbps)),
             r(c.udp64_mpps, kf.and_then(|k| k.udp64_mpps)),
@@ -496,7 +521,7 @@ pub fn table(rep: &BenchReport) -> String {
         ));
     }
     s.push_str(&format!(
-        "udp64: generator {}, sink {}, median of {} run(s); wcpu = nfx worker CPU-seconds per million frames received\n",
+        "udp64: generator {}, sink {}, median of {} run(s); wcpu = nfx worker CPU-seconds per million frames received; tcpwcpu = per GB received in the 1-stream TCP runs\n",
         rep.generator, rep.sink, rep.repeat
     ));
     s.push_str(&format!(
@@ -536,6 +561,7 @@ mod tests {
             lat_p50_us: Some(p50),
             lat_p99_us: Some(p50 * 2.0),
             cpu_cores: Some(1.0),
+            tcp1_worker_cpu_s_per_gb: Some(tcp1 / 100.0),
         }
     }
 
@@ -560,10 +586,11 @@ mod tests {
             "udp64_offered_mpps",
             "udp64_runs",
             "worker_cpu_s_per_mpkt",
+            "tcp1_worker_cpu_s_per_gb",
         ] {
             assert!(c.contains_key(k), "{k}");
         }
-        assert_eq!(c.len(), 10);
+        assert_eq!(c.len(), 11);
         for k in ["vector_vs_scalar_udp64", "vector_vs_scalar_cpu_per_packet"] {
             assert!(v[k].is_null(), "{k}");
         }
@@ -595,6 +622,7 @@ mod tests {
         assert!(row.contains("+10.0"), "{row}");
         assert!(row.contains(" 1.200 "), "offered: {row}");
         assert!(row.contains(" 1.250 "), "worker CPU: {row}");
+        assert!(row.contains(" 0.100 "), "worker CPU per GB: {row}");
         assert!(t.contains("vector/scalar udp64: 4.00"), "{t}");
         assert!(t.contains("scalar/vector: 3.50"), "{t}");
         assert!(!t.contains("lower bounds"), "{t}");
@@ -619,6 +647,10 @@ mod tests {
         assert!((per - 0.25).abs() < 1e-12, "{per}");
         assert_eq!(worker_cpu_s_per_mpkt(&st(1.0, 5), &st(2.0, 5)), None);
         assert_eq!(worker_totals(&serde_json::json!({})), (0.0, 0));
+        let gb = |cpu: f64, b: u64| serde_json::json!({"workers": [{"cpu_s": cpu, "rx_bytes": b}]});
+        let per = worker_cpu_s_per_gb(&gb(2.0, 1_000_000_000), &gb(2.5, 3_000_000_000)).unwrap();
+        assert!((per - 0.25).abs() < 1e-12, "{per}");
+        assert_eq!(worker_cpu_s_per_gb(&gb(1.0, 5), &gb(2.0, 5)), None);
         assert_eq!(ratio(Some(3.0), Some(0.0)), None);
         assert_eq!(ratio(Some(3.0), Some(2.0)), Some(1.5));
     }

@@ -51,14 +51,16 @@ pub struct Args {
     /// Do not pin the generator and nfx to separate CPUs during the 64-byte runs.
     #[arg(long)]
     no_isolate: bool,
-    /// Receive path of the nfx cases: `ring` (PACKET_MMAP ring) or `mmsg` (recvmmsg);
-    /// default: the run config's default.
+    /// Port I/O of the nfx cases: `ring` (PACKET_MMAP receive ring, sendmmsg), `mmsg`
+    /// (recvmmsg/sendmmsg) or `rings` (receive and transmit rings); default: the run
+    /// config's default.
     #[arg(long)]
     io: Option<String>,
-    /// During the nfx cases, drop IPv4 at edge's netdev ingress (after nfx's sockets
-    /// took their copy) so edge's own IP stack does no per-frame work on the sender's CPU.
+    /// Let edge's own IP stack see every frame the nfx cases forward (`nfx run
+    /// --kernel-stack keep`): by default nfx keeps it off its ports, as a dataplane that
+    /// owns its NIC would be (docs/dataplane.md, "Kernel stack").
     #[arg(long)]
-    edge_ingress_drop: bool,
+    keep_edge_stack: bool,
 }
 
 /// Runs the benchmark.
@@ -78,9 +80,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         isolate: !args.no_isolate,
     };
     if let Some(io) = &args.io {
-        if io != "ring" && io != "mmsg" {
-            anyhow::bail!("--io {io:?}: expected ring or mmsg");
-        }
+        io.parse::<nfx_dataplane::config::IoMode>()
+            .map_err(|e| anyhow::anyhow!("--io: {e}"))?;
     }
     for c in &args.cases {
         if !bench::CASES.contains(&c.as_str()) {
@@ -100,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         flood,
         tcp_repeat: args.tcp_repeat,
         io: args.io,
-        edge_ingress_drop: args.edge_ingress_drop,
+        keep_edge_stack: args.keep_edge_stack,
     };
     nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;

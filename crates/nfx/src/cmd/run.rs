@@ -22,9 +22,13 @@ pub struct Args {
     /// Poll mode, overriding the config: busy, interrupt or adaptive.
     #[arg(long)]
     poll: Option<PollMode>,
-    /// Receive path of the ports, overriding the config: ring or mmsg.
+    /// Receive and send path of the ports, overriding the config: ring, mmsg or rings.
     #[arg(long)]
     io: Option<String>,
+    /// Whether the kernel of the ports' namespace sees their frames, overriding the config
+    /// (`kernel_stack`): isolate or keep.
+    #[arg(long)]
+    kernel_stack: Option<String>,
     /// Worker threads, overriding the config (`workers`).
     #[arg(long)]
     workers: Option<usize>,
@@ -44,10 +48,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cfg.poll = p;
     }
     if let Some(io) = &args.io {
-        cfg.io = match io.as_str() {
-            "ring" => nfx_dataplane::config::IoMode::Ring,
-            "mmsg" => nfx_dataplane::config::IoMode::Mmsg,
-            other => anyhow::bail!("--io {other:?}: expected ring or mmsg"),
+        cfg.io = io.parse().map_err(|e| anyhow::anyhow!("--io: {e}"))?;
+    }
+    if let Some(k) = &args.kernel_stack {
+        cfg.kernel_stack = match k.as_str() {
+            "isolate" => nfx_dataplane::config::KernelStack::Isolate,
+            "keep" => nfx_dataplane::config::KernelStack::Keep,
+            other => anyhow::bail!("--kernel-stack {other:?}: expected isolate or keep"),
         };
     }
     if let Some(w) = args.workers {

@@ -1,0 +1,212 @@
+//! Keeps the kernel's own IP stack away from the frames a dataplane port takes.
+//!
+//! Why: an AF_PACKET socket only taps an interface. Every frame nfx forwards is also
+//! handed to the kernel of the port's namespace, which (forwarding off) looks up a route,
+//! finds none and rate-limits an ICMP error, or (a frame to its own address, e.g. a NAT
+//! reply) answers it with a TCP reset — per frame, on the CPU that delivers it, which on
+//! veth is the sender's. A dataplane that owns its NIC (AF_XDP, DPDK) never pays that.
+//!
+//! How: one nftables table per port, family `netdev`, with a chain on the interface's
+//! ingress hook that drops IPv4 and IPv6. The packet taps (`ptype_all`, where AF_PACKET
+//! sockets receive) run before the ingress hook in `__netif_receive_skb_core`, so the
+//! port still gets every frame; the kernel's IP stack gets none. ARP and IPv6 neighbour
+//! discovery pass, so the kernel keeps answering for the namespace's addresses (a NAT's
+//! public address, a gateway).
+//!
+//! The table is named `nfx_isolate_<pid>_<ifindex>_<n>` (process id, interface index,
+//! a per-process counter), installed by [`KernelIsolation::install`] and removed when the
+//! value is dropped. A process that died without removing its tables (SIGKILL) leaves
+//! them behind: every install first deletes `nfx_isolate_*` tables of the namespace
+//! whose process no longer exists. Needs the `nft` tool (package nftables) and root.
+
+use std::io::{self, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Name prefix of every isolation table.
+pub const TABLE_PREFIX: &str = "nfx_isolate_";
+
+/// Longest an `nft` call may take before it is killed and reported.
+const NFT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Numbers the tables of this process.
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// An installed ingress drop on one interface; removed on drop, in the namespace of the
+/// thread that drops it (the port's worker thread, which opened it there).
+#[derive(Debug)]
+pub struct KernelIsolation {
+    table: String,
+}
+
+impl KernelIsolation {
+    /// Installs the drop on `iface` (index `ifindex`) in the calling thread's network
+    /// namespace, after removing stale tables of dead processes.
+    pub fn install(iface: &str, ifindex: u32) -> io::Result<Self> {
+        remove_stale()?;
+        let table = format!(
+            "{TABLE_PREFIX}{}_{ifindex}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        nft(&["-f", "-"], Some(&ruleset(&table, iface)))?;
+        Ok(Self { table })
+    }
+
+    /// The nftables table (family netdev) that holds the drop.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl Drop for KernelIsolation {
+    fn drop(&mut self) {
+        if let Err(e) = nft(&["delete", "table", "netdev", &self.table], None) {
+            // Nobody to return the error to; the next install in this namespace removes
+            // the table once this process has ended.
+            eprintln!("removing kernel-stack isolation table {}: {e}", self.table);
+        }
+    }
+}
+
+/// The ruleset for table `table` on interface `iface`. Loading it twice replaces the
+/// first copy (add, delete, define in one transaction).
+pub fn ruleset(table: &str, iface: &str) -> String {
+    format!(
+        "add table netdev {table}\n\
+         delete table netdev {table}\n\
+         table netdev {table} {{\n\
+         \x20 chain ingress {{\n\
+         \x20   type filter hook ingress device \"{iface}\" priority filter; policy accept;\n\
+         \x20   meta protocol ip counter drop\n\
+         \x20   meta protocol ip6 icmpv6 type {{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }} accept\n\
+         \x20   meta protocol ip6 counter drop\n\
+         \x20 }}\n\
+         }}\n"
+    )
+}
+
+/// The process id in an isolation table's name, `None` for other tables.
+pub fn table_pid(table: &str) -> Option<u32> {
+    table
+        .strip_prefix(TABLE_PREFIX)?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Isolation tables of the calling thread's namespace whose process has ended.
+fn stale_tables(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("table netdev "))
+        .map(str::trim)
+        .filter(|t| {
+            table_pid(t).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Deletes the isolation tables left by processes that no longer exist.
+fn remove_stale() -> io::Result<()> {
+    let listing = nft(&["list", "tables", "netdev"], None)?;
+    for t in stale_tables(&listing) {
+        nft(&["delete", "table", "netdev", &t], None)?;
+    }
+    Ok(())
+}
+
+/// Runs `nft ARGS` (with `input` on stdin), bounded by [`NFT_LIMIT`]; returns stdout.
+fn nft(args: &[&str], input: Option<&str>) -> io::Result<String> {
+    let what = format!("nft {}", args.join(" "));
+    let mut child = Command::new("nft")
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{what}: {e} (the `nft` tool of package nftables is needed to keep the kernel stack off the ports)"),
+            )
+        })?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let deadline = Instant::now() + NFT_LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{what}: no answer within {NFT_LIMIT:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut out)?;
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err)?;
+    }
+    if !status.success() {
+        return Err(io::Error::other(format!(
+            "{what}: {status}: {}",
+            err.trim()
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ruleset_drops_ip_and_ip6_on_one_device_only() {
+        let r = ruleset("nfx_isolate_1_2_3", "to-src");
+        assert!(r.starts_with(
+            "add table netdev nfx_isolate_1_2_3\ndelete table netdev nfx_isolate_1_2_3\n"
+        ));
+        assert!(r.contains("hook ingress device \"to-src\""));
+        assert_eq!(r.matches("device ").count(), 1);
+        assert!(r.contains("meta protocol ip counter drop"));
+        assert!(r.contains("meta protocol ip6 counter drop"));
+        assert!(r.contains("nd-neighbor-solicit"), "IPv6 ND must pass: {r}");
+        assert!(!r.contains("arp"), "ARP must pass: {r}");
+        assert!(r.contains("policy accept"));
+    }
+
+    #[test]
+    fn pid_is_read_from_isolation_tables_only() {
+        assert_eq!(table_pid("nfx_isolate_4242_7_0"), Some(4242));
+        assert_eq!(table_pid("nfx_isolate_x_7_0"), None);
+        assert_eq!(table_pid("nfx_edge_ingress"), None);
+        assert_eq!(table_pid("filter"), None);
+    }
+
+    #[test]
+    fn only_tables_of_dead_processes_are_stale() {
+        let me = std::process::id();
+        // Pid 0x3fffffff is above any pid_max, so no process has it.
+        let listing = format!(
+            "table netdev nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_1073741823_3_1\ntable netdev other\ntable inet nfx_isolate_1073741823_3_2\n"
+        );
+        assert_eq!(stale_tables(&listing), vec!["nfx_isolate_1073741823_3_1"]);
+    }
+}
