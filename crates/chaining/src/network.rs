@@ -2,7 +2,9 @@
 //! records, and per-function instance lists sorted by node so that the DP can group a
 //! stage by node in one pass.
 
-use crate::workload::{check_amount, check_latency, Id, InstanceSpec, SlaSpec, Workload};
+use crate::workload::{
+    check_amount, check_latency, Id, InstanceSpec, SlaSpec, Workload, MAX_LATENCY_US,
+};
 use nfx_model::ModelError;
 use std::collections::HashMap;
 
@@ -87,23 +89,7 @@ impl Network {
     /// names the source in errors.
     pub fn new(file: &str, nodes: &[String], transfer_us: &[Vec<f64>]) -> Result<Self, ModelError> {
         let n = nodes.len();
-        let mut node_index = HashMap::with_capacity(n);
-        for (i, id) in nodes.iter().enumerate() {
-            if id.is_empty() {
-                return Err(ModelError::new(
-                    file,
-                    format!("nodes[{i}]"),
-                    "must not be empty",
-                ));
-            }
-            if node_index.insert(id.clone(), i as u32).is_some() {
-                return Err(ModelError::new(
-                    file,
-                    format!("nodes[{i}]"),
-                    format!("duplicate node {id:?}"),
-                ));
-            }
-        }
+        let node_index = index_nodes(file, nodes)?;
         if transfer_us.len() != n {
             return Err(ModelError::new(
                 file,
@@ -124,15 +110,19 @@ impl Network {
                 ));
             }
             for (j, &v) in row.iter().enumerate() {
-                let f = format!("transfer_latency_us[{i}][{j}]");
-                check_latency(file, &f, v)?;
+                // The field name is only formatted on an error: thousands of hosts make
+                // millions of entries, and a name per entry would dominate the build.
+                let f = || format!("transfer_latency_us[{i}][{j}]");
+                if check_latency(file, "", v).is_err() {
+                    check_latency(file, &f(), v)?;
+                }
                 if i != j {
                     transfer[i * n + j] = to_ns(v);
                 }
                 if j < i && to_ns(v) != to_ns(transfer_us[j][i]) {
                     return Err(ModelError::new(
                         file,
-                        f,
+                        f(),
                         format!(
                             "the matrix must be symmetric: {v} here but {} at [{j}][{i}]",
                             transfer_us[j][i]
@@ -141,7 +131,50 @@ impl Network {
                 }
             }
         }
-        Ok(Network {
+        Ok(Network::empty(nodes, node_index, transfer))
+    }
+
+    /// A network of `nodes` whose transfer latencies are already integer ns, row-major
+    /// (`transfer_ns[i * n + j]`): what [`Network::new`] builds from the same latencies in
+    /// µs, without the per-entry conversion — a caller that keeps a precomputed matrix
+    /// gathers each query's sub-network in O(n²) copies. The matrix must be symmetric and
+    /// within [`MAX_LATENCY_US`]; the diagonal is taken as 0.
+    pub fn from_ns(
+        file: &str,
+        nodes: &[String],
+        transfer_ns: Vec<u64>,
+    ) -> Result<Self, ModelError> {
+        let n = nodes.len();
+        let node_index = index_nodes(file, nodes)?;
+        if transfer_ns.len() != n * n {
+            return Err(ModelError::new(
+                file,
+                "transfer_latency_ns",
+                format!("must have {n} × {n} entries, has {}", transfer_ns.len()),
+            ));
+        }
+        let max = to_ns(MAX_LATENCY_US);
+        let mut transfer = transfer_ns;
+        for i in 0..n {
+            transfer[i * n + i] = 0;
+            for j in 0..i {
+                let (a, b) = (transfer[i * n + j], transfer[j * n + i]);
+                if a != b || a > max {
+                    return Err(ModelError::new(
+                        file,
+                        format!("transfer_latency_ns[{i}][{j}]"),
+                        format!(
+                            "must be symmetric and at most {MAX_LATENCY_US} µs: {a} ns here, {b} ns at [{j}][{i}]"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Network::empty(nodes, node_index, transfer))
+    }
+
+    fn empty(nodes: &[String], node_index: HashMap<String, u32>, transfer: Vec<u64>) -> Self {
+        Network {
             nodes: nodes.to_vec(),
             node_index,
             transfer,
@@ -151,7 +184,7 @@ impl Network {
             inst_ids: Vec::new(),
             inst_index: HashMap::new(),
             by_function: Vec::new(),
-        })
+        }
     }
 
     /// Compiles a workload's nodes and instances, and checks every SLA's references.
@@ -219,9 +252,10 @@ impl Network {
         self.inst_ids.push(id.clone());
         self.inst_index.insert(id, idx);
         let insts = &self.insts;
+        let key = |i: u32| (insts[i as usize].node, insts[i as usize].proc_ns, i);
         let list = &mut self.by_function[function as usize];
-        list.push(idx);
-        list.sort_by_key(|&i| (insts[i as usize].node, insts[i as usize].proc_ns, i));
+        let at = list.partition_point(|&i| key(i) < key(idx));
+        list.insert(at, idx);
         Ok(idx)
     }
 
@@ -335,6 +369,28 @@ impl Network {
     }
 }
 
+/// Node id → index; ids must be non-empty and distinct.
+fn index_nodes(file: &str, nodes: &[String]) -> Result<HashMap<String, u32>, ModelError> {
+    let mut node_index = HashMap::with_capacity(nodes.len());
+    for (i, id) in nodes.iter().enumerate() {
+        if id.is_empty() {
+            return Err(ModelError::new(
+                file,
+                format!("nodes[{i}]"),
+                "must not be empty",
+            ));
+        }
+        if node_index.insert(id.clone(), i as u32).is_some() {
+            return Err(ModelError::new(
+                file,
+                format!("nodes[{i}]"),
+                format!("duplicate node {id:?}"),
+            ));
+        }
+    }
+    Ok(node_index)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +459,32 @@ mod tests {
             .add_instance("w", "instances[1]", &inst("y", "fw", "a", f64::NAN))
             .unwrap_err();
         assert_eq!(e.field, "instances[1].processing_latency_us");
+    }
+
+    #[test]
+    fn from_ns_equals_new_and_checks_the_matrix() {
+        let nodes: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let us = [
+            vec![0.0, 10.5, 3.25],
+            vec![10.5, 0.0, 7.0],
+            vec![3.25, 7.0, 0.0],
+        ];
+        let a = Network::new("w", &nodes, &us).unwrap();
+        let ns: Vec<u64> = us.iter().flatten().map(|&v| to_ns(v)).collect();
+        let b = Network::from_ns("w", &nodes, ns.clone()).unwrap();
+        for i in 0..3 {
+            assert_eq!(a.transfer_row(i), b.transfer_row(i));
+        }
+        let mut bad = ns.clone();
+        bad[2] += 1;
+        let e = Network::from_ns("w", &nodes, bad).unwrap_err();
+        assert_eq!(e.field, "transfer_latency_ns[2][0]");
+        assert!(Network::from_ns("w", &nodes, ns[..8].to_vec()).is_err());
+        let dup = vec!["a".to_string(), "a".to_string()];
+        assert_eq!(
+            Network::from_ns("w", &dup, vec![0; 4]).unwrap_err().field,
+            "nodes[1]"
+        );
     }
 
     #[test]

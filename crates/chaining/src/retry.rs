@@ -105,63 +105,96 @@ fn best_request(
     o: &Outcome,
     refused: &[(usize, u32)],
 ) -> Option<(usize, u32, u64)> {
+    let (arrive, leave) = around_tables(net, q, relax_sparse);
+    pick_request(q, o, refused, &arrive, &leave)
+}
+
+/// Unreachable in the `around` tables.
+const INF: u64 = u64::MAX / 4;
+
+/// `arrive[k][v]`: best latency reaching node v ready for stage k; `leave[k][v]`: best
+/// latency from finishing stage k at node v to the destination. `relax` computes
+/// `out[v] = min_u at[u] + transfer(u, v)`.
+fn around_tables(
+    net: &Network,
+    q: &Query,
+    relax: fn(&Network, &[u64], &mut Vec<u64>),
+) -> (Vec<Vec<u64>>, Vec<Vec<u64>>) {
     let n = net.node_count();
     let stages = q.chain.len();
-    const INF: u64 = u64::MAX / 4;
-    // arrive[k][v]: best latency reaching node v ready for stage k.
     let mut arrive: Vec<Vec<u64>> = Vec::with_capacity(stages + 1);
-    arrive.push((0..n).map(|v| net.transfer_ns(q.src, v as u32)).collect());
+    arrive.push(net.transfer_row(q.src).to_vec());
+    let mut at = vec![INF; n];
     for k in 0..stages {
-        let mut done = vec![INF; n];
+        at.iter_mut().for_each(|x| *x = INF);
         for &x in net.instances_of(q.chain[k]) {
             let i = net.inst(x);
             if i.serves(&q.needs) {
                 let v = i.node as usize;
-                done[v] = done[v].min(arrive[k][v].saturating_add(i.proc_ns));
+                at[v] = at[v].min(arrive[k][v].saturating_add(i.proc_ns));
             }
         }
-        let next = (0..n)
-            .map(|v| {
-                (0..n)
-                    .map(|u| done[u].saturating_add(net.transfer_ns(u as u32, v as u32)))
-                    .min()
-                    .unwrap_or(INF)
-            })
-            .collect();
+        let mut next = Vec::new();
+        relax(net, &at, &mut next);
         arrive.push(next);
     }
-    // leave[k][v]: best latency from finishing stage k at node v to the destination.
-    let mut leave = vec![vec![INF; n]; stages];
+    let mut leave = vec![Vec::new(); stages];
     for k in (0..stages).rev() {
-        let next: Vec<u64> = if k + 1 == stages {
-            (0..n).map(|v| net.transfer_ns(v as u32, q.dst)).collect()
+        leave[k] = if k + 1 == stages {
+            net.transfer_row(q.dst).to_vec()
         } else {
-            let mut start = vec![INF; n];
+            at.iter_mut().for_each(|x| *x = INF);
             for &x in net.instances_of(q.chain[k + 1]) {
                 let i = net.inst(x);
                 if i.serves(&q.needs) {
                     let v = i.node as usize;
-                    start[v] = start[v].min(i.proc_ns.saturating_add(leave[k + 1][v]));
+                    at[v] = at[v].min(i.proc_ns.saturating_add(leave[k + 1][v]));
                 }
             }
-            (0..n)
-                .map(|v| {
-                    (0..n)
-                        .map(|u| net.transfer_ns(v as u32, u as u32).saturating_add(start[u]))
-                        .min()
-                        .unwrap_or(INF)
-                })
-                .collect()
+            let mut next = Vec::new();
+            relax(net, &at, &mut next);
+            next
         };
-        leave[k] = next;
     }
+    (arrive, leave)
+}
+
+/// `out[v] = min_u at[u] + transfer(u, v)` over the nodes u with `at[u] < INF` only, via
+/// row v (the matrix is symmetric): O(n × reachable) instead of O(n²). Equal to the dense
+/// minimum: where no such u exists the dense one is `at[v] + 0 = INF` too, and an
+/// unreachable u never beats a reachable one.
+fn relax_sparse(net: &Network, at: &[u64], out: &mut Vec<u64>) {
+    let live: Vec<(usize, u64)> = at
+        .iter()
+        .enumerate()
+        .filter(|&(_, &c)| c < INF)
+        .map(|(u, &c)| (u, c))
+        .collect();
+    out.clear();
+    out.extend((0..at.len()).map(|v| {
+        let row = net.transfer_row(v as u32);
+        live.iter()
+            .map(|&(u, c)| c.saturating_add(row[u]))
+            .fold(INF, u64::min)
+    }));
+}
+
+/// The (stage, node) with the smallest latency around it, and the budget left there.
+fn pick_request(
+    q: &Query,
+    o: &Outcome,
+    refused: &[(usize, u32)],
+    arrive: &[Vec<u64>],
+    leave: &[Vec<u64>],
+) -> Option<(usize, u32, u64)> {
+    let stages = q.chain.len();
     let stage_range = match o.stage {
         Some(k) => k..k + 1,
         None => 0..stages,
     };
     let mut best: Option<(u64, usize, u32)> = None;
     for k in stage_range {
-        for v in 0..n as u32 {
+        for v in 0..arrive[k].len() as u32 {
             if refused.contains(&(k, v)) {
                 continue;
             }
@@ -301,6 +334,56 @@ mod tests {
         assert_eq!(a.outcome.status, Status::Ok);
         assert_eq!(m.asked[0].0, "dpi");
         assert_eq!(a.placed, vec!["dpi-hw1".to_string()]);
+    }
+
+    /// The O(n²) relaxation the sparse one replaces.
+    fn relax_dense(net: &Network, at: &[u64], out: &mut Vec<u64>) {
+        let n = at.len();
+        out.clear();
+        out.extend((0..n).map(|v| {
+            (0..n)
+                .map(|u| at[u].saturating_add(net.transfer_ns(u as u32, v as u32)))
+                .min()
+                .unwrap_or(INF)
+        }));
+    }
+
+    #[test]
+    fn sparse_around_tables_equal_the_dense_ones() {
+        use crate::generate::{generate, Shape};
+        let shape = Shape {
+            nodes: 12,
+            instances: 18,
+            slas: 150,
+            ..Shape::small(0)
+        };
+        let mut checked = 0;
+        for seed in 1..=6 {
+            let w = generate(&shape, seed);
+            let n = Network::from_workload("w", &w).unwrap();
+            let mut c = Chainer::new();
+            for (k, sla) in w.slas.iter().enumerate() {
+                let mut sla = sla.clone();
+                if k % 5 == 0 {
+                    sla.chain.insert(k % (sla.chain.len() + 1), "absent".into());
+                }
+                let q = n.query("w", "s", &sla).unwrap();
+                let o = c.solve(&n, &q);
+                let dense = around_tables(&n, &q, relax_dense);
+                assert_eq!(
+                    around_tables(&n, &q, relax_sparse),
+                    dense,
+                    "seed {seed} sla {k}"
+                );
+                let refused: Vec<(usize, u32)> = (0..k % 4).map(|r| (r, r as u32)).collect();
+                assert_eq!(
+                    best_request(&n, &q, &o, &refused),
+                    pick_request(&q, &o, &refused, &dense.0, &dense.1)
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 900);
     }
 
     #[test]

@@ -16,16 +16,19 @@ use crate::enforcer::{Enforcer, Hop};
 use crate::ops::Step;
 use crate::topology::transfer_matrix;
 use crate::vnfm::{InstanceSpec, InstanceState, Vnfm, VnfmError};
+use nfx_chaining::network::to_ns;
 use nfx_chaining::{solve_with_retry, Chainer, Needs, Network, SlaSpec, Status};
 use nfx_model::service::Service;
-use nfx_model::{Infrastructure, ResourceModel, Tier};
-use nfx_placement::online::Fitness;
+use nfx_model::{Infrastructure, Pool, ResourceError, ResourceModel, Tier};
+use placer::{best_fit, Draft, Placer};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+mod placer;
+
 /// Most hosts the chaining DP considers for one service (the nearest by lower bound).
-const MAX_CHAIN_NODES: usize = 128;
+pub const MAX_CHAIN_NODES: usize = 128;
 
 /// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
 const UNREACHABLE_US: f64 = 1e8;
@@ -148,8 +151,16 @@ impl VnfmMap {
 /// The mediator.
 pub struct Mediator {
     infra: Infrastructure,
-    transfer: Vec<Vec<f64>>,
+    /// Shortest host-to-host latency, integer ns, row-major by host index.
+    transfer_ns: Vec<u64>,
+    /// Index of each host id in `infra.hosts`.
+    host_index: HashMap<String, usize>,
+    /// Model indices of each host's devices, in model order.
+    host_devices: Vec<Vec<usize>>,
     model: ResourceModel,
+    /// A second model that rebuilds replay into (swapped in on success), so that a
+    /// rebuild allocates nothing and a failed one leaves the model as it was.
+    spare: ResourceModel,
     instances: BTreeMap<String, InstanceRow>,
     paths: BTreeMap<String, PathRow>,
     vnfms: VnfmMap,
@@ -164,11 +175,30 @@ impl Mediator {
         vnfms: VnfmMap,
         enforcer: Arc<Enforcer>,
     ) -> Result<Self, PlanError> {
-        let transfer = transfer_matrix(&infra, UNREACHABLE_US);
+        let transfer_ns: Vec<u64> = transfer_matrix(&infra, UNREACHABLE_US)
+            .iter()
+            .flatten()
+            .map(|&us| to_ns(us))
+            .collect();
         let model = ResourceModel::from_infrastructure(&infra);
+        let host_index: HashMap<String, usize> = infra
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.id.clone(), i))
+            .collect();
+        let mut host_devices = vec![Vec::new(); infra.hosts.len()];
+        for (i, d) in model.devices().iter().enumerate() {
+            if let Some(&h) = host_index.get(&d.host) {
+                host_devices[h].push(i);
+            }
+        }
         Ok(Mediator {
             infra,
-            transfer,
+            transfer_ns,
+            host_index,
+            host_devices,
+            spare: model.clone(),
             model,
             instances: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -240,8 +270,11 @@ impl Mediator {
         self.rebuild()
     }
 
+    /// Rebuilds the model from the rows: every instance deployed in id order, then every
+    /// path's reservations — the same state as a fresh model with the rows replayed.
     fn rebuild(&mut self) -> Result<(), PlanError> {
-        let mut m = ResourceModel::from_infrastructure(&self.infra);
+        let m = &mut self.spare;
+        m.reset();
         let bad = |e: nfx_model::ResourceError| PlanError::Conflict(format!("stored state: {e}"));
         for (id, r) in &self.instances {
             m.deploy(
@@ -259,12 +292,24 @@ impl Mediator {
                     .map_err(bad)?;
             }
         }
-        self.model = m;
+        std::mem::swap(&mut self.model, &mut self.spare);
         Ok(())
     }
 
-    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches).
+    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches) over at most
+    /// [`MAX_CHAIN_NODES`] candidate hosts.
     pub fn plan_deploy(&mut self, svc: &Service) -> Result<Plan, PlanError> {
+        self.plan_deploy_within(svc, MAX_CHAIN_NODES)
+    }
+
+    /// [`Mediator::plan_deploy`] over at most `max_chain_nodes` candidate hosts
+    /// (`usize::MAX`: every host the latency bound admits, the unrestricted reference
+    /// the benchmark compares against). Reserves nothing.
+    pub fn plan_deploy_within(
+        &mut self,
+        svc: &Service,
+        max_chain_nodes: usize,
+    ) -> Result<Plan, PlanError> {
         if self.paths.contains_key(&svc.id) {
             return Err(PlanError::Conflict(format!(
                 "service {:?} is already deployed",
@@ -272,7 +317,7 @@ impl Mediator {
             )));
         }
         for (name, host) in [("ingress", &svc.ingress), ("egress", &svc.egress)] {
-            if self.infra.host_index(host).is_none() {
+            if !self.host_index.contains_key(host.as_str()) {
                 return Err(PlanError::Invalid(format!("{name}: unknown host {host:?}")));
             }
         }
@@ -294,8 +339,12 @@ impl Mediator {
             .iter()
             .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
             .collect();
-        let (mut net, hosts) =
-            self.candidate_network(&svc.ingress, &svc.egress, svc.sla.max_latency_us)?;
+        let (mut net, hosts) = self.candidate_network(
+            &svc.ingress,
+            &svc.egress,
+            svc.sla.max_latency_us,
+            max_chain_nodes,
+        )?;
         for (id, r) in &self.instances {
             if !hosts.contains(r.host.as_str()) {
                 continue;
@@ -338,15 +387,16 @@ impl Mediator {
             throughput_gbps: needs.throughput_gbps,
             capacity_need: needs.capacity,
         };
+        let function_configs: Vec<(String, serde_json::Value)> = svc
+            .chain
+            .iter()
+            .map(|c| c.function.clone())
+            .zip(configs.iter().cloned())
+            .collect();
         let mut placer = Placer {
-            model: self.model.clone(),
+            draft: Draft::new(&self.model, &self.host_devices, &self.host_index),
             service: &svc.id,
-            configs: &svc
-                .chain
-                .iter()
-                .map(|c| c.function.clone())
-                .zip(configs.clone())
-                .collect(),
+            configs: &function_configs,
             taken: &self.instances,
             placed: Vec::new(),
         };
@@ -370,7 +420,7 @@ impl Mediator {
             .iter()
             .map(|&i| net.inst_id(i).to_string())
             .collect();
-        let (mut model, placed) = (placer.model, placer.placed);
+        let placed = placer.placed;
         let mut plan = Plan {
             steps: Vec::new(),
             instances: Vec::new(),
@@ -390,16 +440,13 @@ impl Mediator {
                 });
                 plan.placements.push(rec);
                 rows.insert(row.spec.id.clone(), row);
-            } else {
-                model
-                    .destroy(&row.spec.id)
-                    .map_err(|e| PlanError::Conflict(e.to_string()))?;
             }
         }
+        let mut shares = PathShares::default();
         let mut hops = Vec::new();
         for (k, id) in path_ids.iter().enumerate() {
-            model
-                .reserve(id, needs.throughput_gbps, needs.capacity)
+            shares
+                .reserve(&self.model, &rows, id, needs)
                 .map_err(|e| PlanError::Conflict(format!("{id}: {e}")))?;
             let mut row = match rows.get(id) {
                 Some(r) => r.clone(),
@@ -442,20 +489,29 @@ impl Mediator {
         src: &str,
         dst: &str,
         bound: f64,
-    ) -> Result<(Network, std::collections::HashSet<String>), PlanError> {
+        cap: usize,
+    ) -> Result<(Network, HashSet<String>), PlanError> {
         let idx = |h: &str| {
-            self.infra
-                .host_index(h)
+            self.host_index
+                .get(h)
+                .copied()
                 .ok_or_else(|| PlanError::Invalid(format!("unknown host {h:?}")))
         };
         let (s, t) = (idx(src)?, idx(dst)?);
-        let tr = &self.transfer;
-        let mut cand: Vec<(f64, usize)> = (0..tr.len())
-            .map(|v| (tr[s][v] + tr[v][t], v))
+        let n = self.infra.hosts.len();
+        let ns = |a: usize, b: usize| self.transfer_ns[a * n + b];
+        // µs exactly as the host-latency matrix had them (ns are whole, so this round-trips).
+        let us = |a: usize, b: usize| ns(a, b) as f64 / 1000.0;
+        let mut cand: Vec<(f64, usize)> = (0..n)
+            .map(|v| (us(s, v) + us(v, t), v))
             .filter(|&(lb, v)| lb <= bound || v == s || v == t)
             .collect();
-        cand.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        cand.truncate(MAX_CHAIN_NODES);
+        let order = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if cand.len() > cap {
+            cand.select_nth_unstable_by(cap, order);
+            cand.truncate(cap);
+        }
+        cand.sort_unstable_by(order);
         for v in [s, t] {
             if !cand.iter().any(|&(_, x)| x == v) {
                 cand.push((0.0, v));
@@ -465,11 +521,11 @@ impl Mediator {
             .iter()
             .map(|&(_, v)| self.infra.hosts[v].id.clone())
             .collect();
-        let m: Vec<Vec<f64>> = cand
+        let m: Vec<u64> = cand
             .iter()
-            .map(|&(_, a)| cand.iter().map(|&(_, b)| tr[a][b]).collect())
+            .flat_map(|&(_, a)| cand.iter().map(move |&(_, b)| ns(a, b)))
             .collect();
-        let net = Network::new("<infrastructure>", &nodes, &m)
+        let net = Network::from_ns("<infrastructure>", &nodes, m)
             .map_err(|e| PlanError::Invalid(e.to_string()))?;
         Ok((net, nodes.into_iter().collect()))
     }
@@ -571,12 +627,14 @@ impl Mediator {
                         && d.functions.contains(&old.spec.function)
                         && d.latency_us <= old.latency_us
                 });
-                best_fit(cands, tp, cap).ok_or_else(|| {
-                    PlanError::Conflict(format!(
-                        "no other device on {} can take {instance} without raising its latency",
-                        old.host
-                    ))
-                })?
+                best_fit(cands.map(|d| ((), d)), tp, cap)
+                    .map(|(_, d)| d)
+                    .ok_or_else(|| {
+                        PlanError::Conflict(format!(
+                            "no other device on {} can take {instance} without raising its latency",
+                            old.host
+                        ))
+                    })?
             }
         };
         let new_id = self.fresh_id(&format!("{instance}-m"));
@@ -746,151 +804,40 @@ fn json<T: Serialize>(v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_default()
 }
 
-/// Scales a resource amount to the integers of the placement crate's exact fitness.
-fn units(x: f64) -> u64 {
-    (x.max(0.0) * 1000.0).round() as u64
+/// The SLA's reservations on the instances of a new path, checked as the resource model
+/// would (`ResourceModel::reserve`) on copies of the instances' pools: a path may use an
+/// instance twice, and the second use must find the first one's share taken.
+#[derive(Default)]
+struct PathShares {
+    pools: HashMap<String, (Pool, Pool)>,
 }
 
-/// HYPER's best fit among `cands`: the largest (need/free)·(γ/η_free), ties to the
-/// cheaper device; only devices with room.
-fn best_fit<'a>(
-    cands: impl Iterator<Item = &'a nfx_model::DeviceModel>,
-    throughput: f64,
-    capacity: f64,
-) -> Option<&'a nfx_model::DeviceModel> {
-    let mut best: Option<(&nfx_model::DeviceModel, Fitness)> = None;
-    for d in cands {
-        if d.throughput_gbps.free() < throughput || d.capacity.free() < capacity {
-            continue;
-        }
-        let fit = Fitness::new(
-            units(capacity),
-            units(d.capacity.free()),
-            units(throughput),
-            units(d.throughput_gbps.free()),
-        );
-        let better = match &best {
-            None => true,
-            Some((b, bf)) => match fit.cmp_exact(bf) {
-                std::cmp::Ordering::Greater => true,
-                std::cmp::Ordering::Less => false,
-                std::cmp::Ordering::Equal => d.cost < b.cost,
-            },
-        };
-        if better {
-            best = Some((d, fit));
-        }
-    }
-    best.map(|(d, _)| d)
-}
-
-/// The mediator's side of the chaining retry loop: decides tier and device for a new
-/// instance and reserves it in a working copy of the resource model.
-struct Placer<'a> {
-    model: ResourceModel,
-    service: &'a str,
-    configs: &'a Vec<(String, serde_json::Value)>,
-    taken: &'a BTreeMap<String, InstanceRow>,
-    placed: Vec<(InstanceRow, PlacementRecord)>,
-}
-
-impl nfx_chaining::Mediator for Placer<'_> {
-    fn place_faster(
+impl PathShares {
+    /// Reserves `needs` on instance `id` — a recorded one (pools from `model`) or one this
+    /// plan places (`placed`, pools the size of the needs).
+    fn reserve(
         &mut self,
-        function: &str,
-        near_node: &str,
-        latency_budget_us: f64,
+        model: &ResourceModel,
+        placed: &BTreeMap<String, InstanceRow>,
+        id: &str,
         needs: Needs,
-    ) -> Option<nfx_chaining::InstanceSpec> {
-        let fits = |d: &&nfx_model::DeviceModel| {
-            d.host == near_node
-                && d.latency_us <= latency_budget_us
-                && d.functions.iter().any(|f| f == function)
-        };
-        let devs = self.model.devices();
-        let software = best_fit(
-            devs.iter()
-                .filter(fits)
-                .filter(|d| d.tier == Tier::Software),
-            needs.throughput_gbps,
-            needs.capacity,
-        );
-        let (dev, reason) = match software {
-            Some(d) => (
-                d,
-                format!(
-                    "software tier meets the SLA (latency {} ≤ budget {latency_budget_us:.3} µs)",
-                    d.latency_us
+    ) -> Result<(), ResourceError> {
+        let (tp, cap) = match self.pools.get(id) {
+            Some(&p) => p,
+            None => match (placed.get(id), model.instance(id)) {
+                (Some(r), _) => (
+                    Pool::new("throughput_gbps", r.spec.throughput_gbps),
+                    Pool::new("capacity", r.spec.capacity),
                 ),
-            ),
-            None => {
-                let d = best_fit(
-                    devs.iter()
-                        .filter(fits)
-                        .filter(|d| d.tier != Tier::Software),
-                    needs.throughput_gbps,
-                    needs.capacity,
-                )?;
-                (d, format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room; best-fit {} device", d.tier.as_str()))
-            }
-        };
-        let (dev_id, host, tier, lat) =
-            (dev.id.clone(), dev.host.clone(), dev.tier, dev.latency_us);
-        let base = format!("{}-{function}-", self.service);
-        let id = (1..)
-            .map(|n| format!("{base}{n}"))
-            .find(|id| !self.taken.contains_key(id) && self.model.instance(id).is_none())?;
-        self.model
-            .deploy(
-                &id,
-                function,
-                &dev_id,
-                needs.throughput_gbps,
-                needs.capacity,
-            )
-            .ok()?;
-        let config = self
-            .configs
-            .iter()
-            .find(|(f, _)| f == function)
-            .map(|(_, c)| c.clone())
-            .unwrap_or_default();
-        let spec = InstanceSpec {
-            id: id.clone(),
-            function: function.to_string(),
-            device: dev_id.clone(),
-            config,
-            throughput_gbps: needs.throughput_gbps,
-            capacity: needs.capacity,
-        };
-        self.placed.push((
-            InstanceRow {
-                spec,
-                host: host.clone(),
-                tier,
-                latency_us: lat,
-                status: "planned".into(),
-                users: Vec::new(),
+                (None, Some(i)) => (i.throughput_gbps, i.capacity),
+                (None, None) => return Err(ResourceError::UnknownInstance(id.to_string())),
             },
-            PlacementRecord {
-                instance: id.clone(),
-                function: function.to_string(),
-                device: dev_id,
-                host: host.clone(),
-                tier,
-                reason,
-            },
-        ));
-        Some(nfx_chaining::InstanceSpec {
-            id: id.into(),
-            function: function.into(),
-            node: host.into(),
-            kind: tier.as_str().into(),
-            processing_latency_us: lat,
-            throughput_total_gbps: needs.throughput_gbps,
-            throughput_used_gbps: 0.0,
-            capacity_total: needs.capacity,
-            capacity_used: 0.0,
-        })
+        };
+        let (mut tp, mut cap) = (tp, cap);
+        cap.check(needs.capacity)?;
+        tp.reserve(needs.throughput_gbps)?;
+        cap.reserve(needs.capacity)?;
+        self.pools.insert(id.to_string(), (tp, cap));
+        Ok(())
     }
 }

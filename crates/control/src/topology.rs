@@ -10,9 +10,15 @@ use std::collections::BinaryHeap;
 /// unreachable pairs get `unreachable_us`.
 pub fn transfer_matrix(infra: &Infrastructure, unreachable_us: f64) -> Vec<Vec<f64>> {
     let n = infra.hosts.len();
+    let index: std::collections::HashMap<&str, usize> = infra
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.id.as_str(), i))
+        .collect();
     let mut adj: Vec<Vec<(usize, u64)>> = vec![Vec::new(); n];
     for l in &infra.links {
-        if let (Some(a), Some(b)) = (infra.host_index(&l.a), infra.host_index(&l.b)) {
+        if let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) {
             let w = (l.latency_us * 1000.0).round() as u64;
             adj[a].push((b, w));
             adj[b].push((a, w));

@@ -173,6 +173,8 @@ pub struct ResourceModel {
     devices: Vec<DeviceModel>,
     instances: Vec<InstanceModel>,
     device_index: HashMap<String, usize>,
+    /// Position of each instance in `instances` (a controller holds thousands).
+    instance_index: HashMap<String, usize>,
 }
 
 impl ResourceModel {
@@ -201,6 +203,18 @@ impl ResourceModel {
             devices,
             instances: Vec::new(),
             device_index,
+            instance_index: HashMap::new(),
+        }
+    }
+
+    /// Forgets every instance and frees every device: the state `from_infrastructure`
+    /// gives, without rebuilding the device table (a controller replays its rows on it).
+    pub fn reset(&mut self) {
+        self.instances.clear();
+        self.instance_index.clear();
+        for d in &mut self.devices {
+            d.throughput_gbps.used = 0.0;
+            d.capacity.used = 0.0;
         }
     }
 
@@ -221,7 +235,7 @@ impl ResourceModel {
 
     /// The instance `id`.
     pub fn instance(&self, id: &str) -> Option<&InstanceModel> {
-        self.instances.iter().find(|i| i.id == id)
+        self.instance_index.get(id).map(|&i| &self.instances[i])
     }
 
     /// Deploys instance `id` of `function` on `device`, reserving `throughput_gbps` and
@@ -251,6 +265,8 @@ impl ResourceModel {
         d.capacity.check(capacity)?;
         d.throughput_gbps.reserve(throughput_gbps)?;
         d.capacity.reserve(capacity)?;
+        self.instance_index
+            .insert(id.to_string(), self.instances.len());
         self.instances.push(InstanceModel {
             id: id.to_string(),
             function: function.to_string(),
@@ -267,11 +283,15 @@ impl ResourceModel {
     /// Removes instance `id`, returning its share to the device.
     pub fn destroy(&mut self, id: &str) -> Result<InstanceModel, ResourceError> {
         let pos = self
-            .instances
-            .iter()
-            .position(|i| i.id == id)
+            .instance_index
+            .remove(id)
             .ok_or_else(|| ResourceError::UnknownInstance(id.to_string()))?;
         let inst = self.instances.remove(pos);
+        for later in &self.instances[pos..] {
+            if let Some(i) = self.instance_index.get_mut(&later.id) {
+                *i -= 1;
+            }
+        }
         let d = &mut self.devices[self.device_index[&inst.device]];
         d.throughput_gbps.release(inst.throughput_gbps.total)?;
         d.capacity.release(inst.capacity.total)?;
@@ -307,10 +327,11 @@ impl ResourceModel {
     }
 
     fn instance_mut(&mut self, id: &str) -> Result<&mut InstanceModel, ResourceError> {
-        self.instances
-            .iter_mut()
-            .find(|i| i.id == id)
-            .ok_or_else(|| ResourceError::UnknownInstance(id.to_string()))
+        let i = *self
+            .instance_index
+            .get(id)
+            .ok_or_else(|| ResourceError::UnknownInstance(id.to_string()))?;
+        Ok(&mut self.instances[i])
     }
 }
 
@@ -383,6 +404,27 @@ devices:
             m.deploy("a", "nat", "sw", 1.0, 1.0),
             Err(ResourceError::DuplicateInstance(_))
         ));
+    }
+
+    #[test]
+    fn reset_equals_a_fresh_model_and_index_follows_removals() {
+        let mut m = model();
+        m.deploy("a", "nat", "sw", 1.0, 1.0).unwrap();
+        m.deploy("b", "firewall", "tbl", 2.0, 3.0).unwrap();
+        m.deploy("c", "nat", "sw", 1.5, 1.0).unwrap();
+        m.reserve("c", 0.5, 0.5).unwrap();
+        m.destroy("a").unwrap();
+        assert_eq!(m.instance("c").unwrap().throughput_gbps.used, 0.5);
+        m.reserve("b", 1.0, 1.0).unwrap();
+        assert_eq!(m.instance("b").unwrap().capacity.used, 1.0);
+        let ids: Vec<&str> = m.instances().iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["b", "c"]);
+        m.reset();
+        let fresh = model();
+        assert_eq!(m.devices(), fresh.devices());
+        assert!(m.instances().is_empty() && m.instance("b").is_none());
+        m.deploy("b", "firewall", "tbl", 2.0, 3.0).unwrap();
+        assert_eq!(m.instance("b").unwrap().capacity.total, 3.0);
     }
 
     #[test]

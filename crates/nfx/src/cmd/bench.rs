@@ -1,7 +1,8 @@
 //! `nfx bench ...`: dispatch to one benchmark module per subject.
 
 use super::{
-    bench_accel, bench_chaining, bench_dataplane, bench_migration, bench_placement, bench_tunnel,
+    bench_accel, bench_chaining, bench_control, bench_dataplane, bench_migration, bench_placement,
+    bench_tunnel,
 };
 
 /// Arguments of `nfx bench`.
@@ -25,6 +26,8 @@ enum What {
     Tunnel(bench_tunnel::Args),
     /// Flow-state migration: flows/s, bytes per flow, loss under traffic, deploy time.
     Migration(bench_migration::Args),
+    /// Control plane at scale: chain + place per service on N simulated hosts.
+    Control(bench_control::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -36,5 +39,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Chaining(a) => bench_chaining::run(a),
         What::Tunnel(a) => bench_tunnel::run(a),
         What::Migration(a) => bench_migration::run(a),
+        What::Control(a) => bench_control::run(a),
     }
 }
