@@ -222,6 +222,11 @@ impl Worker {
                     // Every wake-up request is paired with a `pending` flag set before it,
                     // so the eventfd can be reset here; the flag is checked next turn.
                     self.mailbox.notifier.clear();
+                } else if self.poll == PollMode::Adaptive {
+                    // Spinning between frames: let any runnable thread of this CPU go
+                    // first (the traffic's own endpoints and softirq work often share
+                    // the worker's CPUs); with none, sched_yield returns at once.
+                    std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
