@@ -72,7 +72,7 @@ fn print(r: &ScaleReport) {
     }
     if let (Some(w), Some(c), Some(a)) = (r.speedup_wall, r.speedup_cpu, r.agreement) {
         println!(
-            "plan vs unrestricted baseline: {w:.1}x faster (wall), {c:.1}x (cpu); answers: \
+            "unrestricted baseline / plan time: {w:.1}x (wall), {c:.1}x (cpu); answers: \
              {} same, {} better unrestricted, {} better capped",
             a.same, a.unrestricted_better, a.capped_better
         );
