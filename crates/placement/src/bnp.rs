@@ -36,9 +36,9 @@ const RECENT_COLUMNS: usize = 300;
 const EPS: f64 = 1e-6;
 /// Subset-row cuts added per separation round, in all, and separation rounds at the
 /// root.
-const CUTS_PER_ROUND: usize = 60;
-const MAX_CUTS: usize = 400;
-const MAX_CUT_ROUNDS: u32 = 40;
+const CUTS_PER_ROUND: usize = 40;
+const MAX_CUTS: usize = 120;
+const MAX_CUT_ROUNDS: u32 = 8;
 /// Least violation of a separated subset-row cut.
 const CUT_VIOLATION: f64 = 0.01;
 

@@ -9,16 +9,20 @@ use crate::problem::{Pattern, Problem};
 use std::time::{Duration, Instant};
 
 /// Time limit of one sub-problem search.
-const SUB_TIME: Duration = Duration::from_millis(20);
+const SUB_TIME: Duration = Duration::from_millis(10);
 /// Sub-problems with more instances than this are skipped.
 const SUB_ITEMS: usize = 40;
+/// Tries in a row without an improvement after which the search gives up (the
+/// incumbent is then locally optimal for practical purposes).
+const MAX_FAILS: u32 = 40;
 /// Fewest and most devices freed at once.
 const MIN_FREED: usize = 2;
 const MAX_FREED: usize = 5;
 
 /// Re-solves the contents of 2–5 devices of `pats` (a placement of every instance) at a
 /// time until `deadline`; the first device of each try is drawn with a weight of its
-/// unused cost share, so nearly empty devices are freed most often. `seed` varies the
+/// unused cost share, so nearly empty devices are freed most often; it stops early
+/// after [`MAX_FAILS`] tries in a row without an improvement. `seed` varies the
 /// draws. Returns a cheaper placement if one was found.
 pub fn improve(
     p: &Problem,
@@ -37,7 +41,8 @@ pub fn improve(
     };
     let counts = p.counts();
     let mut round = 0usize;
-    while cur.len() >= MIN_FREED && Instant::now() < deadline {
+    let mut fails = 0u32;
+    while cur.len() >= MIN_FREED && fails < MAX_FAILS && Instant::now() < deadline {
         let freed = (MIN_FREED + round % (MAX_FREED - MIN_FREED + 1)).min(cur.len());
         round += 1;
         let waste: Vec<u64> = cur.iter().map(|pat| unused_cost(p, pat) + 1).collect();
@@ -70,6 +75,7 @@ pub fn improve(
                 demand[t as usize] += c;
             }
         }
+        fails += 1;
         if demand.iter().map(|&d| d as usize).sum::<usize>() > SUB_ITEMS {
             continue;
         }
@@ -81,6 +87,7 @@ pub fn improve(
             }
             cur.extend(better);
             improved = true;
+            fails = 0;
         }
     }
     improved.then_some(cur)
