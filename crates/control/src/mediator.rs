@@ -9,8 +9,9 @@
 //! * migrate: deploy the new instance, move the flows, re-steer, destroy the old one;
 //! * status: gather from the VNFMs.
 //!
-//! Planning reserves resources in the resource model at once; the rows it returns are
-//! persisted with the operation, and the model is always rebuilt from those rows.
+//! Planning reserves resources on a draft of the resource model only; the rows it
+//! returns are persisted with the operation, and `apply_rows` commits them: the model
+//! is always rebuilt from those rows.
 
 use crate::enforcer::{Enforcer, Hop};
 use crate::ops::Step;
