@@ -77,6 +77,50 @@ pub(crate) struct RxRing {
 // through each slot's status word.
 unsafe impl Send for RxRing {}
 
+/// Configures a TPACKET_V2 ring (`which`: PACKET_RX_RING or PACKET_TX_RING) of `blocks`
+/// blocks of `block` bytes, cut into `frame`-byte slots, on packet socket `fd`, and maps
+/// it. Returns the mapping and its length (the caller unmaps it).
+pub(crate) fn map_packet_ring(
+    fd: RawFd,
+    which: libc::c_int,
+    block: usize,
+    blocks: usize,
+    frame: usize,
+) -> io::Result<(*mut u8, usize)> {
+    let req = libc::tpacket_req {
+        tp_block_size: block as u32,
+        tp_block_nr: blocks as u32,
+        tp_frame_size: frame as u32,
+        tp_frame_nr: (blocks * (block / frame)) as u32,
+    };
+    // SAFETY: passes a live tpacket_req and its size.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            which,
+            (&req as *const libc::tpacket_req).cast(),
+            std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
+        )
+    })?;
+    let size = blocks * block;
+    // SAFETY: maps the ring just configured on `fd`; checked for MAP_FAILED below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((base.cast(), size))
+}
+
 impl RxRing {
     /// Sets up a ring of at least `frames` slots on `fd` (a packet socket with
     /// PACKET_VNET_HDR already set, no ring yet) and maps it.
@@ -92,39 +136,9 @@ impl RxRing {
         )?;
         // Frames that do not fit a slot are queued on the socket as well.
         setsockopt_int(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, 1)?;
-        let req = libc::tpacket_req {
-            tp_block_size: BLOCK as u32,
-            tp_block_nr: blocks as u32,
-            tp_frame_size: SLOT as u32,
-            tp_frame_nr: slots as u32,
-        };
-        // SAFETY: passes a live tpacket_req and its size.
-        check(unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_PACKET,
-                libc::PACKET_RX_RING,
-                (&req as *const libc::tpacket_req).cast(),
-                std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
-            )
-        })?;
-        let size = blocks * BLOCK;
-        // SAFETY: maps the ring just configured on `fd`; checked for MAP_FAILED below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let (base, size) = map_packet_ring(fd, libc::PACKET_RX_RING, BLOCK, blocks, SLOT)?;
         Ok(Self {
-            base: base.cast(),
+            base,
             size,
             slots,
             head: 0,

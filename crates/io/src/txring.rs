@@ -21,6 +21,7 @@
 //! AVAILABLE again can be rewritten even while a receiver has not read what it carried
 //! (crates/io/tests/afpacket_veth.rs, `tx_ring_slot_is_not_reused_under_a_reader`).
 
+use crate::ring::map_packet_ring;
 use crate::sys::{check, owned, setsockopt_int};
 use nfx_packet::VnetHdr;
 use std::io;
@@ -104,40 +105,10 @@ impl TxRing {
         let blocks = frames.div_ceil(SLOTS_PER_BLOCK).max(1);
         let slots = blocks * SLOTS_PER_BLOCK;
         let block = SLOTS_PER_BLOCK * SLOT;
-        let req = libc::tpacket_req {
-            tp_block_size: block as u32,
-            tp_block_nr: blocks as u32,
-            tp_frame_size: SLOT as u32,
-            tp_frame_nr: slots as u32,
-        };
-        // SAFETY: passes a live tpacket_req and its size.
-        check(unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_PACKET,
-                libc::PACKET_TX_RING,
-                (&req as *const libc::tpacket_req).cast(),
-                std::mem::size_of::<libc::tpacket_req>() as libc::socklen_t,
-            )
-        })?;
-        let size = blocks * block;
-        // SAFETY: maps the ring just configured on `fd`; checked for MAP_FAILED below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                raw,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let (base, size) = map_packet_ring(raw, libc::PACKET_TX_RING, block, blocks, SLOT)?;
         let ring = Self {
             fd,
-            base: base.cast(),
+            base,
             size,
             slots,
             head: 0,
