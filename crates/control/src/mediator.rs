@@ -21,7 +21,7 @@ use nfx_chaining::network::to_ns;
 use nfx_chaining::{solve_with_retry, Chainer, Needs, Network, SlaSpec, Status};
 use nfx_model::service::Service;
 use nfx_model::{Infrastructure, Pool, ResourceError, ResourceModel, Tier};
-use placer::{best_fit, Draft, Placer};
+use placer::{best_fit, host_devices, Draft, Placer};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -182,18 +182,7 @@ impl Mediator {
             .map(|&us| to_ns(us))
             .collect();
         let model = ResourceModel::from_infrastructure(&infra);
-        let host_index: HashMap<String, usize> = infra
-            .hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.id.clone(), i))
-            .collect();
-        let mut host_devices = vec![Vec::new(); infra.hosts.len()];
-        for (i, d) in model.devices().iter().enumerate() {
-            if let Some(&h) = host_index.get(&d.host) {
-                host_devices[h].push(i);
-            }
-        }
+        let (host_index, host_devices) = host_devices(&infra, &model);
         Ok(Mediator {
             infra,
             transfer_ns,

@@ -129,6 +129,27 @@ impl Placer<'_> {
     }
 }
 
+/// Each host's index in the infrastructure, and the model's device indices on each host
+/// (the per-host candidate lists the placer scans).
+pub fn host_devices(
+    infra: &nfx_model::Infrastructure,
+    model: &ResourceModel,
+) -> (HashMap<String, usize>, Vec<Vec<usize>>) {
+    let index: HashMap<String, usize> = infra
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.id.clone(), i))
+        .collect();
+    let mut devices = vec![Vec::new(); infra.hosts.len()];
+    for (i, d) in model.devices().iter().enumerate() {
+        if let Some(&h) = index.get(&d.host) {
+            devices[h].push(i);
+        }
+    }
+    (index, devices)
+}
+
 impl nfx_chaining::Mediator for Placer<'_> {
     fn place_faster(
         &mut self,
@@ -273,16 +294,7 @@ mod tests {
         base.deploy("old-1", "nat", "sw0", 6.0, 4.0).unwrap();
         base.deploy("old-2", "firewall", "tt0", 30.0, 1000.0)
             .unwrap();
-        let hosts: HashMap<String, usize> = infra
-            .hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.id.clone(), i))
-            .collect();
-        let mut host_devices = vec![Vec::new(); infra.hosts.len()];
-        for (i, d) in base.devices().iter().enumerate() {
-            host_devices[hosts[&d.host]].push(i);
-        }
+        let (hosts, host_devices) = host_devices(&infra, &base);
         let taken = BTreeMap::new();
         let configs: Vec<(String, serde_json::Value)> = Vec::new();
         let mut placer = Placer {
