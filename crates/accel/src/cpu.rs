@@ -1,6 +1,11 @@
 //! The `cpu` engine: the processor's crypto instructions (AES-NI/VAES, PCLMUL/VPCLMUL,
-//! SHA-NI, AVX-512) through aws-lc, chosen for its AVX-512 AES-GCM. PRESENT has no
-//! instruction support and shares the `soft` table code.
+//! SHA-NI, AVX-512) through the fastest well-kept library for each algorithm on the
+//! running CPU: AES-GCM through aws-lc where it has its AVX-512 code, otherwise through
+//! ring, whose VAES+AVX2 code runs twice as fast as aws-lc's AES-NI path on CPUs with
+//! VAES but no AVX-512 (AMD Zen 3, Intel Alder Lake); everything else through aws-lc.
+//! PRESENT has no instruction support and shares the `soft` table code.
+
+use std::mem::MaybeUninit;
 
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, UnboundCipherKey, AES_128};
@@ -15,12 +20,57 @@ use crate::{AccelError, Alg, Engine, EngineKind, SessionSpec};
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum CpuSession {
     Aead(LessSafeKey),
+    RingGcm(RingGcm),
     AesCtr { ctr: EncryptingKey, hmac: hmac::Key },
     PresentCtr { present: Present, hmac: hmac::Key },
     Sha256,
 }
 
-/// Marker type selecting the aws-lc implementations.
+/// AES-GCM keys expanded by ring. ring's key schedules own no heap memory and do not
+/// clear themselves, so this wrapper zeroizes their bytes when it is dropped.
+pub(crate) struct RingGcm(MaybeUninit<ring::aead::LessSafeKey>);
+
+impl RingGcm {
+    fn new(alg: &'static ring::aead::Algorithm, key: &[u8]) -> Option<RingGcm> {
+        let k = ring::aead::UnboundKey::new(alg, key).ok()?;
+        Some(RingGcm(MaybeUninit::new(ring::aead::LessSafeKey::new(k))))
+    }
+
+    fn key(&self) -> &ring::aead::LessSafeKey {
+        // SAFETY: initialised in `new`; only `drop` ends it.
+        unsafe { self.0.assume_init_ref() }
+    }
+}
+
+impl Drop for RingGcm {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new` and dropped only here; the key is flat (no heap),
+        // so its bytes are all of the secret, and zeros are valid for `MaybeUninit`.
+        unsafe {
+            self.0.assume_init_drop();
+            zeroize::zeroize_flat_type(self.0.as_mut_ptr());
+        }
+    }
+}
+
+/// Whether aws-lc runs AES-GCM with its AVX-512 (VAES-512) code on this CPU; where it
+/// does not, ring's VAES+AVX2 code (or the same AES-NI code as aws-lc) is used.
+fn aws_lc_gcm_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("vaes")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Marker type selecting the cpu implementations.
 pub(crate) struct CpuBackend;
 
 fn bad_key(alg: Alg) -> AccelError {
@@ -31,6 +81,10 @@ fn nonce(iv: &[u8]) -> Nonce {
     Nonce::assume_unique_for_key(iv.try_into().expect("iv length checked"))
 }
 
+fn ring_nonce(iv: &[u8]) -> ring::aead::Nonce {
+    ring::aead::Nonce::assume_unique_for_key(iv.try_into().expect("iv length checked"))
+}
+
 impl Backend for CpuBackend {
     type Session = CpuSession;
     const KIND: EngineKind = EngineKind::Cpu;
@@ -38,6 +92,16 @@ impl Backend for CpuBackend {
     fn new_session(spec: &SessionSpec) -> Result<CpuSession, AccelError> {
         let key = spec.key.expose();
         let alg = spec.alg;
+        let ring_gcm = match alg {
+            Alg::Aes128Gcm => Some(&ring::aead::AES_128_GCM),
+            Alg::Aes256Gcm => Some(&ring::aead::AES_256_GCM),
+            _ => None,
+        };
+        if let Some(a) = ring_gcm.filter(|_| !aws_lc_gcm_avx512()) {
+            return RingGcm::new(a, key)
+                .map(CpuSession::RingGcm)
+                .ok_or_else(|| bad_key(alg));
+        }
         let aead_alg = match alg {
             Alg::Aes128Gcm => Some(&aead::AES_128_GCM),
             Alg::Aes256Gcm => Some(&aead::AES_256_GCM),
@@ -66,26 +130,47 @@ impl Backend for CpuBackend {
     }
 
     fn aead_seal(s: &mut CpuSession, iv: &[u8], aad: &[u8], data: &mut [u8], tag: &mut [u8]) {
-        let CpuSession::Aead(k) = s else {
-            unreachable!("AEAD call on a non-AEAD session")
+        let sealed = match s {
+            CpuSession::Aead(k) => k
+                .seal_in_place_separate_tag(nonce(iv), Aad::from(aad), data)
+                .map(|t| tag.copy_from_slice(t.as_ref()))
+                .is_ok(),
+            CpuSession::RingGcm(k) => k
+                .key()
+                .seal_in_place_separate_tag(ring_nonce(iv), ring::aead::Aad::from(aad), data)
+                .map(|t| tag.copy_from_slice(t.as_ref()))
+                .is_ok(),
+            _ => unreachable!("AEAD call on a non-AEAD session"),
         };
-        match k.seal_in_place_separate_tag(nonce(iv), Aad::from(aad), data) {
-            Ok(t) => tag.copy_from_slice(t.as_ref()),
-            // aws-lc refuses only inputs beyond the AEAD's length limit (~64 GB), which
-            // a buffer cannot reach; leave nothing usable behind if it ever happens.
-            Err(_) => {
-                data.fill(0);
-                tag.fill(0);
-            }
+        // Both libraries refuse only inputs beyond the AEAD's length limit (~64 GB),
+        // which a buffer cannot reach; leave nothing usable behind if it ever happens.
+        if !sealed {
+            data.fill(0);
+            tag.fill(0);
         }
     }
 
     fn aead_open(s: &mut CpuSession, iv: &[u8], aad: &[u8], data: &mut [u8], tag: &[u8]) -> bool {
-        let CpuSession::Aead(k) = s else {
-            unreachable!("AEAD call on a non-AEAD session")
-        };
-        k.open_in_place_separate_tag(nonce(iv), Aad::from(aad), tag, data)
-            .is_ok()
+        match s {
+            CpuSession::Aead(k) => k
+                .open_in_place_separate_tag(nonce(iv), Aad::from(aad), tag, data)
+                .is_ok(),
+            CpuSession::RingGcm(k) => {
+                let Ok(tag) = ring::aead::Tag::try_from(tag) else {
+                    return false;
+                };
+                k.key()
+                    .open_in_place_separate_tag(
+                        ring_nonce(iv),
+                        ring::aead::Aad::from(aad),
+                        tag,
+                        data,
+                        0..,
+                    )
+                    .is_ok()
+            }
+            _ => unreachable!("AEAD call on a non-AEAD session"),
+        }
     }
 
     fn ctr_xor(s: &mut CpuSession, iv: &[u8], data: &mut [u8]) {
@@ -125,4 +210,57 @@ impl Backend for CpuBackend {
 /// A new `cpu` engine.
 pub fn cpu_engine() -> Box<dyn Engine> {
     Box::new(SyncEngine::<CpuBackend>::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// ring's and aws-lc's AES-GCM agree on ciphertext and tag, whichever of the two
+        /// this CPU selects, and each opens what the other sealed.
+        #[test]
+        fn ring_and_aws_lc_gcm_agree(key in prop::collection::vec(any::<u8>(), 32),
+                                     long in any::<bool>(),
+                                     iv in any::<[u8; 12]>(),
+                                     aad in prop::collection::vec(any::<u8>(), 0..24),
+                                     data in prop::collection::vec(any::<u8>(), 0..3000)) {
+            let (ra, aa) = if long {
+                (&ring::aead::AES_256_GCM, &aead::AES_256_GCM)
+            } else {
+                (&ring::aead::AES_128_GCM, &aead::AES_128_GCM)
+            };
+            let key = &key[..ra.key_len()];
+            let mut r = CpuSession::RingGcm(RingGcm::new(ra, key).unwrap());
+            let mut a = CpuSession::Aead(LessSafeKey::new(UnboundKey::new(aa, key).unwrap()));
+            let (mut dr, mut da) = (data.clone(), data.clone());
+            let (mut tr, mut ta) = ([0u8; 16], [0u8; 16]);
+            CpuBackend::aead_seal(&mut r, &iv, &aad, &mut dr, &mut tr);
+            CpuBackend::aead_seal(&mut a, &iv, &aad, &mut da, &mut ta);
+            prop_assert_eq!(&dr, &da);
+            prop_assert_eq!(tr, ta);
+            let mut tampered = dr.clone();
+            prop_assert!(CpuBackend::aead_open(&mut r, &iv, &aad, &mut da, &ta));
+            prop_assert!(CpuBackend::aead_open(&mut a, &iv, &aad, &mut dr, &tr));
+            prop_assert_eq!(&dr, &data);
+            prop_assert_eq!(&da, &data);
+            tr[0] ^= 1;
+            prop_assert!(!CpuBackend::aead_open(&mut r, &iv, &aad, &mut tampered, &tr));
+        }
+    }
+
+    #[test]
+    fn ring_refuses_a_short_tag_without_panicking() {
+        let mut r = CpuSession::RingGcm(RingGcm::new(&ring::aead::AES_128_GCM, &[1; 16]).unwrap());
+        assert!(!CpuBackend::aead_open(
+            &mut r,
+            &[0; 12],
+            &[],
+            &mut [0; 8],
+            &[0; 15]
+        ));
+        assert!(RingGcm::new(&ring::aead::AES_128_GCM, &[1; 15]).is_none());
+    }
 }
