@@ -46,6 +46,22 @@ pub fn engine_changes(s: &Series) -> Vec<(f64, String)> {
         .collect()
 }
 
+/// Every engine change of every series (series index, time, label) with the text row
+/// it is printed on: rows go round in time order across all series, so two changes
+/// close in time never share a row and overprint each other.
+fn label_levels(series: &[Series]) -> Vec<(usize, (usize, f64, String))> {
+    let mut all: Vec<(usize, f64, String)> = series
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| engine_changes(s).into_iter().map(move |(t, l)| (i, t, l)))
+        .collect();
+    all.sort_by(|a, b| a.1.total_cmp(&b.1));
+    all.into_iter()
+        .enumerate()
+        .map(|(k, c)| (k % 4, c))
+        .collect()
+}
+
 /// Draws the two-panel chart to a PNG at `path`.
 pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<(), String> {
     register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| "embedded font is invalid")?;
@@ -98,15 +114,15 @@ pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<(), String> {
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
                 });
-            for (k, (t, label)) in engine_changes(s).into_iter().enumerate() {
-                let line =
-                    PathElement::new(vec![(t, 0.0), (t, ymax)], col.mix(0.6).stroke_width(1));
-                c.draw_series(std::iter::once(line)).map_err(|x| e(&x))?;
-                if cpu {
-                    let y = ymax * (0.95 - 0.07 * ((i + k) % 4) as f64);
-                    let text = Text::new(label, (t, y), ("sans-serif", 13).into_font().color(&col));
-                    c.draw_series(std::iter::once(text)).map_err(|x| e(&x))?;
-                }
+        }
+        for (level, (i, t, label)) in label_levels(series).into_iter() {
+            let col = COLORS[i % COLORS.len()];
+            let line = PathElement::new(vec![(t, 0.0), (t, ymax)], col.mix(0.6).stroke_width(1));
+            c.draw_series(std::iter::once(line)).map_err(|x| e(&x))?;
+            if cpu {
+                let y = ymax * (0.95 - 0.07 * level as f64);
+                let text = Text::new(label, (t, y), ("sans-serif", 13).into_font().color(&col));
+                c.draw_series(std::iter::once(text)).map_err(|x| e(&x))?;
             }
         }
         c.configure_series_labels()
@@ -143,6 +159,15 @@ mod tests {
         let c = engine_changes(&series("t1", 6));
         assert_eq!(c, vec![(3.0, "t1→lookaside".to_string())]);
         assert!(engine_changes(&series("t2", 0)).is_empty());
+    }
+
+    #[test]
+    fn close_engine_changes_of_two_series_get_different_rows() {
+        let (a, b) = (series("t1", 6), series("t2", 7));
+        let levels = label_levels(&[a, b]);
+        assert_eq!(levels.len(), 2);
+        assert_eq!((levels[0].1 .0, levels[1].1 .0), (0, 1));
+        assert_ne!(levels[0].0, levels[1].0);
     }
 
     #[test]
