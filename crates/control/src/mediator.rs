@@ -31,6 +31,10 @@ mod placer;
 /// Most hosts the chaining DP considers for one service (the nearest by lower bound).
 pub const MAX_CHAIN_NODES: usize = 128;
 
+/// Rounding slack (µs) when a capped plan's latency is compared with the floor of the
+/// hosts left out: latencies are whole nanoseconds, so 0.1 ns separates no two of them.
+const CERTIFY_SLACK_US: f64 = 1e-4;
+
 /// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
 const UNREACHABLE_US: f64 = 1e8;
 
@@ -167,6 +171,7 @@ pub struct Mediator {
     vnfms: VnfmMap,
     enforcer: Arc<Enforcer>,
     chainer: Chainer,
+    widenings: u64,
 }
 
 impl Mediator {
@@ -195,6 +200,7 @@ impl Mediator {
             vnfms,
             enforcer,
             chainer: Chainer::new(),
+            widenings: 0,
         })
     }
 
@@ -286,20 +292,87 @@ impl Mediator {
         Ok(())
     }
 
-    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches) over at most
-    /// [`MAX_CHAIN_NODES`] candidate hosts.
+    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches), first over the
+    /// [`MAX_CHAIN_NODES`] hosts with the smallest lower bound. Any path through a host
+    /// left out costs at least that host's lower bound plus the chain's least processing
+    /// latency (the floor), so the capped answer is kept when it is certified: the floor
+    /// exceeds the SLA bound (no host left out can be on a feasible path), or the answer
+    /// is no slower than the floor. Otherwise the whole network is planned too and the
+    /// faster of the two answers is kept, so the answer is never worse than the
+    /// unrestricted planner's. Reserves nothing.
     pub fn plan_deploy(&mut self, svc: &Service) -> Result<Plan, PlanError> {
-        self.plan_deploy_within(svc, MAX_CHAIN_NODES)
+        let (capped, cut_us) = self.plan_capped(svc, MAX_CHAIN_NODES)?;
+        let Some(cut_us) = cut_us else {
+            return capped;
+        };
+        let floor = cut_us + self.least_processing_us(svc);
+        let latency = |r: &Result<Plan, PlanError>| {
+            r.as_ref()
+                .ok()
+                .and_then(|p| p.latency_us)
+                .unwrap_or(f64::INFINITY)
+        };
+        if floor > svc.sla.max_latency_us + CERTIFY_SLACK_US
+            || latency(&capped) <= floor + CERTIFY_SLACK_US
+        {
+            return capped;
+        }
+        self.widenings += 1;
+        let (all, _) = self.plan_capped(svc, usize::MAX)?;
+        if latency(&capped) < latency(&all) {
+            capped
+        } else {
+            all
+        }
     }
 
-    /// [`Mediator::plan_deploy`] over at most `max_chain_nodes` candidate hosts
-    /// (`usize::MAX`: every host the latency bound admits, the unrestricted reference
+    /// Plans that needed a wider chaining network than [`MAX_CHAIN_NODES`] hosts to
+    /// certify their answer (see [`Mediator::plan_deploy`]).
+    pub fn widenings(&self) -> u64 {
+        self.widenings
+    }
+
+    /// [`Mediator::plan_deploy`] over at most `max_chain_nodes` candidate hosts, with no
+    /// certification (`usize::MAX`: every host the latency bound admits, the reference
     /// the benchmark compares against). Reserves nothing.
     pub fn plan_deploy_within(
         &mut self,
         svc: &Service,
         max_chain_nodes: usize,
     ) -> Result<Plan, PlanError> {
+        self.plan_capped(svc, max_chain_nodes)?.0
+    }
+
+    /// The least processing latency any chain for `svc` can have: per function, the
+    /// fastest device that offers it or instance that runs it.
+    fn least_processing_us(&self, svc: &Service) -> f64 {
+        svc.chain
+            .iter()
+            .map(|c| {
+                let devices = self
+                    .infra
+                    .devices
+                    .iter()
+                    .filter(|d| d.functions.contains(&c.function))
+                    .map(|d| d.latency_us);
+                let running = self
+                    .instances
+                    .values()
+                    .filter(|r| r.spec.function == c.function)
+                    .map(|r| r.latency_us);
+                devices.chain(running).fold(f64::INFINITY, f64::min)
+            })
+            .sum()
+    }
+
+    /// The plan over at most `cap` candidate hosts, and the smallest lower bound of the
+    /// qualifying hosts the cap left out (`None`: none was). The outer error is a request
+    /// no wider network can change (malformed or already deployed); the inner one may be.
+    fn plan_capped(
+        &mut self,
+        svc: &Service,
+        max_chain_nodes: usize,
+    ) -> Result<(Result<Plan, PlanError>, Option<f64>), PlanError> {
         if self.paths.contains_key(&svc.id) {
             return Err(PlanError::Conflict(format!(
                 "service {:?} is already deployed",
@@ -329,12 +402,24 @@ impl Mediator {
             .iter()
             .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
             .collect();
-        let (mut net, hosts) = self.candidate_network(
+        let (net, hosts, cut_us) = self.candidate_network(
             &svc.ingress,
             &svc.egress,
             svc.sla.max_latency_us,
             max_chain_nodes,
         )?;
+        Ok((self.plan_on(svc, net, &hosts, needs, configs), cut_us))
+    }
+
+    /// Chains and places `svc` on the candidate network `net` over `hosts`.
+    fn plan_on(
+        &mut self,
+        svc: &Service,
+        mut net: Network,
+        hosts: &HashSet<String>,
+        needs: Needs,
+        configs: Vec<serde_json::Value>,
+    ) -> Result<Plan, PlanError> {
         for (id, r) in &self.instances {
             if !hosts.contains(r.host.as_str()) {
                 continue;
@@ -480,7 +565,7 @@ impl Mediator {
         dst: &str,
         bound: f64,
         cap: usize,
-    ) -> Result<(Network, HashSet<String>), PlanError> {
+    ) -> Result<(Network, HashSet<String>, Option<f64>), PlanError> {
         let idx = |h: &str| {
             self.host_index
                 .get(h)
@@ -497,8 +582,10 @@ impl Mediator {
             .filter(|&(lb, v)| lb <= bound || v == s || v == t)
             .collect();
         let order = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        let mut cut_us = None;
         if cand.len() > cap {
             cand.select_nth_unstable_by(cap, order);
+            cut_us = cand[cap..].iter().map(|c| c.0).reduce(f64::min);
             cand.truncate(cap);
         }
         cand.sort_unstable_by(order);
@@ -517,7 +604,7 @@ impl Mediator {
             .collect();
         let net = Network::from_ns("<infrastructure>", &nodes, m)
             .map_err(|e| PlanError::Invalid(e.to_string()))?;
-        Ok((net, nodes.into_iter().collect()))
+        Ok((net, nodes.into_iter().collect(), cut_us))
     }
 
     /// Destroy branch: withdraw the service's steering, then destruct the instances that no

@@ -202,8 +202,10 @@ pub struct ScaleReport {
     pub services: usize,
     /// Whether the mixed service set was used.
     pub mixed: bool,
-    /// Most hosts the capped planner's chaining network holds.
+    /// Most hosts the capped planner's chaining network holds at first.
     pub max_chain_nodes: usize,
+    /// Services whose capped answer was not certified, so the network was widened.
+    pub widened: u64,
     /// Building the infrastructure descriptor, ms.
     pub build_infra_ms: f64,
     /// Mediator setup (host-to-host latencies, resource model), ms.
@@ -365,6 +367,7 @@ pub fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         services: opts.services,
         mixed: opts.mixed,
         max_chain_nodes: crate::mediator::MAX_CHAIN_NODES,
+        widened: med.widenings(),
         build_infra_ms,
         mediator_setup_ms,
         feasible,

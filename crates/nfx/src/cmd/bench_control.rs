@@ -1,6 +1,6 @@
 //! `nfx bench control`: the control plane at scale — N simulated hosts, 6-function services
-//! chained and placed one after the other by the mediator (chaining network capped at the
-//! nearest candidate hosts), against the unrestricted chaining network in the same run,
+//! chained and placed one after the other by the mediator (chaining network first capped at
+//! the nearest candidate hosts, widened when that answer is not certified), against the unrestricted chaining network in the same run,
 //! with the two planners' answers compared service by service.
 
 use anyhow::Context;
@@ -39,12 +39,13 @@ fn row(name: &str, t: &PlannerTimes) {
 
 fn print(r: &ScaleReport) {
     println!(
-        "{} hosts, {} devices, {} {} services of 6 functions; chaining network capped at {} hosts",
+        "{} hosts, {} devices, {} {} services of 6 functions; chaining network first capped at {} hosts, widened for {} services whose capped answer was not certified",
         r.hosts,
         r.devices,
         r.services,
         if r.mixed { "mixed" } else { "far" },
-        r.max_chain_nodes
+        r.max_chain_nodes,
+        r.widened
     );
     println!(
         "setup: infrastructure {:.1} ms, mediator (host latencies, resource model) {:.1} ms",
