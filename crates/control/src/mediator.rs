@@ -292,34 +292,39 @@ impl Mediator {
         Ok(())
     }
 
-    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches), first over the
-    /// [`MAX_CHAIN_NODES`] hosts with the smallest lower bound. Any path through a host
-    /// left out costs at least that host's lower bound plus the chain's least processing
-    /// latency (the floor), so the capped answer is kept when it is certified: the floor
-    /// exceeds the SLA bound (no host left out can be on a feasible path), or the answer
-    /// is no slower than the floor. Otherwise the whole network is planned too and the
-    /// faster of the two answers is kept, so the answer is never worse than the
-    /// unrestricted planner's. Reserves nothing.
+    /// Chains and places `svc` (HYPER Fig. 2, chaining + deploy branches). A path
+    /// through host v costs at least v's lower bound transfer(src, v) + transfer(v, dst)
+    /// plus the chain's least processing latency (the floor of v), so only hosts whose
+    /// floor is within the SLA bound are candidates, and the first network holds the
+    /// [`MAX_CHAIN_NODES`] of them with the smallest lower bound. Its answer is kept when
+    /// no candidate was left out, or when it is no slower than the smallest floor of
+    /// those left out (certified). Otherwise the candidates whose floor is below that
+    /// answer are all planned too and the faster of the two answers is kept, so the
+    /// answer is never worse than the unrestricted planner's. Reserves nothing.
     pub fn plan_deploy(&mut self, svc: &Service) -> Result<Plan, PlanError> {
-        let (capped, cut_us) = self.plan_capped(svc, MAX_CHAIN_NODES)?;
+        let least = self.least_processing_us(svc);
+        // A host whose lower bound plus the least processing exceeds the SLA bound is on
+        // no feasible path: it is left out of both networks.
+        let hosts_within = svc.sla.max_latency_us - least + CERTIFY_SLACK_US;
+        let (capped, cut_us) = self.plan_capped(svc, MAX_CHAIN_NODES, hosts_within)?;
         let Some(cut_us) = cut_us else {
             return capped;
         };
-        let floor = cut_us + self.least_processing_us(svc);
         let latency = |r: &Result<Plan, PlanError>| {
             r.as_ref()
                 .ok()
                 .and_then(|p| p.latency_us)
                 .unwrap_or(f64::INFINITY)
         };
-        if floor > svc.sla.max_latency_us + CERTIFY_SLACK_US
-            || latency(&capped) <= floor + CERTIFY_SLACK_US
-        {
+        let l = latency(&capped);
+        if l <= cut_us + least + CERTIFY_SLACK_US {
             return capped;
         }
+        // Only hosts that could beat the capped answer matter now.
         self.widenings += 1;
-        let (all, _) = self.plan_capped(svc, usize::MAX)?;
-        if latency(&capped) < latency(&all) {
+        let within = hosts_within.min(l - least + CERTIFY_SLACK_US);
+        let (all, _) = self.plan_capped(svc, usize::MAX, within)?;
+        if l < latency(&all) {
             capped
         } else {
             all
@@ -340,7 +345,8 @@ impl Mediator {
         svc: &Service,
         max_chain_nodes: usize,
     ) -> Result<Plan, PlanError> {
-        self.plan_capped(svc, max_chain_nodes)?.0
+        self.plan_capped(svc, max_chain_nodes, svc.sla.max_latency_us)?
+            .0
     }
 
     /// The least processing latency any chain for `svc` can have: per function, the
@@ -365,13 +371,15 @@ impl Mediator {
             .sum()
     }
 
-    /// The plan over at most `cap` candidate hosts, and the smallest lower bound of the
-    /// qualifying hosts the cap left out (`None`: none was). The outer error is a request
-    /// no wider network can change (malformed or already deployed); the inner one may be.
+    /// The plan over at most `max_chain_nodes` of the hosts whose lower bound is at most
+    /// `hosts_within_us`, and the smallest lower bound of the qualifying hosts the cap
+    /// left out (`None`: none was). The outer error is a request no wider network can
+    /// change (malformed or already deployed); the inner one may be.
     fn plan_capped(
         &mut self,
         svc: &Service,
         max_chain_nodes: usize,
+        hosts_within_us: f64,
     ) -> Result<(Result<Plan, PlanError>, Option<f64>), PlanError> {
         if self.paths.contains_key(&svc.id) {
             return Err(PlanError::Conflict(format!(
@@ -402,12 +410,8 @@ impl Mediator {
             .iter()
             .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
             .collect();
-        let (net, hosts, cut_us) = self.candidate_network(
-            &svc.ingress,
-            &svc.egress,
-            svc.sla.max_latency_us,
-            max_chain_nodes,
-        )?;
+        let (net, hosts, cut_us) =
+            self.candidate_network(&svc.ingress, &svc.egress, hosts_within_us, max_chain_nodes)?;
         Ok((self.plan_on(svc, net, &hosts, needs, configs), cut_us))
     }
 
