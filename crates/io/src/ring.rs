@@ -6,11 +6,16 @@
 //! that is the *sender's* transmit), and the worker reads frames with plain memory loads:
 //! no system call while frames are waiting.
 //!
-//! Slots are [`SLOT`] bytes, enough for an MTU frame and its headers. A frame that does
-//! not fit (a GSO super-packet of up to 64 KiB) is also queued on the socket in full
+//! Slots are [`SLOT`] bytes, enough for an MTU frame and its headers, or [`GSO_SLOT`]
+//! bytes, enough for a 64 KiB GSO super-packet, which then lands in the ring in the
+//! sender's context too. A frame that does not fit is also queued on the socket in full
 //! (PACKET_COPY_THRESH) and its slot is marked `TP_STATUS_COPY`; the port then reads that
 //! one frame with `recvmsg`, in the same position, so order and GSO are kept. A slot whose
 //! lengths do not add up is a counted `Truncated` drop, never a panic.
+//!
+//! Slots are either handed back as soon as their frame is copied out
+//! (`RxRing::release_head`) or lent to the packets in place (`RxRing::take_head`)
+//! and handed back together after the send (`RxRing::release_held`).
 
 use crate::sys::{check, setsockopt_int};
 use nfx_packet::{DropReason, VnetHdr};
