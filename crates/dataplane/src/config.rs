@@ -124,7 +124,9 @@ impl std::str::FromStr for IoMode {
         IoMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown io mode `{s}` (expected ring, mmsg or rings)"))
+            .ok_or_else(|| {
+                format!("unknown io mode `{s}` (expected ring, mmsg, rings or ring-copy)")
+            })
     }
 }
 
