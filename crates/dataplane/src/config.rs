@@ -81,11 +81,15 @@ pub enum IoMode {
     Mmsg,
     /// PACKET_MMAP receive ring and transmit ring (TPACKET_V2).
     Rings,
+    /// The receive ring of MTU slots whose frames are copied out (GSO super-packets
+    /// read from the socket queue), `sendmmsg` batches: the `ring` of before session 5.
+    #[serde(rename = "ring-copy")]
+    RingCopy,
 }
 
 impl IoMode {
     /// Every mode, for help texts and errors.
-    pub const ALL: [IoMode; 3] = [IoMode::Ring, IoMode::Mmsg, IoMode::Rings];
+    pub const ALL: [IoMode; 4] = [IoMode::Ring, IoMode::Mmsg, IoMode::Rings, IoMode::RingCopy];
 
     /// The name used in config files and on the command line.
     pub fn as_str(self) -> &'static str {
@@ -93,11 +97,18 @@ impl IoMode {
             IoMode::Ring => "ring",
             IoMode::Mmsg => "mmsg",
             IoMode::Rings => "rings",
+            IoMode::RingCopy => "ring-copy",
         }
     }
 
     /// Whether ports receive through a PACKET_MMAP ring.
     pub fn rx_ring(self) -> bool {
+        matches!(self, IoMode::Ring | IoMode::Rings | IoMode::RingCopy)
+    }
+
+    /// Whether the receive ring has GSO-sized slots whose frames the graph works on in
+    /// place (sent straight from the slot), rather than MTU slots copied out.
+    pub fn rx_in_place(self) -> bool {
         matches!(self, IoMode::Ring | IoMode::Rings)
     }
 
@@ -113,7 +124,9 @@ impl std::str::FromStr for IoMode {
         IoMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown io mode `{s}` (expected ring, mmsg or rings)"))
+            .ok_or_else(|| {
+                format!("unknown io mode `{s}` (expected ring, mmsg, rings or ring-copy)")
+            })
     }
 }
 
@@ -385,6 +398,8 @@ chain:
         assert_eq!((c.io, c.workers), (IoMode::Mmsg, 4));
         let c = RunConfig::parse(&format!("{GOOD}io: rings\n"), "f").unwrap();
         assert_eq!(c.io, IoMode::Rings);
+        assert!(c.io.rx_in_place());
+        assert!(!IoMode::RingCopy.rx_in_place() && IoMode::RingCopy.rx_ring());
         assert!(c.io.rx_ring() && c.io.tx_ring());
         for m in IoMode::ALL {
             assert_eq!(m.as_str().parse::<IoMode>(), Ok(m));

@@ -269,6 +269,8 @@ impl Worker {
             self.ports[1 - side].send(out);
             self.graph.count_tx_drops(out);
         }
+        // Frames received in place go back to the receive ring only now, after the send.
+        self.ports[side].release(self.vec.packets_mut());
         self.vectors += 1;
         self.vector_packets += n as u64;
         n

@@ -11,9 +11,10 @@ use crate::port::{Port, PortCounters};
 use crate::ring::{parse_slot, RxRing, SlotFrame};
 use crate::sys::{check, iface_mac, ifindex, owned, set_buffer, setsockopt_int};
 use crate::txring::{Push, TxRing};
-use nfx_packet::{Packet, VnetHdr};
+use nfx_packet::{Packet, PacketBuf, VnetHdr};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
 
 /// How an [`AfPacketPort`] is opened.
 #[derive(Debug, Clone)]
@@ -33,6 +34,15 @@ pub struct AfPacketOptions {
     /// Receive through a PACKET_MMAP ring of at least this many slots instead of
     /// `recvmmsg` (`None`). `batch` still bounds the frames taken per receive.
     pub rx_ring: Option<usize>,
+    /// Bytes per receive ring slot: [`crate::ring::SLOT`] (2 KiB, MTU frames; bigger
+    /// frames are read from the socket queue) or up to [`crate::ring::GSO_SLOT`]
+    /// (68 KiB: GSO super-packets land in the ring too).
+    pub rx_slot: usize,
+    /// Lend received frames to the packets in place instead of copying them out of
+    /// the ring: each packet's buffer points into its slot ([`PacketBuf::attach_external`])
+    /// until [`Port::release`], which the caller must make after sending them and
+    /// before the next receive. Frames read from the socket queue are copied as before.
+    pub rx_in_place: bool,
     /// Send through a PACKET_MMAP transmit ring of at least this many slots (on a
     /// send-only socket of its own) instead of `sendmmsg` (`None`).
     pub tx_ring: Option<usize>,
@@ -51,6 +61,8 @@ impl Default for AfPacketOptions {
             tx_retries: 16,
             fanout: None,
             rx_ring: None,
+            rx_slot: crate::ring::SLOT,
+            rx_in_place: false,
             tx_ring: None,
             isolate_kernel: false,
         }
@@ -68,6 +80,8 @@ pub struct AfPacketPort {
     ring: Option<RxRing>,
     /// Most frames one receive takes from the ring.
     ring_batch: usize,
+    /// Received frames stay in their ring slots until [`Port::release`].
+    in_place: bool,
     tx_ring: Option<TxRing>,
     counters: PortCounters,
     /// The ingress drop that keeps the kernel stack off the interface, if asked for;
@@ -134,7 +148,9 @@ impl AfPacketPort {
         })
         .map_err(|e| with("bind", e))?;
         let mut ring = match opts.rx_ring {
-            Some(frames) => Some(RxRing::new(raw, frames).map_err(|e| with("PACKET_RX_RING", e))?),
+            Some(frames) => Some(
+                RxRing::new(raw, frames, opts.rx_slot).map_err(|e| with("PACKET_RX_RING", e))?,
+            ),
             None => None,
         };
         let mreq = libc::packet_mreq {
@@ -187,6 +203,7 @@ impl AfPacketPort {
             batch: MsgBatch::new(batch, true),
             ring,
             ring_batch: batch,
+            in_place: opts.rx_in_place,
             tx_ring,
             counters: PortCounters::default(),
             isolation,
@@ -245,6 +262,17 @@ impl Port for AfPacketPort {
     fn counters(&self) -> &PortCounters {
         &self.counters
     }
+
+    fn release(&mut self, pkts: &mut [Packet]) {
+        if let Some(ring) = &mut self.ring {
+            if ring.held() > 0 {
+                for p in pkts.iter_mut() {
+                    p.buf.detach();
+                }
+                ring.release_held();
+            }
+        }
+    }
 }
 
 impl AfPacketPort {
@@ -300,12 +328,23 @@ impl AfPacketPort {
     }
 
     /// Takes up to `slots.len()` (at most `batch`) frames from the receive ring, copying
-    /// each into a slot's buffer; oversize frames come from the socket queue.
+    /// each into a slot's buffer or, with `in_place`, lending each packet its frame in
+    /// the ring slot (held from the kernel until [`Port::release`]); oversize frames
+    /// come from the socket queue.
     fn recv_ring(&mut self, slots: &mut [Packet]) -> usize {
         let fd = self.fd.as_raw_fd();
+        let in_place = self.in_place;
         let Some(ring) = &mut self.ring else {
             return 0;
         };
+        if ring.held() > 0 {
+            // The caller did not release the previous receive: end those loans (the
+            // caller passes the same packets again) before the slots go back.
+            for p in slots.iter_mut() {
+                p.buf.detach();
+            }
+            ring.release_held();
+        }
         let c = &mut self.counters;
         let want = slots.len().min(self.ring_batch);
         let mut kept = 0;
@@ -319,33 +358,57 @@ impl AfPacketPort {
             let got = match parse_slot(ring.head_slot(), status) {
                 Ok(SlotFrame::InSlot { mac, len }) => {
                     let slot = ring.head_slot();
-                    let storage = p.buf.storage_mut();
-                    if len > storage.len() {
-                        Err(nfx_packet::DropReason::TooBig)
-                    } else {
-                        storage[..len].copy_from_slice(&slot[mac..mac + len]);
-                        let mut h = [0u8; VnetHdr::LEN];
-                        h.copy_from_slice(&slot[mac - VnetHdr::LEN..mac]);
-                        p.buf.set_len(len);
-                        p.buf.vnet = VnetHdr::from_bytes(&h);
+                    let mut h = [0u8; VnetHdr::LEN];
+                    h.copy_from_slice(&slot[mac - VnetHdr::LEN..mac]);
+                    p.buf.vnet = VnetHdr::from_bytes(&h);
+                    if in_place {
+                        lend(&mut p.buf, ring.head_ptr(), ring.slot_size(), mac, len);
                         Ok(len)
+                    } else {
+                        let storage = p.buf.storage_mut();
+                        if len > storage.len() {
+                            Err(nfx_packet::DropReason::TooBig)
+                        } else {
+                            storage[..len].copy_from_slice(&slot[mac..mac + len]);
+                            p.buf.set_len(len);
+                            Ok(len)
+                        }
                     }
                 }
                 Ok(SlotFrame::Queued) => recv_one(fd, p, c),
                 Err(reason) => Err(reason),
             };
-            ring.release_head();
+            if in_place {
+                ring.take_head();
+            } else {
+                ring.release_head();
+            }
             match got {
                 Ok(len) => {
                     c.rx_packets += 1;
                     c.rx_bytes += len as u64;
                     kept += 1;
                 }
-                Err(reason) => c.drop(reason),
+                Err(reason) => {
+                    p.buf.detach();
+                    c.drop(reason);
+                }
             }
         }
         kept
     }
+}
+
+/// Lends `buf` the frame of `len` bytes at offset `mac` of the ring slot at `slot`
+/// (`slot_size` bytes; [`parse_slot`] checked that the frame lies inside it).
+fn lend(buf: &mut PacketBuf, slot: *mut u8, slot_size: usize, mac: usize, len: usize) {
+    // SAFETY: `mac` < `slot_size`, so the pointer stays inside the slot, which is
+    // non-null (inside the mapping).
+    let frame = unsafe { NonNull::new_unchecked(slot.add(mac)) };
+    // SAFETY: the slot's `slot_size - mac` bytes from `mac` stay mapped (the ring lives
+    // as long as the port) and userspace's: the ring holds the slot from the kernel
+    // (`take_head`) until `release`, which first detaches every packet it lent.
+    unsafe { buf.attach_external(frame, slot_size - mac, len) };
 }
 
 /// Reads one frame (with its virtio-net header) from the socket queue into `p`: the full

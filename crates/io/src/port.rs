@@ -68,4 +68,13 @@ pub trait Port: Send {
 
     /// The port's counters.
     fn counters(&self) -> &PortCounters;
+
+    /// Ends the loans of the last receive: call with the packets it returned (in any
+    /// order, dropped ones included) once they have been sent, before the next
+    /// receive. A port that lends packets memory of its own (a receive ring with
+    /// `rx_in_place`) detaches them here and hands that memory back; the packets are
+    /// empty afterwards. Nothing to do for ports that copy.
+    fn release(&mut self, pkts: &mut [Packet]) {
+        let _ = pkts;
+    }
 }

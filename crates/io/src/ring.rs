@@ -6,11 +6,16 @@
 //! that is the *sender's* transmit), and the worker reads frames with plain memory loads:
 //! no system call while frames are waiting.
 //!
-//! Slots are [`SLOT`] bytes, enough for an MTU frame and its headers. A frame that does
-//! not fit (a GSO super-packet of up to 64 KiB) is also queued on the socket in full
+//! Slots are [`SLOT`] bytes, enough for an MTU frame and its headers, or [`GSO_SLOT`]
+//! bytes, enough for a 64 KiB GSO super-packet, which then lands in the ring in the
+//! sender's context too. A frame that does not fit is also queued on the socket in full
 //! (PACKET_COPY_THRESH) and its slot is marked `TP_STATUS_COPY`; the port then reads that
 //! one frame with `recvmsg`, in the same position, so order and GSO are kept. A slot whose
 //! lengths do not add up is a counted `Truncated` drop, never a panic.
+//!
+//! Slots are either handed back as soon as their frame is copied out
+//! (`RxRing::release_head`) or lent to the packets in place (`RxRing::take_head`)
+//! and handed back together after the send (`RxRing::release_held`).
 
 use crate::sys::{check, setsockopt_int};
 use nfx_packet::{DropReason, VnetHdr};
@@ -69,13 +74,35 @@ pub fn parse_slot(slot: &[u8], status: u32) -> Result<SlotFrame, DropReason> {
 pub(crate) struct RxRing {
     base: *mut u8,
     size: usize,
+    slot: usize,
+    block: usize,
+    per_block: usize,
     slots: usize,
     head: usize,
+    /// Slots before `head` taken but not yet handed back ([`Self::take_head`]).
+    held: usize,
 }
 
 // SAFETY: the mapping belongs to this ring alone; the kernel side is synchronised
 // through each slot's status word.
 unsafe impl Send for RxRing {}
+
+/// Bytes per slot of a ring that holds GSO super-packets whole: the slot header
+/// (`tp_mac` is 76 with a virtio-net header) and a frame of up to 69 556 bytes, more
+/// than a veth's 64 KiB GSO frame and its Ethernet header.
+pub const GSO_SLOT: usize = 68 << 10;
+/// Block size of a ring of [`GSO_SLOT`] slots: 15 slots in 1 MiB (an order-8 block;
+/// the kernel falls back to vmalloc memory when it has no such contiguous pages).
+const GSO_BLOCK: usize = 1 << 20;
+
+/// Ring geometry for `frames` slots of `slot` bytes: (block size, blocks, slots per
+/// block). Slots up to [`SLOT`] use 64 KiB blocks, bigger ones 1 MiB blocks.
+pub(crate) fn geometry(frames: usize, slot: usize) -> (usize, usize, usize) {
+    let block = if slot <= SLOT { BLOCK } else { GSO_BLOCK };
+    let per_block = (block / slot).max(1);
+    let block = block.max(slot.next_power_of_two());
+    (block, frames.div_ceil(per_block).max(1), per_block)
+}
 
 /// Configures a TPACKET_V2 ring (`which`: PACKET_RX_RING or PACKET_TX_RING) of `blocks`
 /// blocks of `block` bytes, cut into `frame`-byte slots, on packet socket `fd`, and maps
@@ -122,12 +149,19 @@ pub(crate) fn map_packet_ring(
 }
 
 impl RxRing {
-    /// Sets up a ring of at least `frames` slots on `fd` (a packet socket with
-    /// PACKET_VNET_HDR already set, no ring yet) and maps it.
-    pub(crate) fn new(fd: RawFd, frames: usize) -> io::Result<Self> {
-        let per_block = BLOCK / SLOT;
-        let blocks = frames.div_ceil(per_block).max(1);
-        let slots = blocks * per_block;
+    /// Sets up a ring of at least `frames` slots of `slot` bytes (a multiple of 16, at
+    /// least [`SLOT`]) on `fd` (a packet socket with PACKET_VNET_HDR already set, no
+    /// ring yet) and maps it.
+    pub(crate) fn new(fd: RawFd, frames: usize, slot: usize) -> io::Result<Self> {
+        if slot < SLOT || !slot.is_multiple_of(16) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "receive ring slot of {slot} bytes: must be a multiple of 16, at least {SLOT}"
+                ),
+            ));
+        }
+        let (block, blocks, per_block) = geometry(frames, slot);
         setsockopt_int(
             fd,
             libc::SOL_PACKET,
@@ -136,43 +170,98 @@ impl RxRing {
         )?;
         // Frames that do not fit a slot are queued on the socket as well.
         setsockopt_int(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, 1)?;
-        let (base, size) = map_packet_ring(fd, libc::PACKET_RX_RING, BLOCK, blocks, SLOT)?;
+        let (base, size) = map_packet_ring(fd, libc::PACKET_RX_RING, block, blocks, slot)?;
         Ok(Self {
             base,
             size,
-            slots,
+            slot,
+            block,
+            per_block,
+            slots: blocks * per_block,
             head: 0,
+            held: 0,
         })
     }
 
+    /// Bytes per slot.
+    pub(crate) fn slot_size(&self) -> usize {
+        self.slot
+    }
+
+    /// Slot `i`'s first byte (slots do not straddle blocks: the kernel maps block
+    /// after block contiguously and each block holds whole slots, so slot `i` of block
+    /// `b` is at `b * block + (i % per_block) * slot`).
+    fn slot_ptr(&self, i: usize) -> *mut u8 {
+        // SAFETY: slot `i` < `slots` lies inside the mapping of `slots / per_block` blocks.
+        unsafe {
+            self.base
+                .add((i / self.per_block) * self.block + (i % self.per_block) * self.slot)
+        }
+    }
+
     fn status(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: slot `i` < `slots` lies in the mapping, is 4-byte aligned (SLOT is a
-        // multiple of 16) and starts with the u32 status word the kernel writes.
-        unsafe { &*self.base.add(i * SLOT).cast::<AtomicU32>() }
+        // SAFETY: slot `i` < `slots` lies in the mapping, is 16-byte aligned and starts
+        // with the u32 status word the kernel writes.
+        unsafe { &*self.slot_ptr(i).cast::<AtomicU32>() }
     }
 
     /// The status of the slot at the head if the kernel handed it over, else `None`.
     pub(crate) fn ready(&self) -> Option<u32> {
+        if self.held == self.slots {
+            return None;
+        }
         let s = self.status(self.head).load(Ordering::Acquire);
         (s & TP_STATUS_USER != 0).then_some(s)
     }
 
     /// The head slot's bytes (valid while it is ready).
     pub(crate) fn head_slot(&self) -> &[u8] {
-        // SAFETY: the head slot is SLOT bytes inside the mapping and owned by userspace
-        // until `release_head` (its status says TP_STATUS_USER).
-        unsafe { std::slice::from_raw_parts(self.base.add(self.head * SLOT), SLOT) }
+        // SAFETY: the head slot is `slot` bytes inside the mapping and owned by
+        // userspace until it is handed back (its status says TP_STATUS_USER).
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(self.head), self.slot) }
     }
 
-    /// Gives the head slot back to the kernel and moves on.
+    /// The head slot's first byte, for a packet to borrow the frame in it until
+    /// [`Self::release_held`].
+    pub(crate) fn head_ptr(&self) -> *mut u8 {
+        self.slot_ptr(self.head)
+    }
+
+    /// Gives the head slot back to the kernel and moves on (no slot may be held).
     pub(crate) fn release_head(&mut self) {
+        debug_assert_eq!(self.held, 0);
         self.status(self.head)
             .store(TP_STATUS_KERNEL, Ordering::Release);
         self.head = (self.head + 1) % self.slots;
     }
 
+    /// Moves past the head slot but keeps it from the kernel until
+    /// [`Self::release_held`] (its frame is used in place).
+    pub(crate) fn take_head(&mut self) {
+        self.held += 1;
+        self.head = (self.head + 1) % self.slots;
+    }
+
+    /// Slots taken with [`Self::take_head`] and not yet handed back.
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Hands every held slot back to the kernel, oldest first. The kernel fills slots
+    /// in ring order and stops at the first one userspace still holds, so handing back
+    /// a contiguous run behind the head never lets it overwrite a slot in use.
+    pub(crate) fn release_held(&mut self) {
+        let first = (self.head + self.slots - self.held) % self.slots;
+        for k in 0..self.held {
+            self.status((first + k) % self.slots)
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+        }
+        self.held = 0;
+    }
+
     /// Releases every slot userspace holds (frames queued before a fanout join).
     pub(crate) fn discard(&mut self) {
+        self.release_held();
         while self.ready().is_some() {
             self.release_head();
         }
@@ -210,6 +299,28 @@ mod tests {
             parse_slot(&slot(max, max, 82), TP_STATUS_USER),
             Ok(SlotFrame::InSlot {
                 mac: 82,
+                len: max as usize
+            })
+        );
+    }
+
+    #[test]
+    fn ring_geometry_keeps_slots_inside_blocks() {
+        assert_eq!(geometry(16384, SLOT), (64 << 10, 512, 32));
+        let (block, blocks, per) = geometry(512, GSO_SLOT);
+        assert_eq!((block, blocks, per), (1 << 20, 35, 15));
+        assert!(per * GSO_SLOT <= block);
+        // A GSO frame (64 KiB + Ethernet) behind the header fits a GSO slot.
+        let max = (GSO_SLOT - 76) as u32;
+        let mut s = vec![0u8; GSO_SLOT];
+        s[4..8].copy_from_slice(&max.to_ne_bytes());
+        s[8..12].copy_from_slice(&max.to_ne_bytes());
+        s[12..14].copy_from_slice(&76u16.to_ne_bytes());
+        assert!(max as usize >= 65536 + 14);
+        assert_eq!(
+            parse_slot(&s, TP_STATUS_USER),
+            Ok(SlotFrame::InSlot {
+                mac: 76,
                 len: max as usize
             })
         );

@@ -105,7 +105,7 @@ fn recv_until(
     port: &mut AfPacketPort,
     want: usize,
     vec: &mut PacketVector,
-    out: &mut Vec<(Vec<u8>, VnetHdr)>,
+    out: &mut Vec<(Vec<u8>, VnetHdr, bool)>,
 ) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while out.len() < want && Instant::now() < deadline {
@@ -114,47 +114,87 @@ fn recv_until(
         for p in vec.packets() {
             // Only our test frames (IPv4 to 10.99.0.2); the kernel may emit others.
             if p.buf.len() >= 34 && p.buf.frame()[30..34] == [10, 99, 0, 2] {
-                out.push((p.buf.frame().to_vec(), p.buf.vnet));
+                out.push((p.buf.frame().to_vec(), p.buf.vnet, p.buf.is_external()));
             }
         }
+        port.release(vec.packets_mut());
         if n == 0 {
             std::thread::yield_now();
         }
     }
 }
 
-/// Receive options: `recvmmsg`, or a PACKET_MMAP ring of `ring` slots.
-fn rx_opts(ring: Option<usize>) -> AfPacketOptions {
+/// How the receiving port reads: `recvmmsg`, or a PACKET_MMAP ring of that many slots
+/// of `slot` bytes whose frames are copied out or (`in_place`) lent to the packets.
+#[derive(Clone, Copy)]
+struct Rx {
+    ring: Option<usize>,
+    slot: usize,
+    in_place: bool,
+}
+
+const MMSG: Rx = Rx {
+    ring: None,
+    slot: nfx_io::ring::SLOT,
+    in_place: false,
+};
+
+fn ring(slots: usize) -> Rx {
+    Rx {
+        ring: Some(slots),
+        ..MMSG
+    }
+}
+
+fn rx_opts(rx: Rx) -> AfPacketOptions {
     AfPacketOptions {
-        rx_ring: ring,
+        rx_ring: rx.ring,
+        rx_slot: rx.slot,
+        rx_in_place: rx.in_place,
         ..Default::default()
     }
 }
 
 #[test]
 fn batched_frames_cross_in_order_with_their_bytes() {
-    batched_frames(None, None, "batch");
+    batched_frames(MMSG, None, "batch");
 }
 
 #[test]
 fn batched_frames_cross_a_receive_ring_in_order() {
     // 128 slots for 300 frames: the ring wraps while the sender is still sending.
-    batched_frames(Some(128), None, "ring");
+    batched_frames(ring(128), None, "ring");
+}
+
+#[test]
+fn batched_frames_cross_a_receive_ring_in_place() {
+    let rx = Rx {
+        in_place: true,
+        ..ring(128)
+    };
+    batched_frames(rx, None, "inplace");
+    // Slots that hold GSO frames: 135 of 68 KiB, wrapped twice.
+    let rx = Rx {
+        slot: nfx_io::ring::GSO_SLOT,
+        in_place: true,
+        ..ring(128)
+    };
+    batched_frames(rx, None, "gsoslot");
 }
 
 #[test]
 fn batched_frames_cross_a_transmit_ring_in_order() {
     // 15 slots for sends of 100 frames: the ring wraps within every send.
-    batched_frames(None, Some(15), "txring");
+    batched_frames(MMSG, Some(15), "txring");
 }
 
-fn batched_frames(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
+fn batched_frames(how: Rx, tx_ring: Option<usize>, tag: &str) {
     let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let rx = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&b).unwrap();
-        let mut port = AfPacketPort::open("veth0", rx_opts(ring)).unwrap();
+        let mut port = AfPacketPort::open("veth0", rx_opts(how)).unwrap();
         ready_tx.send(()).unwrap();
         assert_eq!(port.mac(), [0x02, 0, 0, 0, 0xbb, 1]);
         let mut vec = PacketVector::new(64, PacketBuf::GSO_CAPACITY);
@@ -196,39 +236,61 @@ fn batched_frames(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
     let (got, rx_count) = rx.join().unwrap();
     assert_eq!(got.len(), 300, "received {} of 300", got.len());
     assert!(rx_count >= 300);
-    for (i, (frame, _)) in got.iter().enumerate() {
+    for (i, (frame, _, external)) in got.iter().enumerate() {
         assert_eq!(
             frame,
             &udp_frame(i as u32, 60 + (i % 200)),
             "frame {i} differs"
         );
+        assert_eq!(*external, how.in_place, "frame {i} in place");
     }
 }
 
 #[test]
 fn gso_super_packet_crosses_unsegmented() {
-    gso_super_packet(None, None, "gso");
+    gso_super_packet(MMSG, None, "gso");
 }
 
 #[test]
 fn gso_super_packet_crosses_a_receive_ring_in_order() {
-    gso_super_packet(Some(64), None, "gsoring");
+    gso_super_packet(ring(64), None, "gsoring");
+}
+
+#[test]
+fn gso_super_packet_lands_in_a_gso_slot_ring_in_place() {
+    let rx = Rx {
+        slot: nfx_io::ring::GSO_SLOT,
+        in_place: true,
+        ..ring(15)
+    };
+    let got = gso_super_packet(rx, None, "gsoinplace");
+    assert!(got.iter().all(|g| g.2), "all three read in place");
+    // With small slots the big frame still comes from the socket queue, copied.
+    let rx = Rx {
+        in_place: true,
+        ..ring(64)
+    };
+    let got = gso_super_packet(rx, None, "gsoqueued");
+    assert_eq!(
+        got.iter().map(|g| g.2).collect::<Vec<_>>(),
+        [true, false, true]
+    );
 }
 
 #[test]
 fn gso_super_packet_crosses_a_transmit_ring_unsegmented() {
-    gso_super_packet(None, Some(15), "gsotx");
+    gso_super_packet(MMSG, Some(15), "gsotx");
 }
 
 /// Sends a small frame, a 30 000-byte TCP GSO frame and another small frame; all three
 /// must arrive whole and in order (with a ring the big one comes from the socket queue).
-fn gso_super_packet(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
+fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, VnetHdr, bool)> {
     let pair = Pair::new(tag);
     let b = pair.b.clone();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let rx = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&b).unwrap();
-        let mut port = AfPacketPort::open("veth0", rx_opts(ring)).unwrap();
+        let mut port = AfPacketPort::open("veth0", rx_opts(rx)).unwrap();
         ready_tx.send(()).unwrap();
         let mut vec = PacketVector::new(8, PacketBuf::GSO_CAPACITY);
         let mut got = Vec::new();
@@ -284,6 +346,84 @@ fn gso_super_packet(ring: Option<usize>, tx_ring: Option<usize>, tag: &str) {
     assert_eq!(got[1].1.gso_type, VnetHdr::GSO_TCPV4);
     assert_eq!(got[1].1.gso_size, 1448);
     assert!(got[1].1.needs_csum());
+    got
+}
+
+/// Slots lent to packets stay out of the kernel's reach until `release`: with 20 of a
+/// 32-slot ring held, 20 more frames fill the 12 free slots (8 dropped by the kernel),
+/// the held frames keep their bytes, and after the release the 12 come out in order.
+#[test]
+fn held_ring_slots_are_not_overwritten_before_release() {
+    let pair = Pair::new("held");
+    let (a, b) = (pair.a.clone(), pair.b.clone());
+    let send = move |from: u32| {
+        let a = a.clone();
+        Pair::within(&a, move || {
+            let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+            let mut pkts: Vec<Packet> = (from..from + 20)
+                .map(|i| {
+                    Packet::new(
+                        PacketBuf::from_frame(&udp_frame(i, 100)),
+                        Direction::Forward,
+                    )
+                })
+                .collect();
+            assert_eq!(port.send(&mut pkts), 20);
+        })
+    };
+    let (go_tx, go) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        let rx = Rx {
+            in_place: true,
+            ..ring(32)
+        };
+        let mut port = AfPacketPort::open("veth0", rx_opts(rx)).unwrap();
+        ready_tx.send(()).unwrap();
+        let ours = |p: &Packet| p.buf.len() == 100 && p.buf.frame()[30..34] == [10, 99, 0, 2];
+        let mut vec = PacketVector::new(64, PacketBuf::MTU_CAPACITY);
+        go.recv().unwrap();
+        // One receive takes all 20 (a second receive would release them).
+        std::thread::sleep(Duration::from_millis(100));
+        let n = port.recv(vec.slots_mut()).unwrap();
+        vec.set_len(n, Direction::Forward);
+        let held: Vec<u32> = vec
+            .packets()
+            .iter()
+            .filter(|p| ours(p))
+            .map(|p| u32::from_be_bytes(p.buf.frame()[42..46].try_into().unwrap()))
+            .collect();
+        ready_tx.send(()).unwrap();
+        go.recv().unwrap();
+        for (i, p) in vec.packets().iter().filter(|p| ours(p)).enumerate() {
+            assert!(p.buf.is_external());
+            assert_eq!(
+                p.buf.frame(),
+                &udp_frame(i as u32, 100)[..],
+                "held frame {i}"
+            );
+        }
+        port.release(vec.packets_mut());
+        assert!(vec.packets().iter().all(|p| !p.buf.is_external()));
+        let mut rest = Vec::new();
+        recv_until(&mut port, 12, &mut vec, &mut rest);
+        let rest: Vec<u32> = rest
+            .iter()
+            .map(|(f, _, _)| u32::from_be_bytes(f[42..46].try_into().unwrap()))
+            .collect();
+        (held, rest)
+    });
+    ready.recv().unwrap();
+    send(0);
+    go_tx.send(()).unwrap();
+    ready.recv().unwrap();
+    send(20);
+    std::thread::sleep(Duration::from_millis(100));
+    go_tx.send(()).unwrap();
+    let (held, rest) = rx.join().unwrap();
+    assert_eq!(held, (0..20).collect::<Vec<_>>());
+    assert_eq!(rest, (20..32).collect::<Vec<_>>());
 }
 
 #[test]

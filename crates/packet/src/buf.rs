@@ -1,5 +1,7 @@
 //! Owned packet buffers with room for GSO super-packets and their virtio-net header.
 
+use std::ptr::NonNull;
+
 /// The kernel's `struct virtio_net_hdr` (10 bytes), carried with every packet so that
 /// GSO/GRO super-packets and partial checksums survive a trip through userspace
 /// (AF_PACKET with `PACKET_VNET_HDR`, TUN with `IFF_VNET_HDR`).
@@ -72,12 +74,44 @@ impl VnetHdr {
 
 /// One packet's storage: a fixed-capacity byte buffer, the frame length in it, and the
 /// virtio-net header that came with it. Buffers are allocated once and reused.
-#[derive(Debug, Clone)]
+///
+/// A buffer can also *lend* its frame from memory it does not own
+/// ([`Self::attach_external`]): a receive ring slot that the port keeps for userspace
+/// until the packet has been sent ([`Self::detach`]). Every accessor then works on that
+/// memory, so the graph parses and rewrites the frame in place and the send reads it
+/// from the slot. Cloning such a buffer copies the frame into owned storage, so no
+/// clone ever points into a slot.
+#[derive(Debug)]
 pub struct PacketBuf {
     data: Box<[u8]>,
     len: usize,
+    /// The lent memory and its size while the frame lives outside `data`.
+    external: Option<(NonNull<u8>, usize)>,
     /// Offload metadata (GSO, partial checksum) that travels with the frame.
     pub vnet: VnetHdr,
+}
+
+// SAFETY: owned storage is a Box; lent memory is, by the contract of `attach_external`,
+// used by the one thread that owns this buffer and the port that lent it, until `detach`.
+unsafe impl Send for PacketBuf {}
+
+impl Clone for PacketBuf {
+    fn clone(&self) -> Self {
+        let mut data = self.data.clone();
+        if self.external.is_some() {
+            let frame = self.frame();
+            if frame.len() > data.len() {
+                data = vec![0u8; frame.len()].into_boxed_slice();
+            }
+            data[..frame.len()].copy_from_slice(frame);
+        }
+        Self {
+            data,
+            len: self.len,
+            external: None,
+            vnet: self.vnet,
+        }
+    }
 }
 
 impl PacketBuf {
@@ -91,6 +125,7 @@ impl PacketBuf {
         Self {
             data: vec![0u8; cap].into_boxed_slice(),
             len: 0,
+            external: None,
             vnet: VnetHdr::default(),
         }
     }
@@ -103,18 +138,39 @@ impl PacketBuf {
         b
     }
 
+    /// The storage in use: the lent memory while attached, else the own buffer.
+    fn store(&self) -> &[u8] {
+        match self.external {
+            // SAFETY: `attach_external`'s contract: `cap` bytes at `ptr` stay valid and
+            // reserved for this buffer until `detach`.
+            Some((ptr, cap)) => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), cap) },
+            None => &self.data,
+        }
+    }
+
+    fn store_mut(&mut self) -> &mut [u8] {
+        match self.external {
+            // SAFETY: as in `store`; `&mut self` makes this the only access.
+            Some((ptr, cap)) => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), cap) },
+            None => &mut self.data,
+        }
+    }
+
     /// The frame bytes.
     pub fn frame(&self) -> &[u8] {
-        &self.data[..self.len]
+        &self.store()[..self.len]
     }
 
     /// The frame bytes, writable (header rewriting).
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        &mut self.data[..self.len]
+        let len = self.len;
+        &mut self.store_mut()[..len]
     }
 
     /// The whole storage, for a receive call to fill; follow with [`Self::set_len`].
+    /// Detaches lent memory first, so a receive always fills the own buffer.
     pub fn storage_mut(&mut self) -> &mut [u8] {
+        self.detach();
         &mut self.data
     }
 
@@ -128,13 +184,113 @@ impl PacketBuf {
         self.len == 0
     }
 
-    /// Storage capacity in bytes.
+    /// Storage capacity in bytes (of the lent memory while attached).
     pub fn capacity(&self) -> usize {
-        self.data.len()
+        self.store().len()
     }
 
     /// Sets the frame length after a receive; clamped to the capacity.
     pub fn set_len(&mut self, len: usize) {
-        self.len = len.min(self.data.len());
+        self.len = len.min(self.capacity());
+    }
+
+    /// Lends the buffer `cap` bytes at `ptr` that hold a frame of `len` bytes (clamped
+    /// to `cap`): from now until [`Self::detach`] the frame is read and written there.
+    ///
+    /// # Safety
+    ///
+    /// The `cap` bytes at `ptr` must stay mapped, writable and touched by nobody else
+    /// (no other buffer, not the kernel) until this buffer is detached, attached again,
+    /// or dropped. A port that lends ring slots keeps each slot from the kernel until
+    /// it has detached the packet ([`Self::detach`]).
+    pub unsafe fn attach_external(&mut self, ptr: NonNull<u8>, cap: usize, len: usize) {
+        self.external = Some((ptr, cap));
+        self.len = len.min(cap);
+    }
+
+    /// True while the frame lives in lent memory.
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
+    }
+
+    /// Ends a loan: the buffer forgets the lent memory and holds an empty frame in its
+    /// own storage. No effect on a buffer that owns its frame.
+    pub fn detach(&mut self) {
+        if self.external.take().is_some() {
+            self.len = 0;
+        }
+    }
+
+    /// Copies a lent frame into the own storage and ends the loan, keeping the frame
+    /// (for a packet that must outlive the slot). False, and the loan ended with an
+    /// empty frame, when the own storage is too small for it.
+    pub fn make_owned(&mut self) -> bool {
+        let Some((ptr, cap)) = self.external.take() else {
+            return true;
+        };
+        let len = self.len;
+        if len > self.data.len() {
+            self.len = 0;
+            return false;
+        }
+        // SAFETY: the loan was still valid (see `attach_external`); it ends here.
+        let lent = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), cap) };
+        self.data[..len].copy_from_slice(&lent[..len]);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lent_frame_is_read_and_written_in_place_and_cloned_into_owned_storage() {
+        let mut slot = [0u8; 100];
+        slot[10..14].copy_from_slice(&[1, 2, 3, 4]);
+        let mut b = PacketBuf::with_capacity(16);
+        let ptr = NonNull::new(slot[10..].as_mut_ptr()).unwrap();
+        // SAFETY: `slot` outlives every use of `b`'s loan below and nothing else touches it.
+        unsafe { b.attach_external(ptr, 90, 4) };
+        assert!(b.is_external());
+        assert_eq!(b.frame(), &[1, 2, 3, 4]);
+        assert_eq!(b.capacity(), 90);
+        b.frame_mut()[0] = 9;
+        let c = b.clone();
+        assert!(!c.is_external());
+        assert_eq!(c.frame(), &[9, 2, 3, 4]);
+        b.set_len(200);
+        assert_eq!(b.len(), 90, "clamped to the lent memory");
+        b.set_len(4);
+        b.detach();
+        assert!(!b.is_external() && b.is_empty());
+        assert_eq!(slot[10], 9, "rewritten in the slot");
+        assert_eq!(c.frame(), &[9, 2, 3, 4], "the clone owns its bytes");
+    }
+
+    #[test]
+    fn make_owned_keeps_the_frame_or_reports_no_room() {
+        let mut slot = [5u8; 40];
+        let mut b = PacketBuf::with_capacity(16);
+        // SAFETY: `slot` outlives the loan.
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 40, 8) };
+        assert!(b.make_owned());
+        slot[0] = 0;
+        assert!(!b.is_external());
+        assert_eq!(b.frame(), &[5u8; 8]);
+        // SAFETY: as above.
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 40, 30) };
+        assert!(!b.make_owned());
+        assert!(!b.is_external() && b.is_empty());
+    }
+
+    #[test]
+    fn storage_mut_ends_a_loan() {
+        let mut slot = [7u8; 20];
+        let mut b = PacketBuf::with_capacity(16);
+        // SAFETY: `slot` outlives the loan.
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 20, 20) };
+        assert_eq!(b.storage_mut().len(), 16);
+        assert!(!b.is_external());
     }
 }

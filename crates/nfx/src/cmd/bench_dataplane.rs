@@ -51,7 +51,8 @@ pub struct Args {
     /// Do not pin the generator and nfx to separate CPUs during the 64-byte runs.
     #[arg(long)]
     no_isolate: bool,
-    /// Port I/O of the nfx cases: `ring` (PACKET_MMAP receive ring, sendmmsg), `mmsg`
+    /// Port I/O of the nfx cases: `ring` (PACKET_MMAP receive ring of GSO slots, frames
+    /// sent in place with sendmmsg), `ring-copy` (2 KiB-slot ring copied out), `mmsg`
     /// (recvmmsg/sendmmsg) or `rings` (receive and transmit rings); default: the run
     /// config's default.
     #[arg(long)]

@@ -22,7 +22,8 @@ pub struct Args {
     /// Poll mode, overriding the config: busy, interrupt or adaptive.
     #[arg(long)]
     poll: Option<PollMode>,
-    /// Receive and send path of the ports, overriding the config: ring, mmsg or rings.
+    /// Receive and send path of the ports, overriding the config: ring, mmsg, rings or
+    /// ring-copy.
     #[arg(long)]
     io: Option<String>,
     /// Whether the kernel of the ports' namespace sees their frames, overriding the config
