@@ -318,7 +318,7 @@ impl<'a> ColGen<'a> {
 }
 
 /// Largest LP value − bound at which a `full` solve may still stop early.
-const FULL_GAP: f64 = 0.01;
+const FULL_GAP: f64 = 1e-5;
 
 /// Smoothing weight of the stability centre (Wentges).
 const SMOOTHING: f64 = 0.5;

@@ -16,6 +16,7 @@ use crate::complete;
 use crate::greedy::best_greedy;
 use crate::pricing::{KItem, Pricer};
 use crate::problem::{Pattern, Problem};
+use crate::rc_enum::RcSearch;
 use crate::repack;
 use crate::waste;
 use std::time::Instant;
@@ -39,6 +40,10 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
+/// Node budget of the first reduced-cost enumeration search (doubled every round).
+const RC_FIRST_NODES: u64 = 300_000;
+/// Most patterns the reduced-cost enumeration keeps before it gives up.
+const RC_MAX_PATTERNS: usize = 200_000;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
 /// A dive pass on a hybrid instance gets at most `1/DIVE_PARTS` of the remaining time.
@@ -173,7 +178,36 @@ pub fn solve(
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
+        let guide: Vec<(Vec<(usize, u32)>, f64)> = root
+            .columns
+            .iter()
+            .map(|(pat, x)| {
+                let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
+                (items, *x)
+            })
+            .collect();
+        let mut rc = one.as_ref().and_then(|one| s.rc_search(one, &guide));
+        let mut rc_nodes = RC_FIRST_NODES;
         while s.lb < s.ub && Instant::now() < deadline {
+            if let (Some(one), Some((k, search))) = (&one, &mut rc) {
+                if *k * one.cost == s.lb && s.lb < s.ub {
+                    let r = search.search(0, rc_nodes, s.slice(2));
+                    rc_nodes = rc_nodes.saturating_mul(2);
+                    if let Some(bins) = r.packing {
+                        let pats = one.patterns(bins);
+                        s.offer_partial(&pats, 0);
+                    } else if r.exhausted {
+                        s.lb = s.lb.max((*k + 1) * one.cost);
+                        rc = s.rc_search(one, &guide);
+                        rc_nodes = RC_FIRST_NODES;
+                    }
+                } else {
+                    rc = None;
+                }
+            }
+            if s.lb >= s.ub {
+                break;
+            }
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
                     if s.lb >= s.ub {
@@ -335,6 +369,43 @@ impl Search<'_> {
         let k = self.ub / one.cost - 1;
         if self.lb <= k * one.cost && waste::no_packing_in(&one.items, one.cap, k, self.deadline) {
             self.lb = self.ub;
+        }
+    }
+
+    /// For classical bin packing: the reduced-cost pattern enumeration for a packing
+    /// into ⌈lb⌉ bins, guided by the root LP's columns; `None` when there are no duals,
+    /// too many patterns, or nothing to search (a packing or a proof is taken here).
+    fn rc_search(
+        &mut self,
+        one: &OneDim,
+        guide: &[(Vec<(usize, u32)>, f64)],
+    ) -> Option<(u64, RcSearch)> {
+        let k = self.lb.div_ceil(one.cost);
+        if k * one.cost >= self.ub || !self.fixed.is_empty() {
+            return None;
+        }
+        let duals = self.duals.as_deref()?;
+        match RcSearch::new(
+            &one.items,
+            one.cap,
+            k,
+            duals,
+            RC_MAX_PATTERNS,
+            self.slice(4),
+        ) {
+            Ok(mut search) => {
+                search.prefer(guide);
+                Some((k, search))
+            }
+            Err(r) => {
+                if let Some(bins) = r.packing {
+                    let pats = one.patterns(bins);
+                    self.offer_partial(&pats, 0);
+                } else if r.exhausted {
+                    self.lb = self.lb.max((k + 1) * one.cost);
+                }
+                None
+            }
         }
     }
 
