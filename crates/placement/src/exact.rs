@@ -42,6 +42,8 @@ const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
 /// Node budget of the first reduced-cost enumeration search (doubled every round).
 const RC_FIRST_NODES: u64 = 300_000;
+/// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
+const RC_PARTS: u32 = 4;
 /// Most patterns the reduced-cost enumeration keeps before it gives up.
 const RC_MAX_PATTERNS: usize = 200_000;
 /// Residual-rounding attempts per round of the main loop.
@@ -191,7 +193,7 @@ pub fn solve(
         while s.lb < s.ub && Instant::now() < deadline {
             if let (Some(one), Some((k, search))) = (&one, &mut rc) {
                 if *k * one.cost == s.lb && s.lb < s.ub {
-                    let r = search.search(0, rc_nodes, s.slice(2));
+                    let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
                     rc_nodes = rc_nodes.saturating_mul(2);
                     if let Some(bins) = r.packing {
                         let pats = one.patterns(bins);
@@ -385,14 +387,8 @@ impl Search<'_> {
             return None;
         }
         let duals = self.duals.as_deref()?;
-        match RcSearch::new(
-            &one.items,
-            one.cap,
-            k,
-            duals,
-            RC_MAX_PATTERNS,
-            self.slice(4),
-        ) {
+        let deadline = self.slice(4);
+        match RcSearch::new(&one.items, one.cap, k, duals, RC_MAX_PATTERNS, deadline) {
             Ok(mut search) => {
                 search.prefer(guide);
                 Some((k, search))

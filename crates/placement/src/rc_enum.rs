@@ -142,6 +142,7 @@ impl RcSearch {
             val: it.val.clone(),
             by_type: vec![Vec::new(); it.w.len()],
             banned: vec![false; pats.len()],
+            over: vec![0; pats.len()],
             d: it.cnt.clone(),
             left: it.cnt.iter().map(|&c| u64::from(c)).sum(),
             path: Vec::new(),
@@ -154,8 +155,8 @@ impl RcSearch {
             pats,
         };
         for (p, pat) in cover.pats.iter().enumerate() {
-            for &(j, _) in &pat.items {
-                cover.by_type[j].push(p as u32);
+            for &(j, c) in &pat.items {
+                cover.by_type[j].push((p as u32, c));
             }
         }
         Ok(RcSearch {
@@ -210,8 +211,6 @@ impl RcSearch {
             seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
         };
         s.path.clear();
-        let d0 = s.d.clone();
-        let left0 = s.left;
         let found = s.dfs(self.k, self.budget, self.waste);
         let mut r = EnumResult {
             patterns: s.pats.len(),
@@ -232,8 +231,10 @@ impl RcSearch {
                     })
                     .collect(),
             );
-            s.d = d0;
-            s.left = left0;
+            // Give the patterns back, so that the next search starts from scratch.
+            for p in std::mem::take(&mut s.path).into_iter().rev() {
+                s.take(p, false);
+            }
         }
         r
     }
@@ -393,7 +394,11 @@ struct Cover {
     /// Weight and dual value per type.
     w: Vec<u64>,
     val: Vec<f64>,
-    by_type: Vec<Vec<u32>>,
+    /// Per type, the patterns holding it and how many copies.
+    by_type: Vec<Vec<(u32, u32)>>,
+    /// Per pattern, how many of its types it holds more copies of than remain
+    /// (kept up to date as patterns are taken and given back).
+    over: Vec<u32>,
     banned: Vec<bool>,
     /// Remaining demand per type and in total.
     d: Vec<u32>,
@@ -425,10 +430,7 @@ impl Cover {
 
     fn usable(&self, p: usize, budget: f64, waste: u64) -> bool {
         let pat = &self.pats[p];
-        !self.banned[p]
-            && pat.rc <= budget + RC_MARGIN
-            && pat.waste <= waste
-            && pat.items.iter().all(|&(j, c)| c <= self.d[j])
+        self.over[p] == 0 && !self.banned[p] && pat.rc <= budget + RC_MARGIN && pat.waste <= waste
     }
 
     /// Covers the remaining demand with at most `bins` patterns whose reduced costs
@@ -477,7 +479,7 @@ impl Cover {
             }
             let mut n = 0;
             let (mut rc_share, mut waste_share) = (f64::INFINITY, f64::INFINITY);
-            for &p in &self.by_type[j] {
+            for &(p, _) in &self.by_type[j] {
                 if self.usable(p as usize, budget, waste) {
                     n += 1;
                     let pat = &self.pats[p as usize];
@@ -504,7 +506,7 @@ impl Cover {
         };
         let mut options: Vec<(u32, u64)> = Vec::new();
         for i in 0..self.by_type[t].len() {
-            let p = self.by_type[t][i];
+            let p = self.by_type[t][i].0;
             if self.usable(p as usize, budget, waste) {
                 let tie = if self.rng == 1 { 0 } else { self.next_random() };
                 options.push((p, tie));
@@ -548,13 +550,22 @@ impl Cover {
     }
 
     fn take(&mut self, p: u32, on: bool) {
-        for &(j, c) in &self.pats[p as usize].items {
+        for i in 0..self.pats[p as usize].items.len() {
+            let (j, c) = self.pats[p as usize].items[i];
+            let before = self.d[j];
+            let after = if on { before - c } else { before + c };
+            self.d[j] = after;
             if on {
-                self.d[j] -= c;
                 self.left -= u64::from(c);
             } else {
-                self.d[j] += c;
                 self.left += u64::from(c);
+            }
+            for &(q, cq) in &self.by_type[j] {
+                match (cq > before, cq > after) {
+                    (false, true) => self.over[q as usize] += 1,
+                    (true, false) => self.over[q as usize] -= 1,
+                    _ => {}
+                }
             }
         }
     }
