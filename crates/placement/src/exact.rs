@@ -44,6 +44,8 @@ const REPACK_PARTS: u32 = 8;
 const RC_FIRST_NODES: u64 = 300_000;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
 const RC_PARTS: u32 = 4;
+/// LP value − bound to which the root is re-solved for the enumeration's duals.
+const RC_ROOT_GAP: f64 = 1e-5;
 /// Most patterns the reduced-cost enumeration keeps before it gives up.
 const RC_MAX_PATTERNS: usize = 200_000;
 /// Residual-rounding attempts per round of the main loop.
@@ -180,36 +182,31 @@ pub fn solve(
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
-        let guide: Vec<(Vec<(usize, u32)>, f64)> = root
-            .columns
-            .iter()
-            .map(|(pat, x)| {
-                let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
-                (items, *x)
-            })
-            .collect();
-        let mut rc = one.as_ref().and_then(|one| s.rc_search(one, &guide));
+        // The reduced-cost enumeration wants the LP's own gap K − LP: re-solve the root
+        // (from its columns, on a separate pool so that the dives are unaffected) until
+        // LP value − bound ≤ 10⁻⁵, and use those duals and columns for it.
+        let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
+        let mut rc_duals = None;
+        if let Some(one) = &one {
+            let mut cg = ColGen::new(p);
+            cg.add_patterns(s.cg.patterns());
+            cg.set_full_gap(RC_ROOT_GAP);
+            let exact = cg.solve(&demand, &avail, None, f64::INFINITY, true, s.slice(4));
+            rc_duals = Some(one.feasible_duals(&exact.duals));
+            guide = exact
+                .columns
+                .iter()
+                .map(|(pat, x)| {
+                    let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
+                    (items, *x)
+                })
+                .collect();
+        }
+        let mut rc = one
+            .as_ref()
+            .and_then(|one| s.rc_search(one, rc_duals.as_deref()?, &guide));
         let mut rc_nodes = RC_FIRST_NODES;
         while s.lb < s.ub && Instant::now() < deadline {
-            if let (Some(one), Some((k, search))) = (&one, &mut rc) {
-                if *k * one.cost == s.lb && s.lb < s.ub {
-                    let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
-                    rc_nodes = rc_nodes.saturating_mul(2);
-                    if let Some(bins) = r.packing {
-                        let pats = one.patterns(bins);
-                        s.offer_partial(&pats, 0);
-                    } else if r.exhausted {
-                        s.lb = s.lb.max((*k + 1) * one.cost);
-                        rc = s.rc_search(one, &guide);
-                        rc_nodes = RC_FIRST_NODES;
-                    }
-                } else {
-                    rc = None;
-                }
-            }
-            if s.lb >= s.ub {
-                break;
-            }
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
                     if s.lb >= s.ub {
@@ -221,6 +218,26 @@ pub fn solve(
                 if s.lb < s.ub {
                     s.try_bin_completion(one, seed, budget);
                     budget = budget.saturating_mul(2);
+                }
+            }
+            // The cheap heuristics above find most ⌈LP⌉ packings at once; the
+            // enumeration search comes next.
+            if let (Some(one), Some((k, search))) = (&one, &mut rc) {
+                if *k * one.cost == s.lb && s.lb < s.ub {
+                    let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
+                    rc_nodes = rc_nodes.saturating_mul(2);
+                    if let Some(bins) = r.packing {
+                        let pats = one.patterns(bins);
+                        s.offer_partial(&pats, 0);
+                    } else if r.exhausted {
+                        s.lb = s.lb.max((*k + 1) * one.cost);
+                        rc = rc_duals
+                            .as_deref()
+                            .and_then(|d| s.rc_search(one, d, &guide));
+                        rc_nodes = RC_FIRST_NODES;
+                    }
+                } else {
+                    rc = None;
                 }
             }
             if s.lb >= s.ub {
@@ -375,18 +392,19 @@ impl Search<'_> {
     }
 
     /// For classical bin packing: the reduced-cost pattern enumeration for a packing
-    /// into ⌈lb⌉ bins, guided by the root LP's columns; `None` when there are no duals,
-    /// too many patterns, or nothing to search (a packing or a proof is taken here).
+    /// into ⌈lb⌉ bins with dual-feasible `duals`, guided by LP columns; `None` when
+    /// there are too many patterns or nothing to search (a packing or a proof is then
+    /// taken here).
     fn rc_search(
         &mut self,
         one: &OneDim,
+        duals: &[f64],
         guide: &[(Vec<(usize, u32)>, f64)],
     ) -> Option<(u64, RcSearch)> {
         let k = self.lb.div_ceil(one.cost);
         if k * one.cost >= self.ub || !self.fixed.is_empty() {
             return None;
         }
-        let duals = self.duals.as_deref()?;
         let deadline = self.slice(4);
         match RcSearch::new(&one.items, one.cap, k, duals, RC_MAX_PATTERNS, deadline) {
             Ok(mut search) => {
