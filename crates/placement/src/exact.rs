@@ -43,7 +43,7 @@ const REPACK_PARTS: u32 = 8;
 /// Node budget of the first reduced-cost enumeration search (doubled every round).
 const RC_FIRST_NODES: u64 = 300_000;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
-const RC_PARTS: u32 = 4;
+const RC_PARTS: u32 = 8;
 /// LP value − bound to which the root is re-solved for the enumeration's duals.
 const RC_ROOT_GAP: f64 = 1e-5;
 /// Most patterns the reduced-cost enumeration keeps before it gives up.
@@ -182,29 +182,9 @@ pub fn solve(
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
-        // The reduced-cost enumeration wants the LP's own gap K − LP: re-solve the root
-        // (from its columns, on a separate pool so that the dives are unaffected) until
-        // LP value − bound ≤ 10⁻⁵, and use those duals and columns for it.
         let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
-        let mut rc_duals = None;
-        if let Some(one) = &one {
-            let mut cg = ColGen::new(p);
-            cg.add_patterns(s.cg.patterns());
-            cg.set_full_gap(RC_ROOT_GAP);
-            let exact = cg.solve(&demand, &avail, None, f64::INFINITY, true, s.slice(4));
-            rc_duals = Some(one.feasible_duals(&exact.duals));
-            guide = exact
-                .columns
-                .iter()
-                .map(|(pat, x)| {
-                    let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
-                    (items, *x)
-                })
-                .collect();
-        }
-        let mut rc = one
-            .as_ref()
-            .and_then(|one| s.rc_search(one, rc_duals.as_deref()?, &guide));
+        let mut rc_duals: Option<Vec<f64>> = None;
+        let mut rc: Option<(u64, RcSearch)> = None;
         let mut rc_nodes = RC_FIRST_NODES;
         while s.lb < s.ub && Instant::now() < deadline {
             if let Some(one) = &one {
@@ -221,7 +201,27 @@ pub fn solve(
                 }
             }
             // The cheap heuristics above find most ⌈LP⌉ packings at once; the
-            // enumeration search comes next.
+            // enumeration search comes next. It wants the LP's own gap K − LP: the
+            // first time, the root is re-solved (from its columns, on a separate pool
+            // so that the dives are unaffected) until LP value − bound ≤ 10⁻⁵, and its
+            // duals and columns are used.
+            if let Some(one) = one.as_ref().filter(|_| rc_duals.is_none() && s.lb < s.ub) {
+                let mut cg = ColGen::new(p);
+                cg.add_patterns(s.cg.patterns());
+                cg.set_full_gap(RC_ROOT_GAP);
+                let exact = cg.solve(&demand, &avail, None, f64::INFINITY, true, s.slice(4));
+                let duals = one.feasible_duals(&exact.duals);
+                guide = exact
+                    .columns
+                    .iter()
+                    .map(|(pat, x)| {
+                        let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
+                        (items, *x)
+                    })
+                    .collect();
+                rc = s.rc_search(one, &duals, &guide);
+                rc_duals = Some(duals);
+            }
             if let (Some(one), Some((k, search))) = (&one, &mut rc) {
                 if *k * one.cost == s.lb && s.lb < s.ub {
                     let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
