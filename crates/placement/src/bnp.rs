@@ -681,6 +681,10 @@ impl<'a> BranchPrice<'a> {
             if ceil_bound(bound) >= *ub {
                 return NodeOutcome::Closed;
             }
+            // Pricing can take long (two binding capacities): keep to the time slice.
+            if Instant::now() >= until {
+                return NodeOutcome::Interrupted;
+            }
             let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
             let integral =
                 lp.artificial() < EPS && xs.iter().all(|&x| !(EPS..=1.0 - EPS).contains(&x));

@@ -33,6 +33,8 @@ pub struct ColGen<'a> {
     seen: HashSet<Pattern>,
     pricer: Pricer,
     kitems: Vec<KItem>,
+    /// Largest LP value − bound at which a `full` solve may stop early.
+    full_gap: f64,
 }
 
 impl<'a> ColGen<'a> {
@@ -44,6 +46,7 @@ impl<'a> ColGen<'a> {
             seen: HashSet::new(),
             pricer: Pricer::default(),
             kitems: Vec::new(),
+            full_gap: FULL_GAP,
         }
     }
 
@@ -59,6 +62,12 @@ impl<'a> ColGen<'a> {
     /// The patterns generated so far (e.g. to seed another column generation).
     pub fn patterns(&self) -> &[Pattern] {
         &self.pool
+    }
+
+    /// Sets how close a `full` solve must get (LP value − bound) before it may stop
+    /// early (default 0.01); smaller values give near-optimal duals.
+    pub fn set_full_gap(&mut self, gap: f64) {
+        self.full_gap = gap;
     }
 
     /// Number of patterns generated so far.
@@ -219,7 +228,7 @@ impl<'a> ColGen<'a> {
                 break;
             }
             if bound >= stop_at - 1e-6
-                || ((!full || obj - bound <= FULL_GAP)
+                || ((!full || obj - bound <= self.full_gap)
                     && (bound - 1e-6).ceil() >= (obj - 1e-6).ceil())
             {
                 break;

@@ -16,6 +16,7 @@ use crate::complete;
 use crate::greedy::best_greedy;
 use crate::pricing::{KItem, Pricer};
 use crate::problem::{Pattern, Problem};
+use crate::rc_enum::RcSearch;
 use crate::repack;
 use crate::waste;
 use std::time::Instant;
@@ -39,6 +40,14 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
+/// Node budget of the first reduced-cost enumeration search (doubled every round).
+const RC_FIRST_NODES: u64 = 300_000;
+/// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
+const RC_PARTS: u32 = 8;
+/// LP value − bound to which the root is re-solved for the enumeration's duals.
+const RC_ROOT_GAP: f64 = 1e-5;
+/// Most patterns the reduced-cost enumeration keeps before it gives up.
+const RC_MAX_PATTERNS: usize = 200_000;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
 /// A dive pass on a hybrid instance gets at most `1/DIVE_PARTS` of the remaining time.
@@ -173,6 +182,10 @@ pub fn solve(
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
+        let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
+        let mut rc_duals: Option<Vec<f64>> = None;
+        let mut rc: Option<(u64, RcSearch)> = None;
+        let mut rc_nodes = RC_FIRST_NODES;
         while s.lb < s.ub && Instant::now() < deadline {
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
@@ -185,6 +198,46 @@ pub fn solve(
                 if s.lb < s.ub {
                     s.try_bin_completion(one, seed, budget);
                     budget = budget.saturating_mul(2);
+                }
+            }
+            // The cheap heuristics above find most ⌈LP⌉ packings at once; the
+            // enumeration search comes next. It wants the LP's own gap K − LP: the
+            // first time, the root is re-solved (from its columns, on a separate pool
+            // so that the dives are unaffected) until LP value − bound ≤ 10⁻⁵, and its
+            // duals and columns are used.
+            if let Some(one) = one.as_ref().filter(|_| rc_duals.is_none() && s.lb < s.ub) {
+                let mut cg = ColGen::new(p);
+                cg.add_patterns(s.cg.patterns());
+                cg.set_full_gap(RC_ROOT_GAP);
+                let exact = cg.solve(&demand, &avail, None, f64::INFINITY, true, s.slice(4));
+                let duals = one.feasible_duals(&exact.duals);
+                guide = exact
+                    .columns
+                    .iter()
+                    .map(|(pat, x)| {
+                        let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
+                        (items, *x)
+                    })
+                    .collect();
+                rc = s.rc_search(one, &duals, &guide);
+                rc_duals = Some(duals);
+            }
+            if let (Some(one), Some((k, search))) = (&one, &mut rc) {
+                if *k * one.cost == s.lb && s.lb < s.ub {
+                    let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
+                    rc_nodes = rc_nodes.saturating_mul(2);
+                    if let Some(bins) = r.packing {
+                        let pats = one.patterns(bins);
+                        s.offer_partial(&pats, 0);
+                    } else if r.exhausted {
+                        s.lb = s.lb.max((*k + 1) * one.cost);
+                        rc = rc_duals
+                            .as_deref()
+                            .and_then(|d| s.rc_search(one, d, &guide));
+                        rc_nodes = RC_FIRST_NODES;
+                    }
+                } else {
+                    rc = None;
                 }
             }
             if s.lb >= s.ub {
@@ -335,6 +388,38 @@ impl Search<'_> {
         let k = self.ub / one.cost - 1;
         if self.lb <= k * one.cost && waste::no_packing_in(&one.items, one.cap, k, self.deadline) {
             self.lb = self.ub;
+        }
+    }
+
+    /// For classical bin packing: the reduced-cost pattern enumeration for a packing
+    /// into ⌈lb⌉ bins with dual-feasible `duals`, guided by LP columns; `None` when
+    /// there are too many patterns or nothing to search (a packing or a proof is then
+    /// taken here).
+    fn rc_search(
+        &mut self,
+        one: &OneDim,
+        duals: &[f64],
+        guide: &[(Vec<(usize, u32)>, f64)],
+    ) -> Option<(u64, RcSearch)> {
+        let k = self.lb.div_ceil(one.cost);
+        if k * one.cost >= self.ub || !self.fixed.is_empty() {
+            return None;
+        }
+        let deadline = self.slice(4);
+        match RcSearch::new(&one.items, one.cap, k, duals, RC_MAX_PATTERNS, deadline) {
+            Ok(mut search) => {
+                search.prefer(guide);
+                Some((k, search))
+            }
+            Err(r) => {
+                if let Some(bins) = r.packing {
+                    let pats = one.patterns(bins);
+                    self.offer_partial(&pats, 0);
+                } else if r.exhausted {
+                    self.lb = self.lb.max((k + 1) * one.cost);
+                }
+                None
+            }
         }
     }
 

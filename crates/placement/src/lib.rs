@@ -21,6 +21,7 @@ pub mod online;
 pub mod pricing;
 pub mod pricing_exact;
 pub mod problem;
+pub mod rc_enum;
 pub mod repack;
 pub mod simplex;
 pub mod solve;
