@@ -25,6 +25,8 @@ pub mod rc_enum;
 pub mod repack;
 pub mod simplex;
 pub mod solve;
+#[cfg(test)]
+mod test_support;
 pub mod validate;
 pub mod waste;
 
