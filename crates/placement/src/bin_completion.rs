@@ -297,7 +297,7 @@ impl Bc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{brute_min_bins, check, far};
+    use crate::test_support::{brute_min_bins, check, far, item_types};
     use proptest::prelude::*;
 
     #[test]
@@ -340,13 +340,7 @@ mod tests {
             seed in 0u64..1000,
         ) {
             let opt = brute_min_bins(&weights, cap);
-            let mut items: Vec<(u64, u32)> = Vec::new();
-            for &w in &weights {
-                match items.iter_mut().find(|(x, _)| *x == w) {
-                    Some((_, c)) => *c += 1,
-                    None => items.push((w, 1)),
-                }
-            }
+            let items = item_types(&weights);
             // Weight over capacity is dual feasible: no bin is worth more than 1.
             let duals: Vec<f64> = items.iter().map(|&(w, _)| w as f64 / cap as f64).collect();
             for d in [None, Some(duals.as_slice())] {

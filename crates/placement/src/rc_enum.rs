@@ -574,7 +574,7 @@ impl Cover {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{brute_min_bins, check, far};
+    use crate::test_support::{brute_min_bins, check, far, item_types};
     use proptest::prelude::*;
 
     #[test]
@@ -648,13 +648,7 @@ mod tests {
             seed in 0u64..100,
         ) {
             let opt = brute_min_bins(&weights, cap);
-            let mut items: Vec<(u64, u32)> = Vec::new();
-            for &w in &weights {
-                match items.iter_mut().find(|(x, _)| *x == w) {
-                    Some((_, c)) => *c += 1,
-                    None => items.push((w, 1)),
-                }
-            }
+            let items = item_types(&weights);
             let by_weight: Vec<f64> = items.iter().map(|&(w, _)| w as f64 / cap as f64).collect();
             // Some zero values too (still feasible): patterns then differ only in them.
             let sparse: Vec<f64> = by_weight

@@ -48,3 +48,15 @@ pub(crate) fn brute_min_bins(weights: &[u64], cap: u64) -> u64 {
     rec(weights, 0, &mut Vec::new(), cap, &mut best);
     best
 }
+
+/// Item types (weight, count) of `weights`, in order of first appearance.
+pub(crate) fn item_types(weights: &[u64]) -> Vec<(u64, u32)> {
+    let mut items: Vec<(u64, u32)> = Vec::new();
+    for &w in weights {
+        match items.iter_mut().find(|(x, _)| *x == w) {
+            Some((_, c)) => *c += 1,
+            None => items.push((w, 1)),
+        }
+    }
+    items
+}
