@@ -334,6 +334,9 @@ fn ping_tcp_and_tshark_decrypt() {
     // segments joined again before the TUN.
     assert_eq!(st["offload"]["udp_gso"], true, "{st}");
     assert!(st["offload"]["coalesced"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["offload"]["scattered"].as_u64().unwrap() > 0, "{st}");
+    let (_, sa) = http(p.em_port(1), "GET", "/status", "").unwrap();
+    assert!(sa["offload"]["tun_scattered"].as_u64().unwrap() > 0, "{sa}");
     // SIGINT (not SIGKILL) so tcpdump flushes the capture file.
     let _ = sh(&["kill", "-INT", &cap.id().to_string()]);
     let _ = cap.wait();

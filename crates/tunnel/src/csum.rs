@@ -1,21 +1,64 @@
 //! Internet checksums (RFC 1071) for the offload paths: segmenting GSO super-packets
-//! and coalescing received segments both rewrite IP/TCP/UDP checksums per packet, so
-//! the sum runs 8 bytes at a time.
+//! and coalescing received segments both rewrite or verify IP/TCP/UDP checksums per
+//! packet, so the sum is the tunnel's hottest loop after the cipher. It adds 32-bit
+//! little-endian words into eight 64-bit lanes (no carry chain, so the compiler
+//! vectorises it; with AVX2 when the CPU has it) and swaps the folded sum to network
+//! order at the end (RFC 1071 §2(B): the one's-complement sum is byte-order independent).
+
+/// Bytes summed into one set of lanes before they are folded: far below the 2³² words
+/// a 64-bit lane can take without overflow.
+const BLOCK: usize = 1 << 20;
+
+/// Sum of `data` read as little-endian 32-bit words (the last one zero-padded) in 64-bit
+/// arithmetic; `data.len()` must not exceed [`BLOCK`].
+#[inline(always)]
+fn words(data: &[u8]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let mut chunks = data.chunks_exact(32);
+    for c in &mut chunks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let w = [c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]];
+            *lane += u32::from_le_bytes(w) as u64;
+        }
+    }
+    let mut sum: u64 = lanes.iter().sum();
+    let mut rest = chunks.remainder().chunks_exact(4);
+    for c in &mut rest {
+        sum += u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64;
+    }
+    let mut tail = [0u8; 4];
+    tail[..rest.remainder().len()].copy_from_slice(rest.remainder());
+    sum + u32::from_le_bytes(tail) as u64
+}
+
+/// [`words`] compiled for AVX2 (four lanes per instruction).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn words_avx2(data: &[u8]) -> u64 {
+    words(data)
+}
+
+/// [`words`] with the widest vector unit this CPU has.
+fn words_fast(data: &[u8]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected on this CPU just above.
+        return unsafe { words_avx2(data) };
+    }
+    words(data)
+}
 
 /// One's-complement sum of `data` (big-endian 16-bit words) added to `acc`, not folded.
 pub fn add(mut acc: u64, data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        let (s, carry) = acc.overflowing_add(w);
+    for block in data.chunks(BLOCK) {
+        let be = fold(words_fast(block)).swap_bytes() as u64;
+        let (s, carry) = acc.overflowing_add(be);
         acc = s + carry as u64;
     }
-    let rest = chunks.remainder();
-    let mut tail = [0u8; 8];
-    tail[..rest.len()].copy_from_slice(rest);
-    let w = u64::from_be_bytes(tail);
-    let (s, carry) = acc.overflowing_add(w);
-    s + carry as u64
+    acc
 }
 
 /// Folds a running sum to 16 bits (not complemented).
@@ -56,14 +99,14 @@ mod tests {
     use super::*;
 
     fn reference(data: &[u8]) -> u16 {
-        let mut s: u32 = 0;
+        let mut s: u64 = 0;
         for c in data.chunks(2) {
             let w = if c.len() == 2 {
                 u16::from_be_bytes([c[0], c[1]])
             } else {
                 u16::from_be_bytes([c[0], 0])
             };
-            s += w as u32;
+            s += w as u64;
         }
         while s > 0xffff {
             s = (s >> 16) + (s & 0xffff);
@@ -78,6 +121,35 @@ mod tests {
             assert_eq!(checksum(&data[..n]), reference(&data[..n]), "len {n}");
         }
         assert_eq!(checksum(&[0xff; 4096]), reference(&[0xff; 4096]));
+    }
+
+    #[test]
+    fn vector_and_portable_sums_agree_at_every_alignment() {
+        let data: Vec<u8> = (0..2100u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for off in 0..4 {
+            for n in [0, 1, 3, 31, 32, 33, 63, 64, 65, 1400, 1401, 2000] {
+                let d = &data[off..off + n];
+                assert_eq!(fold(words(d)), fold(words_fast(d)), "off {off} len {n}");
+                assert_eq!(checksum(d), reference(d), "off {off} len {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn sums_longer_than_a_block_fold_correctly() {
+        let data = vec![0xffu8; BLOCK * 2 + 6];
+        assert_eq!(checksum(&data), reference(&data));
+        let ramp: Vec<u8> = (0..BLOCK + 3).map(|i| (i % 251) as u8).collect();
+        assert_eq!(checksum(&ramp), reference(&ramp));
+    }
+
+    #[test]
+    fn running_sum_continues_across_calls() {
+        let data: Vec<u8> = (0..900u32).map(|i| (i * 37 + 11) as u8).collect();
+        let split = fold(add(add(0, &data[..400]), &data[400..]));
+        assert_eq!(!split, reference(&data));
     }
 
     #[test]

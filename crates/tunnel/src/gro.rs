@@ -2,6 +2,10 @@
 //! in-order TCP/IPv4 segments of one flow that left the peer as one TSO burst are
 //! joined back into one super-packet, written to the TUN with a `VnetHdr::GSO_TCPV4` vnet
 //! header, so the kernel sees one packet instead of ~40. Anything else passes through.
+//!
+//! The payloads are not copied: a super-packet is its first segment's headers (patched)
+//! plus a list of [`Piece`]s of the decrypted packets, which the caller writes with one
+//! vectored write while the batch's buffers are still alive.
 
 use crate::csum;
 use crate::offload::VnetHdr;
@@ -10,29 +14,48 @@ use crate::offload::VnetHdr;
 const MAX_FLOWS: usize = 8;
 /// Largest IPv4 packet.
 const MAX_IP: usize = 65535;
+/// Most segments joined into one super-packet (the kernel's own GRO limit); it also
+/// keeps the vectored write far below `UIO_MAXIOV`.
+pub const MAX_SEGS: usize = 64;
 const TCP_ACK: u8 = 0x10;
 const TCP_PSH: u8 = 0x08;
 
-/// A coalesced frame is written: `(vnet header + packet, inner packets, inner bytes)`.
-pub type Emit<'a> = dyn FnMut(&[u8], u64, u64) + 'a;
+/// A slice of a coalesced frame's payload: bytes `start..end` of the packet the caller
+/// offered under `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// The caller's id of the packet.
+    pub id: usize,
+    /// First payload byte, as an offset into that packet.
+    pub start: usize,
+    /// End of the payload in that packet.
+    pub end: usize,
+}
+
+/// A coalesced frame is written: `(vnet header + IP/TCP headers, payload pieces, inner
+/// packets, inner bytes)`; the frame is the header followed by the pieces in order.
+pub type Emit<'a> = dyn FnMut(&[u8], &[Piece], u64, u64) + 'a;
 
 /// A super-packet being built.
 struct Pending {
-    buf: Vec<u8>,
+    /// Vnet header and the first segment's IP and TCP headers.
+    head: Vec<u8>,
+    pieces: Vec<Piece>,
+    /// IP length of the super-packet so far.
+    len: usize,
     tcp_hl: usize,
     mss: usize,
     next_seq: u32,
-    segs: u64,
     bytes: u64,
     closed: bool,
 }
 
 /// The coalescer: feed decrypted packets in order with [`Gro::push`], then
-/// [`Gro::flush`] at the end of each batch.
+/// [`Gro::flush`] at the end of each batch, before the packets' buffers are reused.
 #[derive(Default)]
 pub struct Gro {
     flows: Vec<Pending>,
-    spare: Vec<Vec<u8>>,
+    spare: Vec<Pending>,
     /// Super-packets written with more than one segment.
     pub coalesced: u64,
 }
@@ -80,18 +103,20 @@ fn same_flow(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl Pending {
-    fn packet(&self) -> &[u8] {
-        &self.buf[VnetHdr::LEN..]
+    /// The first segment's IP and TCP headers.
+    fn headers(&self) -> &[u8] {
+        &self.head[VnetHdr::LEN..]
     }
 
     /// Whether segment `s` (packet `p`) continues this super-packet.
     fn fits(&self, p: &[u8], s: &Seg) -> bool {
-        let h = self.packet();
+        let h = self.headers();
         !self.closed
+            && self.pieces.len() < MAX_SEGS
             && s.seq == self.next_seq
             && s.tcp_hl == self.tcp_hl
             && s.payload <= self.mss
-            && h.len() + s.payload <= MAX_IP
+            && self.len + s.payload <= MAX_IP
             && h[1] == p[1]
             && h[6] == p[6]
             && h[8] == p[8]
@@ -100,26 +125,50 @@ impl Pending {
             && h[40..20 + self.tcp_hl] == p[40..20 + self.tcp_hl]
     }
 
-    fn append(&mut self, p: &[u8], s: &Seg) {
-        self.buf.extend_from_slice(&p[20 + s.tcp_hl..]);
+    /// Starts a super-packet with segment `s` (packet `p`, the caller's `id`).
+    fn start(&mut self, id: usize, p: &[u8], s: &Seg) {
+        let hl = 20 + s.tcp_hl;
+        self.head.clear();
+        self.head.resize(VnetHdr::LEN, 0);
+        self.head.extend_from_slice(&p[..hl]);
+        self.pieces.clear();
+        self.pieces.push(Piece {
+            id,
+            start: hl,
+            end: p.len(),
+        });
+        self.len = p.len();
+        self.tcp_hl = s.tcp_hl;
+        self.mss = s.payload;
         self.next_seq = s.seq.wrapping_add(s.payload as u32);
-        self.segs += 1;
+        self.bytes = p.len() as u64;
+        self.closed = s.psh;
+    }
+
+    fn append(&mut self, id: usize, p: &[u8], s: &Seg) {
+        self.pieces.push(Piece {
+            id,
+            start: 20 + s.tcp_hl,
+            end: p.len(),
+        });
+        self.len += s.payload;
+        self.next_seq = s.seq.wrapping_add(s.payload as u32);
         self.bytes += p.len() as u64;
         if s.payload < self.mss || s.psh {
             self.closed = true;
             if s.psh {
-                self.buf[VnetHdr::LEN + 33] |= TCP_PSH;
+                self.head[VnetHdr::LEN + 33] |= TCP_PSH;
             }
         }
     }
 
     /// Writes the vnet header (and, for a real super-packet, the headers a GSO packet
     /// carries: total length, IP checksum, partial TCP checksum).
-    fn finish(&mut self) -> &[u8] {
-        let n = self.buf.len() - VnetHdr::LEN;
+    fn finish(&mut self) {
+        let n = self.len;
         let mut h = VnetHdr::default();
-        if self.segs > 1 {
-            let p = &mut self.buf[VnetHdr::LEN..];
+        if self.pieces.len() > 1 {
+            let p = &mut self.head[VnetHdr::LEN..];
             p[2..4].copy_from_slice(&(n as u16).to_be_bytes());
             csum::set_ipv4(&mut p[..20]);
             let partial = csum::fold(csum::pseudo(p, 6, n - 20));
@@ -135,16 +184,15 @@ impl Pending {
         } else {
             h.gso_type = VnetHdr::GSO_NONE;
         }
-        self.buf[..VnetHdr::LEN].copy_from_slice(&h.to_bytes());
-        &self.buf
+        self.head[..VnetHdr::LEN].copy_from_slice(&h.to_bytes());
     }
 }
 
 impl Gro {
-    /// Offers decrypted packet `p`. Returns `false` if the caller must write it itself
-    /// (as a plain packet); any held packet of the same flow was emitted before, so
-    /// order within a flow is kept.
-    pub fn push(&mut self, p: &[u8], emit: &mut Emit<'_>) -> bool {
+    /// Offers decrypted packet `p`, which the caller calls `id`. Returns `false` if the
+    /// caller must write it itself (as a plain packet); any held packet of the same
+    /// flow was emitted before, so order within a flow is kept.
+    pub fn push(&mut self, id: usize, p: &[u8], emit: &mut Emit<'_>) -> bool {
         let Some(s) = candidate(p) else {
             // Anything held between the same two hosts goes out first (this packet may
             // belong to it, e.g. a FIN, or carry IP options that hide its ports).
@@ -152,16 +200,16 @@ impl Gro {
                 while let Some(i) = self
                     .flows
                     .iter()
-                    .position(|f| f.packet()[12..20] == p[12..20])
+                    .position(|f| f.headers()[12..20] == p[12..20])
                 {
                     self.emit(i, emit);
                 }
             }
             return false;
         };
-        if let Some(i) = self.flows.iter().position(|f| same_flow(f.packet(), p)) {
+        if let Some(i) = self.flows.iter().position(|f| same_flow(f.headers(), p)) {
             if self.flows[i].fits(p, &s) {
-                self.flows[i].append(p, &s);
+                self.flows[i].append(id, p, &s);
                 return true;
             }
             self.emit(i, emit);
@@ -169,31 +217,29 @@ impl Gro {
         if self.flows.len() == MAX_FLOWS {
             self.emit(0, emit);
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.reserve(VnetHdr::LEN + MAX_IP);
-        buf.resize(VnetHdr::LEN, 0);
-        buf.extend_from_slice(p);
-        self.flows.push(Pending {
-            buf,
-            tcp_hl: s.tcp_hl,
-            mss: s.payload,
-            next_seq: s.seq.wrapping_add(s.payload as u32),
-            segs: 1,
-            bytes: p.len() as u64,
-            closed: s.psh,
+        let mut f = self.spare.pop().unwrap_or_else(|| Pending {
+            head: Vec::with_capacity(VnetHdr::LEN + 120),
+            pieces: Vec::with_capacity(MAX_SEGS),
+            len: 0,
+            tcp_hl: 0,
+            mss: 0,
+            next_seq: 0,
+            bytes: 0,
+            closed: false,
         });
+        f.start(id, p, &s);
+        self.flows.push(f);
         true
     }
 
     fn emit(&mut self, i: usize, emit: &mut Emit<'_>) {
         let mut f = self.flows.remove(i);
-        if f.segs > 1 {
+        if f.pieces.len() > 1 {
             self.coalesced += 1;
         }
-        let (segs, bytes) = (f.segs, f.bytes);
-        emit(f.finish(), segs, bytes);
-        self.spare.push(f.buf);
+        f.finish();
+        emit(&f.head, &f.pieces, f.pieces.len() as u64, f.bytes);
+        self.spare.push(f);
     }
 
     /// Emits every held super-packet (end of a batch).
@@ -236,16 +282,30 @@ mod tests {
         p
     }
 
+    /// Runs `pkts` through the coalescer and returns each written frame (header and
+    /// pieces joined, as the vectored write puts them) with its segment count.
     fn run(pkts: &[Vec<u8>]) -> Vec<(Vec<u8>, u64)> {
         let mut g = Gro::default();
         let mut out = Vec::new();
         {
-            let mut emit = |f: &[u8], n: u64, _b: u64| out.push((f.to_vec(), n));
-            for p in pkts {
-                if !g.push(p, &mut emit) {
-                    let mut f = vec![0u8; VnetHdr::LEN];
-                    f.extend_from_slice(p);
-                    emit(&f, 1, p.len() as u64);
+            let plain = [0u8; VnetHdr::LEN];
+            let mut emit = |head: &[u8], pieces: &[Piece], n: u64, bytes: u64| {
+                let mut f = head.to_vec();
+                for p in pieces {
+                    f.extend_from_slice(&pkts[p.id][p.start..p.end]);
+                }
+                let inner: usize = pieces.iter().map(|p| pkts[p.id].len()).sum();
+                assert_eq!(inner as u64, bytes);
+                out.push((f, n));
+            };
+            for (id, p) in pkts.iter().enumerate() {
+                if !g.push(id, p, &mut emit) {
+                    let whole = Piece {
+                        id,
+                        start: 0,
+                        end: p.len(),
+                    };
+                    emit(&plain, &[whole], 1, p.len() as u64);
                 }
             }
             g.flush(&mut emit);
@@ -339,8 +399,8 @@ mod tests {
         for p in [bad, udp, vec![0x45; 10], vec![], vec![0x60; 80]] {
             let mut g = Gro::default();
             let mut n = 0;
-            assert!(!g.push(&p, &mut |_, _, _| n += 1));
-            g.flush(&mut |_, _, _| n += 1);
+            assert!(!g.push(0, &p, &mut |_, _, _, _| n += 1));
+            g.flush(&mut |_, _, _, _| n += 1);
             assert_eq!(n, 0);
         }
     }
@@ -352,5 +412,21 @@ mod tests {
         assert!(out.iter().all(|(f, _)| f.len() - VnetHdr::LEN <= MAX_IP));
         assert_eq!(out.iter().map(|(_, n)| n).sum::<u64>(), 100);
         assert_eq!(out[0].1, 46);
+    }
+
+    #[test]
+    fn never_joins_more_than_max_segs() {
+        let pkts: Vec<Vec<u8>> = (0..150).map(|i| seg(1, i * 100, TCP_ACK, 100)).collect();
+        let out = run(&pkts);
+        let counts: Vec<u64> = out.iter().map(|(_, n)| *n).collect();
+        assert_eq!(
+            counts,
+            vec![MAX_SEGS as u64, MAX_SEGS as u64, 150 - 2 * MAX_SEGS as u64]
+        );
+        let back: Vec<Vec<u8>> = out.iter().flat_map(|(f, _)| resegment(f)).collect();
+        assert_eq!(back.len(), 150);
+        for (b, p) in back.iter().zip(&pkts) {
+            assert_eq!(&b[20..], &p[20..]);
+        }
     }
 }

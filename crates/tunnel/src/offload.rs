@@ -61,7 +61,19 @@ impl Plan {
     /// Validates the vnet header against packet `pkt` (IP packet without the vnet
     /// header) and plans segments of at most `max` bytes each.
     pub fn new(h: &VnetHdr, pkt: &[u8], max: usize) -> Result<Plan, SegError> {
-        let total = pkt.len();
+        Plan::from_headers(h, pkt, pkt.len(), max)
+    }
+
+    /// [`Plan::new`] for a packet of `total` bytes of which only the first ones, `hdrs`,
+    /// are at hand (the payload was read straight into the segments' buffers); the
+    /// headers the plan needs must lie in `hdrs`.
+    pub fn from_headers(
+        h: &VnetHdr,
+        hdrs: &[u8],
+        total: usize,
+        max: usize,
+    ) -> Result<Plan, SegError> {
+        let pkt = hdrs;
         let gso = h.gso_type & !VnetHdr::GSO_ECN;
         let cs = h.csum_start as usize;
         if gso == VnetHdr::GSO_NONE {
@@ -92,12 +104,12 @@ impl Plan {
         };
         let (proto, ip_hl) = if v4 {
             let ihl = (pkt[0] & 0x0f) as usize * 4;
-            if ihl < 20 || total < ihl || pkt[6] & 0x3f != 0 || pkt[7] != 0 {
+            if ihl < 20 || pkt.len() < ihl || pkt[6] & 0x3f != 0 || pkt[7] != 0 {
                 return Err(SegError::BadVnet);
             }
             (pkt[9], ihl)
         } else {
-            if total < 40 {
+            if pkt.len() < 40 {
                 return Err(SegError::BadVnet);
             }
             (pkt[6], 40)
@@ -129,7 +141,7 @@ impl Plan {
         };
         let hdr_len = cs + l4_len;
         let seg = h.gso_size as usize;
-        if seg == 0 || hdr_len > total {
+        if seg == 0 || hdr_len > pkt.len() || hdr_len > total {
             return Err(SegError::BadVnet);
         }
         if hdr_len + seg > max {
@@ -165,13 +177,31 @@ impl Plan {
                 let c = !csum::fold(csum::add(0, &dst[start..n]));
                 dst[field..field + 2].copy_from_slice(&c.to_be_bytes());
             }
-            Kind::Tcp { v4, l4 } | Kind::Udp { v4, l4 } => {
+            Kind::Tcp { .. } | Kind::Udp { .. } => {
                 let h = self.hdr_len;
                 let off = h + i * self.seg;
-                dst[..h].copy_from_slice(&pkt[..h]);
                 dst[h..n].copy_from_slice(&pkt[off..off + n - h]);
-                self.fix_headers(dst, n, i, v4, l4);
+                self.write_headers(pkt, i, dst);
             }
+        }
+        n
+    }
+
+    /// Header length and payload bytes per segment of a segmented (GSO) packet: the
+    /// shape the next super-packet of the same flow will have.
+    pub fn shape(&self) -> Option<(usize, usize)> {
+        matches!(self.kind, Kind::Tcp { .. } | Kind::Udp { .. }).then_some((self.hdr_len, self.seg))
+    }
+
+    /// Completes segment `i` in `dst` whose payload is already in place behind the
+    /// header (`dst[hdr_len..seg_len(i)]`, as a scattered read left it): writes the
+    /// headers from `hdrs` with every field and checksum the segment needs; returns its
+    /// length. Only for a plan with a [`Plan::shape`].
+    pub fn write_headers(&self, hdrs: &[u8], i: usize, dst: &mut [u8]) -> usize {
+        let n = self.seg_len(i);
+        if let Kind::Tcp { v4, l4 } | Kind::Udp { v4, l4 } = self.kind {
+            dst[..self.hdr_len].copy_from_slice(&hdrs[..self.hdr_len]);
+            self.fix_headers(dst, n, i, v4, l4);
         }
         n
     }
@@ -505,7 +535,54 @@ mod tests {
         assert_eq!(Plan::new(&good, &frag, 1500), Err(SegError::BadVnet));
     }
 
+    #[test]
+    fn headers_alone_plan_and_complete_segments_like_the_whole_packet() {
+        let tcp = tcp_hdr(77, 0x18, &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2]);
+        let pkt = ipv4(TCP, &[], &tcp, &payload(4000));
+        let h = tso4(1300, &pkt);
+        let whole = Plan::new(&h, &pkt, 1500).unwrap();
+        let (hl, seg) = whole.shape().unwrap();
+        assert_eq!((hl, seg), (20 + tcp.len(), 1300));
+        let part = Plan::from_headers(&h, &pkt[..hl], pkt.len(), 1500).unwrap();
+        assert_eq!(part, whole);
+        for i in 0..whole.count {
+            let mut a = vec![0u8; 1500];
+            let n = whole.write(&pkt, i, &mut a);
+            let mut b = vec![0u8; 1500];
+            let off = hl + i * seg;
+            b[hl..n].copy_from_slice(&pkt[off..off + n - hl]);
+            assert_eq!(part.write_headers(&pkt[..hl], i, &mut b), n);
+            assert_eq!(a[..n], b[..n], "segment {i}");
+        }
+        assert_eq!(
+            Plan::from_headers(&h, &pkt[..hl - 1], pkt.len(), 1500),
+            Err(SegError::BadVnet)
+        );
+        assert_eq!(
+            Plan::from_headers(&h, &pkt[..10], pkt.len(), 1500),
+            Err(SegError::BadVnet)
+        );
+        let plain = VnetHdr::default();
+        assert_eq!(Plan::new(&plain, &pkt[..100], 1500).unwrap().shape(), None);
+    }
+
     proptest::proptest! {
+        #[test]
+        fn never_panics_on_truncated_headers(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+                                             cut in 0usize..120,
+                                             hb in proptest::collection::vec(proptest::prelude::any::<u8>(), 10)) {
+            let h = read_vnet(&hb).unwrap();
+            let hdrs = &bytes[..cut.min(bytes.len())];
+            if let Ok(plan) = Plan::from_headers(&h, hdrs, bytes.len(), 1500) {
+                let mut d = vec![0u8; 1500];
+                if plan.shape().is_some() {
+                    for i in 0..plan.count {
+                        plan.write_headers(hdrs, i, &mut d);
+                    }
+                }
+            }
+        }
+
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
                                    hb in proptest::collection::vec(proptest::prelude::any::<u8>(), 10)) {

@@ -105,6 +105,12 @@ pub struct Counters {
     pub offload_fallbacks: AtomicU64,
     /// Super-packets written to the TUN that joined more than one segment.
     pub coalesced: AtomicU64,
+    /// Underlay messages the kernel scattered straight into engine buffers, one per
+    /// datagram (no copy in the worker).
+    pub scattered: AtomicU64,
+    /// Super-packets read from the TUN scattered straight into engine buffers, one per
+    /// segment (no payload copy in the worker).
+    pub tun_scattered: AtomicU64,
 }
 
 impl Counters {
@@ -157,6 +163,8 @@ impl Counters {
             "udp_gro": self.udp_gro.load(Relaxed),
             "fallbacks": self.offload_fallbacks.load(Relaxed),
             "coalesced": self.coalesced.load(Relaxed),
+            "scattered": self.scattered.load(Relaxed),
+            "tun_scattered": self.tun_scattered.load(Relaxed),
         })
     }
 

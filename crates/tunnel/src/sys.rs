@@ -1,7 +1,7 @@
 //! Thin OS wrappers the endpoint needs: the TUN device, batched UDP I/O
 //! (recvmmsg/sendmmsg), entering a network namespace and per-thread CPU time.
 
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
@@ -116,10 +116,43 @@ impl Tun {
         Ok(Some(n as usize))
     }
 
+    /// Reads one packet scattered over `parts` in order; `Ok(None)` when nothing is
+    /// waiting.
+    pub fn recv_vectored(&self, parts: &mut [IoSliceMut<'_>]) -> io::Result<Option<usize>> {
+        let cnt = libc::c_int::try_from(parts.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` and every slice is valid
+        // for writes for the duration of the call.
+        let n = unsafe { libc::readv(self.fd.as_raw_fd(), parts.as_ptr().cast(), cnt) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(Some(n as usize))
+    }
+
     /// Writes one packet.
     pub fn send(&self, pkt: &[u8]) -> io::Result<()> {
         // SAFETY: write from a valid slice.
         let n = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Writes one packet gathered from `parts` (a coalesced frame is its header and
+    /// the payloads of the segments it joins, written without copying them together).
+    pub fn send_vectored(&self, parts: &[IoSlice<'_>]) -> io::Result<()> {
+        let cnt = libc::c_int::try_from(parts.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` and every slice is valid for
+        // reads for the duration of the call.
+        let n = unsafe { libc::writev(self.fd.as_raw_fd(), parts.as_ptr().cast(), cnt) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }

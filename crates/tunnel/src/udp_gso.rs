@@ -4,7 +4,7 @@
 //! flow back to back with their size in a cmsg. Both cut per-datagram syscall and
 //! stack cost, as wireguard-go does on Linux.
 
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::os::fd::AsRawFd;
 
 use crate::sys::Underlay;
@@ -163,34 +163,43 @@ impl Underlay {
         bufs: &mut [&mut [u8]],
         out: &mut Vec<(usize, usize)>,
     ) -> io::Result<()> {
+        let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
+            bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
+        let mut msgs: Vec<&mut [IoSliceMut<'_>]> =
+            iovs.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.recv_vectored(&mut msgs, out)
+    }
+
+    /// Receives up to `msgs.len()` messages without blocking, message `i` scattered over
+    /// the slices of `msgs[i]` in order (so the datagrams of one coalesced message can
+    /// land in separate buffers); `out` gets `(length, segment size or 0)` per message.
+    pub fn recv_vectored(
+        &self,
+        msgs: &mut [&mut [IoSliceMut<'_>]],
+        out: &mut Vec<(usize, usize)>,
+    ) -> io::Result<()> {
         out.clear();
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut ctl = vec![[0u64; CMSG_SPACE / 8]; bufs.len()];
-        let mut msgs: Vec<libc::mmsghdr> = iov
+        let mut ctl = vec![[0u64; CMSG_SPACE / 8]; msgs.len()];
+        let mut hdrs: Vec<libc::mmsghdr> = msgs
             .iter_mut()
             .zip(ctl.iter_mut())
             .map(|(v, c)| {
                 // SAFETY: mmsghdr is plain data.
                 let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
+                // `IoSliceMut` is ABI-compatible with `iovec`.
+                m.msg_hdr.msg_iov = v.as_mut_ptr().cast();
+                m.msg_hdr.msg_iovlen = v.len();
                 m.msg_hdr.msg_control = c.as_mut_ptr().cast();
                 m.msg_hdr.msg_controllen = CMSG_SPACE;
                 m
             })
             .collect();
-        // SAFETY: msgs/iov/ctl describe valid writable buffers for the call.
+        // SAFETY: hdrs/iovecs/ctl describe valid writable buffers for the call.
         let n = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                msgs.len() as libc::c_uint,
+                hdrs.as_mut_ptr(),
+                hdrs.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -203,7 +212,7 @@ impl Underlay {
                 Err(e)
             };
         }
-        for m in &msgs[..n as usize] {
+        for m in &hdrs[..n as usize] {
             let mut seg = 0usize;
             // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_* walk it.
             unsafe {
@@ -219,6 +228,15 @@ impl Underlay {
         }
         Ok(())
     }
+}
+
+/// How many datagrams of a received message of `len` bytes with GRO segment size `seg`
+/// (0: one datagram) lie one per slot in `slots` slots of `size` bytes each, or `None`
+/// if they do not (another segment size, or more than the slots hold): then the message
+/// has to be gathered and split by copying.
+pub fn scattered(len: usize, seg: usize, size: usize, slots: usize) -> Option<usize> {
+    let aligned = seg == size || (seg == 0 && len <= size);
+    (size > 0 && aligned && len <= size * slots).then(|| len.div_ceil(size))
 }
 
 #[cfg(test)]
@@ -276,6 +294,61 @@ mod tests {
             for (k, &(len, seg)) in lens.iter().enumerate() {
                 for r in split(len, seg) {
                     got.push(bufs[k][r].to_vec());
+                }
+            }
+        }
+        assert_eq!(got, data, "gro enabled: {gro}");
+    }
+
+    #[test]
+    fn scatter_fits_only_datagrams_of_the_slot_size() {
+        assert_eq!(scattered(1000, 250, 250, 4), Some(4));
+        assert_eq!(scattered(900, 250, 250, 4), Some(4));
+        assert_eq!(scattered(1001, 250, 250, 4), None);
+        assert_eq!(scattered(1000, 200, 250, 8), None);
+        assert_eq!(scattered(200, 0, 250, 1), Some(1));
+        assert_eq!(scattered(251, 0, 250, 4), None);
+        assert_eq!(scattered(0, 0, 250, 4), Some(0));
+        assert_eq!(scattered(100, 0, 0, 0), None);
+    }
+
+    #[test]
+    fn vectored_receive_puts_each_coalesced_datagram_in_its_own_slot() {
+        let a = Underlay::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        )
+        .unwrap();
+        let b =
+            Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
+        let gro = a.enable_gro();
+        let data: Vec<Vec<u8>> = (0..8u8)
+            .map(|i| vec![i + 1; if i == 7 { 120 } else { 400 }])
+            .collect();
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        assert_eq!(b.send_gso(&refs).0, 8);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut lens = Vec::new();
+        for _ in 0..50 {
+            if got.len() == 8 {
+                break;
+            }
+            poll_readable(&[a.sock.as_raw_fd()], 200).unwrap();
+            let mut slots = vec![vec![0u8; 400]; 8];
+            let mut rest = vec![0u8; GRO_BUF];
+            {
+                let mut iov: Vec<IoSliceMut<'_>> = slots
+                    .iter_mut()
+                    .map(|s| IoSliceMut::new(s))
+                    .chain(std::iter::once(IoSliceMut::new(&mut rest)))
+                    .collect();
+                a.recv_vectored(&mut [iov.as_mut_slice()], &mut lens)
+                    .unwrap();
+            }
+            for &(len, seg) in &lens {
+                let n = scattered(len, seg, 400, 8).expect("datagrams of the slot size");
+                for (i, s) in slots.iter().take(n).enumerate() {
+                    got.push(s[..(len - i * 400).min(400)].to_vec());
                 }
             }
         }

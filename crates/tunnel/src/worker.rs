@@ -9,6 +9,8 @@
 //! order are those of a synchronous engine.
 
 use std::collections::VecDeque;
+use std::io::{IoSlice, IoSliceMut};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -19,11 +21,11 @@ use nfx_accel::{
 };
 
 use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
-use crate::gro::Gro;
+use crate::gro::{Gro, Piece, MAX_SEGS};
 use crate::offload::{read_vnet, Plan, SegError, VnetHdr};
 use crate::stats::{Counters, DropCause};
 use crate::sys::{poll_readable, Tun, Underlay, TUN_F_TSO4};
-use crate::udp_gso::{split, GRO_BUF};
+use crate::udp_gso::{scattered, split, GRO_BUF, MAX_SEGS as MAX_GRO_SEGS};
 
 /// The engine to switch to.
 pub enum Target {
@@ -165,6 +167,11 @@ const SPIN_FOR: Duration = Duration::from_micros(20);
 /// Most batches a pipelined worker keeps in flight before it waits for the oldest
 /// (two outbound batches and the inbound one fit a 256-entry device ring).
 const MAX_FLIGHTS: usize = 2;
+/// Largest IP packet a TUN read returns.
+const MAX_IP: usize = 65_535;
+/// Most segments of one super-packet a TUN read scatters into engine buffers (a longer
+/// one is cut by copying).
+const MAX_TSO_SEGS: usize = 64;
 /// Longest sleep on the engine's completion wake-up before polling again.
 const WAIT_STEP: Duration = Duration::from_millis(1);
 
@@ -190,6 +197,30 @@ pub struct Worker {
     gro: Gro,
     tun_buf: Vec<u8>,
     rx_raw: Vec<Vec<u8>>,
+    /// Per inbound packet of the batch being delivered: its inner packet's range.
+    inner: Vec<Option<Range<usize>>>,
+    /// Datagram size of the last coalesced underlay message (0: none yet): the size of
+    /// the buffers the next receive scatters into.
+    rx_seg: usize,
+    /// Whether the underlay has delivered a coalesced message yet (until then one slot
+    /// per message is enough).
+    rx_coalesced: bool,
+    /// Datagrams in the last coalesced message: the slots the next receive offers per
+    /// message are twice that (at least 4), so a flow of small coalesced messages (ACKs)
+    /// does not take 64 buffers per message.
+    rx_count: usize,
+    /// Per message of a receive, the engine buffers it is scattered into; the ones a
+    /// message did not fill stay for the next receive.
+    rx_slots: Vec<Vec<Buf>>,
+    /// Header length and segment size of the last super-packet read from the TUN: the
+    /// shape the next read is scattered for.
+    tx_shape: Option<(usize, usize)>,
+    /// Engine buffers the next TUN read scatters segment payloads into.
+    tx_slots: Vec<Buf>,
+    /// Where a scattered TUN read puts what does not fit the slots.
+    tx_spill: Vec<u8>,
+    /// Scratch for a received message that has to be gathered before it is split.
+    rx_flat: Vec<u8>,
 }
 
 /// What a worker is built from.
@@ -261,6 +292,15 @@ impl Worker {
             } else {
                 Vec::new()
             },
+            inner: Vec::new(),
+            rx_seg: 0,
+            rx_coalesced: false,
+            tx_shape: None,
+            tx_slots: Vec::new(),
+            tx_spill: vec![0; VnetHdr::LEN + MAX_IP],
+            rx_count: 0,
+            rx_slots: Vec::new(),
+            rx_flat: Vec::new(),
         })
     }
 
@@ -490,11 +530,45 @@ impl Worker {
     }
 
     /// Offload TUN reads: each read is one packet or a GSO super-packet with its
-    /// virtio_net_hdr, segmented straight into ESP payload buffers.
+    /// virtio_net_hdr, cut into ESP payload buffers. While super-packets keep one shape
+    /// (header length, segment size; a steady flow), the read is scattered: the vnet
+    /// header and the packet's headers go to the scratch buffer, each segment's payload
+    /// straight into its own engine buffer behind room for the headers, anything beyond
+    /// into a spill buffer; then only the headers are written per segment. A packet of
+    /// another shape is gathered back into the scratch buffer and cut by copying.
     fn read_offload(&mut self, ops: &mut Vec<Op>) {
         let mut raw = std::mem::take(&mut self.tun_buf);
+        let mut spill = std::mem::take(&mut self.tx_spill);
+        let mut slots = std::mem::take(&mut self.tx_slots);
         while ops.len() < self.batch {
-            let n = match self.tun.recv(&mut raw) {
+            let (hl, seg) = self
+                .tx_shape
+                .filter(|&(hl, seg)| HEAD + hl + seg <= self.cap)
+                .unwrap_or((0, 0));
+            let per = if seg == 0 {
+                0
+            } else {
+                (MAX_IP - hl).div_ceil(seg).min(MAX_TSO_SEGS)
+            };
+            while slots.len() < per {
+                slots.push(self.take_buf());
+            }
+            let head = VnetHdr::LEN + hl;
+            let read = if per == 0 {
+                self.tun.recv(&mut raw)
+            } else {
+                let (scratch, _) = raw.split_at_mut(head);
+                let mut iov: Vec<IoSliceMut<'_>> = std::iter::once(IoSliceMut::new(scratch))
+                    .chain(
+                        slots[..per]
+                            .iter_mut()
+                            .map(|b| IoSliceMut::new(&mut b.as_mut_slice()[HEAD + hl..][..seg])),
+                    )
+                    .chain(std::iter::once(IoSliceMut::new(&mut spill)))
+                    .collect();
+                self.tun.recv_vectored(&mut iov)
+            };
+            let n = match read {
                 Ok(Some(n)) => n,
                 Ok(None) => break,
                 Err(e) => {
@@ -502,10 +576,24 @@ impl Worker {
                     break;
                 }
             };
-            let Some(h) = read_vnet(&raw[..n]) else {
+            let Some(h) = read_vnet(&raw[..n.min(VnetHdr::LEN)]) else {
                 self.counters.count(DropCause::BadVnet);
                 continue;
             };
+            if per > 0 && n > head {
+                let hdrs = &raw[VnetHdr::LEN..head];
+                if let Ok(plan) = Plan::from_headers(&h, hdrs, n - VnetHdr::LEN, self.mtu) {
+                    if plan.shape() == Some((hl, seg)) && plan.count <= per {
+                        for (i, mut buf) in slots.drain(..plan.count).enumerate() {
+                            let len = plan.write_headers(hdrs, i, &mut buf.as_mut_slice()[HEAD..]);
+                            self.queue(buf, len, ops);
+                        }
+                        self.counters.tun_scattered.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                }
+                gather(&mut raw, head, n, &slots[..per], HEAD + hl, seg, &spill);
+            }
             let pkt = &raw[VnetHdr::LEN..n];
             let plan = match Plan::new(&h, pkt, self.mtu) {
                 Ok(p) => p,
@@ -517,6 +605,9 @@ impl Worker {
                     continue;
                 }
             };
+            if let Some(shape) = plan.shape() {
+                self.tx_shape = Some(shape);
+            }
             for i in 0..plan.count {
                 let mut buf = self.take_buf();
                 let len = plan.write(pkt, i, &mut buf.as_mut_slice()[HEAD..]);
@@ -524,6 +615,8 @@ impl Worker {
             }
         }
         self.tun_buf = raw;
+        self.tx_spill = spill;
+        self.tx_slots = slots;
     }
 
     /// Receives up to a batch of ESP datagrams into engine buffers.
@@ -548,33 +641,111 @@ impl Worker {
         bufs
     }
 
-    /// GRO receive: coalesced buffers split into datagrams, each copied to a buffer.
+    /// GRO receive. A steady flow's coalesced messages are scattered by the kernel
+    /// straight into engine buffers, one datagram per buffer, sized as the last
+    /// coalesced message's datagrams were; a message that does not fit that shape
+    /// (another size, a first message) spills into the overflow buffer behind the slots
+    /// and is gathered, split and copied instead.
     fn receive_gro(&mut self) -> Vec<Buf> {
+        let size = if self.rx_seg <= self.cap {
+            self.rx_seg
+        } else {
+            0
+        };
+        let per = match (size, self.rx_coalesced) {
+            (0, _) => 0,
+            (_, false) => 1,
+            (_, true) => GRO_BUF
+                .div_ceil(size)
+                .min(MAX_GRO_SEGS)
+                .min((2 * self.rx_count).max(4)),
+        };
         let mut raw = std::mem::take(&mut self.rx_raw);
+        let mut slots = std::mem::take(&mut self.rx_slots);
+        slots.resize_with(raw.len(), Vec::new);
+        for s in &mut slots {
+            while s.len() < per {
+                s.push(self.take_buf());
+            }
+            self.free.extend(s.drain(per..));
+        }
         let mut got = Vec::new();
         let r = {
-            let mut slices: Vec<&mut [u8]> = raw.iter_mut().map(|b| b.as_mut_slice()).collect();
-            self.udp.recv_batch(&mut slices, &mut got)
+            let mut iovs: Vec<Vec<IoSliceMut<'_>>> = slots
+                .iter_mut()
+                .zip(raw.iter_mut())
+                .map(|(bufs, spill)| {
+                    bufs.iter_mut()
+                        .map(|b| IoSliceMut::new(&mut b.as_mut_slice()[..size]))
+                        .chain(std::iter::once(IoSliceMut::new(spill)))
+                        .collect()
+                })
+                .collect();
+            let mut msgs: Vec<&mut [IoSliceMut<'_>]> =
+                iovs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.udp.recv_vectored(&mut msgs, &mut got)
         };
         if let Err(e) = r {
             log::warn!("underlay receive: {e}");
         }
-        let mut bufs = Vec::with_capacity(got.len() * 8);
+        let mut bufs = Vec::with_capacity(got.len() * per.max(8));
         for (k, &(len, seg)) in got.iter().enumerate() {
-            for r in split(len, seg) {
-                let mut b = self.take_buf();
-                if r.len() > b.capacity() {
-                    self.counters.count(DropCause::BadEncap);
-                    self.free.push(b);
-                    continue;
+            if let Some(n) = scattered(len, seg, size, per) {
+                self.counters.scattered.fetch_add(1, Relaxed);
+                for (i, mut b) in slots[k].drain(..n).enumerate() {
+                    b.set_len((len - i * size).min(size))
+                        .expect("a slot holds its datagram");
+                    bufs.push(b);
                 }
-                b.as_mut_slice()[..r.len()].copy_from_slice(&raw[k][r.clone()]);
-                b.set_len(r.len()).expect("checked against the capacity");
-                bufs.push(b);
+            } else {
+                self.gather_split(&slots[k], &raw[k], len, seg, size, &mut bufs);
+            }
+            if seg > 0 {
+                self.rx_seg = seg;
+                self.rx_count = len.div_ceil(seg);
+                self.rx_coalesced = true;
+            } else if !self.rx_coalesced && len > self.rx_seg {
+                self.rx_seg = len;
             }
         }
+        self.rx_slots = slots;
         self.rx_raw = raw;
         bufs
+    }
+
+    /// The slow path of [`Worker::receive_gro`]: joins the message of `len` bytes
+    /// (its first bytes in `slots` of `size` bytes each, the rest in `spill`), splits it
+    /// into datagrams of `seg` bytes and copies each into a buffer of its own.
+    fn gather_split(
+        &mut self,
+        slots: &[Buf],
+        spill: &[u8],
+        len: usize,
+        seg: usize,
+        size: usize,
+        bufs: &mut Vec<Buf>,
+    ) {
+        let mut flat = std::mem::take(&mut self.rx_flat);
+        flat.clear();
+        let mut left = len;
+        for b in slots {
+            let n = left.min(size);
+            flat.extend_from_slice(&b.as_slice()[..n]);
+            left -= n;
+        }
+        flat.extend_from_slice(&spill[..left.min(spill.len())]);
+        for r in split(flat.len(), seg) {
+            let mut b = self.take_buf();
+            if r.len() > b.capacity() {
+                self.counters.count(DropCause::BadEncap);
+                self.free.push(b);
+                continue;
+            }
+            b.as_mut_slice()[..r.len()].copy_from_slice(&flat[r.clone()]);
+            b.set_len(r.len()).expect("checked against the capacity");
+            bufs.push(b);
+        }
+        self.rx_flat = flat;
     }
 
     fn inbound_batch(&mut self) {
@@ -622,8 +793,26 @@ impl Worker {
     /// Checks and writes to the TUN the packets of one finished inbound batch.
     fn deliver_in(&mut self, done: &mut Vec<Completion>, preps: &[Prepared]) {
         let dec = self.crypto.dec;
-        let (tun, counters, gro) = (&self.tun, &self.counters, &mut self.gro);
-        let mut emit = |frame: &[u8], segs: u64, bytes: u64| match tun.send(frame) {
+        // First every packet is checked (replay window, padding, inner header): the
+        // range of the inner packet in its buffer, or nothing if it was dropped.
+        let mut inner = std::mem::take(&mut self.inner);
+        inner.clear();
+        for c in done.iter() {
+            let prep = preps
+                .get(c.op.user as usize)
+                .filter(|_| c.op.session == dec);
+            let r = match (c.status, prep) {
+                (Status::Ok, Some(prep)) => self.inb.finish(prep, &c.op.buf).map_err(Into::into),
+                (Status::AuthFailed, Some(_)) => Err(DropCause::AuthFailed),
+                _ => Err(DropCause::TxError),
+            };
+            inner.push(r.map_err(|d| self.counters.count(d)).ok());
+        }
+        // Then they go to the TUN, TCP runs coalesced into one vectored write each; the
+        // batch's buffers stay alive until the coalescer is flushed.
+        let packet = |id: usize| inner[id].clone().map(|r| &done[id].op.buf.as_slice()[r]);
+        let (tun, counters) = (&self.tun, &self.counters);
+        let write = |parts: &[IoSlice<'_>], segs: u64, bytes: u64| match tun.send_vectored(parts) {
             Ok(()) => {
                 counters.rx_packets.fetch_add(segs, Relaxed);
                 counters.rx_bytes.fetch_add(bytes, Relaxed);
@@ -634,38 +823,31 @@ impl Worker {
                 }
             }
         };
-        for mut c in done.drain(..) {
-            let prep = preps
-                .get(c.op.user as usize)
-                .filter(|_| c.op.session == dec);
-            let why = match (c.status, prep) {
-                (_, None) => Some(DropCause::TxError),
-                (Status::Ok, Some(prep)) => match self.inb.finish(prep, &c.op.buf) {
-                    Ok(r) => {
-                        let n = r.len() as u64;
-                        if !tun.vnet {
-                            emit(&c.op.buf.as_slice()[r], 1, n);
-                        } else if !self.coalesce
-                            || !gro.push(&c.op.buf.as_slice()[r.clone()], &mut emit)
-                        {
-                            let s = c.op.buf.as_mut_slice();
-                            s[HEAD - VnetHdr::LEN..HEAD].fill(0);
-                            emit(&s[HEAD - VnetHdr::LEN..r.end], 1, n);
-                        }
-                        None
-                    }
-                    Err(e) => Some(e.into()),
-                },
-                (Status::AuthFailed, _) => Some(DropCause::AuthFailed),
-                _ => Some(DropCause::TxError),
-            };
-            if let Some(d) = why {
-                counters.count(d);
+        let mut emit = |head: &[u8], pieces: &[Piece], segs: u64, bytes: u64| {
+            let mut iov = [IoSlice::new(&[]); 1 + MAX_SEGS];
+            iov[0] = IoSlice::new(head);
+            for (slot, p) in iov[1..].iter_mut().zip(pieces) {
+                let pkt = packet(p.id).expect("the coalescer holds only delivered packets");
+                *slot = IoSlice::new(&pkt[p.start..p.end]);
             }
-            self.free.push(c.op.buf);
+            write(&iov[..1 + pieces.len()], segs, bytes);
+        };
+        let plain_vnet = [0u8; VnetHdr::LEN];
+        for id in 0..done.len() {
+            let Some(pkt) = packet(id) else {
+                continue;
+            };
+            let n = pkt.len() as u64;
+            if !tun.vnet {
+                write(&[IoSlice::new(pkt)], 1, n);
+            } else if !self.coalesce || !self.gro.push(id, pkt, &mut emit) {
+                write(&[IoSlice::new(&plain_vnet), IoSlice::new(pkt)], 1, n);
+            }
         }
-        gro.flush(&mut emit);
+        self.gro.flush(&mut emit);
         self.counters.coalesced.store(self.gro.coalesced, Relaxed);
+        self.inner = inner;
+        self.free.extend(done.drain(..).map(|c| c.op.buf));
     }
 
     /// Moves both sessions to another engine between two batches. `run` finishes every
@@ -690,7 +872,10 @@ impl Worker {
         // Old sessions are destroyed so their key copies are zeroized now, not later.
         let _ = old.engine.destroy_session(old.enc);
         let _ = old.engine.destroy_session(old.dec);
+        // Buffers come from the old engine's pool: the new engine hands out its own.
         self.free.clear();
+        self.rx_slots.clear();
+        self.tx_slots.clear();
         self.past_failovers += old.engine.stats().failovers;
         drop(old);
         let switch_us = t0.elapsed().as_micros() as u64;
@@ -700,4 +885,26 @@ impl Worker {
             switch_us,
         })
     }
+}
+
+/// Joins a scattered read of `n` bytes back into `raw`: its first `head` bytes are
+/// there already, the next ones lie in `slots` (`seg` bytes each from offset `at`), the
+/// rest in `spill`.
+fn gather(
+    raw: &mut [u8],
+    head: usize,
+    n: usize,
+    slots: &[Buf],
+    at: usize,
+    seg: usize,
+    spill: &[u8],
+) {
+    let mut pos = head;
+    for b in slots {
+        let k = (n - pos).min(seg);
+        raw[pos..pos + k].copy_from_slice(&b.as_slice()[at..at + k]);
+        pos += k;
+    }
+    let k = n - pos;
+    raw[pos..n].copy_from_slice(&spill[..k]);
 }
