@@ -175,7 +175,10 @@ pub(crate) fn split<'a>(buf: &'a mut [u8], layout: &Layout, tag_len: usize) -> O
     }
     // Order the three disjoint regions and carve them out with split_at_mut.
     let mut regions = [(aad.clone(), 0usize), (data.clone(), 1), (tag.clone(), 2)];
-    regions.sort_by_key(|(r, _)| r.start);
+    // The usual shape, `[aad][data][tag]`, is in order already (this runs per packet).
+    if !(aad.start <= data.start && data.start <= tag.start) {
+        regions.sort_by_key(|(r, _)| r.start);
+    }
     let mut out: [&'a mut [u8]; 3] = [&mut [], &mut [], &mut []];
     let mut rest: &'a mut [u8] = buf;
     let mut consumed = 0usize;
