@@ -36,7 +36,21 @@ pub struct Args {
     /// Run only these cases (comma-separated names; default: all).
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
+    /// Rounds of the whole case list, run interleaved (a, b, a, b, ...); the table and
+    /// the ratios use each case's per-field median, and every round's own ratios are
+    /// printed and kept in the JSON (the machine is shared and noisy).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
 }
+
+/// The measured fields of a case (each is reduced to its median over the rounds).
+const FIELDS: [&str; 5] = [
+    "tcp1_gbps",
+    "tcp4_gbps",
+    "cpu_core_s_per_gb",
+    "lat_p50_us",
+    "lat_p99_us",
+];
 
 /// nfx's own cases, in run order (the peers follow, in [`Peer::ALL`] order).
 const NFX_CASES: [&str; 5] = [
@@ -378,6 +392,50 @@ fn table(cases: &[Value], ratios: &[Value], others: &[(String, String, String)])
     s
 }
 
+/// One case's record over several rounds: each field's median (the upper one of an even
+/// count), and the rounds themselves when there was more than one.
+fn median_case(name: &str, rounds: &[Value]) -> Value {
+    let mut out = json!({ "name": name });
+    for f in FIELDS {
+        let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[f].as_f64()).collect();
+        v.sort_by(f64::total_cmp);
+        if let Some(m) = v.get(v.len() / 2) {
+            out[f] = json!(m);
+        }
+    }
+    if rounds.len() > 1 {
+        out["rounds"] = json!(rounds);
+    }
+    out
+}
+
+/// Per round, `case: tcp1/wg tcp1/ossh` for every case that has a ratio in it.
+fn round_lines(rounds: &[Vec<Value>]) -> String {
+    let mut s = String::new();
+    for (i, r) in rounds.iter().enumerate() {
+        let parts: Vec<String> = ratios(r)
+            .iter()
+            .filter_map(|x| {
+                let (wg, ossh) = (
+                    x["tcp1_vs_wireguard_go"].as_f64(),
+                    x["tcp1_vs_openssh_aes128_gcm"].as_f64(),
+                );
+                let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+                (wg.is_some() || ossh.is_some())
+                    .then(|| format!("{} {}/{}", x["name"].as_str().unwrap_or(""), f(wg), f(ossh)))
+            })
+            .collect();
+        if !parts.is_empty() {
+            s.push_str(&format!(
+                "round {} tcp1/wg/ossh: {}\n",
+                i + 1,
+                parts.join(", ")
+            ));
+        }
+    }
+    s
+}
+
 /// The 1-minute load average (the machine is shared; results depend on it).
 fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -400,40 +458,64 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("{}bench-tunnel", args.prefix));
     std::fs::create_dir_all(&dir)?;
     let load_start = loadavg();
-    let mut cases = Vec::new();
     let mut others = Vec::new();
     let (mut failed, mut skipped) = (Vec::new(), Vec::new());
-    for name in selected {
-        eprintln!("{name} ...");
-        match run_case(&tb, &dir, name, secs) {
-            Outcome::Measured(v) => cases.push(v),
-            Outcome::Skipped(why) => {
-                eprintln!("{name}: skipped: {why}");
-                skipped.push(json!({"name": name, "reason": why}));
-                others.push((name.to_string(), "skipped".to_string(), why));
-            }
-            Outcome::Failed(e) => {
-                eprintln!("{name}: failed: {e}");
-                failed.push(json!({"name": name, "error": e}));
-                others.push((name.to_string(), "failed".to_string(), e));
+    let mut rounds: Vec<Vec<Value>> = Vec::new();
+    for round in 1..=args.repeat.max(1) {
+        let mut measured = Vec::new();
+        for &name in &selected {
+            eprintln!("{name} (round {round}) ...");
+            match run_case(&tb, &dir, name, secs) {
+                Outcome::Measured(v) => measured.push(v),
+                Outcome::Skipped(why) => {
+                    eprintln!("{name}: skipped: {why}");
+                    if round == 1 {
+                        skipped.push(json!({"name": name, "reason": why}));
+                        others.push((name.to_string(), "skipped".to_string(), why));
+                    }
+                }
+                Outcome::Failed(e) => {
+                    eprintln!("{name}: failed: {e}");
+                    failed.push(json!({"name": name, "round": round, "error": e}));
+                    others.push((name.to_string(), format!("failed (round {round})"), e));
+                }
             }
         }
+        rounds.push(measured);
     }
+    let cases: Vec<Value> = selected
+        .iter()
+        .filter_map(|&name| {
+            let mine: Vec<Value> = rounds
+                .iter()
+                .flatten()
+                .filter(|c| c["name"] == name)
+                .cloned()
+                .collect();
+            (!mine.is_empty()).then(|| median_case(name, &mine))
+        })
+        .collect();
     let load_end = loadavg();
     let ratios = ratios(&cases);
     print!("{}", table(&cases, &ratios, &others));
+    if rounds.len() > 1 {
+        print!("{}", round_lines(&rounds));
+    }
     println!(
         "load average (1 min): {} at start, {} at end",
         load_start.map_or("?".into(), |l| l.to_string()),
         load_end.map_or("?".into(), |l| l.to_string())
     );
     if let Some(path) = &args.json {
+        let round_ratios: Vec<Vec<Value>> = rounds.iter().map(|r| self::ratios(r)).collect();
         let out = json!({
             "cases": cases,
             "ratios": ratios,
             "failed": failed,
             "skipped": skipped,
             "duration_s": secs,
+            "repeat": rounds.len(),
+            "round_ratios": round_ratios,
             "loadavg_start": load_start,
             "loadavg_end": load_end,
         });
@@ -537,6 +619,43 @@ mod tests {
         let e = em_up(&mut child, port, Duration::from_secs(10)).unwrap_err();
         assert!(e.to_string().contains("exited"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn repeated_cases_report_per_field_medians_and_per_round_ratios() {
+        let a = [
+            case("nfx-cpu", 4.0, 40.0),
+            case("nfx-cpu", 6.0, 30.0),
+            case("nfx-cpu", 5.0, 90.0),
+        ];
+        let m = median_case("nfx-cpu", &a);
+        assert_eq!(
+            (m["tcp1_gbps"].as_f64(), m["lat_p50_us"].as_f64()),
+            (Some(5.0), Some(40.0))
+        );
+        assert_eq!(m["rounds"].as_array().unwrap().len(), 3);
+        let one = median_case("nfx-cpu", &a[..1]);
+        assert_eq!(one["tcp1_gbps"], 4.0);
+        assert!(one.get("rounds").is_none());
+        let rounds = vec![
+            vec![
+                case("nfx-cpu", 5.0, 1.0),
+                case("openssh-aes128-gcm", 4.0, 1.0),
+            ],
+            vec![
+                case("nfx-cpu", 4.0, 1.0),
+                case("openssh-aes128-gcm", 5.0, 1.0),
+            ],
+        ];
+        let lines = round_lines(&rounds);
+        assert!(
+            lines.contains("round 1 tcp1/wg/ossh: nfx-cpu -/1.25x"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("round 2 tcp1/wg/ossh: nfx-cpu -/0.80x"),
+            "{lines}"
+        );
     }
 
     #[test]
