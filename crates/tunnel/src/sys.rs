@@ -105,15 +105,7 @@ impl Tun {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: read into a valid, writable slice.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(Some(n as usize))
+        nonblocking(n)
     }
 
     /// Reads one packet scattered over `parts` in order; `Ok(None)` when nothing is
@@ -124,15 +116,7 @@ impl Tun {
         // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` and every slice is valid
         // for writes for the duration of the call.
         let n = unsafe { libc::readv(self.fd.as_raw_fd(), parts.as_ptr().cast(), cnt) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(Some(n as usize))
+        nonblocking(n)
     }
 
     /// Writes one packet.
@@ -162,6 +146,19 @@ impl Tun {
     /// The file descriptor (for poll).
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// The result of a non-blocking read returning `n`: `Ok(None)` for "nothing waiting".
+fn nonblocking(n: isize) -> io::Result<Option<usize>> {
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::WouldBlock {
+        Ok(None)
+    } else {
+        Err(e)
     }
 }
 

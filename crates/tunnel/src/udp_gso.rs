@@ -244,6 +244,20 @@ mod tests {
     use super::*;
     use crate::sys::poll_readable;
 
+    /// A receiver with GRO requested (and whether the kernel took it) and a sender
+    /// aimed at it, on loopback.
+    fn loopback_pair() -> (Underlay, Underlay, bool) {
+        let a = Underlay::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        )
+        .unwrap();
+        let b =
+            Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
+        let gro = a.enable_gro();
+        (a, b, gro)
+    }
+
     #[test]
     fn groups_follow_the_kernel_rule() {
         assert_eq!(group(&[]), vec![]);
@@ -266,14 +280,7 @@ mod tests {
 
     #[test]
     fn gso_send_and_gro_receive_on_loopback() {
-        let a = Underlay::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:9".parse().unwrap(),
-        )
-        .unwrap();
-        let b =
-            Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
-        let gro = a.enable_gro();
+        let (a, b, gro) = loopback_pair();
         assert!(b.probe_gso());
         let data: Vec<Vec<u8>> = (0..10u8)
             .map(|i| vec![i; if i == 6 || i == 9 { 300 } else { 500 }])
@@ -314,14 +321,7 @@ mod tests {
 
     #[test]
     fn vectored_receive_puts_each_coalesced_datagram_in_its_own_slot() {
-        let a = Underlay::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:9".parse().unwrap(),
-        )
-        .unwrap();
-        let b =
-            Underlay::bind("127.0.0.1:0".parse().unwrap(), a.sock.local_addr().unwrap()).unwrap();
-        let gro = a.enable_gro();
+        let (a, b, gro) = loopback_pair();
         let data: Vec<Vec<u8>> = (0..8u8)
             .map(|i| vec![i + 1; if i == 7 { 120 } else { 400 }])
             .collect();
