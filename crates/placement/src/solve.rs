@@ -50,6 +50,19 @@ pub struct Placement {
     pub device_of: Vec<usize>,
 }
 
+/// Share of the time limit kept back from the exact search, at most [`MAX_RESERVE`]:
+/// its parts check the clock between steps of up to a few tens of milliseconds under
+/// load (a pricing knapsack, a bin-completion node), and the answer is mapped and
+/// validated afterwards, so the whole call ends within the limit.
+const RESERVE_SHARE: f64 = 0.01;
+/// Largest time kept back from the exact search.
+const MAX_RESERVE: Duration = Duration::from_millis(100);
+
+/// The time the exact search may use out of `time_limit`.
+fn search_time(time_limit: Duration) -> Duration {
+    time_limit - time_limit.mul_f64(RESERVE_SHARE).min(MAX_RESERVE)
+}
+
 /// Places `inst` (already validated) with `alg`; the exact solver stops at `time_limit`.
 pub fn place(inst: &Instance, alg: Algorithm, time_limit: Duration) -> Result<Placement> {
     let start = Instant::now();
@@ -59,16 +72,17 @@ pub fn place(inst: &Instance, alg: Algorithm, time_limit: Duration) -> Result<Pl
         Algorithm::Online => (online::best_fit(inst)?, quick_bound(&p)),
         Algorithm::Exact => {
             let incumbent = ffd::ffd(inst).ok().map(|a| p.patterns_of(&a));
-            let r = exact::solve(&p, incumbent, start + time_limit).map_err(|proven| {
-                PlacementError::NoPlacement(if proven {
-                    "the devices cannot host all instances together".into()
-                } else {
-                    format!(
-                        "none found within the time limit of {:.1} s",
-                        time_limit.as_secs_f64()
-                    )
-                })
-            })?;
+            let r =
+                exact::solve(&p, incumbent, start + search_time(time_limit)).map_err(|proven| {
+                    PlacementError::NoPlacement(if proven {
+                        "the devices cannot host all instances together".into()
+                    } else {
+                        format!(
+                            "none found within the time limit of {:.1} s",
+                            time_limit.as_secs_f64()
+                        )
+                    })
+                })?;
             let a = p
                 .to_assignment(&r.patterns, inst.vnf_instances.len())
                 .ok_or_else(|| {
