@@ -110,3 +110,25 @@ pub fn place(inst: &Instance, alg: Algorithm, time_limit: Duration) -> Result<Pl
         device_of,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_stops_before_the_limit() {
+        assert_eq!(
+            search_time(Duration::from_secs(10)),
+            Duration::from_millis(9_900)
+        );
+        assert_eq!(
+            search_time(Duration::from_secs(60)),
+            Duration::from_millis(59_900)
+        );
+        assert_eq!(
+            search_time(Duration::from_secs(1)),
+            Duration::from_millis(990)
+        );
+        assert_eq!(search_time(Duration::ZERO), Duration::ZERO);
+    }
+}
