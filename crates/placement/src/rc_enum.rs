@@ -204,8 +204,8 @@ impl RcSearch {
         }
     }
 
-    /// Turns the LP at every node on or off (it stays off beyond [`LP_MAX_PATTERNS`]
-    /// patterns; default on): cheap nodes find most packings, LP nodes prove.
+    /// Turns the LP at every node on or off (default on; it stays off beyond
+    /// [`LP_MAX_PATTERNS`] patterns). The search is exact either way (tests check both).
     pub fn set_node_lp(&mut self, on: bool) {
         self.cover.node_lp = on && self.cover.pats.len() <= LP_MAX_PATTERNS;
     }
@@ -412,7 +412,7 @@ enum NodeLp {
     Cut,
     /// LP values per pattern (a guide) and the patterns no completion uses.
     Guide { x: Vec<f64>, fixed: Vec<usize> },
-    /// The deadline stopped the LP.
+    /// No LP (turned off, or stopped by the deadline).
     Unsolved,
 }
 
@@ -490,16 +490,18 @@ impl Cover {
         }
         // Patterns fixed out by the node LP are banned in the subtree; a memo entry
         // stays valid, as no completion avoiding the other bans uses them.
-        let (guide, fixed) = match self.node_lp {
-            true => match self.node_lp(bins, budget, waste, parent) {
-                NodeLp::Cut => {
-                    self.remember(key, bins);
-                    return false;
-                }
-                NodeLp::Guide { x, fixed } => (Some(x), fixed),
-                NodeLp::Unsolved => (None, Vec::new()),
-            },
-            false => (None, Vec::new()),
+        let lp = if self.node_lp {
+            self.solve_node_lp(bins, budget, waste, parent)
+        } else {
+            NodeLp::Unsolved
+        };
+        let (guide, fixed) = match lp {
+            NodeLp::Cut => {
+                self.remember(key, bins);
+                return false;
+            }
+            NodeLp::Guide { x, fixed } => (Some(x), fixed),
+            NodeLp::Unsolved => (None, Vec::new()),
         };
         for &p in &fixed {
             self.banned[p] = true;
@@ -527,7 +529,7 @@ impl Cover {
     /// completion into at most `bins` bins, wasting at most `waste`, has
     /// Σ r ≤ g = bins − (y·D + y_w·waste): if g < −ε·bins none exists (`Cut`), else a
     /// pattern with r_p > g + ε·(bins − 1) is in none (`fixed`).
-    fn node_lp(&self, bins: u64, budget: f64, waste: u64, parent: Option<&[f64]>) -> NodeLp {
+    fn solve_node_lp(&self, bins: u64, budget: f64, waste: u64, parent: Option<&[f64]>) -> NodeLp {
         let usable: Vec<usize> = (0..self.pats.len())
             .filter(|&p| self.usable(p, budget, waste))
             .collect();
