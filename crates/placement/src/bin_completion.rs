@@ -158,7 +158,7 @@ impl Bc {
         }
         self.nodes += 1;
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
+            || (self.nodes.is_multiple_of(16) && Instant::now() >= self.deadline)
         {
             self.aborted = true;
             return false;

@@ -655,7 +655,7 @@ impl<'a> BranchPrice<'a> {
                 let mu = y[row_of_model[k]].min(0.0) + nu(k);
                 knap.load(&g, k, nm, &y[..ng], m.cap, m.thr_cap);
                 knap.set_cuts(&group_cuts, &sigma);
-                let ans = knap.solve(&g.conflict, ng, cost - mu);
+                let ans = knap.solve(&g.conflict, ng, cost - mu, Some(until));
                 exact &= ans.exact;
                 let upper = ans.upper + nu(k);
                 if upper > cost {
@@ -1059,6 +1059,8 @@ struct Knapsack {
     threshold: f64,
     /// Node budget of the current search.
     limit: u64,
+    /// The search stops here as if out of nodes (its answer is then not exact).
+    deadline: Option<Instant>,
     found: Vec<(f64, Vec<u32>)>,
     nodes: u64,
     /// Per candidate (position in `items`): the subset-row cuts with a positive
@@ -1155,11 +1157,23 @@ impl Knapsack {
     /// A first search runs with the cheap bounds and a small budget; if it does not
     /// finish and both capacities bind, the two-capacity table is built and the search
     /// repeated with the full budget.
-    fn solve(&mut self, conflict: &[bool], ng: usize, threshold: f64) -> KAnswer {
+    /// At `deadline` the search stops as if out of nodes.
+    fn solve(
+        &mut self,
+        conflict: &[bool],
+        ng: usize,
+        threshold: f64,
+        deadline: Option<Instant>,
+    ) -> KAnswer {
         self.threshold = threshold;
+        self.deadline = deadline;
         self.limit = PRICE_FIRST_NODES;
         self.search(conflict, ng);
-        if self.nodes > self.limit && self.inv1 > 0.0 && self.inv2 > 0.0 {
+        if self.nodes > self.limit
+            && self.inv1 > 0.0
+            && self.inv2 > 0.0
+            && deadline.is_none_or(|d| Instant::now() < d)
+        {
             let w1: Vec<u64> = self.items.iter().map(|i| i.w1).collect();
             let w2: Vec<u64> = self.items.iter().map(|i| i.w2).collect();
             let v: Vec<f64> = self.items.iter().map(|i| i.v).collect();
@@ -1252,6 +1266,9 @@ impl Knapsack {
 
     fn dfs(&mut self, conflict: &[bool], ng: usize, idx: usize, val: f64, r1: u64, r2: u64) {
         self.nodes += 1;
+        if self.nodes.is_multiple_of(1024) && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.nodes = self.limit + 1;
+        }
         if self.nodes > self.limit {
             return;
         }
@@ -1420,7 +1437,7 @@ mod tests {
             let pi: Vec<f64> = (0..ng).map(|_| next(10) as f64 - 2.0).collect();
             let mut k = Knapsack::default();
             k.load(&g, 0, nm, &pi, cap1, cap2);
-            let ans = k.solve(&conflict, ng, -1.0);
+            let ans = k.solve(&conflict, ng, -1.0, None);
             let mut best = 0.0f64;
             for mask in 0u32..1 << ng {
                 let set: Vec<usize> = (0..ng).filter(|&x| mask >> x & 1 == 1).collect();
@@ -1480,7 +1497,7 @@ mod tests {
             let mut k = Knapsack::default();
             k.load(&g, 0, 1, &pi, cap1, cap2);
             k.set_cuts(&group_cuts, &sigma);
-            let ans = k.solve(&g.conflict, ng, -1.0);
+            let ans = k.solve(&g.conflict, ng, -1.0, None);
             let mut best = 0.0f64;
             for mask in 0u32..1 << ng {
                 let set: Vec<usize> = (0..ng).filter(|&x| (mask >> x) & 1 == 1).collect();

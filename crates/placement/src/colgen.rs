@@ -91,6 +91,7 @@ impl<'a> ColGen<'a> {
         deadline: Instant,
     ) -> LpOutcome {
         let p = self.p;
+        self.pricer.set_deadline(Some(deadline));
         let types: Vec<usize> = (0..p.types.len()).filter(|&t| demand[t] > 0).collect();
         let mut row_of_type = vec![usize::MAX; p.types.len()];
         for (r, &t) in types.iter().enumerate() {

@@ -132,7 +132,7 @@ pub fn search(
 impl Dfs<'_> {
     fn go(&mut self, i: usize, cost: u64) {
         self.nodes += 1;
-        if self.nodes.is_multiple_of(4096) && Instant::now() >= self.deadline {
+        if self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline {
             self.timed_out = true;
         }
         if self.timed_out || cost >= self.ub {

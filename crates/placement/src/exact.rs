@@ -40,10 +40,8 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
-/// Node budget of the first reduced-cost enumeration search (doubled every round).
-const RC_FIRST_NODES: u64 = 300_000;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
-const RC_PARTS: u32 = 8;
+const RC_PARTS: u32 = 3;
 /// LP value − bound to which the root is re-solved for the enumeration's duals.
 const RC_ROOT_GAP: f64 = 1e-5;
 /// Most patterns the reduced-cost enumeration keeps before it gives up.
@@ -185,7 +183,6 @@ pub fn solve(
         let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
         let mut rc_duals: Option<Vec<f64>> = None;
         let mut rc: Option<(u64, RcSearch)> = None;
-        let mut rc_nodes = RC_FIRST_NODES;
         while s.lb < s.ub && Instant::now() < deadline {
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
@@ -224,8 +221,7 @@ pub fn solve(
             }
             if let (Some(one), Some((k, search))) = (&one, &mut rc) {
                 if *k * one.cost == s.lb && s.lb < s.ub {
-                    let r = search.search(0, rc_nodes, s.slice(RC_PARTS));
-                    rc_nodes = rc_nodes.saturating_mul(2);
+                    let r = search.search(0, u64::MAX, s.slice(RC_PARTS));
                     if let Some(bins) = r.packing {
                         let pats = one.patterns(bins);
                         s.offer_partial(&pats, 0);
@@ -234,7 +230,6 @@ pub fn solve(
                         rc = rc_duals
                             .as_deref()
                             .and_then(|d| s.rc_search(one, d, &guide));
-                        rc_nodes = RC_FIRST_NODES;
                     }
                 } else {
                     rc = None;

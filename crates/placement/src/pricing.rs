@@ -5,6 +5,8 @@
 //! bound with the Dantzig bound and a node budget; if the budget runs out, the answer
 //! is the best pattern found plus a valid upper bound, so the LP bound stays proven.
 
+use std::time::Instant;
+
 /// Largest capacity × chunk count solved by dynamic programming.
 const DP_LIMIT: u64 = 64_000_000;
 /// Node budget of the branch and bound.
@@ -54,9 +56,18 @@ pub struct Pricer {
     /// primary weight, for the cardinality bound.
     max_v: Vec<f64>,
     min_w: Vec<u64>,
+    /// The branch and bound stops here as if out of nodes (its answer is then not
+    /// exact, its upper bound still valid).
+    deadline: Option<Instant>,
 }
 
 impl Pricer {
+    /// Makes later branch-and-bound solves stop at `deadline` (`None`: node limit only),
+    /// so that one pricing round cannot run far past a time limit.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
     /// Maximises Σ v·a subject to Σ w1·a ≤ cap1, Σ w2·a ≤ cap2, 0 ≤ a ≤ copies.
     pub fn solve(&mut self, items: &[KItem], cap1: u64, cap2: u64) -> KAnswer {
         let mut its: Vec<KItem> = items
@@ -303,6 +314,9 @@ impl Pricer {
 
     fn dfs(&mut self, k: usize, rem_a: u64, rem_b: u64, cur: f64, st: &mut BbState) {
         st.nodes += 1;
+        if st.nodes.is_multiple_of(1024) && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            st.nodes = NODE_LIMIT;
+        }
         if cur > st.best_value + 1e-12 {
             st.best_value = cur;
             self.best.copy_from_slice(&self.cur);

@@ -9,9 +9,14 @@
 //! searched depth first: branch on the item type with the fewest usable patterns
 //! (Knuth's rule), one child per pattern that covers it, and each later sibling
 //! excludes the patterns tried before it (so no packing is visited twice and none is
-//! missed). A search that ends without a packing proves K bins impossible, which is
-//! how a non-IRUP instance's bound rises above ⌈LP⌉.
+//! missed). Every node also solves the LP of its remaining demand over the patterns it
+//! may still use (`cover_lp`): it cuts the node when more bins than are left are
+//! needed, fixes out the patterns whose LP reduced cost exceeds the gap to the bins
+//! left (in a subtree whose LP is integral-valued that is nearly all of them), and
+//! orders the children by LP value. A search that ends without a packing proves K
+//! bins impossible, which is how a non-IRUP instance's bound rises above ⌈LP⌉.
 
+use crate::cover_lp::min_cover;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -23,6 +28,12 @@ const MEMO_LIMIT: usize = 400_000;
 /// Cells of the suffix knapsack table used to prune the enumeration; larger problems
 /// use the ratio bound instead.
 const DP_CELLS: usize = 4_000_000;
+/// Every node of the cover search with at most this many patterns solves the LP of
+/// its remaining demand (a bound, reduced-cost fixing and the order of its children);
+/// beyond, an LP per node costs more than it saves.
+const LP_MAX_PATTERNS: usize = 20_000;
+/// Margin on that LP's value against floating-point error before a node is cut.
+const LP_MARGIN: f64 = 1e-6;
 
 /// Outcome of one enumeration search.
 #[derive(Debug, Clone, Default)]
@@ -152,6 +163,7 @@ impl RcSearch {
             aborted: false,
             failed: HashMap::new(),
             rng: 1,
+            node_lp: pats.len() <= LP_MAX_PATTERNS,
             pats,
         };
         for (p, pat) in cover.pats.iter().enumerate() {
@@ -192,6 +204,12 @@ impl RcSearch {
         }
     }
 
+    /// Turns the LP at every node on or off (default on; it stays off beyond
+    /// [`LP_MAX_PATTERNS`] patterns). The search is exact either way (tests check both).
+    pub fn set_node_lp(&mut self, on: bool) {
+        self.cover.node_lp = on && self.cover.pats.len() <= LP_MAX_PATTERNS;
+    }
+
     /// Number of enumerated patterns.
     pub fn patterns(&self) -> usize {
         self.cover.pats.len()
@@ -211,7 +229,7 @@ impl RcSearch {
             seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
         };
         s.path.clear();
-        let found = s.dfs(self.k, self.budget, self.waste);
+        let found = s.dfs(self.k, self.budget, self.waste, None);
         let mut r = EnumResult {
             patterns: s.pats.len(),
             nodes: s.nodes,
@@ -388,6 +406,16 @@ impl Enum<'_> {
     }
 }
 
+/// What the LP of a cover-search node says.
+enum NodeLp {
+    /// No completion exists.
+    Cut,
+    /// LP values per pattern (a guide) and the patterns no completion uses.
+    Guide { x: Vec<f64>, fixed: Vec<usize> },
+    /// No LP (turned off, or stopped by the deadline).
+    Unsolved,
+}
+
 /// The exact-cover search over the enumerated patterns.
 struct Cover {
     pats: Vec<Pat>,
@@ -411,6 +439,8 @@ struct Cover {
     rng: u64,
     /// Remaining demands proven impossible, with the most bins they were tried with.
     failed: HashMap<Vec<u8>, u64>,
+    /// Whether nodes solve their LP (see [`min_cover`]).
+    node_lp: bool,
 }
 
 impl Cover {
@@ -435,7 +465,7 @@ impl Cover {
 
     /// Covers the remaining demand with at most `bins` patterns whose reduced costs
     /// sum to at most `budget` and wastes to at most `waste`.
-    fn dfs(&mut self, bins: u64, budget: f64, waste: u64) -> bool {
+    fn dfs(&mut self, bins: u64, budget: f64, waste: u64, parent: Option<&[f64]>) -> bool {
         if self.left == 0 {
             return true;
         }
@@ -444,7 +474,7 @@ impl Cover {
         }
         self.nodes += 1;
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
+            || ((self.node_lp || self.nodes.is_multiple_of(256)) && Instant::now() >= self.deadline)
         {
             self.aborted = true;
             return false;
@@ -452,20 +482,86 @@ impl Cover {
         // The remaining demand and the bins left determine the rest of the budget and
         // of the waste, so a demand that failed with at least as many bins fails again.
         // This holds despite the exclusions: a solution of this node using an excluded
-        // pattern would extend an earlier sibling's path, whose search found none.
+        // pattern would extend an earlier sibling's path, whose search found none, or
+        // contradict the LP of the ancestor that fixed the pattern out.
         let key = self.key();
         if self.failed.get(&key).is_some_and(|&b| b >= bins) {
             return false;
         }
-        let found = self.branch(bins, budget, waste);
-        if !found && !self.aborted && self.failed.len() < MEMO_LIMIT {
-            let b = self.failed.entry(key).or_insert(0);
-            *b = (*b).max(bins);
+        // Patterns fixed out by the node LP are banned in the subtree; a memo entry
+        // stays valid, as no completion avoiding the other bans uses them.
+        let lp = if self.node_lp {
+            self.solve_node_lp(bins, budget, waste, parent)
+        } else {
+            NodeLp::Unsolved
+        };
+        let (guide, fixed) = match lp {
+            NodeLp::Cut => {
+                self.remember(key, bins);
+                return false;
+            }
+            NodeLp::Guide { x, fixed } => (Some(x), fixed),
+            NodeLp::Unsolved => (None, Vec::new()),
+        };
+        for &p in &fixed {
+            self.banned[p] = true;
+        }
+        let found = self.branch(bins, budget, waste, guide.as_deref());
+        for &p in &fixed {
+            self.banned[p] = false;
+        }
+        if !found && !self.aborted {
+            self.remember(key, bins);
         }
         found
     }
 
-    fn branch(&mut self, bins: u64, budget: f64, waste: u64) -> bool {
+    fn remember(&mut self, key: Vec<u8>, bins: u64) {
+        if self.failed.len() < MEMO_LIMIT {
+            let b = self.failed.entry(key).or_insert(0);
+            *b = (*b).max(bins);
+        }
+    }
+
+    /// The LP of the remaining demand over the usable patterns (see [`min_cover`]).
+    /// With its duals y (waste dual y_w ≤ 0), every usable pattern has reduced cost
+    /// r_p = 1 − y·p − y_w·waste_p ≥ −ε (ε: the simplex's tolerance, measured), and a
+    /// completion into at most `bins` bins, wasting at most `waste`, has
+    /// Σ r ≤ g = bins − (y·D + y_w·waste): if g < −ε·bins none exists (`Cut`), else a
+    /// pattern with r_p > g + ε·(bins − 1) is in none (`fixed`).
+    fn solve_node_lp(&self, bins: u64, budget: f64, waste: u64, parent: Option<&[f64]>) -> NodeLp {
+        let usable: Vec<usize> = (0..self.pats.len())
+            .filter(|&p| self.usable(p, budget, waste))
+            .collect();
+        let pats: Vec<(&[(usize, u32)], u64)> = usable
+            .iter()
+            .map(|&p| (self.pats[p].items.as_slice(), self.pats[p].waste))
+            .collect();
+        let start: Vec<bool> = usable
+            .iter()
+            .map(|&p| parent.map_or(self.pats[p].x, |x| x[p]) > 1e-9)
+            .collect();
+        let Some(lp) = min_cover(&self.d, &pats, &start, waste, self.deadline) else {
+            return NodeLp::Unsolved;
+        };
+        let gap = bins as f64 - lp.dual_value;
+        let eps = lp.rc.iter().fold(0.0f64, |e, &r| e.max(-r));
+        if gap < -eps * bins as f64 - LP_MARGIN {
+            return NodeLp::Cut;
+        }
+        let limit = gap + eps * bins.saturating_sub(1) as f64 + LP_MARGIN;
+        let mut x = vec![0.0; self.pats.len()];
+        let mut fixed = Vec::new();
+        for ((&p, &v), &r) in usable.iter().zip(&lp.x).zip(&lp.rc) {
+            x[p] = v;
+            if r > limit {
+                fixed.push(p);
+            }
+        }
+        NodeLp::Guide { x, fixed }
+    }
+
+    fn branch(&mut self, bins: u64, budget: f64, waste: u64, guide: Option<&[f64]>) -> bool {
         // The type with the fewest usable patterns (ties: the heaviest). On the way,
         // lower bounds on the reduced cost and the waste still to come: share each
         // pattern's reduced cost among its items by dual value and its waste by weight;
@@ -512,9 +608,12 @@ impl Cover {
                 options.push((p, tie));
             }
         }
+        let node_x = |p: u32| guide.map_or(0.0, |x| x[p as usize]);
         options.sort_by(|&(a, ta), &(b, tb)| {
             let (pa, pb) = (&self.pats[a as usize], &self.pats[b as usize]);
-            pb.x.total_cmp(&pa.x)
+            node_x(b)
+                .total_cmp(&node_x(a))
+                .then(pb.x.total_cmp(&pa.x))
                 .then(pa.rc.total_cmp(&pb.rc))
                 .then(pa.waste.cmp(&pb.waste))
                 .then(ta.cmp(&tb))
@@ -524,7 +623,7 @@ impl Cover {
             let (rc, w) = (self.pats[p as usize].rc, self.pats[p as usize].waste);
             self.take(p, true);
             self.path.push(p);
-            found = self.dfs(bins - 1, budget - rc, waste - w);
+            found = self.dfs(bins - 1, budget - rc, waste - w, guide);
             if found {
                 break;
             }
@@ -663,14 +762,16 @@ mod tests {
                 let r = pack_into(&items, cap, opt - 1, &d, 1_000_000, far());
                 prop_assert!(r.packing.is_none() && r.exhausted);
                 // Restarts with tiny node limits first (what they remember must not
-                // hide the packing), guided by the packing found.
+                // hide the packing), guided by the packing found, with and without the
+                // node LP (its cuts and fixings are remembered too).
                 let guide: Vec<(Vec<(usize, u32)>, f64)> =
                     bins.iter().map(|b| (b.clone(), 1.0)).collect();
-                for k in [opt, opt - 1] {
+                for (k, node_lp) in [(opt, false), (opt, true), (opt - 1, false), (opt - 1, true)] {
                     let Ok(mut s) = RcSearch::new(&items, cap, k, &d, 1_000_000, far()) else {
                         prop_assert!(k < opt);
                         continue;
                     };
+                    s.set_node_lp(node_lp);
                     s.prefer(&guide[guide.len() / 2..]);
                     for limit in [2, 5, 9] {
                         let r = s.search(seed + limit, limit, far());
