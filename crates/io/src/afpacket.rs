@@ -400,15 +400,18 @@ impl AfPacketPort {
 }
 
 /// Lends `buf` the frame of `len` bytes at offset `mac` of the ring slot at `slot`
-/// (`slot_size` bytes; [`parse_slot`] checked that the frame lies inside it).
+/// (`slot_size` bytes; [`parse_slot`] checked that the frame lies inside it, behind
+/// the slot header and the virtio-net header), with the virtio-net header's bytes in
+/// front of it, so that the send can hand header and frame over as one buffer.
 fn lend(buf: &mut PacketBuf, slot: *mut u8, slot_size: usize, mac: usize, len: usize) {
     // SAFETY: `mac` < `slot_size`, so the pointer stays inside the slot, which is
     // non-null (inside the mapping).
     let frame = unsafe { NonNull::new_unchecked(slot.add(mac)) };
-    // SAFETY: the slot's `slot_size - mac` bytes from `mac` stay mapped (the ring lives
-    // as long as the port) and userspace's: the ring holds the slot from the kernel
-    // (`take_head`) until `release`, which first detaches every packet it lent.
-    unsafe { buf.attach_external(frame, slot_size - mac, len) };
+    // SAFETY: the slot's bytes from `mac - VnetHdr::LEN` (after the slot header, as
+    // `parse_slot` checked) to its end stay mapped (the ring lives as long as the port)
+    // and userspace's: the ring holds the slot from the kernel (`take_head`) until
+    // `release`, which first detaches every packet it lent.
+    unsafe { buf.attach_external(frame, VnetHdr::LEN, slot_size - mac, len) };
 }
 
 /// Reads one frame (with its virtio-net header) from the socket queue into `p`: the full

@@ -43,13 +43,19 @@ impl MsgBatch {
 
     /// Points message `i` at header `i` (if any) and at `data` (`len` bytes).
     fn aim(&mut self, i: usize, data: *mut u8, len: usize) {
+        self.aim_with(i, data, len, self.vnet);
+    }
+
+    /// Points message `i` at `data` (`len` bytes), preceded by header `i` when
+    /// `separate_hdr` (else `data` is all there is: a frame with its header in front).
+    fn aim_with(&mut self, i: usize, data: *mut u8, len: usize, separate_hdr: bool) {
         let frame = libc::iovec {
             iov_base: data.cast(),
             iov_len: len,
         };
         // SAFETY: msghdr is plain old data; all-zero is a valid value.
         let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        if self.vnet {
+        if separate_hdr {
             let h = libc::iovec {
                 iov_base: self.hdrs[i].as_mut_ptr().cast(),
                 iov_len: VnetHdr::LEN,
@@ -142,7 +148,16 @@ impl MsgBatch {
         while done < pkts.len() {
             let n = (pkts.len() - done).min(self.batch());
             for i in 0..n {
-                let p = &pkts[done + i];
+                let p = &mut pkts[done + i];
+                if self.vnet && offset == 0 {
+                    // A frame lent from a receive ring has room for its header in
+                    // front: one buffer per message, which the kernel imports faster.
+                    if let Some(whole) = p.buf.vnet_and_frame() {
+                        let (ptr, len) = (whole.as_ptr().cast_mut(), whole.len());
+                        self.aim_with(i, ptr, len, false);
+                        continue;
+                    }
+                }
                 self.hdrs[i] = p.buf.vnet.to_bytes();
                 let frame = p.buf.frame().get(offset..).unwrap_or_default();
                 self.aim(i, frame.as_ptr().cast_mut(), frame.len());

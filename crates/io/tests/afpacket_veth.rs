@@ -349,6 +349,91 @@ fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, 
     got
 }
 
+/// Frames used in place are sent from their ring slots with the virtio-net header
+/// written in front of them (one buffer per frame): a small frame, a GSO super-packet
+/// whose header the receiver rewrote, and another small frame go back whole, in order,
+/// with the rewritten header.
+#[test]
+fn frames_lent_from_the_ring_are_sent_back_whole_with_their_header() {
+    let pair = Pair::new("lentback");
+    let b = pair.b.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let fwd = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&b).unwrap();
+        let rx = Rx {
+            slot: nfx_io::ring::GSO_SLOT,
+            in_place: true,
+            ..ring(15)
+        };
+        let mut port = AfPacketPort::open("veth0", rx_opts(rx)).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut vec = PacketVector::new(8, PacketBuf::MTU_CAPACITY);
+        let (mut forwarded, mut lent) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while forwarded < 3 && Instant::now() < deadline {
+            let n = port.recv(vec.slots_mut()).unwrap();
+            vec.set_len(n, Direction::Forward);
+            for p in vec.packets_mut() {
+                lent += usize::from(p.buf.is_external());
+                if p.buf.vnet.gso_type == VnetHdr::GSO_TCPV4 {
+                    p.buf.vnet.gso_size = 1400;
+                }
+            }
+            forwarded += port.send(vec.packets_mut());
+            port.release(vec.packets_mut());
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+        lent
+    });
+    ready.recv().unwrap();
+    let len = 14 + 20 + 20 + 30_000;
+    let mut big = udp_frame(0, len);
+    big[23] = 6;
+    big[34 + 12] = 5 << 4;
+    big[34 + 13] = 0x18;
+    let vnet = VnetHdr {
+        flags: VnetHdr::F_NEEDS_CSUM,
+        gso_type: VnetHdr::GSO_TCPV4,
+        hdr_len: 54,
+        gso_size: 1448,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    let a = pair.a.clone();
+    let frame = big.clone();
+    let got = Pair::within(&a, move || {
+        let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
+        let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
+        buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
+        buf.set_len(frame.len());
+        buf.vnet = vnet;
+        let mut pkts = vec![
+            Packet::new(PacketBuf::from_frame(&udp_frame(1, 60)), Direction::Forward),
+            Packet::new(buf, Direction::Forward),
+            Packet::new(PacketBuf::from_frame(&udp_frame(2, 60)), Direction::Forward),
+        ];
+        assert_eq!(port.send(&mut pkts), 3, "{:?}", port.counters());
+        let mut vec = PacketVector::new(8, PacketBuf::GSO_CAPACITY);
+        let mut got = Vec::new();
+        recv_until(&mut port, 3, &mut vec, &mut got);
+        got
+    });
+    assert_eq!(
+        fwd.join().unwrap(),
+        3,
+        "all three forwarded from their slots"
+    );
+    assert_eq!(got.len(), 3, "frames did not come back whole");
+    assert_eq!(got[0].0, udp_frame(1, 60));
+    assert_eq!(got[1].0, big);
+    assert_eq!(got[2].0, udp_frame(2, 60));
+    assert_eq!(got[1].1.gso_type, VnetHdr::GSO_TCPV4);
+    assert_eq!(got[1].1.gso_size, 1400, "the rewritten header went out");
+    assert!(got[1].1.needs_csum());
+}
+
 /// Slots lent to packets stay out of the kernel's reach until `release`: with 20 of a
 /// 32-slot ring held, 20 more frames fill the 12 free slots (8 dropped by the kernel),
 /// the held frames keep their bytes, and after the release the 12 come out in order.

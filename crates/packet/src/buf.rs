@@ -87,6 +87,9 @@ pub struct PacketBuf {
     len: usize,
     /// The lent memory and its size while the frame lives outside `data`.
     external: Option<(NonNull<u8>, usize)>,
+    /// Bytes of lent memory right before the frame that the loan covers too (room for
+    /// the virtio-net header, [`Self::vnet_and_frame`]); 0 for owned storage.
+    head: usize,
     /// Offload metadata (GSO, partial checksum) that travels with the frame.
     pub vnet: VnetHdr,
 }
@@ -109,6 +112,7 @@ impl Clone for PacketBuf {
             data,
             len: self.len,
             external: None,
+            head: 0,
             vnet: self.vnet,
         }
     }
@@ -126,6 +130,7 @@ impl PacketBuf {
             data: vec![0u8; cap].into_boxed_slice(),
             len: 0,
             external: None,
+            head: 0,
             vnet: VnetHdr::default(),
         }
     }
@@ -195,17 +200,43 @@ impl PacketBuf {
     }
 
     /// Lends the buffer `cap` bytes at `ptr` that hold a frame of `len` bytes (clamped
-    /// to `cap`): from now until [`Self::detach`] the frame is read and written there.
+    /// to `cap`), and the `head` bytes before `ptr`: from now until [`Self::detach`]
+    /// the frame is read and written there.
     ///
     /// # Safety
     ///
-    /// The `cap` bytes at `ptr` must stay mapped, writable and touched by nobody else
-    /// (no other buffer, not the kernel) until this buffer is detached, attached again,
-    /// or dropped. A port that lends ring slots keeps each slot from the kernel until
-    /// it has detached the packet ([`Self::detach`]).
-    pub unsafe fn attach_external(&mut self, ptr: NonNull<u8>, cap: usize, len: usize) {
+    /// The `head + cap` bytes from `ptr - head` must stay mapped, writable and touched
+    /// by nobody else (no other buffer, not the kernel) until this buffer is detached,
+    /// attached again, or dropped. A port that lends ring slots keeps each slot from
+    /// the kernel until it has detached the packet ([`Self::detach`]).
+    pub unsafe fn attach_external(
+        &mut self,
+        ptr: NonNull<u8>,
+        head: usize,
+        cap: usize,
+        len: usize,
+    ) {
         self.external = Some((ptr, cap));
+        self.head = head;
         self.len = len.min(cap);
+    }
+
+    /// The virtio-net header ([`Self::vnet`], written into the [`VnetHdr::LEN`] lent
+    /// bytes before the frame) and the frame as one slice, when the loan has that room:
+    /// a send then passes the kernel one buffer per frame instead of two, which the
+    /// kernel imports on a shorter path. `None` for owned storage.
+    pub fn vnet_and_frame(&mut self) -> Option<&[u8]> {
+        let (ptr, _) = self.external?;
+        if self.head < VnetHdr::LEN {
+            return None;
+        }
+        // SAFETY: `attach_external`'s contract: the `head` bytes before `ptr` and the
+        // frame after it are lent to this buffer; `&mut self` makes this the only access.
+        let whole = unsafe {
+            std::slice::from_raw_parts_mut(ptr.as_ptr().sub(VnetHdr::LEN), VnetHdr::LEN + self.len)
+        };
+        whole[..VnetHdr::LEN].copy_from_slice(&self.vnet.to_bytes());
+        Some(whole)
     }
 
     /// True while the frame lives in lent memory.
@@ -218,6 +249,7 @@ impl PacketBuf {
     pub fn detach(&mut self) {
         if self.external.take().is_some() {
             self.len = 0;
+            self.head = 0;
         }
     }
 
@@ -228,6 +260,7 @@ impl PacketBuf {
         let Some((ptr, cap)) = self.external.take() else {
             return true;
         };
+        self.head = 0;
         let len = self.len;
         if len > self.data.len() {
             self.len = 0;
@@ -251,7 +284,7 @@ mod tests {
         let mut b = PacketBuf::with_capacity(16);
         let ptr = NonNull::new(slot[10..].as_mut_ptr()).unwrap();
         // SAFETY: `slot` outlives every use of `b`'s loan below and nothing else touches it.
-        unsafe { b.attach_external(ptr, 90, 4) };
+        unsafe { b.attach_external(ptr, 0, 90, 4) };
         assert!(b.is_external());
         assert_eq!(b.frame(), &[1, 2, 3, 4]);
         assert_eq!(b.capacity(), 90);
@@ -273,13 +306,13 @@ mod tests {
         let mut slot = [5u8; 40];
         let mut b = PacketBuf::with_capacity(16);
         // SAFETY: `slot` outlives the loan.
-        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 40, 8) };
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 0, 40, 8) };
         assert!(b.make_owned());
         slot[0] = 0;
         assert!(!b.is_external());
         assert_eq!(b.frame(), &[5u8; 8]);
         // SAFETY: as above.
-        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 40, 30) };
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 0, 40, 30) };
         assert!(!b.make_owned());
         assert!(!b.is_external() && b.is_empty());
     }
@@ -289,8 +322,41 @@ mod tests {
         let mut slot = [7u8; 20];
         let mut b = PacketBuf::with_capacity(16);
         // SAFETY: `slot` outlives the loan.
-        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 20, 20) };
+        unsafe { b.attach_external(NonNull::new(slot.as_mut_ptr()).unwrap(), 0, 20, 20) };
         assert_eq!(b.storage_mut().len(), 16);
         assert!(!b.is_external());
+    }
+
+    #[test]
+    fn vnet_header_is_written_before_a_lent_frame_with_room() {
+        let mut slot = [0u8; 64];
+        slot[20..24].copy_from_slice(&[1, 2, 3, 4]);
+        let mut b = PacketBuf::with_capacity(16);
+        b.vnet = VnetHdr {
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4,
+            hdr_len: 54,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        assert_eq!(b.vnet_and_frame(), None, "owned storage has no room");
+        let frame = NonNull::new(slot[20..].as_mut_ptr()).unwrap();
+        // SAFETY: `slot` outlives the loan; bytes 10..64 are lent.
+        unsafe { b.attach_external(frame, VnetHdr::LEN, 44, 4) };
+        let vnet = b.vnet;
+        let whole = b.vnet_and_frame().unwrap().to_vec();
+        assert_eq!(whole.len(), VnetHdr::LEN + 4);
+        assert_eq!(&whole[..VnetHdr::LEN], &vnet.to_bytes());
+        assert_eq!(&whole[VnetHdr::LEN..], &[1, 2, 3, 4]);
+        b.detach();
+        assert_eq!(
+            &slot[10..20],
+            &vnet.to_bytes(),
+            "written into the lent bytes"
+        );
+        // SAFETY: as above, but no bytes before the frame are lent.
+        unsafe { b.attach_external(frame, 4, 44, 4) };
+        assert_eq!(b.vnet_and_frame(), None, "too little room");
     }
 }

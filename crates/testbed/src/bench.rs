@@ -429,7 +429,10 @@ pub fn worker_cpu_s_per_mpkt(before: &Value, after: &Value) -> Option<f64> {
     Some((c1 - c0).max(0.0) / (pkts as f64 / 1e6))
 }
 
-/// Idle CPU of an adaptive chain, and adaptive vs busy 64-byte UDP throughput.
+/// Idle CPU of an adaptive chain, and adaptive vs busy 64-byte UDP throughput: the
+/// median of `repeat` runs each, taken in interleaved order (adaptive, busy, busy,
+/// adaptive, …) with a fresh `nfx run` per run, so that a change in the machine's other
+/// load does not land on one mode only.
 fn adaptive_checks(
     opts: &BenchOpts,
     tb: &TestbedGuard,
@@ -439,34 +442,38 @@ fn adaptive_checks(
     let tmp = tempfile::Builder::new()
         .prefix("adaptive-")
         .tempdir_in(dir)?;
-    let mut mpps = Vec::new();
-    let mut idle = 0.0;
-    for poll in ["adaptive", "busy"] {
-        let (chain, extra) = chain_of("nfx-chain", opts);
-        let spec = run_spec(&format!("chain-{poll}"), &tmp, chain, poll);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, tmp.path())?;
-        if poll == "adaptive" {
-            // Let start-up settle, then measure a quiet interval.
-            std::thread::sleep(Duration::from_millis(500));
-            let cpu = ProcessCpu::start(nfx.pid())?;
-            std::thread::sleep(Duration::from_secs(u64::from(opts.secs.clamp(2, 5))));
-            idle = cpu.cores()? * 100.0;
-            log(&format!("  idle adaptive CPU: {idle:.2} % of a core"));
-        }
-        let mut runs = Vec::new();
-        for _ in 0..opts.flood.repeat.max(1) {
+    let mut runs = [Vec::new(), Vec::new()];
+    let mut idle = None;
+    for round in 0..opts.flood.repeat.max(1) {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for mode in order {
+            let poll = ["adaptive", "busy"][mode];
+            let (chain, extra) = chain_of("nfx-chain", opts);
+            let spec = run_spec(&format!("chain-{poll}-{round}"), &tmp, chain, poll);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, tmp.path())?;
+            if poll == "adaptive" && idle.is_none() {
+                // Let start-up settle, then measure a quiet interval.
+                std::thread::sleep(Duration::from_millis(500));
+                let cpu = ProcessCpu::start(nfx.pid())?;
+                std::thread::sleep(Duration::from_secs(u64::from(opts.secs.clamp(2, 5))));
+                let pct = cpu.cores()? * 100.0;
+                log(&format!("  idle adaptive CPU: {pct:.2} % of a core"));
+                idle = Some(pct);
+            }
             let u = udp64(tb, &opts.flood, Some(nfx.pid()))?;
             log(&format!(
                 "  {poll} udp64 Mpps: {:.3} (offered {:.3})",
                 u.received_mpps, u.offered_mpps
             ));
-            runs.push(u.received_mpps);
+            runs[mode].push(u.received_mpps);
+            nfx.stop()?;
         }
-        mpps.extend(median(&runs));
-        nfx.stop()?;
     }
-    Ok((idle, mpps[0] / mpps[1]))
+    let (Some(a), Some(b), Some(idle)) = (median(&runs[0]), median(&runs[1]), idle) else {
+        anyhow::bail!("no adaptive or busy run");
+    };
+    Ok((idle, a / b))
 }
 
 /// The result as a table with ratios to the kernel baselines.

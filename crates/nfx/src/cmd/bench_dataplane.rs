@@ -43,10 +43,12 @@ pub struct Args {
     /// ring) or `udp` (sendmmsg on UDP sockets, through src's IP stack).
     #[arg(long, default_value = "mmsg")]
     generator: String,
-    /// Where the 64-byte flood is counted: `next-hop` (cloud, forwarding off for the run,
-    /// counts what edge delivered), `counter` (dst's kernel counters, port unbound) or
-    /// `socket` (a recvmmsg thread in dst).
-    #[arg(long, default_value = "next-hop")]
+    /// Where the 64-byte flood is counted: `ingress` (an nftables netdev ingress rule on
+    /// cloud's `to-edge` counts and drops it before cloud's IP stack: the cheapest, since
+    /// veth runs cloud's receive inside the sender's transmit), `next-hop` (cloud,
+    /// forwarding off for the run, counts the route misses), `counter` (dst's kernel
+    /// counters, port unbound) or `socket` (a recvmmsg thread in dst).
+    #[arg(long, default_value = "ingress")]
     sink: String,
     /// Do not pin the generator and nfx to separate CPUs during the 64-byte runs.
     #[arg(long)]

@@ -75,10 +75,10 @@ struct Group {
 
 impl Group {
     fn scan(&mut self, input: &Input<'_>, set: &mut PatternSet) {
-        self.local.clear();
+        clear_set(&mut self.local);
         self.re
             .which_overlapping_matches_with(&mut self.cache, input, &mut self.local);
-        for l in self.local.iter() {
+        for l in self.local.iter().take(self.local.len()) {
             set.insert(self.ids[l.as_usize()]);
         }
     }
@@ -221,7 +221,7 @@ impl Hybrid {
                     }
                 }
             }
-            for pid in self.candidates.iter() {
+            for pid in self.candidates.iter().take(self.candidates.len()) {
                 let i = pid.as_usize();
                 if let (Confirm::Regex(re), Some(cache)) =
                     (&self.confirm[i], self.caches[i].as_mut())
@@ -231,7 +231,7 @@ impl Hybrid {
                     }
                 }
             }
-            self.candidates.clear();
+            clear_set(&mut self.candidates);
         }
         if let Some(g) = self.anchored.as_mut() {
             g.scan(&input, set);
@@ -239,6 +239,14 @@ impl Hybrid {
         if let Some(g) = self.rest.as_mut() {
             g.scan(&input, set);
         }
+    }
+}
+
+/// Empties `set`. `PatternSet::clear` writes every pattern's slot; a scan with no match
+/// (most packets) leaves nothing to clear, so this skips the walk then.
+pub(crate) fn clear_set(set: &mut PatternSet) {
+    if !set.is_empty() {
+        set.clear();
     }
 }
 

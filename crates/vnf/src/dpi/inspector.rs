@@ -3,7 +3,7 @@
 //! event per (flow, pattern) and drops packets matching a `drop` pattern.
 
 use super::config::DpiConfig;
-use super::engine::{BuildError, Engine};
+use super::engine::{clear_set, BuildError, Engine};
 use super::patterns::{self, Action, PatternSpec};
 use super::stream::StreamTails;
 use super::DpiError;
@@ -171,8 +171,8 @@ impl Dpi {
             self.out.n.packets_past_depth += 1;
             return false;
         }
-        self.found.clear();
-        self.cross.clear();
+        clear_set(&mut self.found);
+        clear_set(&mut self.cross);
         if !payload.is_empty() {
             self.out.n.packets_scanned += 1;
             self.out.n.bytes_scanned += payload.len() as u64;
@@ -183,16 +183,17 @@ impl Dpi {
             if let Some(w) = stream.window(&m.key, seq, payload) {
                 self.engine.scan(w.hay, 1..w.span_end, &mut self.cross);
                 if !self.cross.is_empty() {
-                    self.in_tail.clear();
+                    clear_set(&mut self.in_tail);
                     self.engine.scan(w.hay, 1..w.tail_len, &mut self.in_tail);
                 }
             }
         }
         let mut drop = false;
-        for pid in self.found.iter() {
+        // Walking a set visits every pattern slot; most packets match nothing.
+        for pid in self.found.iter().take(self.found.len()) {
             drop |= self.out.on_match(pid, p, false, ctx);
         }
-        for pid in self.cross.iter() {
+        for pid in self.cross.iter().take(self.cross.len()) {
             if !self.found.contains(pid) && !self.in_tail.contains(pid) {
                 self.out.n.stream_matches += 1;
                 drop |= self.out.on_match(pid, p, true, ctx);
