@@ -86,6 +86,41 @@ impl Drop for Pair {
     }
 }
 
+/// A small frame, the GSO `frame` with its vnet header, and another small frame, as
+/// packets to send in that order.
+fn small_gso_small(frame: &[u8], vnet: VnetHdr) -> Vec<Packet> {
+    let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
+    buf.storage_mut()[..frame.len()].copy_from_slice(frame);
+    buf.set_len(frame.len());
+    buf.vnet = vnet;
+    vec![
+        Packet::new(PacketBuf::from_frame(&udp_frame(1, 60)), Direction::Forward),
+        Packet::new(buf, Direction::Forward),
+        Packet::new(PacketBuf::from_frame(&udp_frame(2, 60)), Direction::Forward),
+    ]
+}
+
+/// Length of [`tcp_gso_frame`]'s frame.
+const GSO_FRAME_LEN: usize = 14 + 20 + 20 + 30_000;
+
+/// A TCP/IPv4 super-packet with 30,000 payload bytes (ACK|PSH, MSS 1448) and the vnet
+/// header that asks the kernel to segment it.
+fn tcp_gso_frame() -> (Vec<u8>, VnetHdr) {
+    let mut f = udp_frame(0, GSO_FRAME_LEN);
+    f[23] = 6;
+    f[34 + 12] = 5 << 4;
+    f[34 + 13] = 0x18;
+    let vnet = VnetHdr {
+        flags: VnetHdr::F_NEEDS_CSUM,
+        gso_type: VnetHdr::GSO_TCPV4,
+        hdr_len: 54,
+        gso_size: 1448,
+        csum_start: 34,
+        csum_offset: 16,
+    };
+    (f, vnet)
+}
+
 fn udp_frame(seq: u32, len: usize) -> Vec<u8> {
     let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0xbb, 1]);
@@ -298,19 +333,7 @@ fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, 
         got
     });
     ready.recv().unwrap();
-    let len = 14 + 20 + 20 + 30_000;
-    let mut f = udp_frame(0, len);
-    f[23] = 6;
-    f[34 + 12] = 5 << 4;
-    f[34 + 13] = 0x18;
-    let vnet = VnetHdr {
-        flags: VnetHdr::F_NEEDS_CSUM,
-        gso_type: VnetHdr::GSO_TCPV4,
-        hdr_len: 54,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
-    };
+    let (f, vnet) = tcp_gso_frame();
     let a = pair.a.clone();
     let frame = f.clone();
     Pair::within(&a, move || {
@@ -322,15 +345,7 @@ fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, 
             },
         )
         .unwrap();
-        let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
-        buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
-        buf.set_len(frame.len());
-        buf.vnet = vnet;
-        let mut pkts = vec![
-            Packet::new(PacketBuf::from_frame(&udp_frame(1, 60)), Direction::Forward),
-            Packet::new(buf, Direction::Forward),
-            Packet::new(PacketBuf::from_frame(&udp_frame(2, 60)), Direction::Forward),
-        ];
+        let mut pkts = small_gso_small(&frame, vnet);
         assert_eq!(
             port.send(&mut pkts),
             3,
@@ -342,7 +357,7 @@ fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, 
     assert_eq!(got.len(), 3, "GSO frame did not arrive whole");
     assert_eq!(got[0].0, udp_frame(1, 60));
     assert_eq!(got[2].0, udp_frame(2, 60));
-    assert_eq!(got[1].0.len(), len);
+    assert_eq!(got[1].0.len(), GSO_FRAME_LEN);
     assert_eq!(got[1].1.gso_type, VnetHdr::GSO_TCPV4);
     assert_eq!(got[1].1.gso_size, 1448);
     assert!(got[1].1.needs_csum());
@@ -388,32 +403,12 @@ fn frames_lent_from_the_ring_are_sent_back_whole_with_their_header() {
         lent
     });
     ready.recv().unwrap();
-    let len = 14 + 20 + 20 + 30_000;
-    let mut big = udp_frame(0, len);
-    big[23] = 6;
-    big[34 + 12] = 5 << 4;
-    big[34 + 13] = 0x18;
-    let vnet = VnetHdr {
-        flags: VnetHdr::F_NEEDS_CSUM,
-        gso_type: VnetHdr::GSO_TCPV4,
-        hdr_len: 54,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
-    };
+    let (big, vnet) = tcp_gso_frame();
     let a = pair.a.clone();
     let frame = big.clone();
     let got = Pair::within(&a, move || {
         let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
-        let mut buf = PacketBuf::with_capacity(PacketBuf::GSO_CAPACITY);
-        buf.storage_mut()[..frame.len()].copy_from_slice(&frame);
-        buf.set_len(frame.len());
-        buf.vnet = vnet;
-        let mut pkts = vec![
-            Packet::new(PacketBuf::from_frame(&udp_frame(1, 60)), Direction::Forward),
-            Packet::new(buf, Direction::Forward),
-            Packet::new(PacketBuf::from_frame(&udp_frame(2, 60)), Direction::Forward),
-        ];
+        let mut pkts = small_gso_small(&frame, vnet);
         assert_eq!(port.send(&mut pkts), 3, "{:?}", port.counters());
         let mut vec = PacketVector::new(8, PacketBuf::GSO_CAPACITY);
         let mut got = Vec::new();
