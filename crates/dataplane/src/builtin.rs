@@ -19,7 +19,10 @@ impl Node for ParseNode {
     fn process(&mut self, pkts: &mut [Packet], _ctx: &mut NodeCtx<'_>) {
         for p in pkts.iter_mut().filter(|p| p.alive()) {
             match parse(p.buf.frame()) {
-                Ok(meta) => p.meta = meta,
+                Ok(meta) => {
+                    p.meta = meta;
+                    p.in_key = meta.key;
+                }
                 Err(reason) => p.drop = Some(reason),
             }
         }

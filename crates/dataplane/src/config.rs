@@ -55,7 +55,29 @@ pub struct RunConfig {
     /// that traffic can be handed from one to the other without loss (migration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<FanoutConfig>,
+    /// Run the table tier beside the worker: a kernel fast path (eBPF on tcx ingress)
+    /// that forwards the chain's settled flows, as the chain decided, without copying
+    /// them to userspace (docs/dataplane.md, "Fast path"). One worker, no fanout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<FastPathConfig>,
 }
+
+/// The table tier of an instance.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FastPathConfig {
+    /// Flow table entries (one per flow direction), 1..=4194304; the kernel memory it
+    /// takes is `capacity` × [`nfx_fastpath::BYTES_PER_FLOW`].
+    #[serde(default = "default_fast_path_capacity")]
+    pub capacity: u32,
+}
+
+fn default_fast_path_capacity() -> u32 {
+    65536
+}
+
+/// Largest fast-path table.
+pub const MAX_FAST_PATH_CAPACITY: u32 = 1 << 22;
 
 /// Fanout membership of an instance: the inside port joins group `group`, the outside
 /// port `group + 1` (a group belongs to one interface).
@@ -302,6 +324,29 @@ impl RunConfig {
                     self.ports.outside.iface
                 ),
             ));
+        }
+        if let Some(fp) = &self.fast_path {
+            if !(1..=MAX_FAST_PATH_CAPACITY).contains(&fp.capacity) {
+                return Err(err(
+                    "fast_path.capacity",
+                    format!(
+                        "{} is out of range 1..={MAX_FAST_PATH_CAPACITY}",
+                        fp.capacity
+                    ),
+                ));
+            }
+            if self.workers > 1 || self.fanout.is_some() {
+                return Err(err(
+                    "fast_path",
+                    "the fast path runs with one worker and no `fanout`".into(),
+                ));
+            }
+            if self.kernel_stack == KernelStack::Keep {
+                return Err(err(
+                    "fast_path",
+                    "the fast path needs `kernel_stack: isolate` (the kernel would forward the frames it hands to nfx)".into(),
+                ));
+            }
         }
         if let Some(f) = &self.fanout {
             if f.group == u16::MAX {

@@ -149,6 +149,11 @@ impl Graph {
             events: &mut self.sink,
         };
         let mut live = self.parse.run(pkts, &mut ctx);
+        if !self.chain.iter().all(|s| s.node.offloadable()) {
+            for p in pkts[..live].iter_mut() {
+                p.fast = false;
+            }
+        }
         match dir {
             Direction::Forward => {
                 for s in self.chain.iter_mut() {
@@ -166,6 +171,37 @@ impl Graph {
             self.drain_events();
         }
         live
+    }
+
+    /// Runs a fast-path replay packet ([`Packet::replay`]) through the graph, not to be
+    /// sent: nodes refresh and account the flow, and every node it reaches counts the
+    /// replayed packets and bytes instead of one header-only packet. Returns whether
+    /// the chain still passes the flow.
+    pub fn replay(&mut self, p: &mut Packet, now_ns: u64) -> bool {
+        let r = p.replay.unwrap_or_default();
+        let len = p.buf.len() as u64;
+        let before: Vec<u64> = self.stages().map(|s| s.counters.packets).collect();
+        let dir = p.dir;
+        let live = self.run(std::slice::from_mut(p), dir, now_ns) == 1;
+        for (s, b) in self.stages_mut().zip(before) {
+            if s.counters.packets > b {
+                s.counters.packets += r.packets.saturating_sub(1);
+                s.counters.bytes = s.counters.bytes - len + r.bytes;
+            }
+        }
+        live
+    }
+
+    fn stages(&self) -> impl Iterator<Item = &Stage> {
+        std::iter::once(&self.parse)
+            .chain(&self.chain)
+            .chain(std::iter::once(&self.output))
+    }
+
+    fn stages_mut(&mut self) -> impl Iterator<Item = &mut Stage> {
+        std::iter::once(&mut self.parse)
+            .chain(&mut self.chain)
+            .chain(std::iter::once(&mut self.output))
     }
 
     /// Counts, against `output`, the packets the port could not transmit.
@@ -267,11 +303,7 @@ impl Graph {
 
     /// Stats of every node in Forward order: `parse`, VNFs, `output`.
     pub fn node_stats(&self) -> Vec<NodeStats> {
-        std::iter::once(&self.parse)
-            .chain(&self.chain)
-            .chain(std::iter::once(&self.output))
-            .map(Stage::stats)
-            .collect()
+        self.stages().map(Stage::stats).collect()
     }
 
     /// Events raised so far, by kind; failed event-file writes appear as `write_error`.

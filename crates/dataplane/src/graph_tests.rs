@@ -37,7 +37,7 @@ fn vector_of(seqs: impl Iterator<Item = u32>, dir: Direction) -> PacketVector {
         slot.buf.set_len(f.len());
         n += 1;
     }
-    v.set_len(n, dir);
+    v.set_len(n, dir, false);
     v
 }
 

@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod chain;
 pub mod config;
 pub mod control;
+pub mod fastpath;
 pub mod graph;
 pub mod runtime;
 pub mod signals;

@@ -3,6 +3,7 @@
 
 use crate::builtin::{L2Rewrite, OutputNode};
 use crate::config::{ConfigError, KernelStack, Role, RunConfig};
+use crate::fastpath::FastPathWorker;
 use crate::graph::Graph;
 use crate::stats::Stats;
 use crate::worker::{Command, Drained, Mailbox, Worker};
@@ -430,6 +431,9 @@ impl std::io::Write for SharedLines {
     }
 }
 
+/// A worker's two ports and, with `fast_path:`, its fast path (both made on its thread).
+type OpenedPorts = ([Box<dyn Port>; 2], Option<FastPathWorker>);
+
 /// Everything one worker thread is started with.
 struct WorkerStart {
     index: usize,
@@ -456,6 +460,7 @@ impl Dataplane {
         let rx_ring = cfg.io.rx_ring().then_some(slots);
         let tx_ring = cfg.io.tx_ring().then_some(TX_RING_SLOTS);
         let isolate_kernel = cfg.kernel_stack == KernelStack::Isolate;
+        let fast_path = cfg.fast_path.is_some();
         let names = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
@@ -468,6 +473,7 @@ impl Dataplane {
             rx_in_place: in_place,
             tx_ring,
             isolate_kernel,
+            fast_path,
             ..AfPacketOptions::default()
         };
         if cfg.workers == 1 {
@@ -631,6 +637,7 @@ impl Dataplane {
         let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<()>>(1);
         let (name, poll, vector, netns) =
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
+        let fast_path = cfg.fast_path;
         let WorkerStart {
             index,
             nodes,
@@ -642,13 +649,21 @@ impl Dataplane {
         let worker = std::thread::Builder::new()
             .name(format!("nfx-worker-{name}-{index}"))
             .spawn(move || {
-                let setup = || -> anyhow::Result<[Box<dyn Port>; 2]> {
+                let setup = || -> anyhow::Result<OpenedPorts> {
                     if let Some(ns) = &netns {
                         nfx_io::netns::enter_netns(ns)?;
                     }
-                    open()
+                    let ports = open()?;
+                    let fast = match fast_path {
+                        Some(f) => Some(FastPathWorker::new(
+                            f.capacity,
+                            [ports[0].name(), ports[1].name()],
+                        )?),
+                        None => None,
+                    };
+                    Ok((ports, fast))
                 };
-                let ports = match setup() {
+                let (ports, fast) = match setup() {
                     Ok(p) => p,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -666,9 +681,12 @@ impl Dataplane {
                     },
                 };
                 let graph = Graph::new(nodes, output, events);
-                let worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
+                let mut worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
                     .with_id(index)
                     .start_held(held);
+                if let Some(f) = fast {
+                    worker = worker.with_fast_path(f);
+                }
                 let _ = ready_tx.send(Ok(()));
                 worker.run()
             })

@@ -27,6 +27,9 @@ pub struct Stats {
     pub nodes: Vec<NodeStats>,
     /// Events raised so far, by kind.
     pub events: BTreeMap<String, u64>,
+    /// The table tier's counters, when the instance runs a fast path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<crate::fastpath::FastPathStats>,
 }
 
 /// One worker thread.
@@ -163,6 +166,11 @@ impl Stats {
                 }
             }
             add_map(&mut all.events, &s.events);
+            match (&mut all.fast_path, &s.fast_path) {
+                (Some(a), Some(b)) => a.add(b),
+                (None, Some(b)) => all.fast_path = Some(b.clone()),
+                _ => {}
+            }
         }
         all
     }

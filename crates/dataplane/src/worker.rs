@@ -4,6 +4,7 @@
 //! about every 100 ms. Per packet it makes no allocation and no syscall beyond the
 //! batched receive and send.
 
+use crate::fastpath::FastPathWorker;
 use crate::graph::Graph;
 use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
 use nfx_io::cpu::{cpu_pct, thread_cpu_time};
@@ -120,6 +121,7 @@ pub struct Worker {
     rx_error_logged: bool,
     held: bool,
     socket_drops: [u64; 2],
+    fast: Option<FastPathWorker>,
 }
 
 impl Worker {
@@ -153,6 +155,20 @@ impl Worker {
             rx_error_logged: false,
             held: false,
             socket_drops: [0; 2],
+            fast: None,
+        }
+    }
+
+    /// Gives the worker a fast path (the table tier) to fill with its settled flows.
+    pub fn with_fast_path(mut self, fast: FastPathWorker) -> Self {
+        self.fast = Some(fast);
+        self
+    }
+
+    /// Takes every flow back from the fast path (see [`FastPathWorker::flush`]).
+    fn flush_fast_path(&mut self) {
+        if let Some(f) = self.fast.as_mut() {
+            f.flush(&mut self.graph, monotonic_ns());
         }
     }
 
@@ -245,6 +261,9 @@ impl Worker {
         } else {
             Direction::Reverse
         };
+        if let Some(f) = self.fast.as_mut() {
+            f.before_receive(side);
+        }
         let n = match self.ports[side].recv(self.vec.slots_mut()) {
             Ok(n) => n,
             Err(e) => {
@@ -260,14 +279,20 @@ impl Worker {
             }
         };
         if n == 0 {
+            if let Some(f) = self.fast.as_mut() {
+                f.receive_was_empty(side);
+            }
             return 0;
         }
-        self.vec.set_len(n, dir);
+        self.vec.set_len(n, dir, self.fast.is_some());
         let live = self.graph.run(self.vec.packets_mut(), dir, now_ns);
         if live > 0 {
             let out = &mut self.vec.packets_mut()[..live];
             self.ports[1 - side].send(out);
             self.graph.count_tx_drops(out);
+        }
+        if let Some(f) = self.fast.as_mut() {
+            f.learn(&mut self.graph, self.vec.packets(), side, live, now_ns);
         }
         // Frames received in place go back to the receive ring only now, after the send.
         self.ports[side].release(self.vec.packets_mut());
@@ -331,6 +356,9 @@ impl Worker {
 
     fn housekeeping(&mut self, now_ns: u64) {
         self.sample_socket_drops();
+        if let Some(f) = self.fast.as_mut() {
+            f.sync(&mut self.graph, now_ns);
+        }
         self.graph.housekeeping(now_ns);
         let wall = now_ns.saturating_sub(self.window.0);
         if wall >= CPU_WINDOW.as_nanos() as u64 {
@@ -352,6 +380,7 @@ impl Worker {
                     let _ = reply.send(self.stats());
                 }
                 Ok(Command::Hold(reply)) => {
+                    self.flush_fast_path();
                     self.held = true;
                     let _ = reply.send(());
                 }
@@ -360,6 +389,7 @@ impl Worker {
                     let _ = reply.send(());
                 }
                 Ok(Command::Drain(reply)) => {
+                    self.flush_fast_path();
                     let _ = reply.send(self.drain());
                 }
                 Ok(Command::Steer(k, reply)) => {
@@ -369,11 +399,15 @@ impl Worker {
                     let _ = reply.send(self.spread_flows(dest_port));
                 }
                 Ok(Command::Reconfigure(keep, nodes, reply)) => {
+                    self.flush_fast_path();
                     let (old, carried) = self.graph.replace_chain_after(keep, nodes);
                     self.sample_socket_drops();
                     let _ = reply.send((old, self.graph.vnf_names(), carried, self.stats()));
                 }
-                Ok(Command::WithNode(name, job)) => job(self.graph.vnf_mut(&name)),
+                Ok(Command::WithNode(name, job)) => {
+                    self.flush_fast_path();
+                    job(self.graph.vnf_mut(&name))
+                }
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return true,
                 Err(TryRecvError::Empty) => return false,
             }
@@ -430,6 +464,7 @@ impl Worker {
             ports,
             nodes: self.graph.node_stats(),
             events: self.graph.event_counts(),
+            fast_path: self.fast.as_ref().map(FastPathWorker::stats),
         }
     }
 }

@@ -50,6 +50,12 @@ pub struct AfPacketOptions {
     /// drop of IPv4/IPv6 behind the packet taps ([`crate::isolate`]). For a dataplane
     /// that forwards what it receives; a generator or a test tap leaves it off.
     pub isolate_kernel: bool,
+    /// A kernel fast path shares the interface (the table tier, `nfx_fastpath`): bind
+    /// to IPv4 (ETH_P_IP) instead of every protocol, so that frames reach the socket
+    /// after the tc ingress hook, where the fast path takes the flows it forwards, and
+    /// (with `isolate_kernel`) drop IPv4 for the kernel at prerouting rather than at
+    /// the ingress hook, which runs before the socket. The port carries IPv4 only.
+    pub fast_path: bool,
 }
 
 impl Default for AfPacketOptions {
@@ -65,6 +71,7 @@ impl Default for AfPacketOptions {
             rx_in_place: false,
             tx_ring: None,
             isolate_kernel: false,
+            fast_path: false,
         }
     }
 }
@@ -90,6 +97,7 @@ pub struct AfPacketPort {
 }
 
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
+const ETH_P_IP_BE: u16 = (libc::ETH_P_IP as u16).to_be();
 
 impl AfPacketPort {
     /// Opens the port on `iface` in the calling thread's network namespace.
@@ -136,7 +144,11 @@ impl AfPacketPort {
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL_BE;
+        sll.sll_protocol = if opts.fast_path {
+            ETH_P_IP_BE
+        } else {
+            ETH_P_ALL_BE
+        };
         sll.sll_ifindex = index as i32;
         // SAFETY: passes a live sockaddr_ll and its size.
         check(unsafe {
@@ -188,7 +200,7 @@ impl AfPacketPort {
         };
         let isolation = if opts.isolate_kernel {
             Some(
-                KernelIsolation::install(iface, index)
+                KernelIsolation::install(iface, index, opts.fast_path)
                     .map_err(|e| with("kernel stack isolation", e))?,
             )
         } else {

@@ -305,7 +305,7 @@ mod tests {
                 continue;
             }
             last = Instant::now();
-            v.set_len(n, Direction::Forward);
+            v.set_len(n, Direction::Forward, false);
             for p in v.packets_mut().iter() {
                 let f = p.buf.frame();
                 if f.len() >= 18 && f[12..14] == [0x88, 0xb5] {
@@ -357,7 +357,7 @@ mod tests {
         while at.iter().any(Option::is_none) && Instant::now() < deadline {
             for (m, port) in members.iter_mut().enumerate() {
                 let n = port.recv(v.slots_mut()).unwrap();
-                v.set_len(n, Direction::Forward);
+                v.set_len(n, Direction::Forward, false);
                 for p in v.packets_mut().iter() {
                     let f = p.buf.frame();
                     if f.len() >= 46 && f[12..14] == [0x08, 0] && f[26] == 10 {

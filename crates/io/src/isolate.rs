@@ -38,20 +38,30 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 #[derive(Debug)]
 pub struct KernelIsolation {
     table: String,
+    ipv4_at_prerouting: bool,
 }
 
 impl KernelIsolation {
     /// Installs the drop on `iface` (index `ifindex`) in the calling thread's network
-    /// namespace, after removing stale tables of dead processes.
-    pub fn install(iface: &str, ifindex: u32) -> io::Result<Self> {
+    /// namespace, after removing stale tables of dead processes. With
+    /// `ipv4_at_prerouting`, IPv4 is dropped at the IP layer's prerouting hook instead of
+    /// the device's ingress hook: for a port whose socket receives IPv4 after the ingress
+    /// hooks (behind a tc fast path, see `AfPacketOptions::fast_path`).
+    pub fn install(iface: &str, ifindex: u32, ipv4_at_prerouting: bool) -> io::Result<Self> {
         remove_stale()?;
         let table = format!(
             "{TABLE_PREFIX}{}_{ifindex}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        nft(&["-f", "-"], Some(&ruleset(&table, iface)))?;
-        Ok(Self { table })
+        nft(
+            &["-f", "-"],
+            Some(&ruleset(&table, iface, ipv4_at_prerouting)),
+        )?;
+        Ok(Self {
+            table,
+            ipv4_at_prerouting,
+        })
     }
 
     /// The nftables table (family netdev) that holds the drop.
@@ -62,29 +72,59 @@ impl KernelIsolation {
 
 impl Drop for KernelIsolation {
     fn drop(&mut self) {
-        if let Err(e) = nft(&["delete", "table", "netdev", &self.table], None) {
-            // Nobody to return the error to; the next install in this namespace removes
-            // the table once this process has ended.
-            eprintln!("removing kernel-stack isolation table {}: {e}", self.table);
+        let families: &[&str] = if self.ipv4_at_prerouting {
+            &["netdev", "ip"]
+        } else {
+            &["netdev"]
+        };
+        for family in families {
+            if let Err(e) = nft(&["delete", "table", family, &self.table], None) {
+                // Nobody to return the error to; the next install in this namespace
+                // removes the table once this process has ended.
+                eprintln!(
+                    "removing kernel-stack isolation table {family} {}: {e}",
+                    self.table
+                );
+            }
         }
     }
 }
 
 /// The ruleset for table `table` on interface `iface`. Loading it twice replaces the
-/// first copy (add, delete, define in one transaction).
-pub fn ruleset(table: &str, iface: &str) -> String {
-    format!(
+/// first copy (add, delete, define in one transaction). With `ipv4_at_prerouting` the
+/// netdev table passes IPv4 and a table of family `ip` drops it at prerouting, before
+/// defragmentation and connection tracking (priority -450).
+pub fn ruleset(table: &str, iface: &str, ipv4_at_prerouting: bool) -> String {
+    let ip_rule = if ipv4_at_prerouting {
+        ""
+    } else {
+        "\x20   meta protocol ip counter drop\n"
+    };
+    let mut r = format!(
         "add table netdev {table}\n\
          delete table netdev {table}\n\
          table netdev {table} {{\n\
          \x20 chain ingress {{\n\
          \x20   type filter hook ingress device \"{iface}\" priority filter; policy accept;\n\
-         \x20   meta protocol ip counter drop\n\
+         {ip_rule}\
          \x20   meta protocol ip6 icmpv6 type {{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }} accept\n\
          \x20   meta protocol ip6 counter drop\n\
          \x20 }}\n\
          }}\n"
-    )
+    );
+    if ipv4_at_prerouting {
+        r.push_str(&format!(
+            "add table ip {table}\n\
+             delete table ip {table}\n\
+             table ip {table} {{\n\
+             \x20 chain prerouting {{\n\
+             \x20   type filter hook prerouting priority -450; policy accept;\n\
+             \x20   iifname \"{iface}\" counter drop\n\
+             \x20 }}\n\
+             }}\n"
+        ));
+    }
+    r
 }
 
 /// The process id in an isolation table's name, `None` for other tables.
@@ -97,24 +137,30 @@ pub fn table_pid(table: &str) -> Option<u32> {
         .ok()
 }
 
-/// Isolation tables of the calling thread's namespace whose process has ended.
-fn stale_tables(listing: &str) -> Vec<String> {
+/// Isolation tables (family netdev or ip, then name) of the calling thread's namespace
+/// whose process has ended.
+fn stale_tables(listing: &str) -> Vec<(String, String)> {
     listing
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("table netdev "))
-        .map(str::trim)
-        .filter(|t| {
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            match (w.next(), w.next(), w.next()) {
+                (Some("table"), Some(f @ ("netdev" | "ip")), Some(t)) => Some((f, t)),
+                _ => None,
+            }
+        })
+        .filter(|(_, t)| {
             table_pid(t).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
         })
-        .map(str::to_string)
+        .map(|(f, t)| (f.to_string(), t.to_string()))
         .collect()
 }
 
 /// Deletes the isolation tables left by processes that no longer exist.
 fn remove_stale() -> io::Result<()> {
-    let listing = nft(&["list", "tables", "netdev"], None)?;
-    for t in stale_tables(&listing) {
-        nft(&["delete", "table", "netdev", &t], None)?;
+    let listing = nft(&["list", "tables"], None)?;
+    for (family, t) in stale_tables(&listing) {
+        nft(&["delete", "table", &family, &t], None)?;
     }
     Ok(())
 }
@@ -179,7 +225,7 @@ mod tests {
 
     #[test]
     fn ruleset_drops_ip_and_ip6_on_one_device_only() {
-        let r = ruleset("nfx_isolate_1_2_3", "to-src");
+        let r = ruleset("nfx_isolate_1_2_3", "to-src", false);
         assert!(r.starts_with(
             "add table netdev nfx_isolate_1_2_3\ndelete table netdev nfx_isolate_1_2_3\n"
         ));
@@ -190,6 +236,17 @@ mod tests {
         assert!(r.contains("nd-neighbor-solicit"), "IPv6 ND must pass: {r}");
         assert!(!r.contains("arp"), "ARP must pass: {r}");
         assert!(r.contains("policy accept"));
+        assert!(!r.contains("table ip "));
+    }
+
+    #[test]
+    fn fast_path_ruleset_drops_ipv4_at_prerouting_instead() {
+        let r = ruleset("nfx_isolate_1_2_3", "to-src", true);
+        assert!(!r.contains("meta protocol ip counter drop"), "{r}");
+        assert!(r.contains("meta protocol ip6 counter drop"));
+        assert!(r.contains("table ip nfx_isolate_1_2_3 {"));
+        assert!(r.contains("hook prerouting priority -450"));
+        assert!(r.contains("iifname \"to-src\" counter drop"));
     }
 
     #[test]
@@ -205,8 +262,12 @@ mod tests {
         let me = std::process::id();
         // Pid 0x3fffffff is above any pid_max, so no process has it.
         let listing = format!(
-            "table netdev nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_1073741823_3_1\ntable netdev other\ntable inet nfx_isolate_1073741823_3_2\n"
+            "table netdev nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_1073741823_3_1\ntable netdev other\ntable inet nfx_isolate_1073741823_3_2\ntable ip nfx_isolate_1073741823_3_1\n"
         );
-        assert_eq!(stale_tables(&listing), vec!["nfx_isolate_1073741823_3_1"]);
+        let t = "nfx_isolate_1073741823_3_1".to_string();
+        assert_eq!(
+            stale_tables(&listing),
+            vec![("netdev".to_string(), t.clone()), ("ip".to_string(), t)]
+        );
     }
 }

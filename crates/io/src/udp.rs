@@ -118,7 +118,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         while got.len() < 100 && Instant::now() < deadline {
             let n = b.recv(v.slots_mut()).unwrap();
-            v.set_len(n, Direction::Reverse);
+            v.set_len(n, Direction::Reverse, false);
             got.extend(v.packets().iter().map(|p| p.buf.frame().to_vec()));
         }
         assert_eq!(got.len(), 100);

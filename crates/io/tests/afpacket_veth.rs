@@ -145,7 +145,7 @@ fn recv_until(
     let deadline = Instant::now() + Duration::from_secs(5);
     while out.len() < want && Instant::now() < deadline {
         let n = port.recv(vec.slots_mut()).unwrap();
-        vec.set_len(n, Direction::Forward);
+        vec.set_len(n, Direction::Forward, false);
         for p in vec.packets() {
             // Only our test frames (IPv4 to 10.99.0.2); the kernel may emit others.
             if p.buf.len() >= 34 && p.buf.frame()[30..34] == [10, 99, 0, 2] {
@@ -387,7 +387,7 @@ fn frames_lent_from_the_ring_are_sent_back_whole_with_their_header() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while forwarded < 3 && Instant::now() < deadline {
             let n = port.recv(vec.slots_mut()).unwrap();
-            vec.set_len(n, Direction::Forward);
+            vec.set_len(n, Direction::Forward, false);
             for p in vec.packets_mut() {
                 lent += usize::from(p.buf.is_external());
                 if p.buf.vnet.gso_type == VnetHdr::GSO_TCPV4 {
@@ -467,7 +467,7 @@ fn held_ring_slots_are_not_overwritten_before_release() {
         // One receive takes all 20 (a second receive would release them).
         std::thread::sleep(Duration::from_millis(100));
         let n = port.recv(vec.slots_mut()).unwrap();
-        vec.set_len(n, Direction::Forward);
+        vec.set_len(n, Direction::Forward, false);
         let held: Vec<u32> = vec
             .packets()
             .iter()
@@ -522,7 +522,7 @@ fn port_does_not_read_its_own_transmissions() {
         let deadline = Instant::now() + Duration::from_millis(300);
         while Instant::now() < deadline {
             let n = port.recv(vec.slots_mut()).unwrap();
-            vec.set_len(n, Direction::Forward);
+            vec.set_len(n, Direction::Forward, false);
             own += vec
                 .packets()
                 .iter()

@@ -32,7 +32,7 @@ fn recv_one(
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         let n = port.recv(v.slots_mut()).unwrap();
-        v.set_len(n, Direction::Forward);
+        v.set_len(n, Direction::Forward, false);
         if let Some(p) = v.packets().iter().find(|p| want(p.buf.frame())) {
             return Some(p.buf.frame().to_vec());
         }

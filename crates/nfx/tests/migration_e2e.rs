@@ -286,7 +286,7 @@ fn udp_receiver(ns: String, port: u16, stop: Arc<AtomicBool>) -> std::thread::Jo
                 continue;
             }
             idle = Instant::now();
-            v.set_len(n, Direction::Forward);
+            v.set_len(n, Direction::Forward, false);
             for p in v.packets() {
                 let f = p.buf.frame();
                 let Ok(m) = nfx_packet::parse(f) else {

@@ -15,4 +15,4 @@ pub use buf::{PacketBuf, VnetHdr};
 pub use drop::DropReason;
 pub use flow::FlowKey;
 pub use parse::{parse, Meta};
-pub use vector::{Direction, Packet, PacketVector, MAX_VECTOR};
+pub use vector::{Direction, Packet, PacketVector, Replay, MAX_VECTOR};

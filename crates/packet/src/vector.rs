@@ -1,6 +1,6 @@
 //! Vectors (batches) of packets, the unit of work of every graph node.
 
-use crate::{DropReason, Meta, PacketBuf};
+use crate::{DropReason, FlowKey, Meta, PacketBuf};
 
 /// Largest vector the dataplane moves at once (as in fd.io VPP).
 pub const MAX_VECTOR: usize = 256;
@@ -28,6 +28,25 @@ pub struct Packet {
     pub dir: Direction,
     /// Set by the node that drops the packet; the runtime counts it against that node.
     pub drop: Option<DropReason>,
+    /// True while every node so far lets this packet's flow move to the fast path (the
+    /// table tier); set by the runtime when a fast path is configured, cleared by any
+    /// node that cannot vouch for the flow's later packets.
+    pub fast: bool,
+    /// The flow key the frame arrived with, before any node rewrote it (set by `parse`).
+    pub in_key: FlowKey,
+    /// For a packet that stands for traffic the fast path forwarded: how much, so that
+    /// stateful nodes account for it (set only by the runtime's fast-path sync).
+    pub replay: Option<Replay>,
+}
+
+/// Traffic a fast-path entry forwarded since the last sync, replayed through the chain
+/// as one header-only packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Replay {
+    /// Packets (GSO segments counted one by one).
+    pub packets: u64,
+    /// IP bytes as they were on the wire (each segment with its own headers).
+    pub bytes: u64,
 }
 
 impl Packet {
@@ -38,6 +57,9 @@ impl Packet {
             meta: Meta::default(),
             dir,
             drop: None,
+            fast: false,
+            in_key: FlowKey::default(),
+            replay: None,
         }
     }
 
@@ -80,12 +102,14 @@ impl PacketVector {
         self.len == 0
     }
 
-    /// Sets how many slots the last receive filled and resets their per-batch state.
-    pub fn set_len(&mut self, len: usize, dir: Direction) {
+    /// Sets how many slots the last receive filled and resets their per-batch state;
+    /// `fast` says whether a fast path may take their flows.
+    pub fn set_len(&mut self, len: usize, dir: Direction, fast: bool) {
         self.len = len.min(self.slots.len());
         for p in &mut self.slots[..self.len] {
             p.dir = dir;
             p.drop = None;
+            p.fast = fast;
         }
     }
 

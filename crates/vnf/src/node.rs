@@ -45,6 +45,16 @@ pub trait Node: Send {
     /// Processes one vector of packets.
     fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>);
 
+    /// Whether this node's decisions for a flow's later packets may be cached in the
+    /// fast path (the table tier): true only for nodes whose per-packet work is a
+    /// function of the flow's state and headers, which keep [`Packet::fast`] clear for
+    /// packets whose flow is not yet settled, and which account for
+    /// [`Packet::replay`]. A node that must see every byte (DPI) says false, and so
+    /// does every node that does not say otherwise.
+    fn offloadable(&self) -> bool {
+        false
+    }
+
     /// Expires idle state; called by the runtime about every 100 ms.
     fn expire(&mut self, _now_ns: u64) {}
 

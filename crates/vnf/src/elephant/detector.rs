@@ -137,13 +137,21 @@ impl Node for ElephantDetector {
 
     fn process(&mut self, pkts: &mut [Packet], ctx: &mut NodeCtx<'_>) {
         for p in pkts.iter().filter(|p| p.alive()) {
-            let (bytes, segs) = wire_size(p);
+            let (bytes, segs) = match p.replay {
+                Some(r) => (r.bytes, r.packets),
+                None => wire_size(p),
+            };
             self.packets += segs;
             self.bytes += bytes;
             if let Some(ev) = self.account(p.meta.key, bytes, segs, ctx.now_ns) {
                 ctx.events.push(ev);
             }
         }
+    }
+
+    /// Byte and rate accounting needs only the counts, which replayed packets carry.
+    fn offloadable(&self) -> bool {
+        true
     }
 
     fn expire(&mut self, now_ns: u64) {

@@ -18,7 +18,7 @@ pub use config::FirewallConfig;
 use crate::table::{FlowTable, Insert, TableValue};
 use crate::{Node, NodeCtx, StateError};
 use acl::Acl;
-use nfx_packet::parse::{icmp_is_echo, icmp_is_error, IPPROTO_ICMP, IPPROTO_TCP};
+use nfx_packet::parse::{icmp_is_echo, icmp_is_error, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP};
 use nfx_packet::{Direction, DropReason, FlowKey, Meta, Packet};
 use tcp::{Step, TcpState};
 
@@ -26,6 +26,17 @@ use tcp::{Step, TcpState};
 pub const STATE_NEW: u8 = 9;
 /// Pseudo-state of a UDP / ICMP echo / other flow that saw a reply.
 pub const STATE_REPLIED: u8 = 10;
+
+/// Whether a flow in `state` may leave its later packets to the fast path: an
+/// established TCP connection (its SYN, FIN and RST still come back to the firewall) or
+/// a UDP flow the ACL let in. Everything else keeps every packet here.
+pub fn settled(proto: u8, state: u8) -> bool {
+    match proto {
+        IPPROTO_TCP => state == TcpState::Established as u8,
+        IPPROTO_UDP => true,
+        _ => false,
+    }
+}
 /// Number of state codes (TCP states 0..=8, then the two pseudo-states).
 pub const NSTATES: usize = 11;
 /// Entry flag: the canonical key is the reverse of the originator's key.
@@ -183,10 +194,12 @@ impl Firewall {
         self.by_state[usize::from(e.val.state)] -= 1;
     }
 
-    fn handle(&mut self, m: &Meta, dir: Direction, now: u64) -> Result<(), DropReason> {
+    /// Passes or drops one packet; `Ok(true)` when its flow is settled (see
+    /// [`settled`]), so the fast path may take the flow's later packets.
+    fn handle(&mut self, m: &Meta, dir: Direction, now: u64) -> Result<bool, DropReason> {
         let k = m.key;
         if k.proto == IPPROTO_ICMP && !icmp_is_echo(m.icmp_type) {
-            return self.icmp_other(m, dir, now);
+            return self.icmp_other(m, dir, now).map(|()| false);
         }
         let (ck, swapped) = canonical(&k);
         if let Some(slot) = self.table.find(&ck) {
@@ -199,14 +212,20 @@ impl Firewall {
         self.create(m, dir, ck, swapped, now)
     }
 
-    fn update(&mut self, slot: usize, m: &Meta, swapped: bool, now: u64) -> Result<(), DropReason> {
+    fn update(
+        &mut self,
+        slot: usize,
+        m: &Meta,
+        swapped: bool,
+        now: u64,
+    ) -> Result<bool, DropReason> {
         let e = *self.table.get(slot);
         let from_orig = swapped == (e.val.flags & SWAPPED != 0);
         let (state, fins) = if m.key.proto == IPPROTO_TCP {
             let cur = TcpState::from_u8(e.val.state).ok_or(DropReason::InvalidState)?;
             match tcp::step(cur, e.val.flags & FINS, m.tcp_flags, from_orig) {
                 Step::Go(s, f) => (s as u8, f),
-                Step::Ignore => return Ok(()),
+                Step::Ignore => return Ok(settled(m.key.proto, e.val.state)),
                 Step::Invalid => return Err(DropReason::InvalidState),
             }
         } else if from_orig {
@@ -220,7 +239,7 @@ impl Firewall {
         ent.val.state = state;
         ent.val.flags = (e.val.flags & SWAPPED) | fins;
         ent.expires_ns = now + self.timeouts.of(m.key.proto, state);
-        Ok(())
+        Ok(settled(m.key.proto, state))
     }
 
     fn create(
@@ -230,7 +249,7 @@ impl Firewall {
         ck: FlowKey,
         swapped: bool,
         now: u64,
-    ) -> Result<(), DropReason> {
+    ) -> Result<bool, DropReason> {
         if dir == Direction::Reverse && !self.reverse_acl {
             return Err(DropReason::InvalidState);
         }
@@ -262,7 +281,7 @@ impl Firewall {
         }
         self.by_state[usize::from(state)] += 1;
         self.created += 1;
-        Ok(())
+        Ok(settled(m.key.proto, state))
     }
 
     /// ICMP other than echo: errors about a tracked flow are related and pass; the
@@ -303,10 +322,15 @@ impl Node for Firewall {
             self.table.prefetch_entry(&canonical(&p.meta.key).0);
         }
         for p in pkts.iter_mut().filter(|p| p.alive()) {
-            if let Err(r) = self.handle(&p.meta, p.dir, now) {
-                p.drop = Some(r);
+            match self.handle(&p.meta, p.dir, now) {
+                Ok(settled) => p.fast &= settled,
+                Err(r) => p.drop = Some(r),
             }
         }
+    }
+
+    fn offloadable(&self) -> bool {
+        true
     }
 
     fn expire(&mut self, now_ns: u64) {

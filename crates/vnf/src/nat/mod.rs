@@ -552,6 +552,12 @@ impl Node for Nat {
         }
     }
 
+    /// A TCP/UDP packet's translation is a function of its flow's mapping, which a
+    /// replayed packet refreshes; SYN/FIN/RST (mapping changes) never take the fast path.
+    fn offloadable(&self) -> bool {
+        true
+    }
+
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
         let mut budget = self.table.sweep_budget();

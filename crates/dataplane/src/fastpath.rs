@@ -1,0 +1,445 @@
+//! The worker's side of the table tier (`fast_path:` in the run config): it fills the
+//! kernel fast path ([`nfx_fastpath`]) with the flows its chain has settled, arms them
+//! when no frame of theirs is left behind in userspace, replays what the fast path
+//! forwarded through the chain so that every VNF's state and counters stay exact, and
+//! takes flows back when the chain's verdict may change.
+//!
+//! Life of an entry:
+//! 1. *learn* — a frame leaves the chain alive with [`Packet::fast`] still set (every
+//!    VNF is offloadable and none cleared it: an established TCP connection or a UDP
+//!    flow the ACL admitted), plain IPv4 (no options, no fragment) over TCP/UDP without
+//!    SYN/FIN/RST: the worker installs a pending entry keyed by the arrival interface and
+//!    the frame's arrival 5-tuple, carrying the rewrite the chain applied (MACs,
+//!    addresses, ports) and the output interface.
+//! 2. *arm* — before each receive on a side with pending entries the worker reads their
+//!    control words; when that receive finds the socket empty, every frame counted so
+//!    far has been sent, and a compare-and-swap arms the entry unless a frame was
+//!    counted in between (then it tries at the next empty receive).
+//! 3. *sync* — every tick (100 ms) each entry whose counters moved is replayed: a
+//!    header-only copy of the flow's frame, as it arrived, carrying the packet and byte
+//!    deltas ([`Packet::replay`]) runs through the chain; nodes refresh timeouts and
+//!    count. If the chain now drops it (a rule changed, state expired), the entry is
+//!    removed.
+//! 4. *remove* — on a SYN, FIN or RST of the flow in either direction (the fast path
+//!    already hands those up and disarms), after [`IDLE`] without traffic, on a full
+//!    replay drop, and for all entries before any reconfiguration, state export or
+//!    drain ([`FastPathWorker::flush`]). Removal only sends frames back to userspace.
+
+use crate::graph::Graph;
+use nfx_fastpath::{Action, FastPath, FlowKey4, InstallError, SlotCounters};
+use nfx_packet::checksum::checksum;
+use nfx_packet::parse::{IPPROTO_TCP, IPPROTO_UDP};
+use nfx_packet::rewrite::{set_addr, set_port, End};
+use nfx_packet::{Direction, FlowKey, Packet, PacketBuf, Replay};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// An entry with no traffic for this long is removed; the flow's next frame is judged
+/// by the chain again and re-installs it.
+pub const IDLE: Duration = Duration::from_secs(10);
+
+/// Most entries replayed per tick, so that a huge table cannot stall the worker.
+pub const SYNC_BUDGET: usize = 8192;
+
+const TCP_SYN_FIN_RST: u8 = 0x07;
+const TCP_ACK: u8 = 0x10;
+
+/// Counters of the fast path, in the stats document (`fast_path`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FastPathStats {
+    /// Table size (flows, one direction each).
+    pub capacity: u64,
+    /// Kernel memory the table takes.
+    pub memory_bytes: u64,
+    /// Entries installed now (pending or armed).
+    pub entries: u64,
+    /// Entries armed now.
+    pub active: u64,
+    /// Entries installed since start.
+    pub installed: u64,
+    /// Entries armed since start.
+    pub armed: u64,
+    /// Removed on SYN/FIN/RST.
+    pub removed_closed: u64,
+    /// Removed after [`IDLE`] without traffic.
+    pub removed_idle: u64,
+    /// Removed because the chain dropped the replay (its verdict changed).
+    pub removed_revoked: u64,
+    /// Removed before a reconfiguration, state export or drain.
+    pub removed_flushed: u64,
+    /// Flows not installed because the table was full.
+    pub full: u64,
+    /// Installs the kernel refused.
+    pub errors: u64,
+    /// Packets the fast path forwarded (GSO segments counted one by one), as synced.
+    pub packets: u64,
+    /// IP bytes the fast path forwarded, as synced.
+    pub bytes: u64,
+}
+
+impl FastPathStats {
+    /// Adds another worker's counters.
+    pub fn add(&mut self, o: &FastPathStats) {
+        self.capacity += o.capacity;
+        self.memory_bytes += o.memory_bytes;
+        self.entries += o.entries;
+        self.active += o.active;
+        self.installed += o.installed;
+        self.armed += o.armed;
+        self.removed_closed += o.removed_closed;
+        self.removed_idle += o.removed_idle;
+        self.removed_revoked += o.removed_revoked;
+        self.removed_flushed += o.removed_flushed;
+        self.full += o.full;
+        self.errors += o.errors;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+}
+
+struct Entry {
+    slot: u32,
+    side: usize,
+    /// The frame's headers as they left the chain (replays are built from them).
+    template: Vec<u8>,
+    /// The flow key the frames arrive with.
+    in_key: FlowKey,
+    /// The entry of the other direction (it may not exist).
+    reverse: FlowKey4,
+    synced: SlotCounters,
+    installed_ns: u64,
+    armed: bool,
+    /// Control word read before the current receive on `side`.
+    snapshot: Option<u64>,
+}
+
+/// Why entries leave the table.
+#[derive(Clone, Copy)]
+enum Removal {
+    Closed,
+    Idle,
+    Revoked,
+    Flushed,
+}
+
+/// One worker's fast path: the kernel table and what the worker knows of each entry.
+pub struct FastPathWorker {
+    fp: FastPath,
+    ifindex: [u32; 2],
+    entries: HashMap<FlowKey4, Entry>,
+    /// Keys of entries not yet armed, by arrival side.
+    pending: [Vec<FlowKey4>; 2],
+    stats: FastPathStats,
+    sync_keys: Vec<FlowKey4>,
+}
+
+/// Index of interface `iface` in the calling thread's namespace.
+fn ifindex(iface: &str) -> std::io::Result<u32> {
+    let c = std::ffi::CString::new(iface)
+        .map_err(|_| std::io::Error::other(format!("interface name `{iface}` has a NUL")))?;
+    // SAFETY: passes a valid NUL-terminated name.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(std::io::Error::other(format!(
+            "no interface `{iface}`: {}",
+            std::io::Error::last_os_error()
+        ))),
+        i => Ok(i),
+    }
+}
+
+impl FastPathWorker {
+    /// Loads the fast path with `capacity` entries and attaches it to the inside and
+    /// outside interfaces (in the calling thread's namespace).
+    pub fn new(capacity: u32, ifaces: [&str; 2]) -> std::io::Result<Self> {
+        let mut fp = FastPath::load(capacity)?;
+        for i in ifaces {
+            fp.attach(i)?;
+        }
+        Ok(Self {
+            stats: FastPathStats {
+                capacity: u64::from(fp.capacity()),
+                memory_bytes: fp.memory_bytes() as u64,
+                ..FastPathStats::default()
+            },
+            fp,
+            ifindex: [ifindex(ifaces[0])?, ifindex(ifaces[1])?],
+            entries: HashMap::new(),
+            pending: [Vec::new(), Vec::new()],
+            sync_keys: Vec::new(),
+        })
+    }
+
+    /// Call before receiving on `side`: remembers the pending entries' control words.
+    pub fn before_receive(&mut self, side: usize) {
+        for k in &self.pending[side] {
+            if let Some(e) = self.entries.get_mut(k) {
+                e.snapshot = Some(self.fp.ctl(e.slot));
+            }
+        }
+    }
+
+    /// Call when a receive on `side` found the socket empty: arms the pending entries
+    /// of that side whose control word has not moved since [`Self::before_receive`].
+    pub fn receive_was_empty(&mut self, side: usize) {
+        let (fp, entries, stats) = (&self.fp, &mut self.entries, &mut self.stats);
+        self.pending[side].retain(|k| {
+            let Some(e) = entries.get_mut(k) else {
+                return false;
+            };
+            match e.snapshot.take() {
+                Some(seen) if fp.arm(e.slot, seen) => {
+                    e.armed = true;
+                    stats.armed += 1;
+                    false
+                }
+                _ => true,
+            }
+        });
+    }
+
+    /// Call after a vector from `side` was sent (its first `sent` packets went out):
+    /// retires the entries of flows that open or close (after replaying what they
+    /// forwarded), installs settled flows.
+    pub fn learn(
+        &mut self,
+        graph: &mut Graph,
+        pkts: &[Packet],
+        side: usize,
+        sent: usize,
+        now_ns: u64,
+    ) {
+        for (i, p) in pkts.iter().enumerate() {
+            let tcp_flags = if p.in_key.proto == IPPROTO_TCP {
+                p.meta.tcp_flags
+            } else {
+                0
+            };
+            let key = self.key(side, &p.in_key);
+            if tcp_flags & TCP_SYN_FIN_RST != 0 {
+                if let Some(e) = self.entries.get(&key) {
+                    let reverse = e.reverse;
+                    self.retire(graph, &key, Removal::Closed, now_ns);
+                    self.retire(graph, &reverse, Removal::Closed, now_ns);
+                } else if p.alive() {
+                    let out = self.key(1 - side, &p.meta.key.reversed());
+                    self.retire(graph, &out, Removal::Closed, now_ns);
+                }
+                continue;
+            }
+            if i < sent && p.alive() && p.fast && eligible(p) && !self.entries.contains_key(&key) {
+                self.install(key, p, side, now_ns);
+            }
+        }
+    }
+
+    fn key(&self, side: usize, k: &FlowKey) -> FlowKey4 {
+        FlowKey4 {
+            ifindex: self.ifindex[side],
+            proto: k.proto,
+            src: k.src,
+            dst: k.dst,
+            sport: k.sport,
+            dport: k.dport,
+        }
+    }
+
+    fn install(&mut self, key: FlowKey4, p: &Packet, side: usize, now_ns: u64) {
+        let f = p.buf.frame();
+        let out = p.meta.key;
+        let mut macs = [0u8; 12];
+        macs.copy_from_slice(&f[..12]);
+        let action = Action {
+            out_ifindex: self.ifindex[1 - side],
+            macs,
+            src: out.src,
+            dst: out.dst,
+            sport: out.sport,
+            dport: out.dport,
+        };
+        match self.fp.install(&key, &action) {
+            Ok(slot) => {
+                self.stats.installed += 1;
+                self.pending[side].push(key);
+                let reverse = self.key(1 - side, &out.reversed());
+                self.entries.insert(
+                    key,
+                    Entry {
+                        slot,
+                        side,
+                        template: f[..p.meta.payload].to_vec(),
+                        in_key: p.in_key,
+                        reverse,
+                        synced: SlotCounters::default(),
+                        installed_ns: now_ns,
+                        armed: false,
+                        snapshot: None,
+                    },
+                );
+            }
+            Err(InstallError::Full) => self.stats.full += 1,
+            Err(InstallError::Map(e)) => {
+                if self.stats.errors == 0 {
+                    log::warn!("fast path: {e}");
+                }
+                self.stats.errors += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &FlowKey4, why: Removal) {
+        let Some(e) = self.entries.remove(key) else {
+            return;
+        };
+        self.fp.remove(key, e.slot);
+        self.pending[e.side].retain(|k| k != key);
+        let c = match why {
+            Removal::Closed => &mut self.stats.removed_closed,
+            Removal::Idle => &mut self.stats.removed_idle,
+            Removal::Revoked => &mut self.stats.removed_revoked,
+            Removal::Flushed => &mut self.stats.removed_flushed,
+        };
+        *c += 1;
+    }
+
+    /// Replays what the entry of `key` forwarded since its last sync through `graph`;
+    /// removes the entry (revoked) and returns false if the chain no longer passes it.
+    fn settle(&mut self, graph: &mut Graph, key: &FlowKey4, now_ns: u64) -> bool {
+        let Some(e) = self.entries.get_mut(key) else {
+            return false;
+        };
+        let c = self.fp.counters(e.slot);
+        if c.packets <= e.synced.packets {
+            return true;
+        }
+        let r = Replay {
+            packets: c.packets - e.synced.packets,
+            bytes: c.bytes.saturating_sub(e.synced.bytes),
+        };
+        e.synced = c;
+        self.stats.packets += r.packets;
+        self.stats.bytes += r.bytes;
+        let mut p = replay_packet(e, r);
+        if graph.replay(&mut p, now_ns) {
+            return true;
+        }
+        self.remove(key, Removal::Revoked);
+        false
+    }
+
+    /// Settles, then removes the entry of `key` (if any).
+    fn retire(&mut self, graph: &mut Graph, key: &FlowKey4, why: Removal, now_ns: u64) {
+        if self.settle(graph, key, now_ns) {
+            self.remove(key, why);
+        }
+    }
+
+    /// Replays what the fast path forwarded since the last sync through `graph` (at
+    /// most [`SYNC_BUDGET`] entries), removes entries the chain no longer passes and
+    /// entries idle for [`IDLE`].
+    pub fn sync(&mut self, graph: &mut Graph, now_ns: u64) {
+        let mut keys = std::mem::take(&mut self.sync_keys);
+        keys.clear();
+        keys.extend(self.entries.keys().copied());
+        let mut replays = 0;
+        for key in &keys {
+            let Some((slot, synced, installed_ns)) = self
+                .entries
+                .get(key)
+                .map(|e| (e.slot, e.synced, e.installed_ns))
+            else {
+                continue;
+            };
+            let c = self.fp.counters(slot);
+            if c.packets > synced.packets {
+                if replays == SYNC_BUDGET {
+                    continue;
+                }
+                replays += 1;
+                if !self.settle(graph, key, now_ns) {
+                    continue;
+                }
+            }
+            if now_ns.saturating_sub(c.last_ns.max(installed_ns)) > IDLE.as_nanos() as u64 {
+                self.remove(key, Removal::Idle);
+            }
+        }
+        self.sync_keys = keys;
+    }
+
+    /// Settles and removes every entry: the chain sees every frame again (before a
+    /// reconfiguration, a state export or a drain).
+    pub fn flush(&mut self, graph: &mut Graph, now_ns: u64) {
+        let keys: Vec<FlowKey4> = self.entries.keys().copied().collect();
+        for k in keys {
+            self.retire(graph, &k, Removal::Flushed, now_ns);
+        }
+    }
+
+    /// The counters for the stats document.
+    pub fn stats(&self) -> FastPathStats {
+        FastPathStats {
+            entries: self.entries.len() as u64,
+            active: self
+                .entries
+                .values()
+                .filter(|e| e.armed && self.fp.is_active(e.slot))
+                .count() as u64,
+            ..self.stats.clone()
+        }
+    }
+}
+
+/// Whether the fast path can apply the chain's verdict to this frame's flow: plain
+/// Ethernet + IPv4 without options or fragmentation, TCP or UDP.
+fn eligible(p: &Packet) -> bool {
+    let m = &p.meta;
+    let f = p.buf.frame();
+    m.l3 == 14
+        && m.l4 == 34
+        && (m.key.proto == IPPROTO_TCP || m.key.proto == IPPROTO_UDP)
+        && f.len() >= m.payload
+        && u16::from_be_bytes([f[20], f[21]]) & 0x3fff == 0
+}
+
+/// The header-only packet that stands for an entry's forwarded traffic: the template
+/// with the arrival addresses and ports put back (checksums kept valid), TCP flags
+/// reduced to ACK, and the counts attached.
+fn replay_packet(e: &Entry, r: Replay) -> Packet {
+    let dir = if e.side == 0 {
+        Direction::Forward
+    } else {
+        Direction::Reverse
+    };
+    let mut p = Packet::new(PacketBuf::from_frame(&e.template), dir);
+    {
+        let f = p.buf.frame_mut();
+        let ip_len = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        f[22] = 64;
+        if e.in_key.proto == IPPROTO_TCP && f.len() >= 34 + 14 {
+            f[34 + 13] = TCP_ACK;
+        }
+        if e.in_key.proto == IPPROTO_UDP && f.len() >= 34 + 8 {
+            f[38..40].copy_from_slice(&8u16.to_be_bytes());
+        }
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+    match nfx_packet::parse(p.buf.frame()) {
+        Ok(meta) => p.meta = meta,
+        Err(reason) => {
+            p.drop = Some(reason);
+            return p;
+        }
+    }
+    let k = e.in_key;
+    set_addr(&mut p, End::Src, k.src);
+    set_addr(&mut p, End::Dst, k.dst);
+    set_port(&mut p, End::Src, k.sport);
+    set_port(&mut p, End::Dst, k.dport);
+    p.in_key = k;
+    p.replay = Some(r);
+    p
+}

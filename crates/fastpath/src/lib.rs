@@ -1,0 +1,215 @@
+//! nfx's table tier on this machine: an established-flow fast path in the kernel.
+//!
+//! Why: a userspace dataplane on veth copies every byte twice more than the kernel's
+//! own forwarding (into its receive ring, out into a new skb), so on TCP super-packets
+//! it cannot match nftables however fast its nodes are. HYPER places such functions on
+//! a *table tier*: a match-action device with bounded tables that forwards established
+//! flows at line rate while software handles everything else. Here that device is a
+//! BPF program on tcx ingress (`bpf/fastpath.bpf.c`) with a bounded flow table that the
+//! userspace chain fills: it decides (ACL, connection state, NAT mapping), and once a
+//! flow is established it installs the flow's rewrite, and the kernel applies it to the
+//! flow's later frames without copying them.
+//!
+//! Consistency rules (what makes it a cache of the chain, not a second chain):
+//! - one decision per frame, in the BPF program: redirected, or handed to userspace;
+//! - a new entry is *pending*; userspace arms it ([`FastPath::arm`]) only when the
+//!   frames already handed up have been sent, so no frame overtakes another;
+//! - TCP SYN/FIN/RST always go to userspace and disarm the entry;
+//! - removing an entry only sends the flow back to userspace, never drops a frame.
+//!
+//! Needs root (CAP_BPF, CAP_NET_ADMIN) and kernel ≥ 6.6 (tcx).
+
+mod key;
+mod slots;
+
+pub use key::{Action, FlowKey4};
+pub use slots::{SlotCounters, ACTIVE};
+
+use aya::maps::{HashMap, MapData};
+use aya::programs::{tc::TcAttachType, SchedClassifier};
+use aya::Ebpf;
+use key::{RawKey, RawSlot};
+use slots::Slots;
+use std::collections::VecDeque;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The compiled BPF object.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fastpath.bpf.o"));
+
+/// How long a removed slot waits before reuse: longer than any BPF program run that
+/// may still hold it (one frame, microseconds).
+const GRACE: Duration = Duration::from_millis(200);
+
+/// Bytes of kernel memory per table entry: the slot (64 B) plus a hash-map element
+/// (key 20 B, value 4 B, element header and bucket ≈ 56 B).
+pub const BYTES_PER_FLOW: usize = 144;
+
+/// Why an entry could not be installed.
+#[derive(Debug)]
+pub enum InstallError {
+    /// Every slot is in use: the table tier's capacity.
+    Full,
+    /// The kernel refused the map update.
+    Map(String),
+}
+
+impl std::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Full => write!(f, "fast-path table full"),
+            Self::Map(e) => write!(f, "fast-path table update: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+/// A loaded fast path: the program, its two maps and the free slots.
+pub struct FastPath {
+    bpf: Ebpf,
+    flows: HashMap<MapData, RawKey, u32>,
+    slots: Slots,
+    free: Vec<u32>,
+    quarantine: VecDeque<(u32, Instant)>,
+    capacity: u32,
+    attached: Vec<String>,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("fast path: {what}: {e}"))
+}
+
+impl FastPath {
+    /// Loads the program with a table of `capacity` flows (≥ 1).
+    pub fn load(capacity: u32) -> io::Result<Self> {
+        let capacity = capacity.max(1);
+        let mut bpf = aya::EbpfLoader::new()
+            .map_max_entries("flows", capacity)
+            .map_max_entries("slots", capacity)
+            .load(OBJECT)
+            .map_err(|e| err("loading the BPF object (needs root and kernel ≥ 6.6)", e))?;
+        let prog: &mut SchedClassifier = bpf
+            .program_mut("nfx_fast_path")
+            .ok_or_else(|| err("program", "nfx_fast_path missing"))?
+            .try_into()
+            .map_err(|e| err("program type", e))?;
+        prog.load().map_err(|e| err("verifier", e))?;
+        let flows: HashMap<MapData, RawKey, u32> = bpf
+            .take_map("flows")
+            .ok_or_else(|| err("map", "flows missing"))?
+            .try_into()
+            .map_err(|e| err("map flows", e))?;
+        let slots_map = bpf
+            .take_map("slots")
+            .ok_or_else(|| err("map", "slots missing"))?;
+        let aya::maps::Map::Array(data) = &slots_map else {
+            return Err(err("map slots", "not an array"));
+        };
+        use std::os::fd::AsFd;
+        let slots = Slots::map(data.fd().as_fd(), capacity as usize)
+            .map_err(|e| err("mapping the slots", e))?;
+        // The maps stay alive through their fds: `flows` here, the mapping for `slots`
+        // (a mapped BPF map outlives its fd), and the program's references to both.
+        drop(slots_map);
+        Ok(Self {
+            bpf,
+            flows,
+            slots,
+            free: (0..capacity).rev().collect(),
+            quarantine: VecDeque::new(),
+            capacity,
+            attached: Vec::new(),
+        })
+    }
+
+    /// Attaches the program to `iface`'s tcx ingress, in the calling thread's network
+    /// namespace. Detached when the fast path is dropped (or the process ends).
+    pub fn attach(&mut self, iface: &str) -> io::Result<()> {
+        let prog: &mut SchedClassifier = self
+            .bpf
+            .program_mut("nfx_fast_path")
+            .ok_or_else(|| err("program", "nfx_fast_path missing"))?
+            .try_into()
+            .map_err(|e| err("program type", e))?;
+        prog.attach(iface, TcAttachType::Ingress)
+            .map_err(|e| err(&format!("attaching to `{iface}` ingress"), e))?;
+        self.attached.push(iface.to_string());
+        Ok(())
+    }
+
+    /// Interfaces the program is attached to.
+    pub fn interfaces(&self) -> &[String] {
+        &self.attached
+    }
+
+    /// Installs `key` → `action` as a pending entry; returns its slot.
+    pub fn install(&mut self, key: &FlowKey4, action: &Action) -> Result<u32, InstallError> {
+        let now = Instant::now();
+        while let Some(&(slot, at)) = self.quarantine.front() {
+            if now.duration_since(at) < GRACE {
+                break;
+            }
+            self.quarantine.pop_front();
+            self.free.push(slot);
+        }
+        let slot = self.free.pop().ok_or(InstallError::Full)?;
+        self.slots.write(slot, RawSlot::pending(action));
+        if let Err(e) = self.flows.insert(RawKey::from(key), slot, 0) {
+            self.free.push(slot);
+            return Err(InstallError::Map(e.to_string()));
+        }
+        Ok(slot)
+    }
+
+    /// Removes the entry of `key` (whose slot is `slot`): the flow's next frames go to
+    /// userspace. The slot is reused after a grace period.
+    pub fn remove(&mut self, key: &FlowKey4, slot: u32) {
+        self.slots.disarm(slot);
+        // A missing key means it was never installed; nothing else can fail here.
+        let _ = self.flows.remove(&RawKey::from(key));
+        self.quarantine.push_back((slot, Instant::now()));
+    }
+
+    /// The control word of `slot` (take it before checking that userspace has nothing
+    /// of the flow left to send, then pass it to [`FastPath::arm`]).
+    pub fn ctl(&self, slot: u32) -> u64 {
+        self.slots.ctl(slot)
+    }
+
+    /// Arms a pending entry if no frame was handed up since its control word read
+    /// `seen`; false means try again later.
+    pub fn arm(&self, slot: u32, seen: u64) -> bool {
+        seen & ACTIVE == 0 && self.slots.arm(slot, seen)
+    }
+
+    /// True while the fast path forwards the entry's frames.
+    pub fn is_active(&self, slot: u32) -> bool {
+        self.slots.ctl(slot) & ACTIVE != 0
+    }
+
+    /// What the fast path forwarded for the entry in `slot`.
+    pub fn counters(&self, slot: u32) -> SlotCounters {
+        self.slots.counters(slot)
+    }
+
+    /// Table size.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Entries installed (pending or active).
+    pub fn len(&self) -> usize {
+        self.capacity as usize - self.free.len() - self.quarantine.len()
+    }
+
+    /// True when no entry is installed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Kernel memory the table takes, in bytes (see [`BYTES_PER_FLOW`]).
+    pub fn memory_bytes(&self) -> usize {
+        self.capacity as usize * BYTES_PER_FLOW
+    }
+}

@@ -1,0 +1,270 @@
+//! The fast path on real veth links between three namespaces made by this test,
+//! a — mid — b, with no userspace forwarder: only the BPF program moves frames.
+//! A pending entry forwards nothing and counts what it hands up; an armed entry
+//! rewrites (destination and source NAT, MACs, TTL) with checksums b's kernel accepts,
+//! and counts packets and bytes; a removed entry forwards nothing again.
+
+use nfx_fastpath::{Action, FastPath, FlowKey4, ACTIVE};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::time::Duration;
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Namespaces a, mid, b: a0 (10.91.1.1) — m0 (10.91.1.2) | m1 (10.91.2.2) — b0 (10.91.2.1).
+struct Line {
+    ns: [String; 3],
+}
+
+impl Line {
+    fn new() -> Self {
+        let id = std::process::id();
+        let ns = ["a", "mid", "b"].map(|n| format!("nfxfp-{id}-{n}"));
+        let l = Line { ns };
+        for n in &l.ns {
+            ip(&["netns", "add", n]);
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+        }
+        let link = |x: &str, xa: &str, y: &str, ya: &str, ns_x: &str, ns_y: &str| {
+            ip(&[
+                "-n", ns_x, "link", "add", x, "address", xa, "type", "veth", "peer", "name", y,
+                "netns", ns_y, "address", ya,
+            ]);
+        };
+        link(
+            "a0",
+            "02:00:00:00:0a:00",
+            "m0",
+            "02:00:00:00:0c:00",
+            &l.ns[0],
+            &l.ns[1],
+        );
+        link(
+            "m1",
+            "02:00:00:00:0c:01",
+            "b0",
+            "02:00:00:00:0b:00",
+            &l.ns[1],
+            &l.ns[2],
+        );
+        for (n, dev, addr) in [
+            (&l.ns[0], "a0", "10.91.1.1/24"),
+            (&l.ns[1], "m0", "10.91.1.2/24"),
+            (&l.ns[1], "m1", "10.91.2.2/24"),
+            (&l.ns[2], "b0", "10.91.2.1/24"),
+        ] {
+            ip(&["-n", n, "addr", "add", addr, "dev", dev]);
+            ip(&["-n", n, "link", "set", dev, "up"]);
+        }
+        // a reaches mid's address on its link; static neighbours keep ARP out of it.
+        ip(&[
+            "-n",
+            &l.ns[0],
+            "neigh",
+            "add",
+            "10.91.1.2",
+            "lladdr",
+            "02:00:00:00:0c:00",
+            "dev",
+            "a0",
+        ]);
+        ip(&[
+            "-n",
+            &l.ns[2],
+            "neigh",
+            "add",
+            "10.91.2.2",
+            "lladdr",
+            "02:00:00:00:0c:01",
+            "dev",
+            "b0",
+        ]);
+        l
+    }
+
+    fn ifindex(&self, ns: usize, dev: &str) -> u32 {
+        let out = ip(&["-n", &self.ns[ns], "-o", "link", "show", dev]);
+        out.split(':').next().unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        for n in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// Sends `n` datagrams from a (10.91.1.1:4000) to mid's 10.91.1.2:9000.
+fn send_from_a(ns: &str, n: usize) {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&ns).unwrap();
+        let s = UdpSocket::bind("10.91.1.1:4000").unwrap();
+        for i in 0..n {
+            s.send_to(format!("datagram {i}").as_bytes(), "10.91.1.2:9000")
+                .unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// A socket in b on 10.91.2.1:9001.
+fn receiver_in_b(ns: &str) -> UdpSocket {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&ns).unwrap();
+        let s = UdpSocket::bind("10.91.2.1:9001").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        s
+    })
+    .join()
+    .unwrap()
+}
+
+fn drain(s: &UdpSocket) -> Vec<(String, SocketAddrV4)> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    while let Ok((n, from)) = s.recv_from(&mut buf) {
+        let std::net::SocketAddr::V4(from) = from else {
+            panic!("v6 sender")
+        };
+        got.push((String::from_utf8_lossy(&buf[..n]).into_owned(), from));
+    }
+    got
+}
+
+#[test]
+fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let line = Line::new();
+    let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
+    let mid = line.ns[1].clone();
+    let mut fp = std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&mid).unwrap();
+        let mut fp = FastPath::load(4).unwrap();
+        fp.attach("m0").unwrap();
+        fp.attach("m1").unwrap();
+        fp
+    })
+    .join()
+    .unwrap();
+    let key = FlowKey4 {
+        ifindex: m0,
+        proto: 17,
+        src: u32::from(Ipv4Addr::new(10, 91, 1, 1)),
+        dst: u32::from(Ipv4Addr::new(10, 91, 1, 2)),
+        sport: 4000,
+        dport: 9000,
+    };
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&[2, 0, 0, 0, 0x0b, 0]);
+    macs[6..].copy_from_slice(&[2, 0, 0, 0, 0x0c, 1]);
+    let action = Action {
+        out_ifindex: m1,
+        macs,
+        src: u32::from(Ipv4Addr::new(10, 91, 2, 2)),
+        dst: u32::from(Ipv4Addr::new(10, 91, 2, 1)),
+        sport: 5555,
+        dport: 9001,
+    };
+    let rx = receiver_in_b(&line.ns[2]);
+    let slot = fp.install(&key, &action).unwrap();
+    assert_eq!(fp.len(), 1);
+
+    send_from_a(&line.ns[0], 5);
+    assert!(drain(&rx).is_empty(), "a pending entry forwarded");
+    let seen = fp.ctl(slot);
+    assert_eq!(seen, 5, "pending entry must count the frames it handed up");
+    assert_eq!(fp.counters(slot).packets, 0);
+    assert!(
+        !fp.arm(slot, seen - 1),
+        "armed although frames were counted since"
+    );
+    assert!(fp.arm(slot, seen));
+    assert!(fp.is_active(slot));
+    assert_ne!(fp.ctl(slot) & ACTIVE, 0);
+
+    send_from_a(&line.ns[0], 20);
+    let got = drain(&rx);
+    assert_eq!(
+        got.len(),
+        20,
+        "b's kernel accepted every rewritten datagram: {got:?}"
+    );
+    for (i, (text, from)) in got.iter().enumerate() {
+        assert_eq!(text, &format!("datagram {i}"), "order and payload");
+        assert_eq!(*from, SocketAddrV4::new(Ipv4Addr::new(10, 91, 2, 2), 5555));
+    }
+    let c = fp.counters(slot);
+    assert_eq!(c.packets, 20);
+    assert_eq!(
+        c.bytes,
+        20 * (14 + 28)
+            + (0..20)
+                .map(|i| format!("datagram {i}").len() as u64)
+                .sum::<u64>()
+    );
+    assert!(c.last_ns > 0);
+
+    fp.remove(&key, slot);
+    assert!(fp.is_empty());
+    send_from_a(&line.ns[0], 3);
+    assert!(drain(&rx).is_empty(), "a removed entry forwarded");
+}
+
+#[test]
+fn a_full_table_says_so() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut fp = FastPath::load(2).unwrap();
+    let action = Action {
+        out_ifindex: 1,
+        macs: [0; 12],
+        src: 1,
+        dst: 2,
+        sport: 3,
+        dport: 4,
+    };
+    let k = |p| FlowKey4 {
+        ifindex: 1,
+        proto: 6,
+        src: 1,
+        dst: 2,
+        sport: p,
+        dport: 80,
+    };
+    let a = fp.install(&k(1), &action).unwrap();
+    fp.install(&k(2), &action).unwrap();
+    assert!(matches!(
+        fp.install(&k(3), &action),
+        Err(nfx_fastpath::InstallError::Full)
+    ));
+    fp.remove(&k(1), a);
+    assert!(
+        matches!(
+            fp.install(&k(3), &action),
+            Err(nfx_fastpath::InstallError::Full)
+        ),
+        "slot reused inside its grace period"
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    fp.install(&k(3), &action).unwrap();
+    assert_eq!(fp.len(), 2);
+}
