@@ -443,3 +443,91 @@ fn replay_packet(e: &Entry, r: Replay) -> Packet {
     p.replay = Some(r);
     p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfx_packet::parse;
+
+    fn tcp_frame(payload: &[u8], flags_ack_only: bool) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 1, 5], [10, 0, 2, 9], 64)
+            .tcp(40000, 5201, 1000, 65535);
+        let b = if flags_ack_only { b.ack(7) } else { b.syn() };
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v
+    }
+
+    fn packet(frame: &[u8]) -> Packet {
+        let mut p = Packet::new(PacketBuf::from_frame(frame), Direction::Forward);
+        p.meta = parse(frame).unwrap();
+        p.in_key = p.meta.key;
+        p
+    }
+
+    #[test]
+    fn only_plain_ipv4_tcp_and_udp_frames_are_eligible() {
+        assert!(eligible(&packet(&tcp_frame(b"data", true))));
+        let mut frag = tcp_frame(b"data", true);
+        frag[20] |= 0x20;
+        let mut p = packet(&tcp_frame(b"data", true));
+        p.buf = PacketBuf::from_frame(&frag);
+        assert!(!eligible(&p), "a fragment");
+        let mut icmp = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv4([1, 1, 1, 1], [2, 2, 2, 2], 9)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut icmp, b"x")
+            .unwrap();
+        assert!(!eligible(&packet(&icmp)));
+    }
+
+    #[test]
+    fn a_replay_is_the_arrival_header_with_ack_and_the_counts() {
+        let frame = tcp_frame(&[7u8; 1000], true);
+        let mut p = packet(&frame);
+        let arrival = p.meta.key;
+        // What a source NAT and the output node make of it.
+        set_addr(&mut p, End::Src, 0x0a00_0264);
+        set_port(&mut p, End::Src, 61000);
+        let out = p.buf.frame().to_vec();
+        let e = Entry {
+            slot: 0,
+            side: 0,
+            template: out[..p.meta.payload].to_vec(),
+            in_key: arrival,
+            reverse: FlowKey4 {
+                ifindex: 2,
+                proto: 6,
+                src: 0,
+                dst: 0,
+                sport: 0,
+                dport: 0,
+            },
+            synced: SlotCounters::default(),
+            installed_ns: 0,
+            armed: true,
+            snapshot: None,
+        };
+        let r = Replay {
+            packets: 40,
+            bytes: 40 * 1040,
+        };
+        let rp = replay_packet(&e, r);
+        assert_eq!(rp.drop, None);
+        assert_eq!(rp.meta.key, arrival);
+        assert_eq!(rp.in_key, arrival);
+        assert_eq!(rp.meta.tcp_flags, TCP_ACK);
+        assert_eq!(rp.replay, Some(r));
+        assert_eq!(rp.dir, Direction::Forward);
+        let f = rp.buf.frame();
+        let ip = etherparse::Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
+        assert_eq!(usize::from(ip.total_len()), f.len() - 14, "header only");
+        assert_eq!(
+            ip.header_checksum(),
+            ip.to_header().calc_header_checksum(),
+            "IP checksum"
+        );
+    }
+}

@@ -216,3 +216,68 @@ fn replacing_after_a_kept_prefix_touches_only_the_rest() {
     assert!(old.is_empty());
     assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3", "tag4"]);
 }
+
+fn vnf(spec: serde_json::Value) -> Box<dyn Node> {
+    crate::chain::build_chain(&[spec], std::path::Path::new("."))
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn fast_marks_survive_only_offloadable_chains() {
+    let fw = || vnf(serde_json::json!({"firewall": {"default": "allow"}}));
+    let mut g = Graph::new(vec![fw()], output(), None);
+    let mut v = vector_of(0..4, Direction::Forward);
+    for p in v.packets_mut() {
+        p.fast = true;
+    }
+    assert_eq!(g.run(v.packets_mut(), Direction::Forward, 1), 4);
+    assert!(v.packets().iter().all(|p| p.fast), "UDP through a firewall");
+    let mut g = Graph::new(vec![fw(), tags(&[1]).remove(0)], output(), None);
+    let mut v = vector_of(0..4, Direction::Forward);
+    for p in v.packets_mut() {
+        p.fast = true;
+    }
+    assert_eq!(g.run(v.packets_mut(), Direction::Forward, 1), 4);
+    assert!(
+        v.packets().iter().all(|p| !p.fast),
+        "a node that is not offloadable keeps every flow in userspace"
+    );
+}
+
+#[test]
+fn a_replay_counts_its_packets_and_bytes_at_every_node_it_reaches() {
+    let mut g = Graph::new(
+        vec![
+            vnf(serde_json::json!({"firewall": {"default": "allow"}})),
+            vnf(serde_json::json!({"elephant": {"min_bytes": 4000, "min_rate_bps": 0}})),
+        ],
+        output(),
+        None,
+    );
+    let mut p = Packet::new(PacketBuf::from_frame(&udp_frame(1)), Direction::Forward);
+    p.replay = Some(nfx_packet::Replay {
+        packets: 10,
+        bytes: 5000,
+    });
+    assert!(g.replay(&mut p, 1));
+    for n in g.node_stats() {
+        assert_eq!((n.packets, n.bytes), (10, 5000), "{}", n.name);
+    }
+    assert_eq!(
+        g.event_counts()["elephant"],
+        1,
+        "the replayed bytes made an elephant"
+    );
+    let mut deny = Graph::new(
+        vec![vnf(serde_json::json!({"firewall": {"default": "deny"}}))],
+        output(),
+        None,
+    );
+    let mut p = Packet::new(PacketBuf::from_frame(&udp_frame(1)), Direction::Forward);
+    p.replay = Some(nfx_packet::Replay {
+        packets: 3,
+        bytes: 300,
+    });
+    assert!(!deny.replay(&mut p, 1), "the chain's verdict changed");
+}

@@ -20,24 +20,32 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Case names run by default, in run order.
-pub const DEFAULT_CASES: [&str; 5] = [
+pub const DEFAULT_CASES: [&str; 6] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
     "nfx-chain",
     "nfx-chain-scalar",
+    "nfx-fastpath",
 ];
 
-/// Every case name, in run order: the defaults and `nfx-chain-2w` (the chain on two
-/// workers, `nfx run --workers 2`), which runs only when `--cases` names it.
-pub const CASES: [&str; 6] = [
+/// Every case name, in run order: the defaults, `nfx-chain-2w` (the chain on two
+/// workers, `nfx run --workers 2`) and `nfx-fw-nat` (firewall + NAT in userspace only,
+/// the `nfx-fastpath` chain without its fast path), which run only when `--cases`
+/// names them.
+pub const CASES: [&str; 8] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
     "nfx-chain",
     "nfx-chain-scalar",
     "nfx-chain-2w",
+    "nfx-fw-nat",
+    "nfx-fastpath",
 ];
+
+/// Flow-table entries of the `nfx-fastpath` case's fast path.
+pub const FAST_PATH_CAPACITY: u32 = 65536;
 
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
@@ -245,6 +253,11 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
         "nfx-chain-2w" => {
             extra.extend(["--workers".into(), "2".into()]);
             (full, extra)
+        }
+        "nfx-fw-nat" => (Chain::FirewallNat, extra),
+        "nfx-fastpath" => {
+            extra.extend(["--fast-path".into(), FAST_PATH_CAPACITY.to_string()]);
+            (Chain::FirewallNat, extra)
         }
         _ => (full, extra),
     }

@@ -18,6 +18,9 @@ pub enum Chain {
         /// Bytes after which a flow is an elephant.
         elephant_bytes: u64,
     },
+    /// The standard ACL's firewall and the source NAT only: the same work as the
+    /// `kernel-nftables` baseline.
+    FirewallNat,
 }
 
 /// Everything that varies between runs.
@@ -39,17 +42,22 @@ pub struct RunSpec {
 
 /// The chain's node list (`chain:` in the run config).
 pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
+    let firewall = || {
+        json!({"firewall": {
+            "default": "deny",
+            "rules": acl::to_nfx(&acl::standard(tb.spec().addr(1, 0))),
+        }})
+    };
+    let nat = || json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}});
     match chain {
         Chain::Empty => Vec::new(),
+        Chain::FirewallNat => vec![firewall(), nat()],
         Chain::Full {
             patterns,
             elephant_bytes,
         } => vec![
-            json!({"firewall": {
-                "default": "deny",
-                "rules": acl::to_nfx(&acl::standard(tb.spec().addr(1, 0))),
-            }}),
-            json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}}),
+            firewall(),
+            nat(),
             json!({"elephant": {"min_bytes": elephant_bytes, "min_rate_bps": 1_000_000}}),
             json!({"dpi": {"patterns": patterns.to_string_lossy()}}),
         ],
@@ -133,6 +141,8 @@ mod tests {
         assert_eq!(c[1]["nat"]["snat"]["public_ip"], "10.9.2.100");
         assert_eq!(c[0]["firewall"]["rules"].as_array().unwrap().len(), 100);
         assert!(chain_nodes(&tb, &Chain::Empty).is_empty());
+        let fw_nat = chain_nodes(&tb, &Chain::FirewallNat);
+        assert_eq!(fw_nat[..], c[..2]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, default_value = "adaptive")]
     poll: String,
     /// Run only these cases (comma-separated; default all but `nfx-chain-2w`, the chain
-    /// on two workers).
+    /// on two workers, and `nfx-fw-nat`, firewall + NAT without the fast path).
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// DPI pattern file of the chain.

@@ -33,6 +33,10 @@ pub struct Args {
     /// Worker threads, overriding the config (`workers`).
     #[arg(long)]
     workers: Option<usize>,
+    /// Run the table tier (kernel fast path) with a flow table of this many entries,
+    /// overriding the config (`fast_path.capacity`).
+    #[arg(long, value_name = "CAPACITY")]
+    fast_path: Option<u32>,
     /// Stop after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
@@ -60,6 +64,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(w) = args.workers {
         cfg.workers = w;
+    }
+    if let Some(capacity) = args.fast_path {
+        cfg.fast_path = Some(nfx_dataplane::config::FastPathConfig { capacity });
+    }
+    if args.workers.is_some() || args.fast_path.is_some() {
         let file = cfg.source.clone();
         cfg.validate(&file)?;
     }
@@ -71,13 +80,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.base_dir()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller())?;
     eprintln!(
-        "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s)); control socket {}",
+        "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s){}); control socket {}",
         cfg.name,
         cfg.ports.inside.iface,
         cfg.ports.outside.iface,
         if cfg.scalar() { "scalar" } else { "vector" },
         cfg.poll.as_str(),
         cfg.workers,
+        match cfg.fast_path {
+            Some(f) => format!(", fast path of {} flows", f.capacity),
+            None => String::new(),
+        },
         server.path().display()
     );
     loop {

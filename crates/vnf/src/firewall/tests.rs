@@ -407,3 +407,27 @@ fn import_rejects_malformed_blobs_without_change() {
     assert_eq!(tiny.import_state(&blob), Err(StateError::TableFull(1)));
     assert_eq!(tiny.flows(), 0);
 }
+
+#[test]
+fn only_established_tcp_and_admitted_udp_may_take_the_fast_path() {
+    let mut fw = allow_all();
+    let fast = |fw: &mut Firewall, orig: bool, flags: u8, now: u64| {
+        let f = if orig {
+            tcp(C, 4000, S, 80, flags, b"")
+        } else {
+            tcp(S, 80, C, 4000, flags, b"")
+        };
+        let mut p = pkt(&f, if orig { F } else { R });
+        p.fast = true;
+        assert_eq!(run1(fw, &mut p, now), None);
+        p.fast
+    };
+    assert!(!fast(&mut fw, true, SYN, 1), "syn_sent");
+    assert!(!fast(&mut fw, false, SYN | ACK, 2), "syn_recv");
+    assert!(fast(&mut fw, true, ACK, 3), "established");
+    assert!(fast(&mut fw, false, ACK, 4), "established, reply");
+    assert!(!fast(&mut fw, true, FIN | ACK, 5), "closing");
+    assert!(fw.offloadable());
+    assert!(settled(17, STATE_NEW) && settled(17, STATE_REPLIED));
+    assert!(!settled(1, STATE_NEW), "ICMP stays in userspace");
+}
