@@ -36,7 +36,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// An entry with no traffic for this long is removed; the flow's next frame is judged
-/// by the chain again and re-installs it.
+/// by the chain again and re-installs it. Shorter with short flow timeouts: half the
+/// chain's shortest [`Graph::flow_timeout_ns`], so that an entry is always gone before
+/// the state behind its verdict can expire (replays refresh that state every tick while
+/// the flow carries traffic).
 pub const IDLE: Duration = Duration::from_secs(10);
 
 /// Most entries replayed per tick, so that a huge table cannot stall the worker.
@@ -62,7 +65,7 @@ pub struct FastPathStats {
     pub armed: u64,
     /// Removed on SYN/FIN/RST.
     pub removed_closed: u64,
-    /// Removed after [`IDLE`] without traffic.
+    /// Removed after [`IDLE`] (or half the chain's shortest flow timeout) without traffic.
     pub removed_idle: u64,
     /// Removed because the chain dropped the replay (its verdict changed).
     pub removed_revoked: u64,
@@ -342,6 +345,9 @@ impl FastPathWorker {
         keys.clear();
         keys.extend(self.entries.keys().copied());
         let mut replays = 0;
+        let idle_ns = graph.flow_timeout_ns().map_or(IDLE.as_nanos() as u64, |t| {
+            (t / 2).min(IDLE.as_nanos() as u64)
+        });
         for key in &keys {
             let Some((slot, synced, installed_ns)) = self
                 .entries
@@ -360,7 +366,7 @@ impl FastPathWorker {
                     continue;
                 }
             }
-            if now_ns.saturating_sub(c.last_ns.max(installed_ns)) > IDLE.as_nanos() as u64 {
+            if now_ns.saturating_sub(c.last_ns.max(installed_ns)) > idle_ns {
                 self.remove(key, Removal::Idle);
             }
         }

@@ -204,6 +204,14 @@ impl Graph {
             .chain(std::iter::once(&mut self.output))
     }
 
+    /// The shortest [`Node::flow_timeout_ns`] of the chain.
+    pub fn flow_timeout_ns(&self) -> Option<u64> {
+        self.chain
+            .iter()
+            .filter_map(|s| s.node.flow_timeout_ns())
+            .min()
+    }
+
     /// Counts, against `output`, the packets the port could not transmit.
     pub fn count_tx_drops(&mut self, sent: &[Packet]) {
         for p in sent {

@@ -281,3 +281,20 @@ fn a_replay_counts_its_packets_and_bytes_at_every_node_it_reaches() {
     });
     assert!(!deny.replay(&mut p, 1), "the chain's verdict changed");
 }
+
+#[test]
+fn the_chain_reports_its_shortest_flow_timeout() {
+    let g = Graph::new(tags(&[1]), output(), None);
+    assert_eq!(g.flow_timeout_ns(), None);
+    let g = Graph::new(
+        vec![
+            vnf(serde_json::json!({"firewall": {"default": "allow", "timeouts": {"udp": 7}}})),
+            vnf(
+                serde_json::json!({"nat": {"snat": {"public_ip": "10.0.0.1"}, "timeouts": {"udp_stream": 5}}}),
+            ),
+        ],
+        output(),
+        None,
+    );
+    assert_eq!(g.flow_timeout_ns(), Some(5_000_000_000));
+}

@@ -81,6 +81,7 @@ impl Rig {
             vector: None,
             poll: Some("adaptive".into()),
             fanout: Some(group),
+            fast_path: None,
         };
         let cfg = LocalConfig {
             run_dir: dir.path().to_path_buf(),

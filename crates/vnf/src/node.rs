@@ -55,6 +55,14 @@ pub trait Node: Send {
         false
     }
 
+    /// The shortest idle time (ns) after which this node forgets a flow the fast path
+    /// may carry; the fast path gives a flow back well before (see
+    /// `nfx_dataplane::fastpath`), so it never applies a verdict the node has forgotten.
+    /// `None`: the node forgets nothing a forwarding verdict depends on.
+    fn flow_timeout_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Expires idle state; called by the runtime about every 100 ms.
     fn expire(&mut self, _now_ns: u64) {}
 

@@ -52,6 +52,11 @@ pub struct WorkerTemplate {
     /// port: this id, outside: the next). At most two workers of a group run at once.
     #[serde(default)]
     pub fanout: Option<u16>,
+    /// A table-tier device: the worker runs the kernel fast path with this many flow
+    /// entries beside its chain (the run config's `fast_path.capacity`), so its settled
+    /// flows are forwarded from the table and its capacity is counted in entries.
+    #[serde(default)]
+    pub fast_path: Option<u32>,
 }
 
 impl LocalConfig {
@@ -208,6 +213,9 @@ impl LocalVnfm {
         }
         if let Some(p) = &t.poll {
             rc["poll"] = p.clone().into();
+        }
+        if let Some(capacity) = t.fast_path {
+            rc["fast_path"] = serde_json::json!({ "capacity": capacity });
         }
         let file = self.cfg.run_dir.join(format!("{device}.yaml"));
         let yaml = serde_yaml_ng::to_string(&rc).map_err(unavailable)?;

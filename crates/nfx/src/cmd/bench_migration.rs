@@ -442,6 +442,7 @@ fn deploy_samples(
                 vector: None,
                 poll: Some("interrupt".into()),
                 fanout: None,
+                fast_path: None,
             },
         )]
         .into(),
@@ -514,6 +515,7 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         vector: None,
         poll: Some("adaptive".into()),
         fanout: Some(4000),
+        fast_path: None,
     };
     let run_dir = dir.join("handoff");
     let cfg = LocalConfig {

@@ -333,6 +333,15 @@ impl Node for Firewall {
         true
     }
 
+    fn flow_timeout_ns(&self) -> Option<u64> {
+        let t = &self.timeouts;
+        Some(
+            t.of(IPPROTO_TCP, TcpState::Established as u8)
+                .min(t.of(IPPROTO_UDP, STATE_NEW))
+                .min(t.of(IPPROTO_UDP, STATE_REPLIED)),
+        )
+    }
+
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
         let mut budget = self.table.sweep_budget();

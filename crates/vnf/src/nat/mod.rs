@@ -558,6 +558,11 @@ impl Node for Nat {
         true
     }
 
+    fn flow_timeout_ns(&self) -> Option<u64> {
+        let t = &self.timeouts;
+        Some(t.tcp.min(t.udp).min(t.udp_stream))
+    }
+
     fn expire(&mut self, now_ns: u64) {
         self.tick(now_ns);
         let mut budget = self.table.sweep_budget();
