@@ -149,7 +149,8 @@ fn within<T: Send + 'static>(
     })
 }
 
-/// Sends `n` datagrams from `a` and counts how many `b` receives within `wait`.
+/// Sends `n` datagrams from `a` and counts how many `b` receives within `wait`; fails
+/// if they arrive out of order or twice.
 fn udp_through(t: &Topo, net: u8, n: usize, wait: Duration) -> usize {
     let dst: SocketAddr = format!("10.{net}.2.2:5000").parse().unwrap();
     let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -157,15 +158,20 @@ fn udp_through(t: &Topo, net: u8, n: usize, wait: Duration) -> usize {
         let s = UdpSocket::bind(dst).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         ready_tx.send(()).unwrap();
-        let mut got = 0;
+        let mut got: Vec<usize> = Vec::new();
         let mut buf = [0u8; 2048];
         let deadline = Instant::now() + wait;
-        while got < n && Instant::now() < deadline {
-            if s.recv(&mut buf).is_ok() {
-                got += 1;
+        while got.len() < n && Instant::now() < deadline {
+            if let Ok(k) = s.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..k]);
+                got.push(text.trim_start_matches("datagram ").parse().unwrap());
             }
         }
-        got
+        assert!(
+            got.windows(2).all(|w| w[0] < w[1]),
+            "datagrams reordered or duplicated: {got:?}"
+        );
+        got.len()
     });
     ready.recv().unwrap();
     within(&t.a, move || {
