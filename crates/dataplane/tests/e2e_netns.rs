@@ -376,6 +376,18 @@ fn tcp_parallel(t: &Topo, net: u8, n: usize, len: usize) -> Vec<(u64, std::net::
     seen
 }
 
+/// Every connection of `seen` delivered `len` bytes from the NAT's address 10.net.3.100.
+fn assert_whole_and_translated(seen: &[(u64, std::net::IpAddr)], len: usize, net: u8) {
+    for (bytes, peer) in seen {
+        assert_eq!(*bytes, len as u64);
+        assert_eq!(
+            peer.to_string(),
+            format!("10.{net}.3.100"),
+            "not translated"
+        );
+    }
+}
+
 #[test]
 fn two_workers_share_tcp_through_firewall_and_nat() {
     let net = 253;
@@ -391,14 +403,7 @@ fn two_workers_share_tcp_through_firewall_and_nat() {
     let len = 1 << 20;
     let seen = tcp_parallel(&t, net, 16, len);
     assert_eq!(seen.len(), 16);
-    for (bytes, peer) in &seen {
-        assert_eq!(*bytes, len as u64);
-        assert_eq!(
-            peer.to_string(),
-            format!("10.{net}.3.100"),
-            "not translated"
-        );
-    }
+    assert_whole_and_translated(&seen, len, net);
     let live = dp.controller().stats().unwrap();
     assert_eq!(live.workers.len(), 2);
     let st = dp.stop().unwrap();
@@ -528,14 +533,7 @@ fn fast_path_carries_settled_flows_and_the_chain_stays_exact() {
     let dp = Dataplane::start(&cfg, builder()).unwrap();
     let len = 32 << 20;
     let seen = tcp_parallel(&t, net, 4, len);
-    for (bytes, peer) in &seen {
-        assert_eq!(*bytes, len as u64);
-        assert_eq!(
-            peer.to_string(),
-            format!("10.{net}.3.100"),
-            "not translated"
-        );
-    }
+    assert_whole_and_translated(&seen, len, net);
     // A UDP flow is admitted, moves to the fast path, and a rule change takes it back.
     assert_eq!(udp_through(&t, net, 300, Duration::from_secs(5)), 300);
     std::thread::sleep(Duration::from_millis(300));
