@@ -158,8 +158,10 @@ impl Infrastructure {
         Ok(updated)
     }
 
-    /// Sets each software device with a `calibration` case from `bench`: latency = the
-    /// case's p99, throughput = single-stream TCP per measured core × the device's cores.
+    /// Sets each software or table-tier device with a `calibration` case from `bench`:
+    /// latency = the case's p99; throughput = single-stream TCP per measured core × the
+    /// device's cores (software), or the case's single-stream TCP as measured (table
+    /// tier: the fast path, e.g. case `nfx-fastpath`, is not bounded by a core count).
     /// Returns the ids of the devices updated.
     pub fn apply_dataplane_bench(
         &mut self,
@@ -168,7 +170,7 @@ impl Infrastructure {
     ) -> Result<Vec<String>, ModelError> {
         let mut updated = Vec::new();
         for (i, d) in self.devices.iter_mut().enumerate() {
-            let (Tier::Software, Some(name)) = (d.tier, &d.calibration) else {
+            let (Tier::Software | Tier::Table, Some(name)) = (d.tier, &d.calibration) else {
                 continue;
             };
             let c = bench.case(name).ok_or_else(|| {
@@ -178,8 +180,11 @@ impl Infrastructure {
                     format!("the dataplane bench has no case {name:?}"),
                 )
             })?;
-            let cores = f64::from(d.cpu_cores.unwrap_or(0));
-            d.throughput_gbps = c.tcp1_gbps / c.cpu_cores * cores;
+            d.throughput_gbps = if d.tier == Tier::Table {
+                c.tcp1_gbps
+            } else {
+                c.tcp1_gbps / c.cpu_cores * f64::from(d.cpu_cores.unwrap_or(0))
+            };
             d.latency_us = c.lat_p99_us;
             updated.push(d.id.clone());
         }
@@ -197,6 +202,7 @@ devices:
   - { id: sw, host: h, tier: software, functions: [firewall], latency_us: 99, throughput_gbps: 1, cpu_cores: 2, calibration: fw }
   - { id: la, host: h, tier: accelerator, functions: [esp], latency_us: 99, throughput_gbps: 1, queue_pairs: 2, algorithms: [aes-128-gcm, chacha20-poly1305], calibration: lookaside }
   - { id: sw2, host: h, tier: software, functions: [nat], latency_us: 7, throughput_gbps: 3, cpu_cores: 1 }
+  - { id: tb, host: h, tier: table, functions: [firewall, nat], latency_us: 9, throughput_gbps: 1, table_entries: 16, calibration: fast }
 ";
 
     const CAL: &str = r#"{"records":[
@@ -205,7 +211,8 @@ devices:
  {"engine":"lookaside","alg":"chacha20-poly1305","bytes":1420,"mbps":1500,"lat_p50_ns":3000,"lat_p99_ns":8000},
  {"engine":"cpu","alg":"aes-128-gcm","bytes":1420,"mbps":5000,"lat_p50_ns":300,"lat_p99_ns":900}]}"#;
 
-    const DP: &str = r#"{"cases":[{"name":"fw","tcp1_gbps":12,"tcp4_gbps":20,"udp64_mpps":3,"lat_p50_us":20,"lat_p99_us":45,"cpu_cores":1.5}]}"#;
+    const DP: &str = r#"{"cases":[{"name":"fw","tcp1_gbps":12,"tcp4_gbps":20,"udp64_mpps":3,"lat_p50_us":20,"lat_p99_us":45,"cpu_cores":1.5},
+ {"name":"fast","tcp1_gbps":21,"tcp4_gbps":40,"udp64_mpps":0.4,"lat_p50_us":15,"lat_p99_us":30,"cpu_cores":2}]}"#;
 
     #[test]
     fn closest_size_is_chosen() {
@@ -242,10 +249,19 @@ devices:
     fn software_figures_scale_by_cores() {
         let mut i = Infrastructure::from_yaml("i.yaml", INFRA).unwrap();
         let b = DataplaneBench::from_json("d.json", DP).unwrap();
-        assert_eq!(i.apply_dataplane_bench("i.yaml", &b).unwrap(), vec!["sw"]);
+        assert_eq!(
+            i.apply_dataplane_bench("i.yaml", &b).unwrap(),
+            vec!["sw", "tb"]
+        );
         let d = i.device("sw").unwrap();
         assert_eq!(d.throughput_gbps, 16.0);
         assert_eq!(d.latency_us, 45.0);
+        let t = i.device("tb").unwrap();
+        assert_eq!(
+            (t.throughput_gbps, t.latency_us),
+            (21.0, 30.0),
+            "table tier: as measured"
+        );
         assert_eq!(i.device("sw2").unwrap().latency_us, 7.0);
         let b = DataplaneBench::from_json("d.json", &DP.replace("\"fw\"", "\"other\"")).unwrap();
         let e = i.apply_dataplane_bench("i.yaml", &b).unwrap_err();
