@@ -101,6 +101,9 @@ pub struct FloodOpts {
     /// Pin the generator and the nfx process to different CPUs during the flood (see
     /// [`Isolation`]).
     pub isolate: bool,
+    /// Frames per sendmmsg call or TX-ring flush of the AF_PACKET generators
+    /// (1..=[`pktgen::MAX_BATCH`]; the UDP generator keeps its own).
+    pub batch: usize,
 }
 
 /// One 64-byte UDP flood: what the generator offered and what arrived.
@@ -120,7 +123,11 @@ pub fn udp64(tb: &TestbedGuard, flood: &FloodOpts, dut: Option<u32>) -> anyhow::
     let dst_ns = tb.ns(Host::Dst);
     let secs = Duration::from_secs(u64::from(flood.secs));
     let pkt = match flood.generator {
-        Generator::AfPacket(m) => Some(PktGenSpec::flood(tb, UDPGEN_PORT, secs, m)?),
+        Generator::AfPacket(m) => {
+            let mut p = PktGenSpec::flood(tb, UDPGEN_PORT, secs, m)?;
+            p.batch = flood.batch;
+            Some(p)
+        }
         Generator::Udp => None,
     };
     let udp = GenSpec::flood(&tb.ns(Host::Src), tb.dst_ip(), UDPGEN_PORT, secs);
