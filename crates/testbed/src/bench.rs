@@ -84,6 +84,10 @@ pub struct CaseResult {
     pub udp64_offered_mpps: Option<f64>,
     /// Received Mpps of every 64-byte run, in run order.
     pub udp64_runs: Vec<f64>,
+    /// The generator thread's CPU µs per offered frame (median of the runs), which on
+    /// veth includes edge's receive of each frame; about the worker's µs per frame
+    /// (`worker_cpu_s_per_mpkt`) or more means the two CPUs limit the run together.
+    pub udp64_gen_cpu_us_per_frame: Option<f64>,
     /// nfx worker CPU seconds (its thread's user + system time) per million frames it
     /// received during the 64-byte runs (median); `null` for kernel cases.
     pub worker_cpu_s_per_mpkt: Option<f64>,
@@ -314,7 +318,7 @@ fn measure(
             ));
         }
     }
-    let (mut runs, mut cpu) = (Vec::new(), Vec::new());
+    let (mut runs, mut cpu, mut gen_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..opts.flood.repeat.max(1) {
         let before = nfx.map(|n| n.stats());
         let u = match udp64(tb, &opts.flood, nfx.map(NfxRun::pid)) {
@@ -329,10 +333,13 @@ fn measure(
             _ => None,
         };
         log(&format!(
-            "  udp64 Mpps: offered {:.3} received {:.3}{}{}",
+            "  udp64 Mpps: offered {:.3} received {:.3}{}{}{}",
             u.offered_mpps,
             u.received_mpps,
             per_mpkt.map_or(String::new(), |c| format!("; worker {c:.3} CPU-s per Mpkt")),
+            u.gen_cpu_us_per_frame.map_or(String::new(), |c| format!(
+                "; generator {c:.3} CPU-µs per frame"
+            )),
             if u.other > 0 {
                 format!("; {} other frames at dst", u.other)
             } else {
@@ -342,7 +349,9 @@ fn measure(
         r.udp64_runs.push(u.received_mpps);
         runs.push((u.received_mpps, u.offered_mpps));
         cpu.extend(per_mpkt);
+        gen_cpu.extend(u.gen_cpu_us_per_frame);
     }
+    r.udp64_gen_cpu_us_per_frame = median(&gen_cpu);
     if let Some((received, offered)) = median_run(&runs) {
         r.udp64_mpps = Some(received);
         r.udp64_offered_mpps = Some(offered);
@@ -650,6 +659,20 @@ pub fn table(rep: &BenchReport) -> String {
         "udp64: generator {}, sink {}, median of {} run(s); wcpu = nfx worker CPU-seconds per million frames received; tcpwcpu = per GB received in the 1-stream TCP runs\n",
         rep.generator, rep.sink, rep.repeat
     ));
+    let gen: Vec<String> = rep
+        .cases
+        .iter()
+        .filter_map(|c| {
+            c.udp64_gen_cpu_us_per_frame
+                .map(|g| format!("{} {g:.2}", c.name))
+        })
+        .collect();
+    if !gen.is_empty() {
+        s.push_str(&format!(
+            "generator CPU µs per offered frame (incl. edge's receive, which veth runs in the sender): {}\n",
+            gen.join(", ")
+        ));
+    }
     s.push_str(&format!(
         "latency: sockperf TCP ping-pong, median of {} round(s) in alternating case order, a fresh set-up per run; +p50/+p99 = median of the per-round differences to kernel-forward\n",
         rep.lat_repeat
@@ -687,6 +710,7 @@ mod tests {
             udp64_mpps: Some(udp),
             udp64_offered_mpps: Some(udp * 1.5),
             udp64_runs: vec![udp],
+            udp64_gen_cpu_us_per_frame: Some(2.5),
             worker_cpu_s_per_mpkt: Some(1.0 / udp),
             lat_p50_us: Some(p50),
             lat_p99_us: Some(p50 * 2.0),
@@ -781,10 +805,11 @@ mod tests {
             "lat_p99_runs_us",
             "lat_p50_over_kernel_us",
             "lat_p99_over_kernel_us",
+            "udp64_gen_cpu_us_per_frame",
         ] {
             assert!(c.contains_key(k), "{k}");
         }
-        assert_eq!(c.len(), 15);
+        assert_eq!(c.len(), 16);
         for k in ["vector_vs_scalar_udp64", "vector_vs_scalar_cpu_per_packet"] {
             assert!(v[k].is_null(), "{k}");
         }
@@ -819,6 +844,8 @@ mod tests {
         assert!(row.contains(" 0.100 "), "worker CPU per GB: {row}");
         assert!(t.contains("vector/scalar udp64: 4.00"), "{t}");
         assert!(t.contains("scalar/vector: 3.50"), "{t}");
+        assert!(t.contains("generator CPU µs per offered frame"), "{t}");
+        assert!(t.contains("nfx-chain 2.50"), "{t}");
         assert!(!t.contains("lower bounds"), "{t}");
         let mut rep = rep;
         rep.cases[2].udp64_offered_mpps = Some(0.8);

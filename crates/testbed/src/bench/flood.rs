@@ -115,6 +115,9 @@ pub struct Udp64 {
     pub offered_mpps: f64,
     /// Frames the sink's interface received that were not the flood (counting sinks).
     pub other: u64,
+    /// The generator thread's CPU µs per frame it offered, including what veth runs
+    /// inside its sends (edge's receive of each frame: the copy into nfx's ring).
+    pub gen_cpu_us_per_frame: Option<f64>,
 }
 
 /// Floods 64-byte UDP frames from src for `flood.secs`: offered and received Mpps.
@@ -189,6 +192,7 @@ pub fn udp64(tb: &TestbedGuard, flood: &FloodOpts, dut: Option<u32>) -> anyhow::
         received_mpps: got as f64 / g.secs / 1e6,
         offered_mpps: g.mpps(),
         other,
+        gen_cpu_us_per_frame: g.cpu_us_per_frame(),
     })
 }
 
