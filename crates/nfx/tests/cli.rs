@@ -182,6 +182,14 @@ fn bench_dataplane_writes_the_agreed_json() {
             assert!(c[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {c}");
         }
     }
+    // Latency in three interleaved rounds (the default), each run listed, and the
+    // difference to kernel-forward taken round by round.
+    assert_eq!(v["lat_repeat"], 3);
+    for c in cases {
+        assert_eq!(c["lat_p50_runs_us"].as_array().unwrap().len(), 3, "{c}");
+        assert!(c["lat_p50_over_kernel_us"].as_f64().is_some(), "{c}");
+    }
+    assert_eq!(cases[0]["lat_p50_over_kernel_us"], 0.0);
     assert!(v.get("idle_cpu_pct_adaptive").is_some());
     assert!(v.get("adaptive_vs_busy_throughput").is_some());
     assert!(ours("nfxe2e-bench-").is_empty());

@@ -66,6 +66,9 @@ pub struct BenchOpts {
     pub flood: FloodOpts,
     /// TCP runs per case (median reported).
     pub tcp_repeat: u32,
+    /// Latency rounds: each round sets every case up afresh and runs sockperf through
+    /// it, in alternating order (medians reported).
+    pub lat_repeat: u32,
     /// Receive path of the nfx cases (`nfx run --io`); the config default when `None`.
     pub io: Option<String>,
     /// Let edge's kernel stack see the frames nfx forwards (`nfx run --kernel-stack
@@ -89,13 +92,27 @@ pub struct CaseResult {
     pub udp64_offered_mpps: Option<f64>,
     /// Received Mpps of every 64-byte run, in run order.
     pub udp64_runs: Vec<f64>,
+    /// The generator thread's CPU µs per offered frame (median of the runs), which on
+    /// veth includes edge's receive of each frame; about the worker's µs per frame
+    /// (`worker_cpu_s_per_mpkt`) or more means the two CPUs limit the run together.
+    pub udp64_gen_cpu_us_per_frame: Option<f64>,
     /// nfx worker CPU seconds (its thread's user + system time) per million frames it
     /// received during the 64-byte runs (median); `null` for kernel cases.
     pub worker_cpu_s_per_mpkt: Option<f64>,
-    /// sockperf TCP ping-pong median, µs (half round trip).
+    /// sockperf TCP ping-pong median, µs (half round trip; median over the latency
+    /// rounds).
     pub lat_p50_us: Option<f64>,
-    /// sockperf TCP ping-pong 99th percentile, µs.
+    /// sockperf TCP ping-pong 99th percentile, µs (median over the latency rounds).
     pub lat_p99_us: Option<f64>,
+    /// p50 of every latency round, in round order (`null`: the run failed).
+    pub lat_p50_runs_us: Vec<Option<f64>>,
+    /// p99 of every latency round, in round order.
+    pub lat_p99_runs_us: Vec<Option<f64>>,
+    /// Median over the rounds of this case's p50 minus kernel-forward's p50 in the same
+    /// round (µs); `null` without kernel-forward.
+    pub lat_p50_over_kernel_us: Option<f64>,
+    /// The same for p99.
+    pub lat_p99_over_kernel_us: Option<f64>,
     /// System-wide CPU cores busy during the 1-stream TCP run.
     pub cpu_cores: Option<f64>,
     /// nfx worker CPU seconds per GB (10^9 bytes) it received during the 1-stream TCP
@@ -123,6 +140,8 @@ pub struct BenchReport {
     pub sink: String,
     /// 64-byte runs per measurement.
     pub repeat: u32,
+    /// Latency rounds (every case once per round).
+    pub lat_repeat: u32,
 }
 
 /// Runs every case (or `opts.only`) and the adaptive-mode checks; `log` gets progress
@@ -139,6 +158,7 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
         generator: opts.flood.generator.as_str().into(),
         sink: opts.flood.sink.as_str().into(),
         repeat: opts.flood.repeat,
+        lat_repeat: opts.lat_repeat.max(1),
         ..Default::default()
     };
     let want = |c: &str| {
@@ -153,29 +173,9 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
             anyhow::bail!("interrupted");
         }
         log(&format!("case {case}"));
-        let r = (|| -> anyhow::Result<CaseResult> {
-            match case {
-                "kernel-forward" | "kernel-nftables" => {
-                    tb.set_edge_forwarding(true)?;
-                    let _nft = if case == "kernel-nftables" {
-                        Some(NftBaseline::apply(&tb)?)
-                    } else {
-                        None
-                    };
-                    Ok(measure(case, &tb, opts, None, log))
-                }
-                _ => {
-                    tb.set_edge_forwarding(false)?;
-                    let (chain, extra) = chain_of(case, opts);
-                    let spec = run_spec(case, &dir, chain, &opts.poll);
-                    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                    let nfx = NfxRun::start(&opts.nfx_bin, &tb, &spec, &extra, dir.path())?;
-                    let r = measure(case, &tb, opts, Some(&nfx), log);
-                    nfx.stop()?;
-                    Ok(r)
-                }
-            }
-        })();
+        let r = with_case(case, &tb, opts, dir.path(), case, |nfx| {
+            measure(case, &tb, opts, nfx, log)
+        });
         match r {
             Ok(r) => rep.cases.push(r),
             Err(e) => {
@@ -186,6 +186,11 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
                 });
             }
         }
+    }
+    let names: Vec<String> = rep.cases.iter().map(|c| c.name.clone()).collect();
+    if !names.is_empty() && !crate::stop::requested() {
+        let lat = latency_rounds(&names, &tb, opts, dir.path(), log)?;
+        apply_latency(&mut rep.cases, &lat);
     }
     if want("nfx-chain") && !crate::stop::requested() {
         tb.set_edge_forwarding(false)?;
@@ -263,11 +268,11 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
     }
 }
 
-fn run_spec(name: &str, dir: &tempfile::TempDir, chain: Chain, poll: &str) -> RunSpec {
+fn run_spec(name: &str, dir: &Path, chain: Chain, poll: &str) -> RunSpec {
     RunSpec {
         name: name.into(),
-        control_socket: dir.path().join(format!("{name}.sock")),
-        events: Some(dir.path().join(format!("{name}.events.jsonl"))),
+        control_socket: dir.join(format!("{name}.sock")),
+        events: Some(dir.join(format!("{name}.events.jsonl"))),
         vector: 256,
         poll: poll.into(),
         chain,
@@ -326,7 +331,7 @@ fn measure(
             ));
         }
     }
-    let (mut runs, mut cpu) = (Vec::new(), Vec::new());
+    let (mut runs, mut cpu, mut gen_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..opts.flood.repeat.max(1) {
         let before = nfx.map(|n| n.stats());
         let u = match udp64(tb, &opts.flood, nfx.map(NfxRun::pid)) {
@@ -341,10 +346,13 @@ fn measure(
             _ => None,
         };
         log(&format!(
-            "  udp64 Mpps: offered {:.3} received {:.3}{}{}",
+            "  udp64 Mpps: offered {:.3} received {:.3}{}{}{}",
             u.offered_mpps,
             u.received_mpps,
             per_mpkt.map_or(String::new(), |c| format!("; worker {c:.3} CPU-s per Mpkt")),
+            u.gen_cpu_us_per_frame.map_or(String::new(), |c| format!(
+                "; generator {c:.3} CPU-µs per frame"
+            )),
             if u.other > 0 {
                 format!("; {} other frames at dst", u.other)
             } else {
@@ -354,21 +362,142 @@ fn measure(
         r.udp64_runs.push(u.received_mpps);
         runs.push((u.received_mpps, u.offered_mpps));
         cpu.extend(per_mpkt);
+        gen_cpu.extend(u.gen_cpu_us_per_frame);
     }
+    r.udp64_gen_cpu_us_per_frame = median(&gen_cpu);
     if let Some((received, offered)) = median_run(&runs) {
         r.udp64_mpps = Some(received);
         r.udp64_offered_mpps = Some(offered);
     }
     r.worker_cpu_s_per_mpkt = median(&cpu);
-    let lat = sockperf::ping_pong(&src_ns, tb.dst_ip(), SOCKPERF_PORT, secs);
-    match lat {
-        Ok(l) => {
-            r.lat_p50_us = note(log, "p50 µs", Ok(l.p50_us));
-            r.lat_p99_us = note(log, "p99 µs", Ok(l.p99_us));
-        }
-        Err(e) => log(&format!("  sockperf failed: {e:#}")),
-    }
     r
+}
+
+/// Sets `case` up on edge — kernel forwarding (with the nftables baseline for
+/// `kernel-nftables`) or a fresh `nfx run` of the case named `name` with edge's
+/// forwarding off — runs `f` with the nfx process (if any) and takes the case down.
+fn with_case<T>(
+    case: &str,
+    tb: &TestbedGuard,
+    opts: &BenchOpts,
+    dir: &Path,
+    name: &str,
+    f: impl FnOnce(Option<&NfxRun>) -> T,
+) -> anyhow::Result<T> {
+    match case {
+        "kernel-forward" | "kernel-nftables" => {
+            tb.set_edge_forwarding(true)?;
+            let _nft = if case == "kernel-nftables" {
+                Some(NftBaseline::apply(tb)?)
+            } else {
+                None
+            };
+            Ok(f(None))
+        }
+        _ => {
+            tb.set_edge_forwarding(false)?;
+            let (chain, extra) = chain_of(case, opts);
+            let spec = run_spec(name, dir, chain, &opts.poll);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, dir)?;
+            let r = f(Some(&nfx));
+            nfx.stop()?;
+            Ok(r)
+        }
+    }
+}
+
+/// Latency of one case in one round: (p50, p99) in µs, `None` when the run failed.
+pub type LatRun = Option<(f64, f64)>;
+
+/// The order of `cases` in latency round `round`: as given in even rounds, reversed in
+/// odd ones, so that a drift in the machine's other load does not land on one case.
+pub fn round_order(cases: &[String], round: u32) -> Vec<&str> {
+    let mut v: Vec<&str> = cases.iter().map(String::as_str).collect();
+    if round % 2 == 1 {
+        v.reverse();
+    }
+    v
+}
+
+/// sockperf TCP ping-pong through every case, `opts.lat_repeat` rounds in alternating
+/// order (see [`round_order`]), each case freshly set up per round (a new `nfx run`,
+/// no flood state). Returns each case's runs in round order.
+fn latency_rounds(
+    cases: &[String],
+    tb: &TestbedGuard,
+    opts: &BenchOpts,
+    dir: &Path,
+    log: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<(String, Vec<LatRun>)>> {
+    let tmp = tempfile::Builder::new()
+        .prefix("latency-")
+        .tempdir_in(dir)?;
+    let src_ns = tb.ns(Host::Src);
+    let mut out: Vec<(String, Vec<LatRun>)> =
+        cases.iter().map(|c| (c.clone(), Vec::new())).collect();
+    for round in 0..opts.lat_repeat.max(1) {
+        for case in round_order(cases, round) {
+            if crate::stop::requested() {
+                anyhow::bail!("interrupted");
+            }
+            let name = format!("{case}-lat{round}");
+            let res = with_case(case, tb, opts, tmp.path(), &name, |_| {
+                sockperf::ping_pong(&src_ns, tb.dst_ip(), SOCKPERF_PORT, opts.secs)
+            })
+            .and_then(|r| r);
+            let run = match res {
+                Ok(l) => {
+                    log(&format!(
+                        "  latency round {round} {case}: p50 {:.1} µs, p99 {:.1} µs",
+                        l.p50_us, l.p99_us
+                    ));
+                    Some((l.p50_us, l.p99_us))
+                }
+                Err(e) => {
+                    log(&format!("  latency round {round} {case} failed: {e:#}"));
+                    None
+                }
+            };
+            if let Some((_, runs)) = out.iter_mut().find(|(c, _)| c == case) {
+                runs.push(run);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Fills each case's latency from its rounds: the medians of p50 and p99, and the
+/// medians of its per-round differences to `kernel-forward` (measured minutes apart
+/// at most, in the same round), which is what "added latency" means.
+pub fn apply_latency(cases: &mut [CaseResult], lat: &[(String, Vec<LatRun>)]) {
+    let kf = lat
+        .iter()
+        .find(|(c, _)| c == "kernel-forward")
+        .map(|(_, r)| r.clone());
+    for c in cases.iter_mut() {
+        let Some((_, runs)) = lat.iter().find(|(n, _)| *n == c.name) else {
+            continue;
+        };
+        let p50: Vec<f64> = runs.iter().flatten().map(|r| r.0).collect();
+        let p99: Vec<f64> = runs.iter().flatten().map(|r| r.1).collect();
+        c.lat_p50_us = median(&p50);
+        c.lat_p99_us = median(&p99);
+        c.lat_p50_runs_us = runs.iter().map(|r| r.map(|r| r.0)).collect();
+        c.lat_p99_runs_us = runs.iter().map(|r| r.map(|r| r.1)).collect();
+        if let Some(k) = &kf {
+            let diff = |f: fn(&(f64, f64)) -> f64| -> Option<f64> {
+                let d: Vec<f64> = runs
+                    .iter()
+                    .zip(k)
+                    .filter_map(|(a, b)| Some(f(a.as_ref()?) - f(b.as_ref()?)))
+                    .collect();
+                median(&d)
+            };
+            c.lat_p50_over_kernel_us = diff(|r| r.0);
+            c.lat_p99_over_kernel_us = diff(|r| r.1);
+        }
+    }
 }
 
 /// The median run of (received, offered) pairs by received rate, with that run's offered
@@ -462,7 +591,7 @@ fn adaptive_checks(
         for mode in order {
             let poll = ["adaptive", "busy"][mode];
             let (chain, extra) = chain_of("nfx-chain", opts);
-            let spec = run_spec(&format!("chain-{poll}-{round}"), &tmp, chain, poll);
+            let spec = run_spec(&format!("chain-{poll}-{round}"), tmp.path(), chain, poll);
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, tmp.path())?;
             if poll == "adaptive" && idle.is_none() {
@@ -497,7 +626,7 @@ pub fn table(rep: &BenchReport) -> String {
     let f = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |x| format!("{x:.prec$}"));
     let r = |a: Option<f64>, b: Option<f64>| f(ratio(a, b), 2);
     let mut s = format!(
-        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
+        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7} {:>7}\n",
         "case",
         "tcp1",
         "tcp4",
@@ -511,19 +640,17 @@ pub fn table(rep: &BenchReport) -> String {
         "tcp1/kfwd",
         "tcp1/knft",
         "udp/kfwd",
-        "+p50"
+        "+p50",
+        "+p99"
     );
     s.push_str(&format!(
-        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
-        "", "Gbit/s", "Gbit/s", "Mpps", "Mpps", "µs", "µs", "", "s/Mpkt", "s/GB", "", "", "", "µs"
+        "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7} {:>7}\n",
+        "", "Gbit/s", "Gbit/s", "Mpps", "Mpps", "µs", "µs", "", "s/Mpkt", "s/GB", "", "", "", "µs", "µs"
     ));
     for c in &rep.cases {
-        let dp50 = match (c.lat_p50_us, kf.and_then(|k| k.lat_p50_us)) {
-            (Some(a), Some(b)) => format!("{:+.1}", a - b),
-            _ => "-".into(),
-        };
+        let plus = |d: Option<f64>| d.map_or("-".into(), |d| format!("{d:+.1}"));
         s.push_str(&format!(
-            "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7}\n",
+            "{:<17} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7} | {:>9} {:>9} {:>8} {:>7} {:>7}\n",
             c.name,
             f(c.tcp1_gbps, 2),
             f(c.tcp4_gbps, 2),
@@ -537,12 +664,31 @@ pub fn table(rep: &BenchReport) -> String {
             r(c.tcp1_gbps, kf.and_then(|k| k.tcp1_gbps)),
             r(c.tcp1_gbps, kn.and_then(|k| k.tcp1_gbps)),
             r(c.udp64_mpps, kf.and_then(|k| k.udp64_mpps)),
-            dp50,
+            plus(c.lat_p50_over_kernel_us),
+            plus(c.lat_p99_over_kernel_us),
         ));
     }
     s.push_str(&format!(
         "udp64: generator {}, sink {}, median of {} run(s); wcpu = nfx worker CPU-seconds per million frames received; tcpwcpu = per GB received in the 1-stream TCP runs\n",
         rep.generator, rep.sink, rep.repeat
+    ));
+    let gen: Vec<String> = rep
+        .cases
+        .iter()
+        .filter_map(|c| {
+            c.udp64_gen_cpu_us_per_frame
+                .map(|g| format!("{} {g:.2}", c.name))
+        })
+        .collect();
+    if !gen.is_empty() {
+        s.push_str(&format!(
+            "generator CPU µs per offered frame (incl. edge's receive, which veth runs in the sender): {}\n",
+            gen.join(", ")
+        ));
+    }
+    s.push_str(&format!(
+        "latency: sockperf TCP ping-pong, median of {} round(s) in alternating case order, a fresh set-up per run; +p50/+p99 = median of the per-round differences to kernel-forward\n",
+        rep.lat_repeat
     ));
     s.push_str(&format!(
         "vector/scalar udp64: {} (received Mpps); worker CPU per packet scalar/vector: {}\n",
@@ -577,12 +723,73 @@ mod tests {
             udp64_mpps: Some(udp),
             udp64_offered_mpps: Some(udp * 1.5),
             udp64_runs: vec![udp],
+            udp64_gen_cpu_us_per_frame: Some(2.5),
             worker_cpu_s_per_mpkt: Some(1.0 / udp),
             lat_p50_us: Some(p50),
             lat_p99_us: Some(p50 * 2.0),
+            lat_p50_runs_us: vec![Some(p50)],
+            lat_p99_runs_us: vec![Some(p50 * 2.0)],
+            lat_p50_over_kernel_us: Some(p50 - 30.0),
+            lat_p99_over_kernel_us: Some(p50 * 2.0 - 60.0),
             cpu_cores: Some(1.0),
             tcp1_worker_cpu_s_per_gb: Some(tcp1 / 100.0),
         }
+    }
+
+    #[test]
+    fn latency_rounds_alternate_and_differences_are_per_round() {
+        let cases: Vec<String> = ["kernel-forward", "nfx-chain", "nfx-chain-scalar"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            round_order(&cases, 0),
+            ["kernel-forward", "nfx-chain", "nfx-chain-scalar"]
+        );
+        assert_eq!(
+            round_order(&cases, 1),
+            ["nfx-chain-scalar", "nfx-chain", "kernel-forward"]
+        );
+        // Round 1 is slow for everything (other load): the per-round differences stay
+        // +5 / +6 / +7 µs, while the difference of the medians would not.
+        let lat = vec![
+            (
+                "kernel-forward".to_string(),
+                vec![Some((20.0, 40.0)), Some((60.0, 90.0)), Some((21.0, 41.0))],
+            ),
+            (
+                "nfx-chain".to_string(),
+                vec![Some((25.0, 50.0)), Some((66.0, 99.0)), Some((28.0, 45.0))],
+            ),
+            ("nfx-chain-scalar".to_string(), vec![None, None, None]),
+        ];
+        let mut rows: Vec<CaseResult> = cases
+            .iter()
+            .map(|c| CaseResult {
+                name: c.clone(),
+                ..Default::default()
+            })
+            .collect();
+        apply_latency(&mut rows, &lat);
+        let chain = &rows[1];
+        assert_eq!(chain.lat_p50_us, Some(28.0));
+        assert_eq!(chain.lat_p99_us, Some(50.0));
+        assert_eq!(chain.lat_p50_over_kernel_us, Some(6.0));
+        assert_eq!(chain.lat_p99_over_kernel_us, Some(9.0));
+        assert_eq!(chain.lat_p50_runs_us, [Some(25.0), Some(66.0), Some(28.0)]);
+        assert_eq!(rows[0].lat_p50_over_kernel_us, Some(0.0));
+        let scalar = &rows[2];
+        assert_eq!(scalar.lat_p50_us, None);
+        assert_eq!(scalar.lat_p50_over_kernel_us, None);
+        assert_eq!(scalar.lat_p99_runs_us, [None, None, None]);
+        // Without kernel-forward there is nothing to add to.
+        let mut lone = vec![CaseResult {
+            name: "nfx-chain".into(),
+            ..Default::default()
+        }];
+        apply_latency(&mut lone, &lat[1..2]);
+        assert_eq!(lone[0].lat_p50_us, Some(28.0));
+        assert_eq!(lone[0].lat_p50_over_kernel_us, None);
     }
 
     #[test]
@@ -607,10 +814,15 @@ mod tests {
             "udp64_runs",
             "worker_cpu_s_per_mpkt",
             "tcp1_worker_cpu_s_per_gb",
+            "lat_p50_runs_us",
+            "lat_p99_runs_us",
+            "lat_p50_over_kernel_us",
+            "lat_p99_over_kernel_us",
+            "udp64_gen_cpu_us_per_frame",
         ] {
             assert!(c.contains_key(k), "{k}");
         }
-        assert_eq!(c.len(), 11);
+        assert_eq!(c.len(), 16);
         for k in ["vector_vs_scalar_udp64", "vector_vs_scalar_cpu_per_packet"] {
             assert!(v[k].is_null(), "{k}");
         }
@@ -645,6 +857,8 @@ mod tests {
         assert!(row.contains(" 0.100 "), "worker CPU per GB: {row}");
         assert!(t.contains("vector/scalar udp64: 4.00"), "{t}");
         assert!(t.contains("scalar/vector: 3.50"), "{t}");
+        assert!(t.contains("generator CPU µs per offered frame"), "{t}");
+        assert!(t.contains("nfx-chain 2.50"), "{t}");
         assert!(!t.contains("lower bounds"), "{t}");
         let mut rep = rep;
         rep.cases[2].udp64_offered_mpps = Some(0.8);

@@ -229,6 +229,7 @@ trait Tx {
 /// The send loop shared by both methods: deadline, exact count, pacing.
 fn run(spec: &PktGenSpec, tx: &mut dyn Tx) -> GenReport {
     let mut rep = GenReport::default();
+    let cpu0 = crate::udpgen::thread_cpu_s();
     let start = Instant::now();
     let deadline = start + spec.duration;
     let limit = spec.count.unwrap_or(u64::MAX);
@@ -271,6 +272,7 @@ fn run(spec: &PktGenSpec, tx: &mut dyn Tx) -> GenReport {
         }
     }
     rep.secs = start.elapsed().as_secs_f64();
+    rep.cpu_s = crate::udpgen::thread_cpu_s() - cpu0;
     rep
 }
 

@@ -68,6 +68,9 @@ pub struct GenReport {
     pub errors: u64,
     /// Seconds spent sending.
     pub secs: f64,
+    /// CPU seconds of the sending thread (user + system, which on veth includes the
+    /// receiving side's softirq work that the kernel runs inside the sends).
+    pub cpu_s: f64,
 }
 
 impl GenReport {
@@ -75,6 +78,22 @@ impl GenReport {
     pub fn mpps(&self) -> f64 {
         self.sent as f64 / self.secs.max(1e-9) / 1e6
     }
+
+    /// The sending thread's CPU microseconds per accepted frame; `None` when nothing was
+    /// sent or no CPU time was taken.
+    pub fn cpu_us_per_frame(&self) -> Option<f64> {
+        (self.sent > 0 && self.cpu_s > 0.0).then(|| self.cpu_s * 1e6 / self.sent as f64)
+    }
+}
+
+/// CPU seconds (user + system) the calling thread has used so far.
+pub fn thread_cpu_s() -> f64 {
+    // SAFETY: rusage is plain old data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: passes a live rusage; RUSAGE_THREAD cannot fail for the calling thread.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Runs the generator on a new thread inside `spec.ns` and waits for it to finish.
@@ -113,6 +132,7 @@ fn send_here(spec: &GenSpec) -> anyhow::Result<GenReport> {
         m.msg_hdr.msg_iovlen = 1;
     }
     let mut rep = GenReport::default();
+    let cpu0 = thread_cpu_s();
     let start = Instant::now();
     let deadline = start + spec.duration;
     let mut i = 0usize;
@@ -145,6 +165,7 @@ fn send_here(spec: &GenSpec) -> anyhow::Result<GenReport> {
         }
     }
     rep.secs = start.elapsed().as_secs_f64();
+    rep.cpu_s = thread_cpu_s() - cpu0;
     Ok(rep)
 }
 
@@ -464,6 +485,25 @@ impl CountingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generator_cpu_per_frame() {
+        let r = GenReport {
+            sent: 500_000,
+            errors: 0,
+            secs: 1.0,
+            cpu_s: 1.25,
+        };
+        assert!((r.cpu_us_per_frame().unwrap() - 2.5).abs() < 1e-9);
+        assert_eq!(GenReport { sent: 0, ..r }.cpu_us_per_frame(), None);
+        assert_eq!(GenReport { cpu_s: 0.0, ..r }.cpu_us_per_frame(), None);
+        let t0 = thread_cpu_s();
+        let mut x = 0u64;
+        while thread_cpu_s() - t0 < 0.02 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(thread_cpu_s() >= t0 + 0.02);
+    }
 
     #[test]
     fn bad_specs_are_rejected() {

@@ -39,10 +39,19 @@ pub struct Args {
     /// TCP runs (1 and 4 streams) per case; the median is reported.
     #[arg(long, default_value_t = 1)]
     tcp_repeat: u32,
+    /// Latency rounds: each round sets every case up afresh and runs a sockperf
+    /// ping-pong through it, the case order reversed every other round; medians of
+    /// p50/p99 and of the per-round differences to kernel-forward are reported.
+    #[arg(long, default_value_t = 3)]
+    lat_repeat: u32,
     /// 64-byte generator in src: `mmsg` (AF_PACKET sendmmsg), `ring` (AF_PACKET TX
     /// ring) or `udp` (sendmmsg on UDP sockets, through src's IP stack).
     #[arg(long, default_value = "mmsg")]
     generator: String,
+    /// Frames per system call of the AF_PACKET generators (sendmmsg batch or TX-ring
+    /// flush), 1..=256.
+    #[arg(long, default_value_t = 64)]
+    gen_batch: usize,
     /// Where the 64-byte flood is counted: `ingress` (an nftables netdev ingress rule on
     /// cloud's `to-edge` counts and drops it before cloud's IP stack: the cheapest, since
     /// veth runs cloud's receive inside the sender's transmit), `next-hop` (cloud,
@@ -72,8 +81,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.duration == 0 || args.duration > 600 {
         anyhow::bail!("--duration must be 1..=600 seconds");
     }
-    if !(1..=20).contains(&args.repeat) || !(1..=20).contains(&args.tcp_repeat) {
-        anyhow::bail!("--repeat and --tcp-repeat must be 1..=20");
+    if [args.repeat, args.tcp_repeat, args.lat_repeat]
+        .iter()
+        .any(|r| !(1..=20).contains(r))
+    {
+        anyhow::bail!("--repeat, --tcp-repeat and --lat-repeat must be 1..=20");
     }
     let flood = FloodOpts {
         generator: Generator::parse(&args.generator)?,
@@ -81,7 +93,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         secs: args.duration,
         repeat: args.repeat,
         isolate: !args.no_isolate,
+        batch: args.gen_batch,
     };
+    if !(1..=nfx_testbed::pktgen::MAX_BATCH).contains(&args.gen_batch) {
+        anyhow::bail!("--gen-batch must be 1..={}", nfx_testbed::pktgen::MAX_BATCH);
+    }
     if let Some(io) = &args.io {
         io.parse::<nfx_dataplane::config::IoMode>()
             .map_err(|e| anyhow::anyhow!("--io: {e}"))?;
@@ -103,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         only: args.cases,
         flood,
         tcp_repeat: args.tcp_repeat,
+        lat_repeat: args.lat_repeat,
         io: args.io,
         keep_edge_stack: args.keep_edge_stack,
     };

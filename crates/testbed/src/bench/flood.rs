@@ -101,6 +101,9 @@ pub struct FloodOpts {
     /// Pin the generator and the nfx process to different CPUs during the flood (see
     /// [`Isolation`]).
     pub isolate: bool,
+    /// Frames per sendmmsg call or TX-ring flush of the AF_PACKET generators
+    /// (1..=[`pktgen::MAX_BATCH`]; the UDP generator keeps its own).
+    pub batch: usize,
 }
 
 /// One 64-byte UDP flood: what the generator offered and what arrived.
@@ -112,6 +115,9 @@ pub struct Udp64 {
     pub offered_mpps: f64,
     /// Frames the sink's interface received that were not the flood (counting sinks).
     pub other: u64,
+    /// The generator thread's CPU µs per frame it offered, including what veth runs
+    /// inside its sends (edge's receive of each frame: the copy into nfx's ring).
+    pub gen_cpu_us_per_frame: Option<f64>,
 }
 
 /// Floods 64-byte UDP frames from src for `flood.secs`: offered and received Mpps.
@@ -120,7 +126,11 @@ pub fn udp64(tb: &TestbedGuard, flood: &FloodOpts, dut: Option<u32>) -> anyhow::
     let dst_ns = tb.ns(Host::Dst);
     let secs = Duration::from_secs(u64::from(flood.secs));
     let pkt = match flood.generator {
-        Generator::AfPacket(m) => Some(PktGenSpec::flood(tb, UDPGEN_PORT, secs, m)?),
+        Generator::AfPacket(m) => {
+            let mut p = PktGenSpec::flood(tb, UDPGEN_PORT, secs, m)?;
+            p.batch = flood.batch;
+            Some(p)
+        }
         Generator::Udp => None,
     };
     let udp = GenSpec::flood(&tb.ns(Host::Src), tb.dst_ip(), UDPGEN_PORT, secs);
@@ -182,6 +192,7 @@ pub fn udp64(tb: &TestbedGuard, flood: &FloodOpts, dut: Option<u32>) -> anyhow::
         received_mpps: got as f64 / g.secs / 1e6,
         offered_mpps: g.mpps(),
         other,
+        gen_cpu_us_per_frame: g.cpu_us_per_frame(),
     })
 }
 
