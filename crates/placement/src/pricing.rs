@@ -2,8 +2,10 @@
 //! bounded knapsack with up to two capacity constraints (resource and throughput).
 //! One active constraint with a small capacity: exact dynamic programming over the
 //! capacity with binary splitting of multiplicities. Otherwise: depth-first branch and
-//! bound with the Dantzig bound and a node budget; if the budget runs out, the answer
-//! is the best pattern found plus a valid upper bound, so the LP bound stays proven.
+//! bound with the Dantzig bound, suffix dynamic-programming bounds (per capacity and
+//! for both together, capacities scaled down: a relaxation) and a node budget; if the
+//! budget runs out, the answer is the best pattern found plus a valid upper bound, so
+//! the LP bound stays proven.
 
 use std::time::Instant;
 
@@ -11,6 +13,8 @@ use std::time::Instant;
 const DP_LIMIT: u64 = 64_000_000;
 /// Node budget of the branch and bound.
 const NODE_LIMIT: u64 = 400_000;
+/// Largest table (entries) of one suffix bound of the branch and bound.
+const SUFFIX_ENTRIES: usize = 1 << 19;
 /// Extra patterns returned by the dynamic program per call.
 const MORE_PATTERNS: usize = 6;
 
@@ -56,6 +60,9 @@ pub struct Pricer {
     /// primary weight, for the cardinality bound.
     max_v: Vec<f64>,
     min_w: Vec<u64>,
+    /// Suffix bounds of the branch and bound: the primary capacity alone, the
+    /// secondary alone, both together.
+    suffix: [SuffixTable; 3],
     /// The branch and bound stops here as if out of nodes (its answer is then not
     /// exact, its upper bound still valid).
     deadline: Option<Instant>,
@@ -258,7 +265,30 @@ impl Pricer {
                 self.min_w[k + 1]
             };
         }
-        let root_bound = self.dantzig(0, cap_a, cap_b, 0.0);
+        let load_b: u128 = self
+            .order
+            .iter()
+            .map(|i| u128::from(i.w2) * u128::from(i.copies))
+            .sum();
+        let binds_b = load_b > u128::from(cap_b);
+        let mut suffix = std::mem::take(&mut self.suffix);
+        suffix[0].build(&self.order, cap_a, u64::MAX, SUFFIX_ENTRIES);
+        suffix[1].build(
+            &self.order,
+            u64::MAX,
+            cap_b,
+            if binds_b { SUFFIX_ENTRIES } else { 0 },
+        );
+        suffix[2].build(
+            &self.order,
+            cap_a,
+            cap_b,
+            if binds_b { SUFFIX_ENTRIES } else { 0 },
+        );
+        self.suffix = suffix;
+        let root_bound = self
+            .dantzig(0, cap_a, cap_b, 0.0)
+            .min(self.table_bound(0, cap_a, cap_b, 0.0));
         let mut st = BbState {
             best_value: 0.0,
             nodes: 0,
@@ -324,7 +354,9 @@ impl Pricer {
         if k == self.order.len() || st.nodes >= NODE_LIMIT {
             return;
         }
-        if self.dantzig(k, rem_a, rem_b, cur) <= st.best_value + 1e-12 {
+        if self.table_bound(k, rem_a, rem_b, cur) <= st.best_value + 1e-12
+            || self.dantzig(k, rem_a, rem_b, cur) <= st.best_value + 1e-12
+        {
             return;
         }
         let it = self.order[k];
@@ -350,6 +382,138 @@ impl Pricer {
             }
         }
         self.cur[k] = 0;
+    }
+}
+
+impl Pricer {
+    /// The smallest of the suffix-table bounds on the best value of items `k..` within
+    /// the rooms, plus `cur`.
+    fn table_bound(&self, k: usize, rem_a: u64, rem_b: u64, cur: f64) -> f64 {
+        self.suffix
+            .iter()
+            .map(|t| t.get(k, rem_a, rem_b))
+            .fold(f64::INFINITY, f64::min)
+            + cur
+    }
+}
+
+/// Upper bounds on the best value of the knapsack items `k..` (in branch-and-bound
+/// order) within two rooms: a dynamic program over both capacities scaled down (each
+/// weight and room divided by the scale and rounded down: any feasible set stays
+/// feasible, so it is a relaxation). A capacity of `u64::MAX` is ignored.
+#[derive(Default)]
+struct SuffixTable {
+    on: bool,
+    s1: u64,
+    s2: u64,
+    c1: usize,
+    c2: usize,
+    /// `table[k][r1][r2]`, row-major.
+    table: Vec<f64>,
+}
+
+impl SuffixTable {
+    /// Builds the table for `items` within `cap1`, `cap2` and at most `entries`
+    /// entries (0: off, every bound infinite).
+    fn build(&mut self, items: &[KItem], cap1: u64, cap2: u64, entries: usize) {
+        let n = items.len();
+        self.on = entries > 0;
+        if !self.on {
+            return;
+        }
+        let plane = (entries / (n + 1)).max(1);
+        // The secondary capacity gets up to 64 steps when both count, else the plane.
+        let (s1, s2) = match (cap1 == u64::MAX, cap2 == u64::MAX) {
+            (false, true) => (cap1.div_ceil(plane as u64 - 1).max(1), u64::MAX),
+            (true, false) => (u64::MAX, cap2.div_ceil(plane as u64 - 1).max(1)),
+            _ => {
+                let s2 = cap2.div_ceil(64).max(1);
+                let c2 = (cap2 / s2) as usize + 1;
+                let per = ((plane / c2).max(2) - 1) as u64;
+                (cap1.div_ceil(per).max(1), s2)
+            }
+        };
+        let width = |cap: u64, s: u64| {
+            if cap == u64::MAX {
+                1
+            } else {
+                (cap / s) as usize + 1
+            }
+        };
+        self.s1 = s1;
+        self.s2 = s2;
+        self.c1 = width(cap1, s1);
+        self.c2 = width(cap2, s2);
+        let size = self.c1 * self.c2;
+        // Every row but the last (no items: 0) is overwritten below.
+        self.table.resize((n + 1) * size, 0.0);
+        self.table[n * size..].fill(0.0);
+        for k in (0..n).rev() {
+            let it = items[k];
+            let (head, tail) = self.table.split_at_mut((k + 1) * size);
+            let row = &mut head[k * size..];
+            row.copy_from_slice(&tail[..size]);
+            let w1 = if s1 == u64::MAX {
+                0
+            } else {
+                (it.w1 / s1) as usize
+            };
+            let w2 = if s2 == u64::MAX {
+                0
+            } else {
+                (it.w2 / s2) as usize
+            };
+            if w1 >= self.c1 || w2 >= self.c2 {
+                continue;
+            }
+            // Binary splitting of the copies, each chunk a 0-1 item.
+            let mut left = it.copies;
+            let mut take = 1u32;
+            while left > 0 {
+                let n_take = take.min(left);
+                left -= n_take;
+                take = take.saturating_mul(2);
+                let (a, b) = (w1 * n_take as usize, w2 * n_take as usize);
+                if a >= self.c1 || b >= self.c2 {
+                    break;
+                }
+                let v = it.v * f64::from(n_take);
+                let c2 = self.c2;
+                for r1 in (a..self.c1).rev() {
+                    if a == 0 {
+                        // Same line: descending, so each cell reads a not yet updated one.
+                        let line = &mut row[r1 * c2..(r1 + 1) * c2];
+                        for r2 in (b..c2).rev() {
+                            line[r2] = line[r2].max(line[r2 - b] + v);
+                        }
+                    } else {
+                        let (lo, hi) = row.split_at_mut(r1 * c2);
+                        let src = &lo[(r1 - a) * c2..(r1 - a) * c2 + c2 - b];
+                        for (d, &x) in hi[b..c2].iter_mut().zip(src) {
+                            *d = d.max(x + v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bound on items `k..` within rooms `r1`, `r2` (infinite when off).
+    fn get(&self, k: usize, r1: u64, r2: u64) -> f64 {
+        if !self.on {
+            return f64::INFINITY;
+        }
+        let i1 = if self.s1 == u64::MAX {
+            0
+        } else {
+            ((r1 / self.s1) as usize).min(self.c1 - 1)
+        };
+        let i2 = if self.s2 == u64::MAX {
+            0
+        } else {
+            ((r2 / self.s2) as usize).min(self.c2 - 1)
+        };
+        self.table[k * self.c1 * self.c2 + i1 * self.c2 + i2]
     }
 }
 
@@ -404,6 +568,22 @@ mod tests {
         ) {
             let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
                 t: t as u32, w1, w2, v: f64::from(v) / 7.0, copies: c,
+            }).collect();
+            let ans = Pricer::default().solve(&items, cap1, cap2);
+            check(&items, cap1, cap2, &ans);
+            let want = brute(&items, cap1, cap2);
+            prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
+            prop_assert!(ans.upper + 1e-9 >= want);
+        }
+
+        #[test]
+        fn branch_and_bound_with_scaled_suffix_bounds_matches_brute_force(
+            raw in proptest::collection::vec((30u64..900, 1u64..25, 1u32..60, 1u32..3), 1..9),
+            cap1 in 500u64..3000,
+            cap2 in 10u64..100,
+        ) {
+            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
+                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
             }).collect();
             let ans = Pricer::default().solve(&items, cap1, cap2);
             check(&items, cap1, cap2, &ans);
