@@ -13,6 +13,8 @@ use std::time::Instant;
 const DP_LIMIT: u64 = 64_000_000;
 /// Node budget of the branch and bound.
 const NODE_LIMIT: u64 = 400_000;
+/// Cell updates of the two-capacity dynamic program worth one branch-and-bound node.
+const DP2_NODE_COST: u64 = 32;
 /// Largest table (entries) of one suffix bound of the branch and bound.
 const SUFFIX_ENTRIES: usize = 1 << 19;
 /// Extra patterns returned by the dynamic program per call.
@@ -42,8 +44,9 @@ pub struct KAnswer {
     pub items: Vec<(u32, u32)>,
     /// A proven upper bound on the best profit (equal to `value` when exact).
     pub upper: f64,
-    /// Other good patterns (dynamic programming only): the best ones of the next
-    /// smaller exact fills, as (profit, content).
+    /// Other good patterns, as (profit, content): the best ones of the next smaller
+    /// exact fills (dynamic programming) or the earlier best ones of the branch and
+    /// bound.
     pub more: Vec<(f64, Vec<(u32, u32)>)>,
 }
 
@@ -56,6 +59,8 @@ pub struct Pricer {
     order: Vec<KItem>,
     cur: Vec<u32>,
     best: Vec<u32>,
+    /// Earlier best patterns of the branch and bound (value, counts in `order`).
+    runners_up: Vec<(f64, Vec<u32>)>,
     /// Suffix maxima of the per-copy value and suffix minima of the positive
     /// primary weight, for the cardinality bound.
     max_v: Vec<f64>,
@@ -289,19 +294,51 @@ impl Pricer {
         let root_bound = self
             .dantzig(0, cap_a, cap_b, 0.0)
             .min(self.table_bound(0, cap_a, cap_b, 0.0));
+        // The exact two-capacity dynamic program takes over when the search needs more
+        // nodes than about its work (cells × chunks) / DP2_NODE_COST.
+        let chunks: u64 = self
+            .order
+            .iter()
+            .map(|i| u64::from(32 - i.copies.leading_zeros()))
+            .sum();
+        let dp2_work = (cap_a.saturating_add(1))
+            .saturating_mul(cap_b.saturating_add(1))
+            .saturating_mul(chunks);
+        let limit = if dp2_work <= DP_LIMIT {
+            (dp2_work / DP2_NODE_COST).clamp(1_000, NODE_LIMIT)
+        } else {
+            NODE_LIMIT
+        };
         let mut st = BbState {
             best_value: 0.0,
             nodes: 0,
+            limit,
         };
+        self.runners_up.clear();
         self.dfs(0, cap_a, cap_b, 0.0, &mut st);
-        let items: Vec<(u32, u32)> = self
-            .order
+        let content = |counts: &[u32]| -> Vec<(u32, u32)> {
+            self.order
+                .iter()
+                .zip(counts)
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| (i.t, n))
+                .collect()
+        };
+        let items = content(&self.best);
+        let more = self
+            .runners_up
             .iter()
-            .zip(&self.best)
-            .filter(|(_, &n)| n > 0)
-            .map(|(i, &n)| (i.t, n))
+            .rev()
+            .map(|(v, counts)| (*v, content(counts)))
             .collect();
-        let exact = st.nodes < NODE_LIMIT;
+        let exact = st.nodes < st.limit;
+        if !exact && dp2_work <= DP_LIMIT && self.deadline.is_none_or(|d| Instant::now() < d) {
+            // Out of nodes: the exact two-capacity dynamic program.
+            let order = std::mem::take(&mut self.order);
+            let ans = self.dp2(&order, cap_a as usize, cap_b as usize);
+            self.order = order;
+            return ans;
+        }
         KAnswer {
             value: st.best_value,
             items,
@@ -310,6 +347,97 @@ impl Pricer {
             } else {
                 root_bound.max(st.best_value)
             },
+            more,
+        }
+    }
+
+    /// Exact dynamic program over both capacities (`cap1 + 1` × `cap2 + 1` cells,
+    /// multiplicities by binary splitting, one bit per chunk and cell to trace back;
+    /// the inner loop runs in blocks of 64 cells so that it vectorises).
+    fn dp2(&mut self, its: &[KItem], cap1: usize, cap2: usize) -> KAnswer {
+        self.chunks.clear();
+        for (idx, i) in its.iter().enumerate() {
+            let mut left = i.copies;
+            let mut k = 1u32;
+            while left > 0 {
+                let take = k.min(left);
+                self.chunks
+                    .push((idx, i.w1 * u64::from(take), i.v * f64::from(take), take));
+                left -= take;
+                k = k.saturating_mul(2);
+            }
+        }
+        let (c1, c2) = (cap1 + 1, cap2 + 1);
+        // Keep bits: per chunk, per line r1, `wpr` words over r2.
+        let wpr = c2.div_ceil(64);
+        let plane = c1 * wpr;
+        self.dp.clear();
+        self.dp.resize(c1 * c2, 0.0);
+        self.keep.clear();
+        self.keep.resize(plane * self.chunks.len(), 0);
+        for (ci, &(idx, w, v, take)) in self.chunks.iter().enumerate() {
+            let a = w as usize;
+            let b = (its[idx].w2 * u64::from(take)) as usize;
+            if a > cap1 || b > cap2 {
+                continue;
+            }
+            let keep = &mut self.keep[ci * plane..(ci + 1) * plane];
+            // Descending in r1 (and in r2 on the same line): every cell reads one not
+            // updated by this chunk yet.
+            for r1 in (a..c1).rev() {
+                let kw = &mut keep[r1 * wpr..(r1 + 1) * wpr];
+                if a == 0 {
+                    let line = &mut self.dp[r1 * c2..(r1 + 1) * c2];
+                    for r2 in (b..c2).rev() {
+                        let cand = line[r2 - b] + v;
+                        if cand > line[r2] + 1e-12 {
+                            line[r2] = cand;
+                            kw[r2 / 64] |= 1 << (r2 % 64);
+                        }
+                    }
+                    continue;
+                }
+                let (lo, hi) = self.dp.split_at_mut(r1 * c2);
+                let src = &lo[(r1 - a) * c2..(r1 - a) * c2 + c2 - b];
+                let dst = &mut hi[b..c2];
+                for (blk, (d64, s64)) in dst.chunks_mut(64).zip(src.chunks(64)).enumerate() {
+                    let mut bits = 0u64;
+                    for (j, (d, &x)) in d64.iter_mut().zip(s64).enumerate() {
+                        let cand = x + v;
+                        let better = cand > *d + 1e-12;
+                        *d = if better { cand } else { *d };
+                        bits |= u64::from(better) << j;
+                    }
+                    let pos = b + blk * 64;
+                    let (word, shift) = (pos / 64, pos % 64);
+                    kw[word] |= bits << shift;
+                    if shift > 0 && word + 1 < wpr {
+                        kw[word + 1] |= bits >> (64 - shift);
+                    }
+                }
+            }
+        }
+        let value = self.dp[c1 * c2 - 1];
+        let mut counts = vec![0u32; its.len()];
+        let (mut r1, mut r2) = (cap1, cap2);
+        for ci in (0..self.chunks.len()).rev() {
+            if self.keep[ci * plane + r1 * wpr + r2 / 64] >> (r2 % 64) & 1 == 1 {
+                let (idx, w, _, take) = self.chunks[ci];
+                counts[idx] += take;
+                r1 -= w as usize;
+                r2 -= (its[idx].w2 * u64::from(take)) as usize;
+            }
+        }
+        let items = its
+            .iter()
+            .zip(&counts)
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (i.t, n))
+            .collect();
+        KAnswer {
+            value,
+            items,
+            upper: value,
             more: Vec::new(),
         }
     }
@@ -345,13 +473,20 @@ impl Pricer {
     fn dfs(&mut self, k: usize, rem_a: u64, rem_b: u64, cur: f64, st: &mut BbState) {
         st.nodes += 1;
         if st.nodes.is_multiple_of(1024) && self.deadline.is_some_and(|d| Instant::now() >= d) {
-            st.nodes = NODE_LIMIT;
+            st.nodes = st.limit;
         }
         if cur > st.best_value + 1e-12 {
+            if st.best_value > 0.0 {
+                // The pattern it replaces is kept as an extra column candidate.
+                if self.runners_up.len() == MORE_PATTERNS {
+                    self.runners_up.remove(0);
+                }
+                self.runners_up.push((st.best_value, self.best.clone()));
+            }
             st.best_value = cur;
             self.best.copy_from_slice(&self.cur);
         }
-        if k == self.order.len() || st.nodes >= NODE_LIMIT {
+        if k == self.order.len() || st.nodes >= st.limit {
             return;
         }
         if self.table_bound(k, rem_a, rem_b, cur) <= st.best_value + 1e-12
@@ -377,7 +512,7 @@ impl Pricer {
                 cur + it.v * f64::from(n),
                 st,
             );
-            if st.nodes >= NODE_LIMIT {
+            if st.nodes >= st.limit {
                 break;
             }
         }
@@ -520,6 +655,8 @@ impl SuffixTable {
 struct BbState {
     best_value: f64,
     nodes: u64,
+    /// Node budget of this search.
+    limit: u64,
 }
 
 #[cfg(test)]
@@ -590,6 +727,25 @@ mod tests {
             let want = brute(&items, cap1, cap2);
             prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
             prop_assert!(ans.upper + 1e-9 >= want);
+            for (value, content) in &ans.more {
+                let extra = KAnswer { value: *value, items: content.clone(), ..KAnswer::default() };
+                check(&items, cap1, cap2, &extra);
+                prop_assert!(*value <= ans.value + 1e-9);
+            }
+        }
+
+        #[test]
+        fn two_capacity_dp_matches_brute_force(
+            raw in proptest::collection::vec((0u64..40, 0u64..90, 1u32..60, 1u32..4), 1..8),
+            cap1 in 0u64..120,
+            cap2 in 0u64..260,
+        ) {
+            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
+                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
+            }).collect();
+            let ans = Pricer::default().dp2(&items, cap1 as usize, cap2 as usize);
+            check(&items, cap1, cap2, &ans);
+            prop_assert!((ans.value - brute(&items, cap1, cap2)).abs() < 1e-6);
         }
 
         #[test]
