@@ -15,6 +15,8 @@ const DP_LIMIT: u64 = 64_000_000;
 const NODE_LIMIT: u64 = 400_000;
 /// Cell updates of the two-capacity dynamic program worth one branch-and-bound node.
 const DP2_NODE_COST: u64 = 32;
+/// Node budget of the first search, without the suffix tables.
+const QUICK_NODES: u64 = 1_000;
 /// Largest table (entries) of one suffix bound of the branch and bound.
 const SUFFIX_ENTRIES: usize = 1 << 19;
 /// Extra patterns returned by the dynamic program per call.
@@ -68,6 +70,8 @@ pub struct Pricer {
     /// Suffix bounds of the branch and bound: the primary capacity alone, the
     /// secondary alone, both together.
     suffix: [SuffixTable; 3],
+    /// Skips the quick search without suffix tables (tests reach the tables so).
+    no_quick: bool,
     /// The branch and bound stops here as if out of nodes (its answer is then not
     /// exact, its upper bound still valid).
     deadline: Option<Instant>,
@@ -276,24 +280,6 @@ impl Pricer {
             .map(|i| u128::from(i.w2) * u128::from(i.copies))
             .sum();
         let binds_b = load_b > u128::from(cap_b);
-        let mut suffix = std::mem::take(&mut self.suffix);
-        suffix[0].build(&self.order, cap_a, u64::MAX, SUFFIX_ENTRIES);
-        suffix[1].build(
-            &self.order,
-            u64::MAX,
-            cap_b,
-            if binds_b { SUFFIX_ENTRIES } else { 0 },
-        );
-        suffix[2].build(
-            &self.order,
-            cap_a,
-            cap_b,
-            if binds_b { SUFFIX_ENTRIES } else { 0 },
-        );
-        self.suffix = suffix;
-        let root_bound = self
-            .dantzig(0, cap_a, cap_b, 0.0)
-            .min(self.table_bound(0, cap_a, cap_b, 0.0));
         // The exact two-capacity dynamic program takes over when the search needs more
         // nodes than about its work (cells × chunks) / DP2_NODE_COST.
         let chunks: u64 = self
@@ -305,17 +291,36 @@ impl Pricer {
             .saturating_mul(cap_b.saturating_add(1))
             .saturating_mul(chunks);
         let limit = if dp2_work <= DP_LIMIT {
-            (dp2_work / DP2_NODE_COST).clamp(1_000, NODE_LIMIT)
+            (dp2_work / DP2_NODE_COST).clamp(QUICK_NODES, NODE_LIMIT)
         } else {
             NODE_LIMIT
         };
+        // A quick search with the Dantzig bound alone first; the suffix tables are
+        // built only if it does not finish.
+        for t in &mut self.suffix {
+            t.on = false;
+        }
         let mut st = BbState {
             best_value: 0.0,
             nodes: 0,
-            limit,
+            limit: if self.no_quick { 0 } else { QUICK_NODES },
         };
         self.runners_up.clear();
         self.dfs(0, cap_a, cap_b, 0.0, &mut st);
+        let mut root_bound = self.dantzig(0, cap_a, cap_b, 0.0);
+        if st.nodes >= st.limit {
+            let mut suffix = std::mem::take(&mut self.suffix);
+            let both = if binds_b { SUFFIX_ENTRIES } else { 0 };
+            suffix[0].build(&self.order, cap_a, u64::MAX, SUFFIX_ENTRIES);
+            suffix[1].build(&self.order, u64::MAX, cap_b, both);
+            suffix[2].build(&self.order, cap_a, cap_b, both);
+            self.suffix = suffix;
+            root_bound = root_bound.min(self.table_bound(0, cap_a, cap_b, 0.0));
+            // The best pattern found so far stays the one to beat.
+            st.nodes = 0;
+            st.limit = limit;
+            self.dfs(0, cap_a, cap_b, 0.0, &mut st);
+        }
         let content = |counts: &[u32]| -> Vec<(u32, u32)> {
             self.order
                 .iter()
@@ -706,11 +711,13 @@ mod tests {
             let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
                 t: t as u32, w1, w2, v: f64::from(v) / 7.0, copies: c,
             }).collect();
-            let ans = Pricer::default().solve(&items, cap1, cap2);
-            check(&items, cap1, cap2, &ans);
-            let want = brute(&items, cap1, cap2);
-            prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
-            prop_assert!(ans.upper + 1e-9 >= want);
+            for no_quick in [false, true] {
+                let ans = Pricer { no_quick, ..Pricer::default() }.solve(&items, cap1, cap2);
+                check(&items, cap1, cap2, &ans);
+                let want = brute(&items, cap1, cap2);
+                prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
+                prop_assert!(ans.upper + 1e-9 >= want);
+            }
         }
 
         #[test]
@@ -722,7 +729,7 @@ mod tests {
             let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
                 t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
             }).collect();
-            let ans = Pricer::default().solve(&items, cap1, cap2);
+            let ans = Pricer { no_quick: true, ..Pricer::default() }.solve(&items, cap1, cap2);
             check(&items, cap1, cap2, &ans);
             let want = brute(&items, cap1, cap2);
             prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
