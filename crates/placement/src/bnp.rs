@@ -32,6 +32,8 @@ const PRICE_FIRST_NODES: u64 = 5_000;
 const PRICE_COLUMNS: usize = 8;
 /// Newest pool columns added to the starting columns of a non-root node.
 const RECENT_COLUMNS: usize = 300;
+/// Best-first nodes between two plunges.
+const PLUNGE_EVERY: u64 = 8;
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
 /// Subset-row cuts added per separation round, in all, and separation rounds at the
@@ -246,8 +248,16 @@ impl<'a> BranchPrice<'a> {
         if let Some((c, _)) = &self.found {
             ub = ub.min(*c);
         }
-        while let Some(node) = self.open.pop() {
+        let mut plunge: Option<Node> = None;
+        loop {
+            let plunging = plunge.is_some();
+            let Some(node) = plunge.take().or_else(|| self.open.pop()) else {
+                break;
+            };
             if ceil_bound(node.bound) >= ub {
+                if plunging {
+                    continue;
+                }
                 // Every other open node has a bound at least as large.
                 self.open.clear();
                 break;
@@ -274,16 +284,24 @@ impl<'a> BranchPrice<'a> {
                 }
                 NodeOutcome::Branch(b, d1, d2) => {
                     let hint = Some(Rc::new(std::mem::take(&mut self.last_columns)));
+                    // A plunge (every PLUNGE_EVERY nodes, then down to a leaf) takes
+                    // the first child at once: depth first finds placements sooner.
+                    let dive = plunging || self.nodes.is_multiple_of(PLUNGE_EVERY);
                     for d in [d2, d1] {
                         let mut decisions = node.decisions.clone();
                         decisions.push(d);
                         self.seq += 1;
-                        self.open.push(Node {
+                        let child = Node {
                             bound: b.max(node.bound),
                             seq: self.seq,
                             decisions,
                             hint: hint.clone(),
-                        });
+                        };
+                        if dive && d == d1 {
+                            plunge = Some(child);
+                        } else {
+                            self.open.push(child);
+                        }
                     }
                 }
             }
