@@ -148,7 +148,9 @@ impl Pricer {
         self.branch_and_bound(its, cap_a, cap_b)
     }
 
-    fn dp(&mut self, its: &[KItem], cap: usize) -> KAnswer {
+    /// Splits each item's copies into chunks of 1, 2, 4, … copies (binary splitting),
+    /// so a 0/1 dynamic program over the chunks covers every multiplicity.
+    fn split_chunks(&mut self, its: &[KItem]) {
         self.chunks.clear();
         for (idx, i) in its.iter().enumerate() {
             let mut left = i.copies;
@@ -161,6 +163,10 @@ impl Pricer {
                 k = k.saturating_mul(2);
             }
         }
+    }
+
+    fn dp(&mut self, its: &[KItem], cap: usize) -> KAnswer {
+        self.split_chunks(its);
         let width = cap + 1;
         let words = width.div_ceil(64);
         self.dp.clear();
@@ -360,18 +366,7 @@ impl Pricer {
     /// multiplicities by binary splitting, one bit per chunk and cell to trace back;
     /// the inner loop runs in blocks of 64 cells so that it vectorises).
     fn dp2(&mut self, its: &[KItem], cap1: usize, cap2: usize) -> KAnswer {
-        self.chunks.clear();
-        for (idx, i) in its.iter().enumerate() {
-            let mut left = i.copies;
-            let mut k = 1u32;
-            while left > 0 {
-                let take = k.min(left);
-                self.chunks
-                    .push((idx, i.w1 * u64::from(take), i.v * f64::from(take), take));
-                left -= take;
-                k = k.saturating_mul(2);
-            }
-        }
+        self.split_chunks(its);
         let (c1, c2) = (cap1 + 1, cap2 + 1);
         // Keep bits: per chunk, per line r1, `wpr` words over r2.
         let wpr = c2.div_ceil(64);
