@@ -120,6 +120,8 @@ pub struct Graph {
     event_counts: BTreeMap<&'static str, u64>,
     events_out: Option<Box<dyn Write + Send>>,
     event_write_errors: u64,
+    /// Every VNF of the chain is [`Node::offloadable`] (kept with the chain).
+    offloadable: bool,
 }
 
 impl Graph {
@@ -137,7 +139,14 @@ impl Graph {
             event_counts: EVENT_KINDS.iter().map(|k| (*k, 0)).collect(),
             events_out,
             event_write_errors: 0,
+            offloadable: false,
         }
+        .with_offloadable()
+    }
+
+    fn with_offloadable(mut self) -> Self {
+        self.offloadable = self.chain.iter().all(|s| s.node.offloadable());
+        self
     }
 
     /// Runs one vector through the graph in direction `dir`. On return the first `n`
@@ -149,7 +158,8 @@ impl Graph {
             events: &mut self.sink,
         };
         let mut live = self.parse.run(pkts, &mut ctx);
-        if !self.chain.iter().all(|s| s.node.offloadable()) {
+        // A vector's packets all start with the same mark (set per receive).
+        if !self.offloadable && pkts.first().is_some_and(|p| p.fast) {
             for p in pkts[..live].iter_mut() {
                 p.fast = false;
             }
@@ -290,6 +300,7 @@ impl Graph {
             })
             .collect();
         self.chain.extend(added);
+        self.offloadable = self.chain.iter().all(|s| s.node.offloadable());
         (old.into_iter().map(|s| s.node).collect(), carried)
     }
 
