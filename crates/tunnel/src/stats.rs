@@ -108,6 +108,9 @@ pub struct Counters {
     /// Underlay messages the kernel scattered straight into engine buffers, one per
     /// datagram (no copy in the worker).
     pub scattered: AtomicU64,
+    /// Underlay messages that did not fit the offered slots and were gathered, split and
+    /// copied by the worker (the slow path beside `scattered`).
+    pub gathered: AtomicU64,
     /// Super-packets read from the TUN scattered straight into engine buffers, one per
     /// segment (no payload copy in the worker).
     pub tun_scattered: AtomicU64,
@@ -164,6 +167,7 @@ impl Counters {
             "fallbacks": self.offload_fallbacks.load(Relaxed),
             "coalesced": self.coalesced.load(Relaxed),
             "scattered": self.scattered.load(Relaxed),
+            "gathered": self.gathered.load(Relaxed),
             "tun_scattered": self.tun_scattered.load(Relaxed),
         })
     }

@@ -210,9 +210,11 @@ pub struct Worker {
     /// Whether the underlay has delivered a coalesced message yet (until then one slot
     /// per message is enough).
     rx_coalesced: bool,
-    /// Datagrams in the last coalesced message: the slots the next receive offers per
-    /// message are twice that (at least 4), so a flow of small coalesced messages (ACKs)
-    /// does not take 64 buffers per message.
+    /// Datagrams per coalesced message, a running maximum that decays by ⅛ per message:
+    /// the slots the next receive offers per message are twice that (at least 4). A
+    /// bulk flow's messages vary in size (sends cut at batch boundaries), so the last
+    /// message alone would leave the next larger one to the copying slow path; a flow of
+    /// small coalesced messages (ACKs) still does not take 64 buffers per message.
     rx_count: usize,
     /// Per message of a receive, the engine buffers it is scattered into; the ones a
     /// message did not fill stay for the next receive.
@@ -703,11 +705,12 @@ impl Worker {
                     bufs.push(b);
                 }
             } else {
+                self.counters.gathered.fetch_add(1, Relaxed);
                 self.gather_split(&slots[k], &raw[k], len, seg, size, &mut bufs);
             }
             if seg > 0 {
                 self.rx_seg = seg;
-                self.rx_count = len.div_ceil(seg);
+                self.rx_count = len.div_ceil(seg).max(self.rx_count - self.rx_count / 8);
                 self.rx_coalesced = true;
             } else if !self.rx_coalesced && len > self.rx_seg {
                 self.rx_seg = len;
