@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,6 +138,51 @@ impl Pair {
     }
 }
 
+impl Pair {
+    /// Where a stream's packets may have gone: the interfaces' and UDP's drop counters
+    /// in both namespaces and both endpoints' drop counts (printed when a stream has gaps).
+    fn drop_report(&self) -> String {
+        let mut r = String::new();
+        for ns in [&self.a, &self.b] {
+            let link = sh(&["ip", "-n", ns, "-s", "link"]);
+            let udp = sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "nstat",
+                "-az",
+                "UdpInErrors",
+                "UdpRcvbufErrors",
+                "UdpSndbufErrors",
+            ]);
+            r += &format!(
+                "--- {ns}\n{}{}",
+                String::from_utf8_lossy(&link.stdout),
+                String::from_utf8_lossy(&udp.stdout)
+            );
+        }
+        for side in [1, 2] {
+            if let Ok((_, st)) = http(self.em_port(side), "GET", "/status", "") {
+                r += &format!("--- endpoint {side} drops: {}\n", st["drops"]);
+            }
+        }
+        r
+    }
+
+    /// Asserts that `got` is exactly `0..sent`, in order, with a drop report if not.
+    fn assert_complete(&self, sent: u32, got: &[u32]) {
+        let expect: Vec<u32> = (0..sent).collect();
+        assert!(
+            got == expect,
+            "sent {sent}, got {} (first gap at {:?})\n{}",
+            got.len(),
+            got.iter().enumerate().find(|(i, &s)| *i as u32 != s),
+            self.drop_report()
+        );
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
         for c in &mut self.procs {
@@ -203,6 +249,21 @@ fn udp_stream(p: &Pair, until: Arc<AtomicBool>) -> (u32, Vec<u32>) {
             let s = UdpSocket::bind(bind).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(1500)))
                 .unwrap();
+            // The test is root: a receive buffer beyond rmem_max (208 KiB, ~20 ms of
+            // this stream) so that a descheduled test thread on a busy machine does not
+            // drop what the tunnel delivered.
+            let bytes: libc::c_int = 16 << 20;
+            // SAFETY: setsockopt with an int option on a socket this thread owns.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&bytes as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "SO_RCVBUFFORCE");
             let mut got = Vec::new();
             let mut b = [0u8; 256];
             while let Ok(n) = s.recv(&mut b) {
@@ -421,13 +482,7 @@ fn udp_stream_survives_20_engine_switches() {
     });
     let (sent, got) = udp_stream(&p, done);
     let us = switcher.join().unwrap();
-    let expect: Vec<u32> = (0..sent).collect();
-    assert!(
-        got == expect,
-        "sent {sent}, got {} (first gap at {:?})",
-        got.len(),
-        got.iter().enumerate().find(|(i, &s)| *i as u32 != s)
-    );
+    p.assert_complete(sent, &got);
     let (_, st) = http(port, "GET", "/status", "").unwrap();
     assert_eq!(st["engine_switches"], 20, "{st}");
     eprintln!("switch_us: {us:?}");
@@ -485,8 +540,7 @@ fn lookaside_device_killed_mid_stream_loses_nothing() {
     });
     let (sent, got) = udp_stream(&p, done);
     killer.join().unwrap();
-    let expect: Vec<u32> = (0..sent).collect();
-    assert!(got == expect, "sent {sent}, got {}", got.len());
+    p.assert_complete(sent, &got);
     let (_, st) = http(port, "GET", "/status", "").unwrap();
     assert_eq!(st["failovers"], 1, "{st}");
     assert_eq!(st["engine"], "cpu", "the fallback engine is reported: {st}");
@@ -552,13 +606,7 @@ fn udp_stream_survives_20_lookaside_grants_and_releases() {
     });
     let (sent, got) = udp_stream(&p, done);
     switcher.join().unwrap();
-    let expect: Vec<u32> = (0..sent).collect();
-    assert!(
-        got == expect,
-        "sent {sent}, got {} (first gap at {:?})",
-        got.len(),
-        got.iter().enumerate().find(|(i, &s)| *i as u32 != s)
-    );
+    p.assert_complete(sent, &got);
     let (_, st) = http(port, "GET", "/status", "").unwrap();
     assert_eq!(st["engine_switches"], 20, "{st}");
     assert_eq!(st["failovers"], 0, "{st}");

@@ -59,7 +59,7 @@ pub fn run(
                     enter_netns(ns)?;
                 }
                 let mtu = cfg.inner_mtu();
-                let tun = Tun::open(&cfg.tun.name, &cfg.tun.address, mtu, cfg.offload)?;
+                let tun = Tun::open(&cfg.tun, mtu, cfg.offload)?;
                 let udp = Underlay::bind(cfg.underlay.local, cfg.underlay.peer)?;
                 Worker::new(WorkerParts {
                     engine: first,

@@ -6,6 +6,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 
+use crate::config::TunConfig;
+
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const IFF_VNET_HDR: libc::c_int = 0x4000;
@@ -53,10 +55,12 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 }
 
 impl Tun {
-    /// Creates TUN `name` in the calling thread's namespace, sets MTU and address, up.
-    /// With `vnet`, asks for a virtio_net_hdr and the checksum/TSO/USO offloads (USO
-    /// only if the kernel takes it; none if it refuses them all: see `offloads`).
-    pub fn open(name: &str, address: &str, mtu: u32, vnet: bool) -> anyhow::Result<Tun> {
+    /// Creates the TUN `cfg` names in the calling thread's namespace, sets MTU, queue
+    /// length and address, up. With `vnet`, asks for a virtio_net_hdr and the
+    /// checksum/TSO/USO offloads (USO only if the kernel takes it; none if it refuses
+    /// them all: see `offloads`).
+    pub fn open(cfg: &TunConfig, mtu: u32, vnet: bool) -> anyhow::Result<Tun> {
+        let (name, address) = (cfg.name.as_str(), cfg.address.as_str());
         let path = c"/dev/net/tun";
         // SAFETY: plain open(2) of a NUL-terminated path.
         let fd = cvt(unsafe {
@@ -91,7 +95,18 @@ impl Tun {
             }
         }
         let name = name.to_string();
-        ip(&["link", "set", "dev", &name, "mtu", &mtu.to_string(), "up"])?;
+        let (mtu, qlen) = (mtu.to_string(), cfg.queue_len.to_string());
+        ip(&[
+            "link",
+            "set",
+            "dev",
+            &name,
+            "mtu",
+            &mtu,
+            "txqueuelen",
+            &qlen,
+            "up",
+        ])?;
         ip(&["addr", "add", address, "dev", &name])?;
         Ok(Tun {
             fd,
@@ -192,16 +207,24 @@ pub struct Underlay {
     pub(crate) peer: (libc::sockaddr_storage, libc::socklen_t),
 }
 
-fn set_buf(fd: RawFd, opt: libc::c_int, bytes: libc::c_int) {
-    // SAFETY: setsockopt with an int option; failure only leaves the default size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&bytes as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
+/// Sets a socket buffer size with `force` (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`, which
+/// root may use beyond `net.core.rmem_max`/`wmem_max`, 208 KiB by default: a few
+/// milliseconds of a busy tunnel), else with `opt` up to that limit.
+fn set_buf(fd: RawFd, force: libc::c_int, opt: libc::c_int, bytes: libc::c_int) {
+    let set = |o: libc::c_int| {
+        // SAFETY: setsockopt with an int option; failure only leaves the size as it was.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                o,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        }
+    };
+    if !set(force) {
+        set(opt);
     }
 }
 
@@ -209,8 +232,9 @@ impl Underlay {
     /// Binds `local` and remembers `peer` as the destination.
     pub fn bind(local: SocketAddr, peer: SocketAddr) -> anyhow::Result<Underlay> {
         let sock = UdpSocket::bind(local).map_err(|e| anyhow::anyhow!("bind UDP {local}: {e}"))?;
-        set_buf(sock.as_raw_fd(), libc::SO_RCVBUF, 4 << 20);
-        set_buf(sock.as_raw_fd(), libc::SO_SNDBUF, 4 << 20);
+        let fd = sock.as_raw_fd();
+        set_buf(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, 4 << 20);
+        set_buf(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 4 << 20);
         Ok(Underlay {
             sock,
             peer: sockaddr(&peer),
