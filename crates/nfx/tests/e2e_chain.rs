@@ -71,14 +71,23 @@ fn chain_carries_traffic_translates_and_enforces() {
     let _srv = IperfServer::start(&dst_ns, dst, IPERF_PORT).unwrap();
     let before = nfx.stats().unwrap();
     let tcp = iperf::client(&ClientSpec::tcp(&src, dst, IPERF_PORT, 2, 1)).unwrap();
-    let after = nfx.stats().unwrap();
     assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
-    let rx =
-        port_counter(&after, "inside", "rx_bytes") - port_counter(&before, "inside", "rx_bytes");
+    // Every byte the receiver got went through the inside port first; the workers
+    // publish their counters periodically, so wait (bounded) until the stats show it.
+    let inside_rx = || {
+        port_counter(&nfx.stats().unwrap(), "inside", "rx_bytes")
+            - port_counter(&before, "inside", "rx_bytes")
+    };
+    let mut rx = 0;
+    eventually(Duration::from_secs(3), || {
+        rx = inside_rx();
+        rx >= tcp.received_bytes
+    });
     let sent = tcp.sent_bytes as f64;
     assert!(
-        rx as f64 >= sent && (rx as f64) <= sent * 1.08 + 2e6,
-        "inside rx_bytes {rx} vs iperf3 sent {}",
+        rx >= tcp.received_bytes && (rx as f64) <= sent * 1.08 + 2e6,
+        "inside rx_bytes {rx} vs iperf3 received {} / sent {}",
+        tcp.received_bytes,
         tcp.sent_bytes
     );
 
