@@ -139,6 +139,100 @@ pub fn pack_into(
     }
 }
 
+/// Most bitset words (items × ⌈(capacity + 1) / 64⌉) one fill computation may use.
+const FILL_WORDS: usize = 1 << 22;
+
+/// Well-filled bins to seed a column generation with: for every item type and each of
+/// `rounds` random orders of the items, one bin holding an item of that type and a
+/// subset of the other items that fills it as far as possible (exact 0/1 subset sum
+/// over the individual items, with bitsets). Bins wasting more than `waste` are left
+/// out, and so is everything when the bitsets would exceed [`FILL_WORDS`]. Per bin,
+/// (item index, count) pairs.
+pub fn fill_patterns(
+    items: &[(u64, u32)],
+    cap: u64,
+    waste: u64,
+    rounds: u64,
+) -> Vec<Vec<(usize, u32)>> {
+    let copies: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].0 <= cap)
+        .flat_map(|i| std::iter::repeat_n(i, items[i].1 as usize))
+        .collect();
+    let words = (cap as usize + 1).div_ceil(64);
+    if copies.is_empty() || copies.len().saturating_mul(words) > FILL_WORDS {
+        return Vec::new();
+    }
+    let mut out: Vec<Vec<(usize, u32)>> = Vec::new();
+    let mut seen: HashSet<Vec<(usize, u32)>> = HashSet::new();
+    let mut reach = vec![0u64; (copies.len() + 1) * words];
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..rounds {
+        let mut order = copies.clone();
+        for i in (1..order.len()).rev() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            order.swap(i, (rng % (i as u64 + 1)) as usize);
+        }
+        for base in (0..items.len()).filter(|&i| items[i].1 > 0 && items[i].0 <= cap) {
+            let skip = order.iter().position(|&i| i == base);
+            let rest: Vec<usize> = order
+                .iter()
+                .enumerate()
+                .filter(|&(q, _)| Some(q) != skip)
+                .map(|(_, &i)| i)
+                .collect();
+            // reach[j] = the sums reachable with the first j items of `rest`.
+            reach[..words].fill(0);
+            reach[0] = 1;
+            for (j, &i) in rest.iter().enumerate() {
+                let (prev, next) = reach[j * words..(j + 2) * words].split_at_mut(words);
+                next.copy_from_slice(prev);
+                let w = items[i].0 as usize;
+                let (ws, bs) = (w / 64, w % 64);
+                for k in (ws..words).rev() {
+                    let lo = prev[k - ws] << bs;
+                    let hi = if bs > 0 && k > ws {
+                        prev[k - ws - 1] >> (64 - bs)
+                    } else {
+                        0
+                    };
+                    next[k] |= lo | hi;
+                }
+            }
+            let room = cap - items[base].0;
+            let last = &reach[rest.len() * words..(rest.len() + 1) * words];
+            let Some(mut c) = (0..=room)
+                .rev()
+                .find(|&c| last[c as usize / 64] >> (c % 64) & 1 == 1)
+            else {
+                continue;
+            };
+            if room - c > waste {
+                continue;
+            }
+            let mut bin: Vec<(usize, u32)> = vec![(base, 1)];
+            for j in (0..rest.len()).rev() {
+                let before = &reach[j * words..(j + 1) * words];
+                if before[c as usize / 64] >> (c % 64) & 1 == 1 {
+                    continue;
+                }
+                let i = rest[j];
+                c -= items[i].0;
+                match bin.iter_mut().find(|(t, _)| *t == i) {
+                    Some((_, n)) => *n += 1,
+                    None => bin.push((i, 1)),
+                }
+            }
+            bin.sort_unstable();
+            if seen.insert(bin.clone()) {
+                out.push(bin);
+            }
+        }
+    }
+    out
+}
+
 impl Bc {
     fn next_random(&mut self) -> u64 {
         self.rng ^= self.rng << 13;
@@ -349,6 +443,55 @@ mod tests {
                 check(&items, cap, opt, &bins);
                 let r = pack_into(&items, cap, opt - 1, d, seed, u64::MAX, far());
                 prop_assert!(r.packing.is_none() && r.exhausted);
+            }
+        }
+
+        /// Every seed bin fits, takes no more items than there are and wastes at most
+        /// the limit; per item type, one is as full as the best bin around that type
+        /// (brute force over subsets of the other items) whenever that one is within
+        /// the limit.
+        #[test]
+        fn fill_patterns_are_feasible_and_fullest(
+            weights in proptest::collection::vec(1u64..70, 1..12),
+            cap in 60u64..100,
+            waste in 0u64..30,
+        ) {
+            let items = item_types(&weights);
+            let bins = fill_patterns(&items, cap, waste, 2);
+            let load = |bin: &[(usize, u32)]| -> u64 {
+                bin.iter().map(|&(i, c)| items[i].0 * u64::from(c)).sum()
+            };
+            for bin in &bins {
+                prop_assert!(load(bin) <= cap && cap - load(bin) <= waste);
+                prop_assert!(bin.iter().all(|&(i, c)| c >= 1 && c <= items[i].1));
+            }
+            for (t, &(wt, _)) in items.iter().enumerate() {
+                let base = weights.iter().position(|&w| w == wt).unwrap();
+                let others: Vec<u64> = weights
+                    .iter()
+                    .enumerate()
+                    .filter(|&(q, _)| q != base)
+                    .map(|(_, &w)| w)
+                    .collect();
+                let room = cap.saturating_sub(wt);
+                let best = (0u32..1 << others.len())
+                    .map(|m| {
+                        (0..others.len())
+                            .filter(|&q| m >> q & 1 == 1)
+                            .map(|q| others[q])
+                            .sum::<u64>()
+                    })
+                    .filter(|&s| s <= room)
+                    .max()
+                    .unwrap_or(0);
+                let fullest = bins
+                    .iter()
+                    .filter(|bin| bin.iter().any(|&(i, _)| i == t))
+                    .map(|bin| load(bin))
+                    .max();
+                if wt <= cap && room - best <= waste {
+                    prop_assert_eq!(fullest, Some(wt + best));
+                }
             }
         }
     }

@@ -42,10 +42,17 @@ const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
 const RC_PARTS: u32 = 3;
+/// An unguided one (too many patterns for an LP at every node, see
+/// [`RcSearch::guided`]) gets `1/RC_UNGUIDED_PARTS` in its first round and twice as
+/// much in each later one, up to `1/RC_PARTS`: such searches rarely end, and the dives
+/// close those instances sooner (Falkenauer u120_07, Scholl 1 N3C3W2_B: 3.4 → 0.3 s).
+const RC_UNGUIDED_PARTS: u32 = 64;
 /// LP value − bound to which the root is re-solved for the enumeration's duals.
 const RC_ROOT_GAP: f64 = 1e-5;
 /// Most patterns the reduced-cost enumeration keeps before it gives up.
 const RC_MAX_PATTERNS: usize = 200_000;
+/// Random item orders of the root LP's seed columns (see [`OneDim::fill_patterns`]).
+const FILL_ROUNDS: u64 = 2;
 /// Residual-rounding attempts per round of the main loop.
 const ROUNDING_TRIES: u64 = 5;
 /// A dive pass on a hybrid instance gets at most `1/DIVE_PARTS` of the remaining time.
@@ -161,6 +168,9 @@ pub fn solve(
         s.try_repack(u64::MAX, REPACK_FIRST_PARTS);
     }
     s.cg.add_patterns(&s.best.clone());
+    if let Some(one) = s.one.as_ref().filter(|_| s.lb < s.ub) {
+        s.cg.add_patterns(&one.fill_patterns(s.ub / one.cost - 1));
+    }
     if s.lb < s.ub {
         let root = s.cg.solve(
             &demand,
@@ -183,6 +193,7 @@ pub fn solve(
         let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
         let mut rc_duals: Option<Vec<f64>> = None;
         let mut rc: Option<(u64, RcSearch)> = None;
+        let mut rc_parts = RC_UNGUIDED_PARTS;
         while s.lb < s.ub && Instant::now() < deadline {
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
@@ -221,7 +232,9 @@ pub fn solve(
             }
             if let (Some(one), Some((k, search))) = (&one, &mut rc) {
                 if *k * one.cost == s.lb && s.lb < s.ub {
-                    let r = search.search(0, u64::MAX, s.slice(RC_PARTS));
+                    let parts = if search.guided() { RC_PARTS } else { rc_parts };
+                    rc_parts = (rc_parts / 2).max(RC_PARTS);
+                    let r = search.search(0, u64::MAX, s.slice(parts));
                     if let Some(bins) = r.packing {
                         let pats = one.patterns(bins);
                         s.offer_partial(&pats, 0);
@@ -247,7 +260,10 @@ pub fn solve(
                 }
                 s.dive(&mut d, &mut a, 0, disc, None);
                 s.deadline = deadline;
-                if disc == 0 && !s.whole_first && s.lb < s.ub {
+                // The waste proof (0.5–1.8 s on hard28, where it has proven nothing
+                // since the cover search) waits for both dive styles of the first
+                // pass: the second one often closes IRUP instances sooner.
+                if disc == 0 && s.whole_first && s.lb < s.ub {
                     s.try_waste_proof();
                 }
                 // Each discrepancy budget runs twice: one copy at a time, then whole
@@ -326,6 +342,27 @@ impl OneDim {
             .collect();
         let best = Pricer::default().solve(&kitems, self.cap, 0).upper.max(1.0);
         pi.iter().map(|v| v.max(0.0) / best).collect()
+    }
+
+    /// Well-filled bins ([`bin_completion::fill_patterns`]) that a packing into `k` bins
+    /// could use, as seed columns of the root LP: without them its column generation
+    /// tails off on Scholl 2's N4W1B3 instances (≈ 450 pricing rounds, 3–7 s).
+    fn fill_patterns(&self, k: u64) -> Vec<Pattern> {
+        let total: u128 = self
+            .items
+            .iter()
+            .map(|&(w, c)| u128::from(w) * u128::from(c))
+            .sum();
+        let Some(waste) = (u128::from(k) * u128::from(self.cap)).checked_sub(total) else {
+            return Vec::new();
+        };
+        let waste = waste.min(u128::from(u64::MAX)) as u64;
+        self.patterns(bin_completion::fill_patterns(
+            &self.items,
+            self.cap,
+            waste,
+            FILL_ROUNDS,
+        ))
     }
 
     /// Bins of (type, count) as patterns of the one model.

@@ -210,6 +210,12 @@ impl RcSearch {
         self.cover.node_lp = on && self.cover.pats.len() <= LP_MAX_PATTERNS;
     }
 
+    /// Whether every node solves its LP (off beyond [`LP_MAX_PATTERNS`] patterns):
+    /// without it the search is unguided and rarely ends.
+    pub fn guided(&self) -> bool {
+        self.cover.node_lp
+    }
+
     /// Number of enumerated patterns.
     pub fn patterns(&self) -> usize {
         self.cover.pats.len()
