@@ -16,6 +16,7 @@
 //! be interleaved with the other heuristics and the smallest open bound is always a
 //! proven lower bound.
 
+use crate::complete;
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
 use crate::simplex::{LpStatus, Master};
@@ -34,6 +35,11 @@ const PRICE_COLUMNS: usize = 8;
 const RECENT_COLUMNS: usize = 300;
 /// Best-first nodes between two plunges.
 const PLUNGE_EVERY: u64 = 8;
+/// On hybrid instances a rounding whose residual has at most this many instances
+/// completes it with the complete search (`complete.rs`) for at most
+/// [`COMPLETE_TIME`] instead of greedily.
+const COMPLETE_ITEMS: usize = 30;
+const COMPLETE_TIME: std::time::Duration = std::time::Duration::from_millis(10);
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
 /// Subset-row cuts added per separation round, in all, and separation rounds at the
@@ -807,7 +813,8 @@ impl<'a> BranchPrice<'a> {
             }
         } else {
             // Rounding: the fractional columns by decreasing value (those ≥ ½, then
-            // all), clipped to what is still needed, the rest greedily.
+            // all), clipped to what is still needed, the rest greedily — or, on
+            // hybrid instances with a small rest, by the complete search.
             let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
             order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
             let mut found = Vec::new();
@@ -832,10 +839,19 @@ impl<'a> BranchPrice<'a> {
                     });
                 }
                 if d.iter().any(|&x| x > 0) {
-                    match best_greedy(p, &d, &a) {
-                        Some(rest) => f.extend(rest),
-                        None => continue,
+                    let Some(mut rest) = best_greedy(p, &d, &a) else {
+                        continue;
+                    };
+                    let left: usize = d.iter().map(|&x| x as usize).sum();
+                    let fixed_cost = p.cost(&f);
+                    if nm > 1 && left <= COMPLETE_ITEMS && fixed_cost < *ub {
+                        let slice = (Instant::now() + COMPLETE_TIME).min(until);
+                        let limit = (*ub - fixed_cost).min(p.cost(&rest));
+                        if let Some(better) = complete::search(p, &d, &a, limit, slice).improved {
+                            rest = better;
+                        }
                     }
+                    f.extend(rest);
                 }
                 found.push(f);
             }
@@ -1350,6 +1366,23 @@ mod tests {
             *c
         });
         (b.finished(), best)
+    }
+
+    /// On small generated hybrid instances every rounding completes its rest by the
+    /// complete search: the placements found are valid (checked in `run_alone`) and
+    /// the search still finishes with the exact solver's optimum.
+    #[test]
+    fn complete_roundings_give_valid_optimal_placements() {
+        for seed in 0..3 {
+            let inst = crate::generator::generate(16, seed);
+            let (finished, best) = run_alone(&inst);
+            assert!(finished);
+            let p = Problem::new(&inst);
+            let exact = crate::exact::solve(&p, None, Instant::now() + Duration::from_secs(20));
+            let exact = exact.expect("a placement exists");
+            assert_eq!(exact.cost, exact.bound);
+            assert_eq!(best, Some(exact.cost));
+        }
     }
 
     /// Minimum cost over all assignments (None if none is feasible).
