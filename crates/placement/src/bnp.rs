@@ -34,7 +34,7 @@ const PRICE_COLUMNS: usize = 8;
 /// Newest pool columns added to the starting columns of a non-root node.
 const RECENT_COLUMNS: usize = 300;
 /// Best-first nodes between two plunges.
-const PLUNGE_EVERY: u64 = 8;
+const PLUNGE_EVERY: u64 = 4;
 /// On hybrid instances a rounding whose residual has at most this many instances
 /// completes it with the complete search (`complete.rs`) for at most
 /// [`COMPLETE_TIME`] instead of greedily.
