@@ -33,8 +33,10 @@ const PRICE_FIRST_NODES: u64 = 5_000;
 const PRICE_COLUMNS: usize = 8;
 /// Newest pool columns added to the starting columns of a non-root node.
 const RECENT_COLUMNS: usize = 300;
-/// Best-first nodes between two plunges.
+/// Best-first nodes between two plunges on hybrid instances ...
 const PLUNGE_EVERY: u64 = 4;
+/// ... and on one-model problems.
+const PLUNGE_EVERY_1D: u64 = 8;
 /// On hybrid instances a rounding whose residual has at most this many instances
 /// completes it with the complete search (`complete.rs`) for at most
 /// [`COMPLETE_TIME`] instead of greedily.
@@ -292,7 +294,12 @@ impl<'a> BranchPrice<'a> {
                     let hint = Some(Rc::new(std::mem::take(&mut self.last_columns)));
                     // A plunge (every PLUNGE_EVERY nodes, then down to a leaf) takes
                     // the first child at once: depth first finds placements sooner.
-                    let dive = plunging || self.nodes.is_multiple_of(PLUNGE_EVERY);
+                    let every = if self.p.models.len() > 1 {
+                        PLUNGE_EVERY
+                    } else {
+                        PLUNGE_EVERY_1D
+                    };
+                    let dive = plunging || self.nodes.is_multiple_of(every);
                     for d in [d2, d1] {
                         let mut decisions = node.decisions.clone();
                         decisions.push(d);
