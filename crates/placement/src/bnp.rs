@@ -37,9 +37,10 @@ const RECENT_COLUMNS: usize = 300;
 const PLUNGE_EVERY: u64 = 4;
 /// ... and on one-model problems.
 const PLUNGE_EVERY_1D: u64 = 8;
-/// On hybrid instances a rounding whose residual has at most this many instances
-/// completes it with the complete search (`complete.rs`) for at most
-/// [`COMPLETE_TIME`] instead of greedily.
+/// On hybrid instances a rounding whose residual has at most this many instances,
+/// and at most a quarter of all, completes it with the complete search
+/// (`complete.rs`) for at most [`COMPLETE_TIME`] instead of greedily (on small
+/// instances every rest is small, and searching each one slows the proofs).
 const COMPLETE_ITEMS: usize = 30;
 const COMPLETE_TIME: std::time::Duration = std::time::Duration::from_millis(10);
 /// Values closer than this to an integer count as integral.
@@ -825,6 +826,7 @@ impl<'a> BranchPrice<'a> {
             let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
             order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
             let mut found = Vec::new();
+            let total = self.item_type.len();
             for min_x in [1.0, 0.5, 0.0] {
                 let (mut d, mut a, mut f) = (demand.clone(), avail.clone(), fixed.clone());
                 for &i in order
@@ -851,7 +853,7 @@ impl<'a> BranchPrice<'a> {
                     };
                     let left: usize = d.iter().map(|&x| x as usize).sum();
                     let fixed_cost = p.cost(&f);
-                    if nm > 1 && left <= COMPLETE_ITEMS && fixed_cost < *ub {
+                    if nm > 1 && left <= COMPLETE_ITEMS.min(total / 4) && fixed_cost < *ub {
                         let slice = (Instant::now() + COMPLETE_TIME).min(until);
                         let limit = (*ub - fixed_cost).min(p.cost(&rest));
                         if let Some(better) = complete::search(p, &d, &a, limit, slice).improved {
