@@ -1377,9 +1377,9 @@ mod tests {
         (b.finished(), best)
     }
 
-    /// On small generated hybrid instances every rounding completes its rest by the
-    /// complete search: the placements found are valid (checked in `run_alone`) and
-    /// the search still finishes with the exact solver's optimum.
+    /// On small generated hybrid instances the roundings complete their smallest
+    /// rests by the complete search: the placements found are valid (checked in
+    /// `run_alone`) and the search still finishes with the exact solver's optimum.
     #[test]
     fn complete_roundings_give_valid_optimal_placements() {
         for seed in 0..3 {
