@@ -16,6 +16,7 @@
 //! be interleaved with the other heuristics and the smallest open bound is always a
 //! proven lower bound.
 
+use crate::complete;
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
 use crate::simplex::{LpStatus, Master};
@@ -32,8 +33,16 @@ const PRICE_FIRST_NODES: u64 = 5_000;
 const PRICE_COLUMNS: usize = 8;
 /// Newest pool columns added to the starting columns of a non-root node.
 const RECENT_COLUMNS: usize = 300;
-/// Best-first nodes between two plunges.
-const PLUNGE_EVERY: u64 = 8;
+/// Best-first nodes between two plunges on hybrid instances ...
+const PLUNGE_EVERY: u64 = 4;
+/// ... and on one-model problems.
+const PLUNGE_EVERY_1D: u64 = 8;
+/// On hybrid instances a rounding whose residual has at most this many instances,
+/// and at most a quarter of all, completes it with the complete search
+/// (`complete.rs`) for at most [`COMPLETE_TIME`] instead of greedily (on small
+/// instances every rest is small, and searching each one slows the proofs).
+const COMPLETE_ITEMS: usize = 30;
+const COMPLETE_TIME: std::time::Duration = std::time::Duration::from_millis(10);
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
 /// Subset-row cuts added per separation round, in all, and separation rounds at the
@@ -286,7 +295,12 @@ impl<'a> BranchPrice<'a> {
                     let hint = Some(Rc::new(std::mem::take(&mut self.last_columns)));
                     // A plunge (every PLUNGE_EVERY nodes, then down to a leaf) takes
                     // the first child at once: depth first finds placements sooner.
-                    let dive = plunging || self.nodes.is_multiple_of(PLUNGE_EVERY);
+                    let every = if self.p.models.len() > 1 {
+                        PLUNGE_EVERY
+                    } else {
+                        PLUNGE_EVERY_1D
+                    };
+                    let dive = plunging || self.nodes.is_multiple_of(every);
                     for d in [d2, d1] {
                         let mut decisions = node.decisions.clone();
                         decisions.push(d);
@@ -807,10 +821,12 @@ impl<'a> BranchPrice<'a> {
             }
         } else {
             // Rounding: the fractional columns by decreasing value (those ≥ ½, then
-            // all), clipped to what is still needed, the rest greedily.
+            // all), clipped to what is still needed, the rest greedily — or, on
+            // hybrid instances with a small rest, by the complete search.
             let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
             order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
             let mut found = Vec::new();
+            let total = self.item_type.len();
             for min_x in [1.0, 0.5, 0.0] {
                 let (mut d, mut a, mut f) = (demand.clone(), avail.clone(), fixed.clone());
                 for &i in order
@@ -832,10 +848,19 @@ impl<'a> BranchPrice<'a> {
                     });
                 }
                 if d.iter().any(|&x| x > 0) {
-                    match best_greedy(p, &d, &a) {
-                        Some(rest) => f.extend(rest),
-                        None => continue,
+                    let Some(mut rest) = best_greedy(p, &d, &a) else {
+                        continue;
+                    };
+                    let left: usize = d.iter().map(|&x| x as usize).sum();
+                    let fixed_cost = p.cost(&f);
+                    if nm > 1 && left <= COMPLETE_ITEMS.min(total / 4) && fixed_cost < *ub {
+                        let slice = (Instant::now() + COMPLETE_TIME).min(until);
+                        let limit = (*ub - fixed_cost).min(p.cost(&rest));
+                        if let Some(better) = complete::search(p, &d, &a, limit, slice).improved {
+                            rest = better;
+                        }
                     }
+                    f.extend(rest);
                 }
                 found.push(f);
             }
@@ -1350,6 +1375,23 @@ mod tests {
             *c
         });
         (b.finished(), best)
+    }
+
+    /// On small generated hybrid instances the roundings complete their smallest
+    /// rests by the complete search: the placements found are valid (checked in
+    /// `run_alone`) and the search still finishes with the exact solver's optimum.
+    #[test]
+    fn complete_roundings_give_valid_optimal_placements() {
+        for seed in 0..3 {
+            let inst = crate::generator::generate(16, seed);
+            let (finished, best) = run_alone(&inst);
+            assert!(finished);
+            let p = Problem::new(&inst);
+            let exact = crate::exact::solve(&p, None, Instant::now() + Duration::from_secs(20));
+            let exact = exact.expect("a placement exists");
+            assert_eq!(exact.cost, exact.bound);
+            assert_eq!(best, Some(exact.cost));
+        }
     }
 
     /// Minimum cost over all assignments (None if none is feasible).
