@@ -30,6 +30,14 @@ pub struct EmStatus {
     /// Mean packet size, which selects the calibration point.
     #[serde(default)]
     pub mean_packet_bytes: f64,
+    /// Whether the VNF's data path is up (a tunnel answers before its TUN has its
+    /// address); an EM that does not report it is taken as ready.
+    #[serde(default = "ready_by_default")]
+    pub ready: bool,
+}
+
+fn ready_by_default() -> bool {
+    true
 }
 
 /// Why an EM call failed.
@@ -151,5 +159,19 @@ impl EmClient {
                 what: e.to_string(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_is_read_and_defaults_to_true() {
+        let base = r#""engine":"soft","cpu_pct":12.5"#;
+        let s: EmStatus = serde_json::from_str(&format!("{{{base}}}")).unwrap();
+        assert!(s.ready);
+        let s: EmStatus = serde_json::from_str(&format!("{{{base},\"ready\":false}}")).unwrap();
+        assert!(!s.ready);
     }
 }

@@ -203,13 +203,17 @@ fn spawn_nfx(args: &[&str], log: &Path) -> anyhow::Result<ChildGuard> {
     ChildGuard::spawn(cmd)
 }
 
+/// Waits until the tunnel's EM reports its data path ready (TUN up with its address,
+/// underlay bound): the EM answers before that, and an iperf3 server bound to the inner
+/// address cannot start earlier.
 fn wait_em(em: &EmClient, limit: Duration) -> anyhow::Result<EmStatus> {
     let end = Instant::now() + limit;
     loop {
         match em.status() {
-            Ok(s) => return Ok(s),
+            Ok(s) if s.ready => return Ok(s),
+            Ok(_) if Instant::now() >= end => bail!("tunnel data path not ready after {limit:?}"),
             Err(e) if Instant::now() >= end => bail!("tunnel EM did not come up: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            _ => std::thread::sleep(Duration::from_millis(50)),
         }
     }
 }
