@@ -681,6 +681,7 @@ impl<'a> BranchPrice<'a> {
             let mut farley_ok = sigma.iter().all(|&v| v <= 1e-12);
             let mut new_cols: Vec<(u32, Vec<u32>)> = Vec::new();
             let mut exact = true;
+            let mut uppers = vec![0.0f64; nm];
             for &k in &models {
                 let m = &p.models[k];
                 let cost = m.cost as f64;
@@ -690,6 +691,7 @@ impl<'a> BranchPrice<'a> {
                 let ans = knap.solve(&g.conflict, ng, cost - mu, Some(until));
                 exact &= ans.exact;
                 let upper = ans.upper + nu(k);
+                uppers[k] = upper;
                 if upper > cost {
                     lagr += f64::from(hi[k]) * (cost - upper);
                     if cost > 0.0 {
@@ -710,6 +712,11 @@ impl<'a> BranchPrice<'a> {
                 lagr
             };
             bound = bound.max(lagr.max(farley));
+            if ceil_bound(bound) < *ub {
+                let costs: Vec<u64> = p.models.iter().map(|m| m.cost).collect();
+                let counts = count_bound(&costs, &uppers, &lo, &hi, dy, *ub);
+                bound = bound.max(counts as f64);
+            }
             if ceil_bound(bound) >= *ub {
                 return NodeOutcome::Closed;
             }
@@ -941,6 +948,73 @@ impl<'a> BranchPrice<'a> {
             None => NodeOutcome::Stuck(bound),
         }
     }
+}
+
+/// Integer device-count bound. With the node's duals, every placement that uses `z_k`
+/// devices of model `k` costs at least `dual_sum + Σ z_k·(cost_k − upper_k)`, where
+/// `upper_k` bounds the dual value of one device of model `k` (the Lagrangian bound
+/// with the counts left free); its cost is exactly `Σ z_k·cost_k`, so the two together
+/// need `Σ z_k·upper_k ≥ dual_sum`. Returns the least `Σ z_k·cost_k` over integer
+/// counts `lo ≤ z ≤ hi` that meet this, or `limit` if none costs less than `limit`
+/// (also when the table over the costs would be too large).
+fn count_bound(
+    costs: &[u64],
+    upper: &[f64],
+    lo: &[u32],
+    hi: &[u32],
+    dual_sum: f64,
+    limit: u64,
+) -> u64 {
+    const MAX_TABLE: u64 = 1 << 20;
+    let need = dual_sum - 1e-7 * dual_sum.abs().max(1.0);
+    let mut base_cost = 0u64;
+    let mut base_val = 0.0f64;
+    // Copies of each model beyond `lo`, by binary splitting: (cost, value).
+    let mut parts: Vec<(u64, f64)> = Vec::new();
+    for k in 0..costs.len() {
+        if lo[k] > hi[k] {
+            return limit;
+        }
+        base_cost += costs[k] * u64::from(lo[k]);
+        base_val += upper[k] * f64::from(lo[k]);
+        let free = hi[k] - lo[k];
+        if upper[k] <= 0.0 || free == 0 {
+            continue;
+        }
+        if costs[k] == 0 {
+            base_val += upper[k] * f64::from(free);
+            continue;
+        }
+        let mut left = free;
+        let mut chunk = 1u32;
+        while left > 0 {
+            let c = chunk.min(left);
+            parts.push((costs[k] * u64::from(c), upper[k] * f64::from(c)));
+            left -= c;
+            chunk *= 2;
+        }
+    }
+    if base_val >= need {
+        return base_cost.min(limit);
+    }
+    if base_cost >= limit || limit - base_cost > MAX_TABLE {
+        return base_cost.min(limit);
+    }
+    // best[c]: the largest value of the extra devices costing at most c.
+    let room = (limit - base_cost) as usize;
+    let mut best = vec![0.0f64; room];
+    for &(c, v) in &parts {
+        let c = c as usize;
+        for r in (c..room).rev() {
+            let w = best[r - c] + v;
+            if w > best[r] {
+                best[r] = w;
+            }
+        }
+    }
+    best.iter()
+        .position(|&v| base_val + v >= need)
+        .map_or(limit, |r| base_cost + r as u64)
 }
 
 /// Rounds a floating lower bound on an integer cost up, with a tolerance.
@@ -1583,6 +1657,37 @@ mod tests {
             }
             assert!(ans.exact);
             assert!((ans.upper - best).abs() < 1e-9, "{} vs {best}", ans.upper);
+        }
+    }
+
+    proptest! {
+        /// The device-count bound is the least cost of integer counts in the box whose
+        /// dual capacity covers the dual sum (brute force over every count vector).
+        #[test]
+        fn count_bound_matches_brute_force(
+            models in proptest::collection::vec((0u64..12, 0.0f64..15.0, 0u32..3, 0u32..4), 1..4),
+            dual_sum in -5.0f64..60.0,
+            limit in 0u64..80,
+        ) {
+            let costs: Vec<u64> = models.iter().map(|m| m.0).collect();
+            let upper: Vec<f64> = models.iter().map(|m| m.1).collect();
+            let lo: Vec<u32> = models.iter().map(|m| m.2).collect();
+            let hi: Vec<u32> = models.iter().map(|m| m.2 + m.3).collect();
+            let mut best = limit;
+            let mut z = lo.clone();
+            loop {
+                let cost: u64 = z.iter().zip(&costs).map(|(&n, &c)| u64::from(n) * c).sum();
+                let val: f64 = z.iter().zip(&upper).map(|(&n, &u)| f64::from(n) * u).sum();
+                if val >= dual_sum - 1e-7 * dual_sum.abs().max(1.0) {
+                    best = best.min(cost);
+                }
+                let Some(k) = (0..z.len()).find(|&k| z[k] < hi[k]) else {
+                    break;
+                };
+                z[k] += 1;
+                z[..k].copy_from_slice(&lo[..k]);
+            }
+            prop_assert_eq!(count_bound(&costs, &upper, &lo, &hi, dual_sum, limit), best);
         }
     }
 
