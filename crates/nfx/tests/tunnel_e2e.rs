@@ -5,13 +5,13 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nfx_testbed::udpgen::set_rcvbuf;
 use nfx_tunnel::sys::enter_netns;
 
 const KEY_AB: &str = "0x00112233445566778899aabbccddeeff01020304";
@@ -252,18 +252,7 @@ fn udp_stream(p: &Pair, until: Arc<AtomicBool>) -> (u32, Vec<u32>) {
             // The test is root: a receive buffer beyond rmem_max (208 KiB, ~20 ms of
             // this stream) so that a descheduled test thread on a busy machine does not
             // drop what the tunnel delivered.
-            let bytes: libc::c_int = 16 << 20;
-            // SAFETY: setsockopt with an int option on a socket this thread owns.
-            let r = unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&bytes as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0, "SO_RCVBUFFORCE");
+            set_rcvbuf(&s, 16 << 20);
             let mut got = Vec::new();
             let mut b = [0u8; 256];
             while let Ok(n) = s.recv(&mut b) {

@@ -257,7 +257,9 @@ impl Drop for Sink {
     }
 }
 
-fn set_rcvbuf(s: &UdpSocket, bytes: libc::c_int) {
+/// Gives `s` a receive buffer of `bytes` beyond `net.core.rmem_max` (root), so that a
+/// receiver descheduled on a busy machine does not drop what arrived.
+pub fn set_rcvbuf(s: &UdpSocket, bytes: libc::c_int) {
     // SAFETY: setsockopt with a c_int option value; failure only means a smaller buffer.
     unsafe {
         libc::setsockopt(
