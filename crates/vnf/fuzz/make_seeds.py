@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of the VNF fuzz targets into seeds/<target>/: valid state
+blobs (firewall and NAT) and short conversations of valid frames, so that the fuzzer
+starts past the blob header and the frame parser instead of rediscovering them."""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ip(a):
+    return bytes(int(x) for x in a.split("."))
+
+
+def frame(src, dst, proto, l4):
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), 1, 0x4000, 64, proto, 0, ip(src), ip(dst))
+    hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
+    pseudo = ip(src) + ip(dst) + struct.pack("!BBH", 0, proto, len(l4))
+    if proto in (6, 17):
+        off = 16 if proto == 6 else 6
+        l4 = l4[:off] + struct.pack("!H", csum(pseudo + l4)) + l4[off + 2 :]
+    elif proto == 1:
+        l4 = l4[:2] + struct.pack("!H", csum(l4)) + l4[4:]
+    eth = b"\x02\0\0\0\0\x02" + b"\x02\0\0\0\0\x01" + b"\x08\x00"
+    return eth + hdr + l4
+
+
+def tcp(src, sp, dst, dp, seq, ack, flags, data=b""):
+    l4 = struct.pack("!HHIIBBHHH", sp, dp, seq, ack, 5 << 4, flags, 65535, 0, 0) + data
+    return frame(src, dst, 6, l4)
+
+
+def udp(src, sp, dst, dp, data):
+    return frame(src, dst, 17, struct.pack("!HHHH", sp, dp, 8 + len(data), 0) + data)
+
+
+def icmp_echo(src, dst, ident, reply=False):
+    return frame(src, dst, 1, struct.pack("!BBHHH", 0 if reply else 8, 0, 0, ident, 1) + b"ping")
+
+
+def conversation(frames):
+    """The chain target's input: per frame a control byte (bit 0 reverse, bits 1..7
+    time step in 10 ms units) and a length byte, then the frame."""
+    out = b""
+    for rev, f in frames:
+        out += bytes([(1 if rev else 0) | 2, len(f)]) + f
+    return out
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "seeds", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as fh:
+        fh.write(data)
+
+
+def blob(kind, rec_len, records):
+    return b"NFXS" + bytes([1, kind]) + struct.pack("<HI", rec_len, len(records)) + b"".join(records)
+
+
+def main():
+    a, b, pub = "10.0.0.1", "10.0.1.2", "10.200.2.100"
+    write("chain", "tcp_handshake_http", conversation([
+        (False, tcp(a, 40000, b, 5201, 1, 0, 0x02)),
+        (True, tcp(b, 5201, pub, 40000, 9, 2, 0x12)),
+        (False, tcp(a, 40000, b, 5201, 2, 10, 0x10)),
+        (False, tcp(a, 40000, b, 5201, 2, 10, 0x18, b"GET / HTTP/1.1\r\nUser-Agent: x\r\n\r\n")),
+        (False, tcp(a, 40000, b, 5201, 36, 10, 0x11)),
+        (True, tcp(b, 5201, pub, 40000, 10, 37, 0x11)),
+    ]))
+    write("chain", "udp_icmp_dpi", conversation([
+        (False, udp(a, 5353, b, 53, b"NFX-DPI-TEST")),
+        (True, udp(b, 53, pub, 40001, b"answer")),
+        (False, icmp_echo(a, b, 7)),
+        (True, icmp_echo(b, pub, 7, reply=True)),
+        (False, udp(a, 5354, b, 53, b"\x16\x03\x01\x00\x10\x01NFX-DPI-DROP-TEST")),
+    ]))
+    # Firewall record: canonical key (src, dst, sport, dport, proto), state, flags, 0,
+    # remaining ms. TCP established is state 3 in the firewall's TCP states; UDP new 9.
+    fw = [
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 40000, 5201, 6, 3, 0, 0, 60000),
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 5353, 53, 17, 9, 0, 0, 30000),
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 7, 7, 1, 10, 0, 0, 30000),
+    ]
+    # NAT record: proto, flags, inside (addr, port), public, remote, remaining ms.
+    nat = [
+        struct.pack("<BBIHIHIHI", 6, 0, 0x0A000001, 40000, 0x0AC80264, 40000, 0x0A000102, 5201, 60000),
+        struct.pack("<BBIHIHIHI", 17, 0, 0x0A000001, 5353, 0x0AC80264, 40001, 0x0A000102, 53, 30000),
+        struct.pack("<BBIHIHIHI", 1, 0, 0x0A000001, 7, 0x0AC80264, 40002, 0x0A000102, 7, 30000),
+    ]
+    # The state target's input: node selector, cut between the first and second blob.
+    fwb, natb = blob(1, 20, fw), blob(2, 24, nat)
+    write("state_import", "firewall", bytes([0, len(fwb[:12 + 40])]) + fwb[:12 + 40][:8] + struct.pack("<I", 2) + fwb[12:12 + 40] + fwb)
+    write("state_import", "nat", bytes([1, 12 + 48]) + natb[:8] + struct.pack("<I", 2) + natb[12:12 + 48] + natb)
+
+
+if __name__ == "__main__":
+    main()
