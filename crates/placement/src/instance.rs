@@ -169,6 +169,15 @@ impl Instance {
                 ));
             }
         }
+        let mut total = 0u64;
+        for (i, d) in self.devices.iter().enumerate() {
+            total = total.checked_add(d.cost).ok_or_else(|| {
+                field(
+                    format!("devices[{i}].cost"),
+                    "the devices' costs add up past 2^64 - 1, so a placement's cost could not be reported".into(),
+                )
+            })?;
+        }
         let mut vids = HashSet::new();
         for (i, v) in self.vnf_instances.iter().enumerate() {
             if v.id.is_empty() {

@@ -83,6 +83,39 @@ fn field_errors_name_the_field() {
 }
 
 #[test]
+fn costs_that_overflow_are_an_error_and_huge_values_solve() {
+    let e = err(&GOOD
+        .replace("\"cost\": 10,", "\"cost\": 18446744073709551615,")
+        .replace("\"cost\": 4,", "\"cost\": 1,"));
+    assert!(e.contains("devices[1].cost") && e.contains("2^64"), "{e}");
+    // Capacities and needs near u64::MAX are fine: sums are never formed in u64.
+    let m = u64::MAX;
+    let text = GOOD
+        .replace(
+            "\"tcam_capacity\": 100,",
+            &format!("\"tcam_capacity\": {m},"),
+        )
+        .replace(
+            "\"throughput_gbps\": 40",
+            &format!("\"throughput_gbps\": {m}"),
+        )
+        .replace("\"tcam_need\": 60,", &format!("\"tcam_need\": {},", m / 2))
+        .replace("\"tcam_need\": 30,", &format!("\"tcam_need\": {},", m / 4));
+    let inst = Instance::from_json(&text, "in.json").unwrap();
+    for alg in [Algorithm::Exact, Algorithm::Ffd, Algorithm::Online] {
+        let p = place(&inst, alg, Duration::from_secs(2)).unwrap();
+        assert!(
+            p.bound <= p.objective && p.objective <= 14,
+            "{alg:?}: {p:?}"
+        );
+        assert_eq!(
+            nfx_placement::validate::check(&inst, &p.device_of),
+            Ok(p.objective)
+        );
+    }
+}
+
+#[test]
 fn unhostable_instance_is_named() {
     let text = GOOD.replace("\"latency_bound_us\": 5,", "\"latency_bound_us\": 1,");
     match Instance::from_json(&text, "in.json") {
