@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of the VNF fuzz targets into seeds/<target>/: valid state
-blobs (firewall and NAT) and short conversations of valid frames, so that the fuzzer
-starts past the blob header and the frame parser instead of rediscovering them."""
+"""Writes the seed inputs of the VNF and tunnel fuzz targets into
+crates/{vnf,tunnel}/fuzz/seeds/<target>/ (docs/fuzzing.md): valid frames, state blobs,
+TCP bursts, TSO/USO super-packets and sealed payloads, so that the fuzzer starts past
+the checksum, header and blob checks instead of rediscovering them."""
 import os
 import struct
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def csum(b):
@@ -21,7 +22,8 @@ def ip(a):
     return bytes(int(x) for x in a.split("."))
 
 
-def frame(src, dst, proto, l4):
+def ipv4(src, dst, proto, l4):
+    """An IPv4 packet with valid IP, TCP, UDP and ICMP checksums."""
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), 1, 0x4000, 64, proto, 0, ip(src), ip(dst))
     hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
     pseudo = ip(src) + ip(dst) + struct.pack("!BBH", 0, proto, len(l4))
@@ -30,8 +32,12 @@ def frame(src, dst, proto, l4):
         l4 = l4[:off] + struct.pack("!H", csum(pseudo + l4)) + l4[off + 2 :]
     elif proto == 1:
         l4 = l4[:2] + struct.pack("!H", csum(l4)) + l4[4:]
+    return hdr + l4
+
+
+def frame(src, dst, proto, l4):
     eth = b"\x02\0\0\0\0\x02" + b"\x02\0\0\0\0\x01" + b"\x08\x00"
-    return eth + hdr + l4
+    return eth + ipv4(src, dst, proto, l4)
 
 
 def tcp(src, sp, dst, dp, seq, ack, flags, data=b""):
@@ -56,8 +62,8 @@ def conversation(frames):
     return out
 
 
-def write(target, name, data):
-    d = os.path.join(HERE, "seeds", target)
+def write(crate, target, name, data):
+    d = os.path.join(ROOT, "crates", crate, "fuzz", "seeds", target)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "wb") as fh:
         fh.write(data)
@@ -67,9 +73,9 @@ def blob(kind, rec_len, records):
     return b"NFXS" + bytes([1, kind]) + struct.pack("<HI", rec_len, len(records)) + b"".join(records)
 
 
-def main():
+def vnf_seeds():
     a, b, pub = "10.0.0.1", "10.0.1.2", "10.200.2.100"
-    write("chain", "tcp_handshake_http", conversation([
+    write("vnf", "chain", "tcp_handshake_http", conversation([
         (False, tcp(a, 40000, b, 5201, 1, 0, 0x02)),
         (True, tcp(b, 5201, pub, 40000, 9, 2, 0x12)),
         (False, tcp(a, 40000, b, 5201, 2, 10, 0x10)),
@@ -77,7 +83,7 @@ def main():
         (False, tcp(a, 40000, b, 5201, 36, 10, 0x11)),
         (True, tcp(b, 5201, pub, 40000, 10, 37, 0x11)),
     ]))
-    write("chain", "udp_icmp_dpi", conversation([
+    write("vnf", "chain", "udp_icmp_dpi", conversation([
         (False, udp(a, 5353, b, 53, b"NFX-DPI-TEST")),
         (True, udp(b, 53, pub, 40001, b"answer")),
         (False, icmp_echo(a, b, 7)),
@@ -99,9 +105,41 @@ def main():
     ]
     # The state target's input: node selector, cut between the first and second blob.
     fwb, natb = blob(1, 20, fw), blob(2, 24, nat)
-    write("state_import", "firewall", bytes([0, len(fwb[:12 + 40])]) + fwb[:12 + 40][:8] + struct.pack("<I", 2) + fwb[12:12 + 40] + fwb)
-    write("state_import", "nat", bytes([1, 12 + 48]) + natb[:8] + struct.pack("<I", 2) + natb[12:12 + 48] + natb)
+    write("vnf", "state_import", "firewall", bytes([0, len(fwb[:12 + 40])]) + fwb[:12 + 40][:8] + struct.pack("<I", 2) + fwb[12:12 + 40] + fwb)
+    write("vnf", "state_import", "nat", bytes([1, 12 + 48]) + natb[:8] + struct.pack("<I", 2) + natb[12:12 + 48] + natb)
+
+
+def tcp_segment(seq, data, flags=0x10):
+    """A TCP/IPv4 segment of one flow as the TUN carries it (no Ethernet header)."""
+    return ipv4("10.9.0.1", "10.9.0.2", 6, struct.pack("!HHIIBBHHH", 40000, 5201, seq, 1, 5 << 4, flags, 65535, 0, 0) + data)
+
+
+def vnet(flags, gso, hdr_len, gso_size, cs_start, cs_off):
+    return struct.pack("<BBHHHH", flags, gso, hdr_len, gso_size, cs_start, cs_off)
+
+
+def tunnel_seeds():
+    # gro: 2-byte LE length + packet; 0xffff ends a batch.
+    seg = 1000
+    burst = [tcp_segment(1 + i * seg, bytes([i]) * seg) for i in range(4)]
+    burst.append(tcp_segment(1 + 4 * seg, b"tail", flags=0x18))
+    g = b"".join(struct.pack("<H", len(p)) + p for p in burst)
+    write("tunnel", "gro", "burst", g + b"\xff\xff" + g)
+    # segment: MTU byte (576 + 4 x byte), vnet header, packet.
+    big = tcp_segment(1, bytes(range(256)) * 16)
+    write("tunnel", "segment", "tso4", bytes([200]) + vnet(1, 1, 40, 1400, 20, 16) + big)
+    udp = ipv4("10.9.0.1", "10.9.0.2", 17, struct.pack("!HHHH", 4000, 4001, 8 + 3000, 0) + b"u" * 3000)
+    write("tunnel", "segment", "uso", bytes([200]) + vnet(1, 5, 28, 1200, 20, 6) + udp)
+    write("tunnel", "segment", "csum", bytes([255]) + vnet(1, 0, 0, 0, 20, 16) + tcp_segment(1, b"data"))
+    # esp_open: mode (bit 3: seal), then chunks (length byte, payload); payload is
+    # inner packet, padding 1..n, pad length, next header 4.
+    inner = tcp_segment(1, b"x" * 30)
+    pad = (-(len(inner) + 2)) % 4
+    payload = inner + bytes(range(1, pad + 1)) + bytes([pad, 4])
+    for mode in (8, 9, 14):
+        write("tunnel", "esp_open", "sealed_%d" % mode, bytes([mode, len(payload)]) + payload)
 
 
 if __name__ == "__main__":
-    main()
+    vnf_seeds()
+    tunnel_seeds()
