@@ -184,7 +184,8 @@ impl<'a> ColGen<'a> {
             avail,
         };
         loop {
-            if lp.solve(deadline) == LpStatus::TimeLimit {
+            // On a time limit or numerical failure the bound proven so far stands.
+            if lp.solve(deadline) != LpStatus::Optimal {
                 break;
             }
             let y: Vec<f64> = lp.duals().to_vec();
