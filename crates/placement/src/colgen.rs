@@ -35,6 +35,8 @@ pub struct ColGen<'a> {
     kitems: Vec<KItem>,
     /// Largest LP value − bound at which a `full` solve may stop early.
     full_gap: f64,
+    /// Relative LP value − bound at which a solve that is not `full` stops (0: off).
+    tail_gap: f64,
 }
 
 impl<'a> ColGen<'a> {
@@ -47,6 +49,7 @@ impl<'a> ColGen<'a> {
             pricer: Pricer::default(),
             kitems: Vec::new(),
             full_gap: FULL_GAP,
+            tail_gap: 0.0,
         }
     }
 
@@ -68,6 +71,14 @@ impl<'a> ColGen<'a> {
     /// early (default 0.01); smaller values give near-optimal duals.
     pub fn set_full_gap(&mut self, gap: f64) {
         self.full_gap = gap;
+    }
+
+    /// Makes solves that are not `full` stop once LP value − bound ≤ `rel` × LP value:
+    /// on hybrid instances the last rounds, one column each with pricing at its
+    /// slowest, take most of the LP time and move the bound by a fraction of a cost
+    /// unit that branch and price recovers anyway.
+    pub fn set_tail_gap(&mut self, rel: f64) {
+        self.tail_gap = rel;
     }
 
     /// Number of patterns generated so far.
@@ -230,6 +241,7 @@ impl<'a> ColGen<'a> {
                 break;
             }
             if bound >= stop_at - 1e-6
+                || (!full && obj - bound <= self.tail_gap * obj)
                 || ((!full || obj - bound <= self.full_gap)
                     && (bound - 1e-6).ceil() >= (obj - 1e-6).ceil())
             {

@@ -40,6 +40,9 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
+/// On hybrid instances, column generation (root and dives) stops once LP value −
+/// bound ≤ this share of the LP value (see [`ColGen::set_tail_gap`]).
+const HYBRID_TAIL_GAP: f64 = 0.002;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
 const RC_PARTS: u32 = 3;
 /// An unguided one (too many patterns for an LP at every node, see
@@ -168,6 +171,9 @@ pub fn solve(
         s.try_repack(u64::MAX, REPACK_FIRST_PARTS);
     }
     s.cg.add_patterns(&s.best.clone());
+    if s.one.is_none() {
+        s.cg.set_tail_gap(HYBRID_TAIL_GAP);
+    }
     if let Some(one) = s.one.as_ref().filter(|_| s.lb < s.ub) {
         s.cg.add_patterns(&one.fill_patterns(s.ub / one.cost - 1));
     }

@@ -25,8 +25,10 @@ const MAX_STALLS: u32 = 3;
 const MAX_RESETS: u32 = 3;
 /// Pivots (plus per row) after which a solve gives up: far more than any healthy
 /// solve needs, so that a numerical loop cannot run until the deadline.
-const MAX_ITER_BASE: usize = 200_000;
-const MAX_ITER_PER_ROW: usize = 200;
+const MAX_ITER_BASE: usize = 20_000;
+const MAX_ITER_PER_ROW: usize = 100;
+/// Objective decrease (relative) below which a pivot counts as degenerate.
+const PROGRESS_TOL: f64 = 1e-12;
 /// Relative tolerance of the residual check before optimality is reported.
 const CHECK_TOL: f64 = 1e-7;
 
@@ -220,6 +222,7 @@ impl Master {
         let mut resets = 0u32;
         let mut banned: Vec<usize> = Vec::new();
         let mut retry_banned = true;
+        let mut may_restart = true;
         // Whether `y` was computed from the basis inverse since the last pivot.
         let mut fresh = false;
         for iter in 1..=max_iter {
@@ -257,7 +260,15 @@ impl Master {
                 if banned.is_empty() {
                     return LpStatus::Optimal;
                 }
-                // Columns set aside for want of a pivot may still price out.
+                // Columns set aside for want of a pivot may still price out: once, the
+                // solve starts over from the slack basis.
+                if std::mem::take(&mut may_restart) {
+                    self.reset_basis();
+                    self.compute_duals();
+                    banned.clear();
+                    (degenerate, stalls) = (0, 0);
+                    continue;
+                }
                 return LpStatus::Failed;
             };
             self.ftran(enter);
@@ -275,14 +286,25 @@ impl Master {
                 continue;
             };
             let theta = (self.xb[leave] / self.d[leave]).max(0.0);
-            if theta <= 1e-12 {
+            // A pivot that moves the objective by a rounding error counts as
+            // degenerate too: with the tolerant ratio test, basic values of ±1e-10
+            // make "non-degenerate" steps that can cycle as well.
+            let scale = 1.0 + self.objective().abs();
+            if -rc * theta <= PROGRESS_TOL * scale {
                 degenerate += 1;
                 if degenerate > stall_limit {
                     // Even Bland's rule makes no progress (rounding errors can defeat
                     // it): start over from a fresh factorisation, a few times.
                     stalls += 1;
                     if stalls > MAX_STALLS {
-                        return LpStatus::Failed;
+                        if !std::mem::take(&mut may_restart) {
+                            return LpStatus::Failed;
+                        }
+                        // Once, the solve starts over from the slack basis (still
+                        // with Bland's rule).
+                        self.reset_basis();
+                        stalls = 0;
+                        banned.clear();
                     }
                     resets += u32::from(self.refactor());
                     self.compute_duals();
