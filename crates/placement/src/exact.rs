@@ -40,8 +40,9 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
-/// On hybrid instances, column generation (root and dives) stops once LP value −
-/// bound ≤ this share of the LP value (see [`ColGen::set_tail_gap`]).
+/// On hybrid instances the root's column generation stops once LP value − bound ≤
+/// this share of the LP value (see [`ColGen::set_tail_gap`]); the dives, which fix
+/// columns by their LP values, keep converging to ⌈bound⌉ = ⌈LP value⌉.
 const HYBRID_TAIL_GAP: f64 = 0.002;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
 const RC_PARTS: u32 = 3;
@@ -186,6 +187,7 @@ pub fn solve(
             s.one.is_some(),
             deadline,
         );
+        s.cg.set_tail_gap(0.0);
         s.lb = s.lb.max(ceil_bound(root.bound));
         let one = one_dim(p);
         if let Some(one) = &one {

@@ -27,10 +27,13 @@ const MAX_RESETS: u32 = 3;
 /// solve needs, so that a numerical loop cannot run until the deadline.
 const MAX_ITER_BASE: usize = 20_000;
 const MAX_ITER_PER_ROW: usize = 100;
-/// Objective decrease (relative) below which a pivot counts as degenerate.
-const PROGRESS_TOL: f64 = 1e-12;
+/// Objective decrease below which a pivot counts as degenerate (costs are integers).
+const PROGRESS_TOL: f64 = 1e-11;
 /// Relative tolerance of the residual check before optimality is reported.
-const CHECK_TOL: f64 = 1e-7;
+const CHECK_TOL: f64 = 1e-6;
+/// Reduced cost below which a column, priced at duals computed afresh when the solve
+/// would end, counts as a real violation (the pivoting tolerance is [`RC_TOL`]).
+const VERIFY_TOL: f64 = 1e-7;
 
 /// One sparse column.
 #[derive(Debug, Clone)]
@@ -218,6 +221,7 @@ impl Master {
         let max_iter = MAX_ITER_BASE + MAX_ITER_PER_ROW * m;
         let stall_limit = STALL_BASE + STALL_PER_ROW * m;
         let mut degenerate = 0usize;
+        let mut no_progress = 0usize;
         let mut stalls = 0u32;
         let mut resets = 0u32;
         let mut banned: Vec<usize> = Vec::new();
@@ -241,12 +245,17 @@ impl Master {
                 return LpStatus::Failed;
             }
             let bland = degenerate > BLAND_AFTER;
-            let Some((enter, rc)) = self.entering(bland, &banned) else {
+            let Some((enter, rc)) = self.entering(bland, &banned, RC_TOL) else {
                 if !fresh {
-                    // The incrementally updated duals may have drifted.
+                    // The incrementally updated duals may have drifted: with duals
+                    // computed afresh, a column that clearly prices out resumes the
+                    // solve (rounding-level ones do not, so healthy solves end as
+                    // before).
                     self.compute_duals();
                     fresh = true;
-                    continue;
+                    if self.entering(bland, &banned, VERIFY_TOL).is_some() {
+                        continue;
+                    }
                 }
                 if self.since_refactor > 0 && (!banned.is_empty() || !self.residuals_small()) {
                     // Banned columns get one more chance in the new basis.
@@ -266,7 +275,7 @@ impl Master {
                     self.reset_basis();
                     self.compute_duals();
                     banned.clear();
-                    (degenerate, stalls) = (0, 0);
+                    (degenerate, no_progress, stalls) = (0, 0, 0);
                     continue;
                 }
                 return LpStatus::Failed;
@@ -286,15 +295,20 @@ impl Master {
                 continue;
             };
             let theta = (self.xb[leave] / self.d[leave]).max(0.0);
-            // A pivot that moves the objective by a rounding error counts as
-            // degenerate too: with the tolerant ratio test, basic values of ±1e-10
-            // make "non-degenerate" steps that can cycle as well.
-            let scale = 1.0 + self.objective().abs();
-            if -rc * theta <= PROGRESS_TOL * scale {
+            if theta <= 1e-12 {
                 degenerate += 1;
-                if degenerate > stall_limit {
-                    // Even Bland's rule makes no progress (rounding errors can defeat
-                    // it): start over from a fresh factorisation, a few times.
+            } else {
+                degenerate = 0;
+            }
+            // Pivots that move the objective by a rounding error count towards a
+            // stall too: with the tolerant ratio test, basic values of ±1e-10 make
+            // "non-degenerate" steps that can cycle as well.
+            if -rc * theta <= PROGRESS_TOL {
+                no_progress += 1;
+                if no_progress > stall_limit {
+                    // No progress for this long, with Bland's rule or steps too small
+                    // to count (rounding errors can defeat it): go on from a fresh
+                    // factorisation under Bland's rule, a few times.
                     stalls += 1;
                     if stalls > MAX_STALLS {
                         if !std::mem::take(&mut may_restart) {
@@ -310,10 +324,11 @@ impl Master {
                     self.compute_duals();
                     fresh = true;
                     degenerate = BLAND_AFTER + 1;
+                    no_progress = 0;
                     continue;
                 }
             } else {
-                degenerate = 0;
+                no_progress = 0;
             }
             self.pivot(enter, leave, theta);
             // y' = y + c̄_q · (row `leave` of the new basis inverse).
@@ -328,12 +343,12 @@ impl Master {
 
     /// The entering column and its reduced cost at the current duals: the most
     /// negative one (Dantzig), or with `bland` the first negative one; `banned`
-    /// columns are skipped. `None` if every reduced cost is within tolerance.
-    fn entering(&self, bland: bool, banned: &[usize]) -> Option<(usize, f64)> {
+    /// columns are skipped. `None` if every reduced cost is ≥ −`tol`.
+    fn entering(&self, bland: bool, banned: &[usize], tol: f64) -> Option<(usize, f64)> {
         let mut enter = None;
-        let mut best = -RC_TOL;
+        let mut best = -tol;
         for c in 0..self.cols.len() {
-            if self.pos[c] != usize::MAX || banned.contains(&c) {
+            if self.pos[c] != usize::MAX || (!banned.is_empty() && banned.contains(&c)) {
                 continue;
             }
             let rc = self.reduced_cost(c);
