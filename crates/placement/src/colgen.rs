@@ -383,3 +383,29 @@ fn dominates(p: &Problem, a: usize, b: usize) -> bool {
             .filter(|&k| p.compat(a, k))
             .all(|k| p.compat(b, k) && p.size(b, k) <= p.size(a, k))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generator;
+    use std::time::Duration;
+
+    /// With a tail gap the root stops early, yet its bound stays below the converged
+    /// LP value and within the gap of it.
+    #[test]
+    fn tail_gap_keeps_a_valid_close_bound() {
+        for seed in 0..3 {
+            let p = Problem::new(&generator::generate(30, seed));
+            let (d, a) = (p.demands(), p.counts());
+            let far = Instant::now() + Duration::from_secs(20);
+            let mut full = ColGen::new(&p);
+            full.set_full_gap(1e-7);
+            let lp = full.solve(&d, &a, None, f64::INFINITY, true, far).bound;
+            let mut tail = ColGen::new(&p);
+            tail.set_tail_gap(0.002);
+            let b = tail.solve(&d, &a, None, f64::INFINITY, false, far).bound;
+            assert!(b <= lp + 1e-6, "seed {seed}: {b} > LP {lp}");
+            assert!(b >= lp * (1.0 - 0.002) - 1e-6, "seed {seed}: {b} ≪ LP {lp}");
+        }
+    }
+}
