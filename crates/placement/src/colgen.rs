@@ -35,8 +35,10 @@ pub struct ColGen<'a> {
     kitems: Vec<KItem>,
     /// Largest LP value − bound at which a `full` solve may stop early.
     full_gap: f64,
-    /// Relative LP value − bound at which a solve that is not `full` stops (0: off).
+    /// Relative LP value − bound at which a solve that is not `full` stops (0: off),
+    /// and from when on.
     tail_gap: f64,
+    tail_from: Option<Instant>,
 }
 
 impl<'a> ColGen<'a> {
@@ -50,6 +52,7 @@ impl<'a> ColGen<'a> {
             kitems: Vec::new(),
             full_gap: FULL_GAP,
             tail_gap: 0.0,
+            tail_from: None,
         }
     }
 
@@ -73,12 +76,14 @@ impl<'a> ColGen<'a> {
         self.full_gap = gap;
     }
 
-    /// Makes solves that are not `full` stop once LP value − bound ≤ `rel` × LP value:
-    /// on hybrid instances the last rounds, one column each with pricing at its
-    /// slowest, take most of the LP time and move the bound by a fraction of a cost
-    /// unit that branch and price recovers anyway.
-    pub fn set_tail_gap(&mut self, rel: f64) {
+    /// Makes solves that are not `full` stop once LP value − bound ≤ `rel` × LP value,
+    /// if it is `from` or later (`None`: at once): on hybrid instances the last rounds
+    /// of a slow root, one column each with pricing at its slowest, take most of its
+    /// time and move the bound by a fraction of a cost unit that branch and price
+    /// recovers anyway. `rel = 0` turns it off.
+    pub fn set_tail_gap(&mut self, rel: f64, from: Option<Instant>) {
         self.tail_gap = rel;
+        self.tail_from = from;
     }
 
     /// Number of patterns generated so far.
@@ -241,7 +246,9 @@ impl<'a> ColGen<'a> {
                 break;
             }
             if bound >= stop_at - 1e-6
-                || (!full && obj - bound <= self.tail_gap * obj)
+                || (!full
+                    && obj - bound <= self.tail_gap * obj
+                    && self.tail_from.is_none_or(|t| Instant::now() >= t))
                 || ((!full || obj - bound <= self.full_gap)
                     && (bound - 1e-6).ceil() >= (obj - 1e-6).ceil())
             {
@@ -402,7 +409,7 @@ mod tests {
             full.set_full_gap(1e-7);
             let lp = full.solve(&d, &a, None, f64::INFINITY, true, far).bound;
             let mut tail = ColGen::new(&p);
-            tail.set_tail_gap(0.002);
+            tail.set_tail_gap(0.002, None);
             let b = tail.solve(&d, &a, None, f64::INFINITY, false, far).bound;
             assert!(b <= lp + 1e-6, "seed {seed}: {b} > LP {lp}");
             assert!(b >= lp * (1.0 - 0.002) - 1e-6, "seed {seed}: {b} ≪ LP {lp}");
