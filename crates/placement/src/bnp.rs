@@ -655,8 +655,11 @@ impl<'a> BranchPrice<'a> {
         let mut knap = Knapsack::default();
         let mut converged = false;
         loop {
-            if lp.solve(until) == LpStatus::TimeLimit {
-                return NodeOutcome::Interrupted;
+            match lp.solve(until) {
+                LpStatus::Optimal => {}
+                LpStatus::TimeLimit => return NodeOutcome::Interrupted,
+                // The LP could not be solved reliably: the node keeps its bound.
+                LpStatus::Failed => return NodeOutcome::Stuck(bound),
             }
             let y = lp.duals().to_vec();
             let obj = lp.objective();

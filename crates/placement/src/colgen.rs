@@ -35,6 +35,10 @@ pub struct ColGen<'a> {
     kitems: Vec<KItem>,
     /// Largest LP value − bound at which a `full` solve may stop early.
     full_gap: f64,
+    /// Relative LP value − bound at which a solve that is not `full` stops (0: off),
+    /// and from when on.
+    tail_gap: f64,
+    tail_from: Option<Instant>,
 }
 
 impl<'a> ColGen<'a> {
@@ -47,6 +51,8 @@ impl<'a> ColGen<'a> {
             pricer: Pricer::default(),
             kitems: Vec::new(),
             full_gap: FULL_GAP,
+            tail_gap: 0.0,
+            tail_from: None,
         }
     }
 
@@ -68,6 +74,16 @@ impl<'a> ColGen<'a> {
     /// early (default 0.01); smaller values give near-optimal duals.
     pub fn set_full_gap(&mut self, gap: f64) {
         self.full_gap = gap;
+    }
+
+    /// Makes solves that are not `full` stop once LP value − bound ≤ `rel` × LP value,
+    /// if it is `from` or later (`None`: at once): on hybrid instances the last rounds
+    /// of a slow root, one column each with pricing at its slowest, take most of its
+    /// time and move the bound by a fraction of a cost unit that branch and price
+    /// recovers anyway. `rel = 0` turns it off.
+    pub fn set_tail_gap(&mut self, rel: f64, from: Option<Instant>) {
+        self.tail_gap = rel;
+        self.tail_from = from;
     }
 
     /// Number of patterns generated so far.
@@ -184,7 +200,8 @@ impl<'a> ColGen<'a> {
             avail,
         };
         loop {
-            if lp.solve(deadline) == LpStatus::TimeLimit {
+            // On a time limit or numerical failure the bound proven so far stands.
+            if lp.solve(deadline) != LpStatus::Optimal {
                 break;
             }
             let y: Vec<f64> = lp.duals().to_vec();
@@ -229,6 +246,9 @@ impl<'a> ColGen<'a> {
                 break;
             }
             if bound >= stop_at - 1e-6
+                || (!full
+                    && obj - bound <= self.tail_gap * obj
+                    && self.tail_from.is_none_or(|t| Instant::now() >= t))
                 || ((!full || obj - bound <= self.full_gap)
                     && (bound - 1e-6).ceil() >= (obj - 1e-6).ceil())
             {
@@ -369,4 +389,30 @@ fn dominates(p: &Problem, a: usize, b: usize) -> bool {
         && (0..p.models.len())
             .filter(|&k| p.compat(a, k))
             .all(|k| p.compat(b, k) && p.size(b, k) <= p.size(a, k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generator;
+    use std::time::Duration;
+
+    /// With a tail gap the root stops early, yet its bound stays below the converged
+    /// LP value and within the gap of it.
+    #[test]
+    fn tail_gap_keeps_a_valid_close_bound() {
+        for seed in 0..3 {
+            let p = Problem::new(&generator::generate(30, seed));
+            let (d, a) = (p.demands(), p.counts());
+            let far = Instant::now() + Duration::from_secs(20);
+            let mut full = ColGen::new(&p);
+            full.set_full_gap(1e-7);
+            let lp = full.solve(&d, &a, None, f64::INFINITY, true, far).bound;
+            let mut tail = ColGen::new(&p);
+            tail.set_tail_gap(0.002, None);
+            let b = tail.solve(&d, &a, None, f64::INFINITY, false, far).bound;
+            assert!(b <= lp + 1e-6, "seed {seed}: {b} > LP {lp}");
+            assert!(b >= lp * (1.0 - 0.002) - 1e-6, "seed {seed}: {b} ≪ LP {lp}");
+        }
+    }
 }

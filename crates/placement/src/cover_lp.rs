@@ -71,7 +71,7 @@ pub fn min_cover(
     let mut rc = vec![0.0; pats.len()];
     let mut dual_value;
     loop {
-        if lp.solve(deadline) == LpStatus::TimeLimit {
+        if lp.solve(deadline) != LpStatus::Optimal {
             return None;
         }
         let duals = lp.duals();

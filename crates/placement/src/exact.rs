@@ -40,6 +40,12 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
+/// On hybrid instances the root's column generation, once it has taken
+/// `1/HYBRID_TAIL_PARTS` of the remaining time, stops as soon as LP value − bound ≤
+/// `HYBRID_TAIL_GAP` × LP value (see [`ColGen::set_tail_gap`]); quick roots and the
+/// dives, which fix columns by their LP values, converge to ⌈bound⌉ = ⌈LP value⌉.
+const HYBRID_TAIL_GAP: f64 = 0.002;
+const HYBRID_TAIL_PARTS: u32 = 10;
 /// A reduced-cost enumeration search gets at most `1/RC_PARTS` of the remaining time.
 const RC_PARTS: u32 = 3;
 /// An unguided one (too many patterns for an LP at every node, see
@@ -168,6 +174,10 @@ pub fn solve(
         s.try_repack(u64::MAX, REPACK_FIRST_PARTS);
     }
     s.cg.add_patterns(&s.best.clone());
+    if s.one.is_none() {
+        let from = s.slice(HYBRID_TAIL_PARTS);
+        s.cg.set_tail_gap(HYBRID_TAIL_GAP, Some(from));
+    }
     if let Some(one) = s.one.as_ref().filter(|_| s.lb < s.ub) {
         s.cg.add_patterns(&one.fill_patterns(s.ub / one.cost - 1));
     }
@@ -180,6 +190,7 @@ pub fn solve(
             s.one.is_some(),
             deadline,
         );
+        s.cg.set_tail_gap(0.0, None);
         s.lb = s.lb.max(ceil_bound(root.bound));
         let one = one_dim(p);
         if let Some(one) = &one {

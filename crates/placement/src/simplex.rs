@@ -12,6 +12,28 @@ const PIVOT_TOL: f64 = 1e-9;
 const RC_TOL: f64 = 1e-9;
 /// Pivots between refactorisations of the basis inverse.
 const REFACTOR_EVERY: usize = 64;
+/// Degenerate pivots in a row after which Bland's rule takes over (no cycling).
+const BLAND_AFTER: usize = 50;
+/// Degenerate pivots in a row (plus per row) after which even Bland's rule is deemed
+/// stuck in a numerical cycle and the basis is refactorised.
+const STALL_BASE: usize = 1_000;
+const STALL_PER_ROW: usize = 20;
+/// Refactorisations for a stall before the solve gives up.
+const MAX_STALLS: u32 = 3;
+/// Fallbacks to the all-slack basis (singular or infeasible refactorisation) before
+/// the solve gives up.
+const MAX_RESETS: u32 = 3;
+/// Pivots (plus per row) after which a solve gives up: far more than any healthy
+/// solve needs, so that a numerical loop cannot run until the deadline.
+const MAX_ITER_BASE: usize = 20_000;
+const MAX_ITER_PER_ROW: usize = 100;
+/// Objective decrease below which a pivot counts as degenerate (costs are integers).
+const PROGRESS_TOL: f64 = 1e-11;
+/// Relative tolerance of the residual check before optimality is reported.
+const CHECK_TOL: f64 = 1e-6;
+/// Reduced cost below which a column, priced at duals computed afresh when the solve
+/// would end, counts as a real violation (the pivoting tolerance is [`RC_TOL`]).
+const VERIFY_TOL: f64 = 1e-7;
 
 /// One sparse column.
 #[derive(Debug, Clone)]
@@ -28,6 +50,10 @@ pub enum LpStatus {
     Optimal,
     /// The deadline passed first.
     TimeLimit,
+    /// Numerical trouble that refactorising did not cure, or no progress within the
+    /// iteration limit: the basis is primal feasible, but its objective and duals are
+    /// not proven optimal, so they must not be used as a bound.
+    Failed,
 }
 
 /// The master LP with its current basis.
@@ -183,45 +209,90 @@ impl Master {
     }
 
     /// Runs primal simplex from the current basis to optimality or the deadline.
+    ///
+    /// `Optimal` is only reported after a check with duals computed afresh from the
+    /// basis inverse and small residuals `B·x_B = b` and `c_B = y·B` (else the basis is
+    /// refactorised and the solve goes on), so callers may take the objective as the
+    /// LP value. Numerical trouble is retried from a fresh factorisation; what that does
+    /// not cure ends the solve with [`LpStatus::Failed`] instead of looping or claiming
+    /// optimality.
     pub fn solve(&mut self, deadline: Instant) -> LpStatus {
+        let m = self.m;
+        let max_iter = MAX_ITER_BASE + MAX_ITER_PER_ROW * m;
+        let stall_limit = STALL_BASE + STALL_PER_ROW * m;
         let mut degenerate = 0usize;
-        let mut iter = 0usize;
-        loop {
-            iter += 1;
+        let mut no_progress = 0usize;
+        let mut stalls = 0u32;
+        let mut resets = 0u32;
+        let mut banned: Vec<usize> = Vec::new();
+        let mut retry_banned = true;
+        let mut may_restart = true;
+        // Whether `y` was computed from the basis inverse since the last pivot.
+        let mut fresh = false;
+        for iter in 1..=max_iter {
             if iter.is_multiple_of(32) && Instant::now() >= deadline {
                 return LpStatus::TimeLimit;
             }
-            if self.since_refactor >= REFACTOR_EVERY.max(self.m) {
-                self.refactor();
+            if self.since_refactor >= REFACTOR_EVERY.max(m) {
+                resets += u32::from(self.refactor());
+                fresh = false;
             }
-            if iter == 1 || self.since_refactor.is_multiple_of(REFACTOR_EVERY) {
+            if !fresh && (iter == 1 || self.since_refactor.is_multiple_of(REFACTOR_EVERY)) {
                 self.compute_duals();
+                fresh = true;
             }
-            let bland = degenerate > 50;
-            let mut enter = usize::MAX;
-            let mut best = -RC_TOL;
-            for c in 0..self.cols.len() {
-                if self.pos[c] != usize::MAX {
-                    continue;
-                }
-                let rc = self.reduced_cost(c);
-                if rc < best {
-                    enter = c;
-                    best = rc;
-                    if bland {
-                        break;
+            if resets > MAX_RESETS {
+                return LpStatus::Failed;
+            }
+            let bland = degenerate > BLAND_AFTER;
+            let Some((enter, rc)) = self.entering(bland, &banned, RC_TOL) else {
+                if !fresh {
+                    // The incrementally updated duals may have drifted: with duals
+                    // computed afresh, a column that clearly prices out resumes the
+                    // solve (rounding-level ones do not, so healthy solves end as
+                    // before).
+                    self.compute_duals();
+                    fresh = true;
+                    if self.entering(bland, &banned, VERIFY_TOL).is_some() {
+                        continue;
                     }
                 }
-            }
-            if enter == usize::MAX {
-                return LpStatus::Optimal;
-            }
+                if self.since_refactor > 0 && (!banned.is_empty() || !self.residuals_small()) {
+                    // Banned columns get one more chance in the new basis.
+                    if std::mem::take(&mut retry_banned) {
+                        banned.clear();
+                    }
+                    resets += u32::from(self.refactor());
+                    self.compute_duals();
+                    continue;
+                }
+                if banned.is_empty() {
+                    return LpStatus::Optimal;
+                }
+                // Columns set aside for want of a pivot may still price out: once, the
+                // solve starts over from the slack basis.
+                if std::mem::take(&mut may_restart) {
+                    self.reset_basis();
+                    self.compute_duals();
+                    banned.clear();
+                    (degenerate, no_progress, stalls) = (0, 0, 0);
+                    continue;
+                }
+                return LpStatus::Failed;
+            };
             self.ftran(enter);
             let Some(leave) = self.ratio_test(bland) else {
-                // Unbounded cannot happen with non-negative costs; treat the column
-                // as unusable by refactorising and stopping.
-                self.refactor();
-                return LpStatus::Optimal;
+                // With non-negative costs the LP is bounded, so a column with a
+                // negative reduced cost and no pivot is numerical noise: retry with a
+                // fresh factorisation, then set the column aside for this solve.
+                if self.since_refactor > 0 {
+                    resets += u32::from(self.refactor());
+                    self.compute_duals();
+                    fresh = true;
+                } else {
+                    banned.push(enter);
+                }
+                continue;
             };
             let theta = (self.xb[leave] / self.d[leave]).max(0.0);
             if theta <= 1e-12 {
@@ -229,14 +300,88 @@ impl Master {
             } else {
                 degenerate = 0;
             }
+            // Pivots that move the objective by a rounding error count towards a
+            // stall too: with the tolerant ratio test, basic values of ±1e-10 make
+            // "non-degenerate" steps that can cycle as well.
+            if -rc * theta <= PROGRESS_TOL {
+                no_progress += 1;
+                if no_progress > stall_limit {
+                    // No progress for this long, with Bland's rule or steps too small
+                    // to count (rounding errors can defeat it): go on from a fresh
+                    // factorisation under Bland's rule, a few times.
+                    stalls += 1;
+                    if stalls > MAX_STALLS {
+                        if !std::mem::take(&mut may_restart) {
+                            return LpStatus::Failed;
+                        }
+                        // Once, the solve starts over from the slack basis (still
+                        // with Bland's rule).
+                        self.reset_basis();
+                        stalls = 0;
+                        banned.clear();
+                    }
+                    resets += u32::from(self.refactor());
+                    self.compute_duals();
+                    fresh = true;
+                    degenerate = BLAND_AFTER + 1;
+                    no_progress = 0;
+                    continue;
+                }
+            } else {
+                no_progress = 0;
+            }
             self.pivot(enter, leave, theta);
             // y' = y + c̄_q · (row `leave` of the new basis inverse).
-            let m = self.m;
             let row = &self.binv[leave * m..(leave + 1) * m];
             for (yj, &b) in self.y.iter_mut().zip(row) {
-                *yj += best * b;
+                *yj += rc * b;
+            }
+            fresh = false;
+        }
+        LpStatus::Failed
+    }
+
+    /// The entering column and its reduced cost at the current duals: the most
+    /// negative one (Dantzig), or with `bland` the first negative one; `banned`
+    /// columns are skipped. `None` if every reduced cost is ≥ −`tol`.
+    fn entering(&self, bland: bool, banned: &[usize], tol: f64) -> Option<(usize, f64)> {
+        let mut enter = None;
+        let mut best = -tol;
+        for c in 0..self.cols.len() {
+            if self.pos[c] != usize::MAX || (!banned.is_empty() && banned.contains(&c)) {
+                continue;
+            }
+            let rc = self.reduced_cost(c);
+            if rc < best {
+                enter = Some((c, rc));
+                best = rc;
+                if bland {
+                    break;
+                }
             }
         }
+        enter
+    }
+
+    /// Whether the basic solution and the duals satisfy `B·x_B = b` and `y·B = c_B`
+    /// to within [`CHECK_TOL`] (relative), and `x_B` is non-negative to within it.
+    fn residuals_small(&self) -> bool {
+        let mut bx = vec![0.0; self.m];
+        for (r, &c) in self.basis.iter().enumerate() {
+            let col = &self.cols[c];
+            for (&i, &v) in col.rows.iter().zip(&col.vals) {
+                bx[i as usize] += v * self.xb[r];
+            }
+        }
+        let primal = bx
+            .iter()
+            .zip(&self.rhs)
+            .all(|(a, b)| (a - b).abs() <= CHECK_TOL * (1.0 + b.abs()));
+        let dual = self
+            .basis
+            .iter()
+            .all(|&c| self.reduced_cost(c).abs() <= CHECK_TOL * (1.0 + self.cols[c].cost.abs()));
+        primal && dual && self.xb.iter().all(|&x| x >= -CHECK_TOL)
     }
 
     fn ftran(&mut self, c: usize) {
@@ -325,8 +470,9 @@ impl Master {
     }
 
     /// Recomputes the basis inverse and basic values from scratch (Gauss–Jordan with
-    /// partial pivoting); falls back to the all-slack basis if the basis is singular.
-    fn refactor(&mut self) {
+    /// partial pivoting); falls back to the all-slack basis if the basis is singular or
+    /// its values infeasible, and then returns true.
+    fn refactor(&mut self) -> bool {
         self.since_refactor = 0;
         let m = self.m;
         let mut a = vec![0.0; m * m];
@@ -349,7 +495,7 @@ impl Master {
             }
             if a[p * m + k].abs() < 1e-12 {
                 self.reset_basis();
-                return;
+                return true;
             }
             if p != k {
                 for j in 0..m {
@@ -408,7 +554,9 @@ impl Master {
         }
         if self.xb.iter().any(|&x| x < -1e-6) {
             self.reset_basis();
+            return true;
         }
+        false
     }
 
     fn reset_basis(&mut self) {
@@ -468,6 +616,74 @@ mod tests {
         assert!((lp.value(cheap) - 1.0).abs() < 1e-9);
         assert!((lp.value(dear) - 1.0).abs() < 1e-9);
         assert!(lp.duals()[1] <= 1e-9);
+    }
+
+    #[test]
+    fn beales_cycling_example_reaches_the_optimum() {
+        // Beale (1955): Dantzig's rule with lowest-index ties cycles from the slack
+        // basis. min −¾x₁ + 150x₂ − x₃/50 + 6x₄ s.t. ¼x₁ − 60x₂ − x₃/25 + 9x₄ ≤ 0,
+        // ½x₁ − 90x₂ − x₃/50 + 3x₄ ≤ 0, x₃ ≤ 1; optimum −1/20.
+        let mut lp = Master::new(&[], &[0.0, 0.0, 1.0], 10.0);
+        let x1 = lp.add_column(-0.75, &[(0, 0.25), (1, 0.5)]);
+        lp.add_column(150.0, &[(0, -60.0), (1, -90.0)]);
+        let x3 = lp.add_column(-0.02, &[(0, -0.04), (1, -0.02), (2, 1.0)]);
+        lp.add_column(6.0, &[(0, 9.0), (1, 3.0)]);
+        let value: f64 = lp
+            .basis
+            .iter()
+            .zip(&lp.xb)
+            .map(|(&c, &x)| lp.cols[c].cost * x)
+            .sum();
+        assert_eq!(value, 0.0);
+        assert_eq!(lp.solve(far()), LpStatus::Optimal);
+        let value: f64 = lp
+            .basis
+            .iter()
+            .zip(&lp.xb)
+            .map(|(&c, &x)| lp.cols[c].cost * x)
+            .sum();
+        assert!((value + 0.05).abs() < 1e-9, "{value}");
+        assert!((lp.value(x1) - 0.04).abs() < 1e-9);
+        assert!((lp.value(x3) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn no_pivot_is_a_failure_not_optimality() {
+        // A column with a negative reduced cost and no positive entry in B⁻¹a (here an
+        // empty one): the ratio test finds no pivot. That is a ray; in the masters,
+        // whose costs are non-negative, only numerical noise does this. It used to end
+        // in `Optimal`.
+        let mut lp = Master::new(&[2.0, 3.0], &[], 100.0);
+        let a = lp.add_column(1.0, &[(0, 1.0), (1, 1.0)]);
+        lp.add_column(1.0, &[(1, 2.0)]);
+        assert_eq!(lp.solve(far()), LpStatus::Optimal);
+        let ray = lp.add_column(-1.0, &[]);
+        assert_eq!(lp.solve(far()), LpStatus::Failed);
+        // The basis stays primal feasible and usable.
+        assert!(lp.artificial() < 1e-9);
+        assert!(lp.value(ray).abs() < 1e-12);
+        assert!((lp.value(a) - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn highly_degenerate_covering_lp_terminates_at_the_optimum() {
+        // Items covered by pairs (cost 2 if i + j ≡ 0 mod 3, else 3, each pair twice)
+        // or alone (cost 2): every basis is degenerate.
+        let n = 30;
+        let mut lp = Master::new(&vec![1.0; n], &[n as f64], 1_000.0);
+        for i in 0..n {
+            for j in i + 1..n {
+                let cost = if (i + j) % 3 == 0 { 2.0 } else { 3.0 };
+                lp.add_column(cost, &[(i, 1.0), (j, 1.0), (n, 1.0)]);
+                lp.add_column(cost, &[(i, 1.0), (j, 1.0), (n, 1.0)]);
+            }
+            lp.add_column(2.0, &[(i, 1.0), (n, 1.0)]);
+        }
+        assert_eq!(lp.solve(far()), LpStatus::Optimal);
+        // Cost-2 pairs hold perfect matchings (residue 0 among itself, 1 with 2): n.
+        let value = lp.objective();
+        assert!((value - n as f64).abs() < 1e-6, "{value}");
+        assert!(lp.residuals_small());
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub fn no_packing_in(items: &[(u64, u32)], cap: u64, k: u64, deadline: Instant) 
     let mut lp = Master::with_rows(&rhs, &[], big_m, false);
     let mut entries = Vec::new();
     for _ in 0..10_000 {
-        if lp.solve(deadline) == LpStatus::TimeLimit {
+        if lp.solve(deadline) != LpStatus::Optimal {
             return false;
         }
         let y = lp.duals().to_vec();
