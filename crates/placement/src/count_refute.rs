@@ -3,9 +3,9 @@
 //! yet such a count vector can still be impossible: the instances do not fit those
 //! devices whole. This module proves that for a vector z with a small LP over *model
 //! assignments*: y_tk instances of type t on model k, covering every type, within
-//! the aggregated capacities of the z_k devices (resource and throughput shares), and
-//! with at most z_k instances above half and 2·z_k above a third of a device in each
-//! dimension. The LP is weak alone; **probing** makes it strong: if placing one more
+//! the aggregated capacities of the z_k devices (resource and throughput shares, and
+//! three dual-feasible functions of each, e.g. at most z_k instances above half a
+//! device). The LP is weak alone; **probing** makes it strong: if placing one more
 //! instance of type t on model k (beyond what is already forced) leaves the LP
 //! infeasible, no placement puts it there, so the column is dropped, and the rounds
 //! repeat until the LP itself is infeasible or nothing changes (n60 seed 4: the only
@@ -25,9 +25,9 @@ use std::time::Instant;
 const MAX_ROUNDS: u32 = 6;
 /// Least proven infeasibility (in device shares) that counts as a proof.
 const PROOF_TOL: f64 = 1e-7;
-/// Rows per model: resource share, throughput share, and the counts of instances
-/// above a half and above a third of a device in each dimension.
-const ROWS_PER_MODEL: usize = 6;
+/// Rows per model: resource share, throughput share, and the dual-feasible functions
+/// [`dff`] with k = 1, 2, 3 of both.
+const ROWS_PER_MODEL: usize = 8;
 
 /// The answer for one count vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,17 +122,18 @@ pub fn refute(p: &Problem, demand: &[u32], z: &[u32], deadline: Instant) -> Verd
         for k in (0..nm).filter(|&k| z[k] > 0 && p.compat(t, k)) {
             let m = &p.models[k];
             let (s, h) = (p.size(t, k), p.types[t].thr);
-            let above = |x: u64, cap: u64, n: u64| if x * n > cap { 1.0 } else { 0.0 };
             cols.push(Col {
                 t,
                 k,
                 coef: [
                     share(s, m.cap),
                     share(h, m.thr_cap),
-                    above(s, m.cap, 2),
-                    above(h, m.thr_cap, 2),
-                    above(s, m.cap, 3),
-                    above(h, m.thr_cap, 3),
+                    dff(s, m.cap, 1),
+                    dff(h, m.thr_cap, 1),
+                    dff(s, m.cap, 2),
+                    dff(h, m.thr_cap, 2),
+                    dff(s, m.cap, 3),
+                    dff(h, m.thr_cap, 3),
                 ],
             });
         }
@@ -144,14 +145,7 @@ pub fn refute(p: &Problem, demand: &[u32], z: &[u32], deadline: Instant) -> Verd
     });
     let mut rest: Vec<f64> = demand.iter().map(|&d| f64::from(d)).collect();
     let mut room: Vec<f64> = (0..nm * ROWS_PER_MODEL)
-        .map(|r| {
-            let zk = f64::from(z[r / ROWS_PER_MODEL]);
-            if r % ROWS_PER_MODEL >= 4 {
-                2.0 * zk
-            } else {
-                zk
-            }
-        })
+        .map(|r| f64::from(z[r / ROWS_PER_MODEL]))
         .collect();
     let mut alive = vec![true; cols.len()];
     for _ in 0..MAX_ROUNDS {
@@ -214,6 +208,23 @@ pub fn refute(p: &Problem, demand: &[u32], z: &[u32], deadline: Instant) -> Verd
         Solved::Unknown => Verdict::Unknown,
         Solved::Infeasible => Verdict::Refuted,
         Solved::Feasible(_) | Solved::Undecided => Verdict::Open,
+    }
+}
+
+/// A dual-feasible function of Fekete and Schepers, rounded down: ⌊(k+1)·x/cap⌋ / k
+/// for an instance of need x on a device of capacity cap (0 when (k+1)·x is a
+/// multiple of cap, where the exact value x/cap is not needed). Its values over the
+/// instances of any one device sum to at most 1.
+fn dff(x: u64, cap: u64, k: u64) -> f64 {
+    if cap == 0 {
+        return 0.0;
+    }
+    let scaled = u128::from(x) * u128::from(k + 1);
+    let cap = u128::from(cap);
+    if scaled % cap == 0 {
+        0.0
+    } else {
+        (scaled / cap) as f64 / k as f64
     }
 }
 
