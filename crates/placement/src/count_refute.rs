@@ -48,8 +48,6 @@ pub struct Refuter {
     open: Vec<Vec<u32>>,
     /// Vectors whose run reached its deadline (not tried again).
     gave_up: Vec<Vec<u32>>,
-    /// Probing runs done (for tests and diagnostics).
-    pub tests: u64,
 }
 
 impl Refuter {
@@ -81,7 +79,6 @@ impl Refuter {
         if let Some(v) = self.known(z) {
             return v;
         }
-        self.tests += 1;
         let v = refute(p, &p.demands(), z, deadline);
         match v {
             Verdict::Refuted => {
