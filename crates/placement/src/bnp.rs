@@ -17,6 +17,7 @@
 //! proven lower bound.
 
 use crate::complete;
+use crate::count_refute::{candidates, Refuter, Verdict};
 use crate::greedy::best_greedy;
 use crate::problem::{Pattern, Problem};
 use crate::simplex::{LpStatus, Master};
@@ -43,6 +44,11 @@ const PLUNGE_EVERY_1D: u64 = 8;
 /// instances every rest is small, and searching each one slows the proofs).
 const COMPLETE_ITEMS: usize = 30;
 const COMPLETE_TIME: std::time::Duration = std::time::Duration::from_millis(10);
+/// Count vectors enumerated for the refutation (more: the node keeps its bound) ...
+const REFUTE_CANDIDATES: usize = 2_000;
+/// ... new probing runs per node, and the time of one.
+const REFUTE_PER_NODE: u32 = 1;
+const REFUTE_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 /// Values closer than this to an integer count as integral.
 const EPS: f64 = 1e-6;
 /// Subset-row cuts added per separation round, in all, and separation rounds at the
@@ -166,6 +172,8 @@ pub struct BranchPrice<'a> {
     item_cuts: Vec<Vec<u32>>,
     /// Separation rounds done at the root.
     cut_rounds: u32,
+    /// Device-count vectors refuted so far (valid in every node).
+    refuter: Refuter,
 }
 
 impl<'a> BranchPrice<'a> {
@@ -192,6 +200,7 @@ impl<'a> BranchPrice<'a> {
             cuts: Vec::new(),
             item_cuts: Vec::new(),
             cut_rounds: 0,
+            refuter: Refuter::default(),
         };
         s.item_cuts = vec![Vec::new(); s.item_type.len()];
         let first: Vec<u32> = {
@@ -535,6 +544,44 @@ impl<'a> BranchPrice<'a> {
         added > 0
     }
 
+    /// The least cost of a device-count vector that the node's duals allow (see
+    /// [`count_bound`]) and that [`Refuter`] cannot refute, at least `from`; `ub` if
+    /// every vector cheaper than `ub` is refuted. Stops at `from`-or-above on the
+    /// first vector it cannot decide within [`REFUTE_PER_NODE`] new probing runs.
+    #[allow(clippy::too_many_arguments)]
+    fn refuted_bound(
+        &mut self,
+        upper: &[f64],
+        lo: &[u32],
+        hi: &[u32],
+        dual_sum: f64,
+        from: u64,
+        ub: u64,
+        until: Instant,
+    ) -> u64 {
+        let costs: Vec<u64> = self.p.models.iter().map(|m| m.cost).collect();
+        let need = dual_sum - 1e-7 * dual_sum.abs().max(1.0);
+        let Some(cands) = candidates(&costs, upper, lo, hi, need, ub, REFUTE_CANDIDATES) else {
+            return from;
+        };
+        let mut runs_left = REFUTE_PER_NODE;
+        for (c, z) in cands.into_iter().filter(|(c, _)| *c >= from) {
+            let verdict = match self.refuter.known(&z) {
+                Some(v) => v,
+                None if runs_left > 0 => {
+                    runs_left -= 1;
+                    let deadline = (Instant::now() + REFUTE_TIME).min(until);
+                    self.refuter.check(self.p, &z, deadline)
+                }
+                None => Verdict::Unknown,
+            };
+            if verdict != Verdict::Refuted {
+                return c;
+            }
+        }
+        ub
+    }
+
     /// Column generation at one node, then pruning or a branching decision.
     fn process(&mut self, node: &Node, ub: &mut u64, until: Instant) -> NodeOutcome {
         let p = self.p;
@@ -654,6 +701,8 @@ impl<'a> BranchPrice<'a> {
         let mut bound = node.bound;
         let mut knap = Knapsack::default();
         let mut converged = false;
+        // The last round's pricing bounds per model and dual sum, for the refutation.
+        let mut last_duals: Option<(Vec<f64>, f64)> = None;
         loop {
             match lp.solve(until) {
                 LpStatus::Optimal => {}
@@ -719,6 +768,7 @@ impl<'a> BranchPrice<'a> {
                 let costs: Vec<u64> = p.models.iter().map(|m| m.cost).collect();
                 let counts = count_bound(&costs, &uppers, &lo, &hi, dy, *ub);
                 bound = bound.max(counts as f64);
+                last_duals = Some((uppers.clone(), dy));
             }
             if ceil_bound(bound) >= *ub {
                 return NodeOutcome::Closed;
@@ -761,6 +811,10 @@ impl<'a> BranchPrice<'a> {
         }
         if converged && lp.artificial() > 1e-3 {
             return NodeOutcome::Closed;
+        }
+        if let Some((uppers, dy)) = last_duals.filter(|_| ceil_bound(bound) < *ub) {
+            let lifted = self.refuted_bound(&uppers, &lo, &hi, dy, ceil_bound(bound), *ub, until);
+            bound = bound.max(lifted as f64);
         }
         if ceil_bound(bound) >= *ub {
             return NodeOutcome::Closed;

@@ -11,6 +11,7 @@ pub mod bounds;
 pub mod bpp;
 pub mod colgen;
 pub mod complete;
+pub mod count_refute;
 pub mod cover_lp;
 pub mod error;
 pub mod exact;
