@@ -7,6 +7,7 @@ use std::time::Duration;
 
 const SAMPLE: &[&str] = &[
     "Hard28_BPP531",
+    "Hard28_BPP175",
     "Falkenauer_u120_08",
     "Falkenauer_u250_00",
     "Falkenauer_t60_00",
