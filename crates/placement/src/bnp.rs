@@ -168,7 +168,8 @@ pub struct BranchPrice<'a> {
     /// Best placement found by this search and its cost.
     found: Option<(u64, Vec<Pattern>)>,
     /// Subset-row cuts (three instances, at most one device may hold two of them),
-    /// separated at the root on one-model problems and kept in every node.
+    /// separated at the root on one-model problems and kept in every node, unless
+    /// they left the root LP value unchanged (then only the root uses them).
     cuts: Vec<[u32; 3]>,
     /// The cuts each instance is in.
     item_cuts: Vec<Vec<u32>>,
