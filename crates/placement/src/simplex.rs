@@ -586,6 +586,15 @@ mod tests {
         Instant::now() + Duration::from_secs(10)
     }
 
+    /// Objective value of the current basic solution.
+    fn basis_value(lp: &Master) -> f64 {
+        lp.basis
+            .iter()
+            .zip(&lp.xb)
+            .map(|(&c, &x)| lp.cols[c].cost * x)
+            .sum()
+    }
+
     #[test]
     fn solves_small_covering_lp() {
         // min x1 + x2 + x3 with patterns covering demands (2, 3): classic 1D cutting
@@ -628,20 +637,9 @@ mod tests {
         lp.add_column(150.0, &[(0, -60.0), (1, -90.0)]);
         let x3 = lp.add_column(-0.02, &[(0, -0.04), (1, -0.02), (2, 1.0)]);
         lp.add_column(6.0, &[(0, 9.0), (1, 3.0)]);
-        let value: f64 = lp
-            .basis
-            .iter()
-            .zip(&lp.xb)
-            .map(|(&c, &x)| lp.cols[c].cost * x)
-            .sum();
-        assert_eq!(value, 0.0);
+        assert_eq!(basis_value(&lp), 0.0);
         assert_eq!(lp.solve(far()), LpStatus::Optimal);
-        let value: f64 = lp
-            .basis
-            .iter()
-            .zip(&lp.xb)
-            .map(|(&c, &x)| lp.cols[c].cost * x)
-            .sum();
+        let value = basis_value(&lp);
         assert!((value + 0.05).abs() < 1e-9, "{value}");
         assert!((lp.value(x1) - 0.04).abs() < 1e-9);
         assert!((lp.value(x3) - 1.0).abs() < 1e-9);
