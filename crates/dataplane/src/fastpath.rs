@@ -11,10 +11,16 @@
 //!    SYN/FIN/RST: the worker installs a pending entry keyed by the arrival interface and
 //!    the frame's arrival 5-tuple, carrying the rewrite the chain applied (MACs,
 //!    addresses, ports) and the output interface.
-//! 2. *arm* — before each receive on a side with pending entries the worker reads their
-//!    control words; when that receive finds the socket empty, every frame counted so
-//!    far has been sent, and a compare-and-swap arms the entry unless a frame was
-//!    counted in between (then it tries at the next empty receive).
+//! 2. *arm* — when a receive on a side with pending entries finds the socket empty, the
+//!    worker reads their control words, then checks that every frame the program
+//!    handed up on that side has arrived at the socket and been taken from it (the
+//!    program and the socket's filter count them, the port counts what it took:
+//!    [`nfx_fastpath::FastPath::delivered`]) and that the kernel has finished with the
+//!    frames sent on the other side; then a compare-and-swap arms each entry unless a
+//!    frame was counted since its word was read (then it tries at the next empty
+//!    receive). An empty socket alone proves nothing: a frame counted by the program
+//!    can still be on its way into the ring, whose slots another CPU may fill out of
+//!    order.
 //! 3. *sync* — every tick (100 ms) each entry whose counters moved is replayed: a
 //!    header-only copy of the flow's frame, as it arrived, carrying the packet and byte
 //!    deltas ([`Packet::replay`]) runs through the chain; nodes refresh timeouts and
@@ -27,12 +33,14 @@
 
 use crate::graph::Graph;
 use nfx_fastpath::{Action, FastPath, FlowKey4, InstallError, SlotCounters};
+use nfx_io::sys::ifindex;
 use nfx_packet::checksum::checksum;
 use nfx_packet::parse::{IPPROTO_TCP, IPPROTO_UDP};
 use nfx_packet::rewrite::{set_addr, set_port, End};
 use nfx_packet::{Direction, FlowKey, Packet, PacketBuf, Replay};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// An entry with no traffic for this long is removed; the flow's next frame is judged
@@ -113,8 +121,6 @@ struct Entry {
     synced: SlotCounters,
     installed_ns: u64,
     armed: bool,
-    /// Control word read before the current receive on `side`.
-    snapshot: Option<u64>,
 }
 
 /// Why entries leave the table.
@@ -130,6 +136,7 @@ enum Removal {
 pub struct FastPathWorker {
     fp: FastPath,
     ifindex: [u32; 2],
+    ifaces: [String; 2],
     entries: HashMap<FlowKey4, Entry>,
     /// Keys of entries not yet armed, by arrival side.
     pending: [Vec<FlowKey4>; 2],
@@ -137,27 +144,15 @@ pub struct FastPathWorker {
     sync_keys: Vec<FlowKey4>,
 }
 
-/// Index of interface `iface` in the calling thread's namespace.
-fn ifindex(iface: &str) -> std::io::Result<u32> {
-    let c = std::ffi::CString::new(iface)
-        .map_err(|_| std::io::Error::other(format!("interface name `{iface}` has a NUL")))?;
-    // SAFETY: passes a valid NUL-terminated name.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => Err(std::io::Error::other(format!(
-            "no interface `{iface}`: {}",
-            std::io::Error::last_os_error()
-        ))),
-        i => Ok(i),
-    }
-}
-
 impl FastPathWorker {
-    /// Loads the fast path with `capacity` entries and attaches it to the inside and
-    /// outside interfaces (in the calling thread's namespace).
-    pub fn new(capacity: u32, ifaces: [&str; 2]) -> std::io::Result<Self> {
+    /// Loads the fast path with `capacity` entries and registers the inside and outside
+    /// interfaces (in the calling thread's namespace) as its ports 0 and 1. Open the
+    /// ports' sockets with [`Self::socket_filter`], then [`Self::attach`].
+    pub fn load(capacity: u32, ifaces: [&str; 2]) -> std::io::Result<Self> {
         let mut fp = FastPath::load(capacity)?;
-        for i in ifaces {
-            fp.attach(i)?;
+        for (side, i) in ifaces.iter().enumerate() {
+            let port = fp.register(i)?;
+            debug_assert_eq!(port, side);
         }
         Ok(Self {
             stats: FastPathStats {
@@ -167,36 +162,62 @@ impl FastPathWorker {
             },
             fp,
             ifindex: [ifindex(ifaces[0])?, ifindex(ifaces[1])?],
+            ifaces: ifaces.map(str::to_string),
             entries: HashMap::new(),
             pending: [Vec::new(), Vec::new()],
             sync_keys: Vec::new(),
         })
     }
 
-    /// Call before receiving on `side`: remembers the pending entries' control words.
-    pub fn before_receive(&mut self, side: usize) {
-        for k in &self.pending[side] {
-            if let Some(e) = self.entries.get_mut(k) {
-                e.snapshot = Some(self.fp.ctl(e.slot));
-            }
-        }
+    /// The socket filter each port's packet socket must carry from before it binds.
+    pub fn socket_filter(&self) -> std::io::Result<RawFd> {
+        self.fp.socket_filter()
     }
 
-    /// Call when a receive on `side` found the socket empty: arms the pending entries
-    /// of that side whose control word has not moved since [`Self::before_receive`].
-    pub fn receive_was_empty(&mut self, side: usize) {
+    /// Attaches the program to both interfaces: from here on it takes flows.
+    pub fn attach(&mut self) -> std::io::Result<()> {
+        for i in &self.ifaces {
+            self.fp.attach(i)?;
+        }
+        Ok(())
+    }
+
+    /// True while entries of frames arriving on `side` wait to be armed.
+    pub fn has_pending(&self, side: usize) -> bool {
+        !self.pending[side].is_empty()
+    }
+
+    /// Call when a receive on `side` found the socket empty and everything received was
+    /// sent: `taken` is what that port's socket has given up since it opened (frames
+    /// received plus socket drops), `out_idle` whether the kernel has finished with every
+    /// frame sent on the other port. Arms the pending entries of `side` when none of the
+    /// frames they counted is still on its way through userspace.
+    pub fn receive_was_empty(&mut self, side: usize, taken: u64, out_idle: bool) {
+        if !out_idle || self.pending[side].is_empty() {
+            return;
+        }
         let (fp, entries, stats) = (&self.fp, &mut self.entries, &mut self.stats);
+        let seen: Vec<Option<u64>> = self.pending[side]
+            .iter()
+            .map(|k| entries.get(k).map(|e| fp.ctl(e.slot)))
+            .collect();
+        if !fp.delivered(side, taken) {
+            return;
+        }
+        let mut seen = seen.into_iter();
         self.pending[side].retain(|k| {
+            let Some(seen) = seen.next().flatten() else {
+                return false;
+            };
             let Some(e) = entries.get_mut(k) else {
                 return false;
             };
-            match e.snapshot.take() {
-                Some(seen) if fp.arm(e.slot, seen) => {
-                    e.armed = true;
-                    stats.armed += 1;
-                    false
-                }
-                _ => true,
+            if fp.arm(e.slot, seen) {
+                e.armed = true;
+                stats.armed += 1;
+                false
+            } else {
+                true
             }
         });
     }
@@ -276,7 +297,6 @@ impl FastPathWorker {
                         synced: SlotCounters::default(),
                         installed_ns: now_ns,
                         armed: false,
-                        snapshot: None,
                     },
                 );
             }
@@ -514,7 +534,6 @@ mod tests {
             synced: SlotCounters::default(),
             installed_ns: 0,
             armed: true,
-            snapshot: None,
         };
         let r = Replay {
             packets: 40,

@@ -21,7 +21,7 @@ fn start(extra: &str) -> (Dataplane, WireEnd, WireEnd) {
     let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
     let inside = (a.wire.clone(), a.ready.clone());
     let outside = (b.wire.clone(), b.ready.clone());
-    let open: PortOpener = Box::new(move || Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
+    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
     let dp = Dataplane::start_with_ports(&cfg, tag_builder(), open).unwrap();
     (dp, inside, outside)
 }

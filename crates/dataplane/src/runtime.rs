@@ -12,6 +12,7 @@ use base64::Engine;
 use nfx_io::sys::parse_mac;
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_vnf::Node;
+use std::os::fd::RawFd;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,8 +26,10 @@ pub type ChainBuilder = Arc<
     dyn Fn(&[serde_json::Value], usize) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync,
 >;
 
-/// Opens the two ports on the worker thread (after it entered the namespace).
-pub type PortOpener = Box<dyn FnOnce() -> anyhow::Result<[Box<dyn Port>; 2]> + Send>;
+/// Opens the two ports on the worker thread (after it entered the namespace). With a
+/// fast path its socket filter comes along, to be attached to each AF_PACKET socket
+/// before it binds ([`AfPacketOptions::socket_filter`]).
+pub type PortOpener = Box<dyn FnOnce(Option<RawFd>) -> anyhow::Result<[Box<dyn Port>; 2]> + Send>;
 
 /// How long a caller waits for the worker to answer a command.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -478,9 +481,13 @@ impl Dataplane {
         };
         if cfg.workers == 1 {
             let groups = cfg.fanout.map(|f| [f.group, f.group + 1]);
-            let open: PortOpener = Box::new(move || {
-                let inside = AfPacketPort::open(&names[0], opts(groups.map(|g| g[0])))?;
-                let outside = AfPacketPort::open(&names[1], opts(groups.map(|g| g[1])))?;
+            let open: PortOpener = Box::new(move |socket_filter| {
+                let side = |i: usize| AfPacketOptions {
+                    socket_filter,
+                    ..opts(groups.map(|g| g[i]))
+                };
+                let inside = AfPacketPort::open(&names[0], side(0))?;
+                let outside = AfPacketPort::open(&names[1], side(1))?;
                 Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
             });
             return Self::start_with_ports(cfg, builder, open);
@@ -491,7 +498,8 @@ impl Dataplane {
         let opens = (0..cfg.workers)
             .map(|w| {
                 let (names, groups) = (names.clone(), groups.clone());
-                Box::new(move || {
+                // No fast path with several workers (the config refuses it).
+                Box::new(move |_| {
                     let mut ports = Vec::with_capacity(2);
                     for side in 0..2 {
                         let port = if w == 0 {
@@ -638,6 +646,10 @@ impl Dataplane {
         let (name, poll, vector, netns) =
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
         let fast_path = cfg.fast_path;
+        let ifaces = [
+            cfg.ports.inside.iface.clone(),
+            cfg.ports.outside.iface.clone(),
+        ];
         let WorkerStart {
             index,
             nodes,
@@ -653,14 +665,20 @@ impl Dataplane {
                     if let Some(ns) = &netns {
                         nfx_io::netns::enter_netns(ns)?;
                     }
-                    let ports = open()?;
-                    let fast = match fast_path {
-                        Some(f) => Some(FastPathWorker::new(
+                    // The fast path counts what reaches the sockets from their first
+                    // frame: loaded before they open, attached after.
+                    let mut fast = match fast_path {
+                        Some(f) => Some(FastPathWorker::load(
                             f.capacity,
-                            [ports[0].name(), ports[1].name()],
+                            [ifaces[0].as_str(), ifaces[1].as_str()],
                         )?),
                         None => None,
                     };
+                    let filter = fast.as_ref().map(|f| f.socket_filter()).transpose()?;
+                    let ports = open(filter)?;
+                    if let Some(f) = fast.as_mut() {
+                        f.attach()?;
+                    }
                     Ok((ports, fast))
                 };
                 let (ports, fast) = match setup() {

@@ -27,7 +27,7 @@ fn rig(poll: &str, vector: usize, chain: &str) -> Rig {
     let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
     let inside = (a.wire.clone(), a.ready.clone());
     let outside = (b.wire.clone(), b.ready.clone());
-    let open: PortOpener = Box::new(move || Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
+    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
     let dp =
         Dataplane::start_with_ports(&config(poll, vector, chain), tag_builder(), open).unwrap();
     Rig {
@@ -193,7 +193,7 @@ fn control_socket_serves_stats_to_clients() {
 fn bad_chain_fails_start_with_the_entry_named() {
     let a = MemPort::new("in0", [0; 6]);
     let b = MemPort::new("out0", [0; 6]);
-    let open: PortOpener = Box::new(move || Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
+    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
     let err = Dataplane::start_with_ports(&config("busy", 8, "[{tag: {}}]"), tag_builder(), open)
         .err()
         .unwrap();
@@ -202,7 +202,7 @@ fn bad_chain_fails_start_with_the_entry_named() {
 
 #[test]
 fn port_open_failure_is_reported() {
-    let open: PortOpener = Box::new(|| Err(anyhow::anyhow!("no such interface in0")));
+    let open: PortOpener = Box::new(|_| Err(anyhow::anyhow!("no such interface in0")));
     let err = Dataplane::start_with_ports(&config("busy", 8, "[]"), tag_builder(), open)
         .err()
         .unwrap();

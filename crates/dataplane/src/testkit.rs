@@ -203,6 +203,7 @@ impl Port for MemPort {
             let Some(f) = w.rx.pop_front() else { break };
             slots[n].buf.storage_mut()[..f.len()].copy_from_slice(&f);
             slots[n].buf.set_len(f.len());
+            self.counters.rx_taken += 1;
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += f.len() as u64;
             n += 1;

@@ -261,9 +261,6 @@ impl Worker {
         } else {
             Direction::Reverse
         };
-        if let Some(f) = self.fast.as_mut() {
-            f.before_receive(side);
-        }
         let n = match self.ports[side].recv(self.vec.slots_mut()) {
             Ok(n) => n,
             Err(e) => {
@@ -279,9 +276,7 @@ impl Worker {
             }
         };
         if n == 0 {
-            if let Some(f) = self.fast.as_mut() {
-                f.receive_was_empty(side);
-            }
+            self.try_arm(side);
             return 0;
         }
         self.vec.set_len(n, dir, self.fast.is_some());
@@ -343,6 +338,20 @@ impl Worker {
                 .map_err(|e| format!("port {}: fanout program: {e}", p.name()))?;
         }
         Ok(())
+    }
+
+    /// Arms the fast path's pending entries of `side` if every frame they counted has
+    /// been through userspace (call after a receive on `side` found nothing).
+    fn try_arm(&mut self, side: usize) {
+        if !self.fast.as_ref().is_some_and(|f| f.has_pending(side)) {
+            return;
+        }
+        self.sample_socket_drops();
+        let taken = self.ports[side].counters().rx_taken + self.socket_drops[side];
+        let out_idle = matches!(self.ports[1 - side].unsent_bytes(), Ok(0));
+        if let Some(f) = self.fast.as_mut() {
+            f.receive_was_empty(side, taken, out_idle);
+        }
     }
 
     /// Adds the frames the kernel dropped because a socket was full (e.g. while held).

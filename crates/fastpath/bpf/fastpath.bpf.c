@@ -13,9 +13,19 @@
 // One decision per frame, here: a frame is either redirected or handed to userspace,
 // never both, never neither. While a slot is pending (installed, not yet armed) each
 // frame handed up is counted in `ctl`; userspace arms the slot with a compare-and-swap
-// only when it has sent as many frames of the flow as were counted, so no fast frame
-// overtakes one still waiting in the socket. TCP SYN/FIN/RST disarm the slot and go
+// only when every frame counted so far has reached it and been sent, so no fast frame
+// overtakes one still on its way to userspace. TCP SYN/FIN/RST disarm the slot and go
 // up: connection state changes are always seen by the userspace firewall.
+//
+// "Reached userspace" is counted, not guessed from an empty socket: a frame handed up
+// here is still travelling (through the rest of the receive path, into the packet
+// socket's ring, whose slots another CPU may fill out of order) when userspace looks.
+// Per registered port (`port_of`: ifindex -> index into `ports`), this program counts
+// the IPv4 frames it hands up and marks them (NFX_MARK in skb->mark); the socket filter
+// `nfx_port_count`, attached to the port's packet socket before it binds, counts the
+// marked frames that arrive and every frame the socket is offered. Userspace arms only
+// when arrived == handed up, and every frame the socket was offered has been received
+// or counted as a socket drop.
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -68,6 +78,40 @@ struct {
 	__type(value, struct fp_slot);
 } slots SEC(".maps");
 
+// Per-port delivery counters, read by userspace through a mapping.
+struct port_count {
+	__u64 handed_up;
+	__u64 arrived;
+	__u64 offered;
+	__u64 pad;
+};
+
+#define MAX_PORTS 8
+#define NFX_MARK (1U << 31)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} port_of SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct port_count);
+} ports SEC(".maps");
+
+static __always_inline struct port_count *port_count_of(__u32 ifindex)
+{
+	__u32 *idx = bpf_map_lookup_elem(&port_of, &ifindex);
+	if (!idx)
+		return 0;
+	return bpf_map_lookup_elem(&ports, idx);
+}
+
 #define ETH_LEN 14
 #define IP_CSUM_OFF (ETH_LEN + 10)
 #define IP_TTL_OFF (ETH_LEN + 8)
@@ -77,8 +121,7 @@ struct {
 #define TCP_CSUM_OFF (L4_OFF + 16)
 #define UDP_CSUM_OFF (L4_OFF + 6)
 
-SEC("classifier")
-int nfx_fast_path(struct __sk_buff *skb)
+static __always_inline int decide(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
@@ -158,6 +201,40 @@ int nfx_fast_path(struct __sk_buff *skb)
 	bpf_skb_store_bytes(skb, IP_TTL_OFF, &new_ttl_word, 2, 0);
 	bpf_skb_store_bytes(skb, 0, macs, 12, 0);
 	return bpf_redirect(out, 0);
+}
+
+SEC("classifier")
+int nfx_fast_path(struct __sk_buff *skb)
+{
+	// Counted before the flow's `ctl`, so that a frame userspace sees counted there is
+	// already counted here.
+	struct port_count *pc = 0;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		pc = port_count_of(skb->ingress_ifindex);
+		if (pc) {
+			__sync_fetch_and_add(&pc->handed_up, 1);
+			skb->mark |= NFX_MARK;
+		}
+	}
+	int verdict = decide(skb);
+	if (pc && verdict != TC_ACT_OK) {
+		__sync_fetch_and_add(&pc->handed_up, -1);
+		skb->mark &= ~NFX_MARK;
+	}
+	return verdict;
+}
+
+// The packet socket's filter: counts, never filters.
+SEC("socket")
+int nfx_port_count(struct __sk_buff *skb)
+{
+	struct port_count *pc = port_count_of(skb->ifindex);
+	if (pc) {
+		__sync_fetch_and_add(&pc->offered, 1);
+		if (skb->mark & NFX_MARK)
+			__sync_fetch_and_add(&pc->arrived, 1);
+	}
+	return -1;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -13,25 +13,31 @@
 //! Consistency rules (what makes it a cache of the chain, not a second chain):
 //! - one decision per frame, in the BPF program: redirected, or handed to userspace;
 //! - a new entry is *pending*; userspace arms it ([`FastPath::arm`]) only when the
-//!   frames already handed up have been sent, so no frame overtakes another;
+//!   frames already handed up have been sent, so no frame overtakes another — counted,
+//!   not assumed: the program and a socket filter count the frames handed up and their
+//!   arrival at the port's socket ([`FastPath::delivered`]);
 //! - TCP SYN/FIN/RST always go to userspace and disarm the entry;
 //! - removing an entry only sends the flow back to userspace, never drops a frame.
 //!
 //! Needs root (CAP_BPF, CAP_NET_ADMIN) and kernel ≥ 6.6 (tcx).
 
 mod key;
+mod mapping;
 mod slots;
 
 pub use key::{Action, FlowKey4};
 pub use slots::{SlotCounters, ACTIVE};
 
 use aya::maps::{HashMap, MapData};
-use aya::programs::{tc::TcAttachType, SchedClassifier};
+use aya::programs::{tc::TcAttachType, SchedClassifier, SocketFilter};
 use aya::Ebpf;
 use key::{RawKey, RawSlot};
+use mapping::Mapping;
 use slots::Slots;
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The compiled BPF object.
@@ -65,10 +71,33 @@ impl std::fmt::Display for InstallError {
 
 impl std::error::Error for InstallError {}
 
-/// A loaded fast path: the program, its two maps and the free slots.
+/// Most ports (interfaces) one fast path serves.
+pub const MAX_PORTS: usize = 8;
+
+/// Bytes of the program's `struct port_count` (three counters and a pad word).
+const PORT_COUNT_BYTES: usize = 32;
+
+/// Where the frames the tc program handed up on one port have got to (the program's
+/// `struct port_count`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortDelivery {
+    /// IPv4 frames the tc program handed to userspace (redirected ones not counted).
+    pub handed_up: u64,
+    /// Of those, the frames that reached the port's packet socket.
+    pub arrived: u64,
+    /// Every frame the packet socket was offered (counted by its filter).
+    pub offered: u64,
+}
+
+/// A loaded fast path: the programs, their maps and the free slots.
 pub struct FastPath {
     bpf: Ebpf,
     flows: HashMap<MapData, RawKey, u32>,
+    port_of: HashMap<MapData, u32, u32>,
+    /// The `ports` array: one [`PortDelivery`] (and a pad word) per registered port.
+    ports: Mapping,
+    /// Interface indexes of the registered ports, by port number.
+    registered: Vec<u32>,
     slots: Slots,
     free: Vec<u32>,
     quarantine: VecDeque<(u32, Instant)>,
@@ -106,15 +135,40 @@ impl FastPath {
         let aya::maps::Map::Array(data) = &slots_map else {
             return Err(err("map slots", "not an array"));
         };
-        use std::os::fd::AsFd;
         let slots = Slots::map(data.fd().as_fd(), capacity as usize)
             .map_err(|e| err("mapping the slots", e))?;
-        // The maps stay alive through their fds: `flows` here, the mapping for `slots`
-        // (a mapped BPF map outlives its fd), and the program's references to both.
+        let port_of: HashMap<MapData, u32, u32> = bpf
+            .take_map("port_of")
+            .ok_or_else(|| err("map", "port_of missing"))?
+            .try_into()
+            .map_err(|e| err("map port_of", e))?;
+        let ports_map = bpf
+            .take_map("ports")
+            .ok_or_else(|| err("map", "ports missing"))?;
+        let aya::maps::Map::Array(data) = &ports_map else {
+            return Err(err("map ports", "not an array"));
+        };
+        let ports = Mapping::new(data.fd().as_fd(), PORT_COUNT_BYTES, MAX_PORTS)
+            .map_err(|e| err("mapping the port counters", e))?;
+        let filter: &mut SocketFilter = bpf
+            .program_mut("nfx_port_count")
+            .ok_or_else(|| err("program", "nfx_port_count missing"))?
+            .try_into()
+            .map_err(|e| err("program type", e))?;
+        filter
+            .load()
+            .map_err(|e| err("verifier (socket filter)", e))?;
+        // The maps stay alive through their fds: `flows` and `port_of` here, the
+        // mappings for `slots` and `ports` (a mapped BPF map outlives its fd), and the
+        // programs' references to all of them.
         drop(slots_map);
+        drop(ports_map);
         Ok(Self {
             bpf,
             flows,
+            port_of,
+            ports,
+            registered: Vec::new(),
             slots,
             free: (0..capacity).rev().collect(),
             quarantine: VecDeque::new(),
@@ -123,9 +177,73 @@ impl FastPath {
         })
     }
 
+    /// Registers `iface` (in the calling thread's network namespace) as a port whose
+    /// deliveries are counted ([`FastPath::delivery`]) and returns its number. Register
+    /// before opening the port's packet socket with [`FastPath::socket_filter`], and
+    /// attach after: then every frame the program counts can reach the socket, and the
+    /// filter has counted every frame the socket was offered.
+    pub fn register(&mut self, iface: &str) -> io::Result<usize> {
+        let ifindex = nfx_io::sys::ifindex(iface)?;
+        if let Some(i) = self.registered.iter().position(|&x| x == ifindex) {
+            return Ok(i);
+        }
+        let port = self.registered.len();
+        if port == MAX_PORTS {
+            return Err(err("registering a port", format!("more than {MAX_PORTS}")));
+        }
+        self.port_of
+            .insert(ifindex, port as u32, 0)
+            .map_err(|e| err(&format!("registering `{iface}`"), e))?;
+        self.registered.push(ifindex);
+        Ok(port)
+    }
+
+    /// The socket filter to attach (SO_ATTACH_BPF) to a registered port's packet socket
+    /// before it binds: it counts what the socket is offered and never filters.
+    pub fn socket_filter(&self) -> io::Result<RawFd> {
+        let prog: &SocketFilter = self
+            .bpf
+            .program("nfx_port_count")
+            .ok_or_else(|| err("program", "nfx_port_count missing"))?
+            .try_into()
+            .map_err(|e| err("program type", e))?;
+        let fd = prog.fd().map_err(|e| err("socket filter", e))?;
+        Ok(fd.as_fd().as_raw_fd())
+    }
+
+    /// Where the frames handed up on port `port` have got to.
+    pub fn delivery(&self, port: usize) -> PortDelivery {
+        PortDelivery {
+            handed_up: self.port_word(port, 0),
+            arrived: self.port_word(port, 8),
+            offered: self.port_word(port, 16),
+        }
+    }
+
+    /// True when every frame the program handed up on `port` before this call has been
+    /// taken by userspace: `taken` is what the port's socket has given up so far (frames
+    /// received plus frames it dropped, counted since it was opened with the filter),
+    /// read before this call. Read a pending entry's control word before this call and
+    /// arm it with that word after: then none of the frames the word counted is still
+    /// on its way to userspace.
+    pub fn delivered(&self, port: usize, taken: u64) -> bool {
+        // Arrived first, handed up second: equal means everything handed up so far has
+        // arrived at the socket; offered last: equal to `taken` means everything that
+        // arrived has been received or dropped.
+        let arrived = self.port_word(port, 8);
+        let handed_up = self.port_word(port, 0);
+        arrived == handed_up && self.port_word(port, 16) == taken
+    }
+
+    fn port_word(&self, port: usize, field: usize) -> u64 {
+        self.ports.word(port as u32, field).load(Ordering::SeqCst)
+    }
+
     /// Attaches the program to `iface`'s tcx ingress, in the calling thread's network
-    /// namespace. Detached when the fast path is dropped (or the process ends).
+    /// namespace, registering it first if needed. Detached when the fast path is
+    /// dropped (or the process ends).
     pub fn attach(&mut self, iface: &str) -> io::Result<()> {
+        self.register(iface)?;
         let prog: &mut SchedClassifier = self
             .bpf
             .program_mut("nfx_fast_path")

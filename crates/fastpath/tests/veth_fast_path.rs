@@ -2,9 +2,12 @@
 //! a — mid — b, with no userspace forwarder: only the BPF program moves frames.
 //! A pending entry forwards nothing and counts what it hands up; an armed entry
 //! rewrites (destination and source NAT, MACs, TTL) with checksums b's kernel accepts,
-//! and counts packets and bytes; a removed entry forwards nothing again.
+//! and counts packets and bytes; a removed entry forwards nothing again. Every frame
+//! handed up is counted until it has arrived at the port's packet socket.
 
 use nfx_fastpath::{Action, FastPath, FlowKey4, ACTIVE};
+use nfx_io::{AfPacketOptions, AfPacketPort, Port};
+use nfx_packet::{PacketBuf, PacketVector};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
@@ -25,9 +28,10 @@ struct Line {
 }
 
 impl Line {
-    fn new() -> Self {
+    /// Made under names unique to this process and `tag` (tests run in parallel).
+    fn new(tag: &str) -> Self {
         let id = std::process::id();
-        let ns = ["a", "mid", "b"].map(|n| format!("nfxfp-{id}-{n}"));
+        let ns = ["a", "mid", "b"].map(|n| format!("nfxfp-{id}-{tag}-{n}"));
         let l = Line { ns };
         for n in &l.ns {
             ip(&["netns", "add", n]);
@@ -151,7 +155,7 @@ fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
         eprintln!("skipped: needs root");
         return;
     }
-    let line = Line::new();
+    let line = Line::new("nat");
     let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
     let mid = line.ns[1].clone();
     let mut fp = std::thread::spawn(move || {
@@ -267,4 +271,94 @@ fn a_full_table_says_so() {
     std::thread::sleep(Duration::from_millis(250));
     fp.install(&k(3), &action).unwrap();
     assert_eq!(fp.len(), 2);
+}
+
+/// Takes frames from `port` until it has taken `want` or a second has passed.
+fn take(port: &mut AfPacketPort, want: u64) {
+    let mut vec = PacketVector::new(64, PacketBuf::GSO_CAPACITY);
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while port.counters().rx_taken < want && std::time::Instant::now() < deadline {
+        let n = port.recv(vec.slots_mut()).unwrap();
+        port.release(&mut vec.slots_mut()[..n]);
+    }
+}
+
+#[test]
+fn deliveries_to_the_port_socket_are_counted_from_its_first_frame() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let line = Line::new("count");
+    let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
+    let (mid, a) = (line.ns[1].clone(), line.ns[0].clone());
+    // Bound, so that b answers the redirected datagrams with no ICMP error onto m1.
+    let rx = receiver_in_b(&line.ns[2]);
+    std::thread::spawn(move || {
+        nfx_io::netns::enter_netns(&mid).unwrap();
+        let mut fp = FastPath::load(4).unwrap();
+        assert_eq!(fp.register("m0").unwrap(), 0);
+        assert_eq!(fp.register("m1").unwrap(), 1);
+        assert_eq!(fp.register("m0").unwrap(), 0, "registering twice");
+        assert!(fp.register("nosuch0").is_err());
+        let opts = AfPacketOptions {
+            fast_path: true,
+            rx_ring: Some(64),
+            rx_slot: nfx_io::ring::GSO_SLOT,
+            rx_in_place: true,
+            socket_filter: Some(fp.socket_filter().unwrap()),
+            ..AfPacketOptions::default()
+        };
+        let mut port = AfPacketPort::open("m0", opts).unwrap();
+
+        // Before the tc program is attached: offered to the socket, never handed up.
+        send_from_a(&a, 3);
+        let d = fp.delivery(0);
+        assert_eq!((d.handed_up, d.arrived, d.offered), (0, 0, 3));
+        assert!(!fp.delivered(0, 0), "three frames wait in the socket");
+        take(&mut port, 3);
+        assert_eq!(port.counters().rx_taken, 3);
+        assert!(fp.delivered(0, 3));
+
+        // Attached: one flow armed (redirected, not counted), another handed up.
+        fp.attach("m0").unwrap();
+        fp.attach("m1").unwrap();
+        let key = FlowKey4 {
+            ifindex: m0,
+            proto: 17,
+            src: u32::from(Ipv4Addr::new(10, 91, 1, 1)),
+            dst: u32::from(Ipv4Addr::new(10, 91, 1, 2)),
+            sport: 4000,
+            dport: 9000,
+        };
+        let action = Action {
+            out_ifindex: m1,
+            macs: [2, 0, 0, 0, 0x0b, 0, 2, 0, 0, 0, 0x0c, 1],
+            src: u32::from(Ipv4Addr::new(10, 91, 2, 2)),
+            dst: u32::from(Ipv4Addr::new(10, 91, 2, 1)),
+            sport: 5555,
+            dport: 9001,
+        };
+        let slot = fp.install(&key, &action).unwrap();
+        send_from_a(&a, 2);
+        assert_eq!(fp.ctl(slot), 2);
+        let d = fp.delivery(0);
+        assert_eq!((d.handed_up, d.arrived, d.offered), (2, 2, 5));
+        assert!(fp.arm(slot, 2));
+        send_from_a(&a, 4);
+        assert_eq!(
+            fp.counters(slot).packets,
+            4,
+            "the armed flow was redirected"
+        );
+        assert_eq!(fp.delivery(0), d, "redirected frames are not handed up");
+        assert!(!fp.delivered(0, 3), "two frames still in the socket");
+        take(&mut port, 5);
+        assert!(fp.delivered(0, 5));
+        assert!(!fp.delivered(0, 4));
+        assert_eq!(fp.delivery(1), Default::default(), "nothing arrived on m1");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(drain(&rx).len(), 4);
 }

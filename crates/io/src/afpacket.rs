@@ -56,6 +56,10 @@ pub struct AfPacketOptions {
     /// (with `isolate_kernel`) drop IPv4 for the kernel at prerouting rather than at
     /// the ingress hook, which runs before the socket. The port carries IPv4 only.
     pub fast_path: bool,
+    /// A BPF socket filter (program fd) to attach before the socket binds, so that it
+    /// sees every frame the socket is ever offered: the fast path's delivery counter
+    /// (`nfx_fastpath::FastPath::socket_filter`).
+    pub socket_filter: Option<RawFd>,
 }
 
 impl Default for AfPacketOptions {
@@ -72,6 +76,7 @@ impl Default for AfPacketOptions {
             tx_ring: None,
             isolate_kernel: false,
             fast_path: false,
+            socket_filter: None,
         }
     }
 }
@@ -141,6 +146,10 @@ impl AfPacketPort {
             libc::SO_SNDBUF,
             opts.socket_buffer,
         );
+        if let Some(prog) = opts.socket_filter {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_ATTACH_BPF, prog)
+                .map_err(|e| with("SO_ATTACH_BPF", e))?;
+        }
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -275,6 +284,14 @@ impl Port for AfPacketPort {
         &self.counters
     }
 
+    fn unsent_bytes(&self) -> io::Result<usize> {
+        let mut total = outq(self.fd.as_raw_fd())?;
+        if let Some(t) = &self.tx_ring {
+            total += outq(t.fd())?;
+        }
+        Ok(total)
+    }
+
     fn release(&mut self, pkts: &mut [Packet]) {
         if let Some(ring) = &mut self.ring {
             if ring.held() > 0 {
@@ -366,6 +383,7 @@ impl AfPacketPort {
                 break;
             };
             taken += 1;
+            c.rx_taken += 1;
             let p = &mut slots[kept];
             let got = match parse_slot(ring.head_slot(), status) {
                 Ok(SlotFrame::InSlot { mac, len }) => {
@@ -485,6 +503,15 @@ fn discard_queued(fd: RawFd) {
             return;
         }
     }
+}
+
+/// Bytes of sent frames the kernel still holds for socket `fd` (SIOCOUTQ, which is
+/// TIOCOUTQ).
+fn outq(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the ioctl writes one int to the pointer, which is live for the call.
+    check(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) })?;
+    Ok(n.max(0) as usize)
 }
 
 /// Frames the kernel dropped on packet socket `fd` because its receive buffer was full,

@@ -110,6 +110,7 @@ impl MsgBatch {
         }
         let head = if self.vnet { VnetHdr::LEN } else { 0 };
         let mut kept = 0;
+        c.rx_taken += got as u64;
         for i in 0..got as usize {
             let m = &self.msgs[i];
             let total = m.msg_len as usize;

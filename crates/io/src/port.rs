@@ -8,6 +8,8 @@ use std::os::fd::RawFd;
 /// Per-port counters, owned and updated by the worker thread that owns the port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortCounters {
+    /// Frames taken from the kernel by receives, whether handed on or dropped here.
+    pub rx_taken: u64,
     /// Frames handed to the dataplane.
     pub rx_packets: u64,
     /// Bytes of those frames (without the virtio-net header).
@@ -27,6 +29,7 @@ pub struct PortCounters {
 impl Default for PortCounters {
     fn default() -> Self {
         Self {
+            rx_taken: 0,
             rx_packets: 0,
             rx_bytes: 0,
             tx_packets: 0,
@@ -68,6 +71,13 @@ pub trait Port: Send {
 
     /// The port's counters.
     fn counters(&self) -> &PortCounters;
+
+    /// Bytes of frames this port sent that the kernel still holds (SIOCOUTQ): not yet
+    /// taken by the receiving stack. Ports whose sends complete within the send call
+    /// report 0.
+    fn unsent_bytes(&self) -> io::Result<usize> {
+        Ok(0)
+    }
 
     /// Ends the loans of the last receive: call with the packets it returned (in any
     /// order, dropped ones included) once they have been sent, before the next

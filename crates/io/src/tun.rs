@@ -127,6 +127,7 @@ impl Port for TunPort {
                     }
                 };
             }
+            self.counters.rx_taken += 1;
             let got = got as usize;
             if got <= VnetHdr::LEN {
                 self.counters.drop(DropReason::Truncated);
