@@ -1,5 +1,5 @@
 //! Tests of the handoff commands (hold, release, drain, steer) over in-memory ports:
-//! held frames stay queued and come out complete and in order on release, a drain
+//! held frames are kept (not run) and come out complete and in order on release, a drain
 //! forwards everything queued and then holds, a standby starts held, and bad requests
 //! get clear errors without changing the worker's state.
 
@@ -55,13 +55,23 @@ fn held_frames_wait_and_come_out_in_order_on_release() {
     MemPort::inject(&inside.0, &inside.1, (0..300).map(udp_frame));
     loop_turn(&dp);
     assert!(outside.0.lock().unwrap().tx.is_empty());
-    assert_eq!(inside.0.lock().unwrap().rx.len(), 300);
-    assert!(ctl.stats().unwrap().held);
+    // Taken off the port (its queue would overflow) and kept by the worker.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ctl.stats().unwrap().ports[0].held_frames < 300 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(inside.0.lock().unwrap().rx.is_empty());
+    let st = ctl.stats().unwrap();
+    assert!(st.held);
+    assert_eq!(st.ports[0].held_frames, 300);
+    assert!(outside.0.lock().unwrap().tx.is_empty());
     ctl.release().unwrap();
     let out = wait_tx(&outside.0, 300);
     assert_eq!(out.len(), 300);
     in_order(&out, 0);
-    assert!(!ctl.stats().unwrap().held);
+    let st = ctl.stats().unwrap();
+    assert!(!st.held);
+    assert_eq!(st.ports[0].held_frames, 0);
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod fastpath;
 pub mod graph;
 pub mod runtime;
 pub mod signals;
+pub mod stash;
 pub mod stats;
 pub mod worker;
 

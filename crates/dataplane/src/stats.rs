@@ -16,7 +16,7 @@ pub struct Stats {
     pub mode: String,
     /// `busy`, `interrupt` or `adaptive`.
     pub poll: String,
-    /// True while the worker holds (reads nothing: a fanout standby, or drained).
+    /// True while the worker holds (runs nothing: a fanout standby, or drained).
     #[serde(default)]
     pub held: bool,
     /// Per worker thread.
@@ -75,6 +75,9 @@ pub struct PortStats {
     /// Frames the kernel dropped because the socket's receive buffer was full.
     #[serde(default)]
     pub socket_drops: u64,
+    /// Frames taken off the port while the worker holds, waiting for its release.
+    #[serde(default)]
+    pub held_frames: u64,
     /// Drops by the port itself, by reason name (every reason listed).
     pub drops: BTreeMap<String, u64>,
 }
@@ -143,6 +146,7 @@ impl Stats {
                         q.tx_bytes += p.tx_bytes;
                         q.tx_retries += p.tx_retries;
                         q.socket_drops += p.socket_drops;
+                        q.held_frames += p.held_frames;
                         add_map(&mut q.drops, &p.drops);
                     }
                     None => all.ports.push(p),
@@ -375,6 +379,7 @@ mod tests {
                 ports: vec![PortStats {
                     name: "inside".into(),
                     rx_packets: pkts,
+                    held_frames: pkts / 100,
                     drops: drops_map(&drops),
                     ..PortStats::default()
                 }],
@@ -395,6 +400,7 @@ mod tests {
         assert_eq!(m.uptime_s, 2.0);
         assert_eq!(m.ports.len(), 1);
         assert_eq!(m.ports[0].rx_packets, 400);
+        assert_eq!(m.ports[0].held_frames, 4);
         assert_eq!(m.ports[0].drops["acl_deny"], 3);
         let nat = m.node("nat").unwrap();
         assert_eq!(nat.packets, 400);

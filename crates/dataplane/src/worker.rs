@@ -6,6 +6,7 @@
 
 use crate::fastpath::FastPathWorker;
 use crate::graph::Graph;
+use crate::stash::Stash;
 use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
 use nfx_io::cpu::{cpu_pct, thread_cpu_time};
 use nfx_io::{Notifier, PollMode, Port, Waiter, ADAPTIVE_SPIN};
@@ -29,9 +30,10 @@ pub enum Command {
     Reconfigure(usize, Vec<Box<dyn Node>>, SyncSender<Swapped>),
     /// Run `f` on the VNF called `node` (state export/import) and reply with its result.
     WithNode(String, NodeJob),
-    /// Stop reading the ports (frames wait in the sockets) until `Release`.
+    /// Stop running frames until `Release`: they wait, in arrival order, in the worker's
+    /// stash ([`crate::stash`]) and past its bound in the sockets.
     Hold(SyncSender<()>),
-    /// Read and process the ports again, starting with what queued while held.
+    /// Run frames again, starting with what was kept or queued while held.
     Release(SyncSender<()>),
     /// Process everything already queued in the ports' sockets, then hold.
     Drain(SyncSender<Drained>),
@@ -120,6 +122,8 @@ pub struct Worker {
     window_pct: Option<f64>,
     rx_error_logged: bool,
     held: bool,
+    /// Frames taken off each port while held, run first once released.
+    stash: [Stash; 2],
     socket_drops: [u64; 2],
     fast: Option<FastPathWorker>,
 }
@@ -154,6 +158,7 @@ impl Worker {
             window_pct: None,
             rx_error_logged: false,
             held: false,
+            stash: Default::default(),
             socket_drops: [0; 2],
             fast: None,
         }
@@ -209,8 +214,17 @@ impl Worker {
                     self.housekeeping(now);
                     next_tick = now + tick_ns;
                 }
+                if self.keep(0) + self.keep(1) > 0 {
+                    continue;
+                }
+                // Wake for frames only while there is room to keep them.
+                let w = if self.stash.iter().all(Stash::has_room) {
+                    &mut waiter
+                } else {
+                    &mut held_waiter
+                };
                 let timeout = Duration::from_nanos(next_tick.saturating_sub(now));
-                if let Err(e) = held_waiter.wait(timeout) {
+                if let Err(e) = w.wait(timeout) {
                     log::warn!("{}: poll failed: {e}", self.name);
                 }
                 self.mailbox.notifier.clear();
@@ -253,15 +267,21 @@ impl Worker {
         self.stats()
     }
 
-    /// Receives one vector on port `side`, runs it, transmits the survivors on the other
-    /// port. Returns how many frames were received.
-    fn pass(&mut self, side: usize, now_ns: u64) -> usize {
-        let dir = if side == 0 {
-            Direction::Forward
-        } else {
-            Direction::Reverse
-        };
-        let n = match self.ports[side].recv(self.vec.slots_mut()) {
+    /// While held: takes one vector off port `side` into its stash, if it has room.
+    /// Returns how many frames were taken.
+    fn keep(&mut self, side: usize) -> usize {
+        if !self.stash[side].has_room() {
+            return 0;
+        }
+        let n = self.receive(side);
+        self.stash[side].keep(&self.vec.slots_mut()[..n]);
+        self.ports[side].release(&mut self.vec.slots_mut()[..n]);
+        n
+    }
+
+    /// Receives into the vector's slots from port `side` (errors logged once, as 0).
+    fn receive(&mut self, side: usize) -> usize {
+        match self.ports[side].recv(self.vec.slots_mut()) {
             Ok(n) => n,
             Err(e) => {
                 if !self.rx_error_logged {
@@ -274,6 +294,21 @@ impl Worker {
                 }
                 0
             }
+        }
+    }
+
+    /// Runs one vector from port `side` — its stash first, then the socket — and
+    /// transmits the survivors on the other port. Returns how many frames it ran.
+    fn pass(&mut self, side: usize, now_ns: u64) -> usize {
+        let dir = if side == 0 {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        let n = if self.stash[side].is_empty() {
+            self.receive(side)
+        } else {
+            self.stash[side].refill(self.vec.slots_mut())
         };
         if n == 0 {
             self.try_arm(side);
@@ -433,7 +468,8 @@ impl Worker {
             .iter()
             .zip(PORT_NAMES)
             .zip(self.socket_drops)
-            .map(|((p, name), socket_drops)| {
+            .zip(&self.stash)
+            .map(|(((p, name), socket_drops), stash)| {
                 let c = p.counters();
                 PortStats {
                     name: name.to_string(),
@@ -444,7 +480,8 @@ impl Worker {
                     tx_bytes: c.tx_bytes,
                     tx_retries: c.tx_retries,
                     socket_drops,
-                    drops: drops_map(&c.drops),
+                    held_frames: stash.len() as u64,
+                    drops: drops_map(&std::array::from_fn(|r| c.drops[r] + stash.drops()[r])),
                 }
             })
             .collect();

@@ -21,7 +21,10 @@ unsafe impl Send for Mapping {}
 impl Mapping {
     /// Maps the array map `fd` of `len` elements of `elem` bytes.
     pub fn new(fd: BorrowedFd<'_>, elem: usize, len: usize) -> io::Result<Self> {
-        assert!(elem.is_multiple_of(8), "mapped array elements are 8-byte aligned");
+        assert!(
+            elem.is_multiple_of(8),
+            "mapped array elements are 8-byte aligned"
+        );
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let map_len = (elem * len).div_ceil(page).max(1) * page;
@@ -56,7 +59,10 @@ impl Mapping {
 
     /// The u64 at byte `field` of element `index`.
     pub fn word(&self, index: u32, field: usize) -> &AtomicU64 {
-        assert!(field.is_multiple_of(8) && field + 8 <= self.elem, "field {field}");
+        assert!(
+            field.is_multiple_of(8) && field + 8 <= self.elem,
+            "field {field}"
+        );
         // SAFETY: an 8-byte aligned u64 inside the element (checked above); the mapping
         // lives as long as `self`.
         unsafe { &*(self.at(index).add(field).cast::<AtomicU64>()) }
