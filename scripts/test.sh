@@ -5,4 +5,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
+# The fuzz targets are crates of their own (`cargo +nightly fuzz` builds them); check that
+# they still compile against the workspace's APIs (docs/fuzzing.md).
+for f in crates/*/fuzz; do
+  cargo check --locked --quiet --bins --manifest-path "$f/Cargo.toml" --target-dir target/fuzz-check
+done
 cargo test --release --workspace
