@@ -105,6 +105,28 @@ pub struct FastPath {
     attached: Vec<String>,
 }
 
+/// Takes the hash map `name` out of the loaded object.
+fn take_hash<K: aya::Pod, V: aya::Pod>(
+    bpf: &mut Ebpf,
+    name: &str,
+) -> io::Result<HashMap<MapData, K, V>> {
+    bpf.take_map(name)
+        .ok_or_else(|| err("map", format!("{name} missing")))?
+        .try_into()
+        .map_err(|e| err(&format!("map {name}"), e))
+}
+
+/// Maps the whole array map `name` (`len` elements of `elem` bytes) into this process.
+fn map_array(bpf: &mut Ebpf, name: &str, elem: usize, len: usize) -> io::Result<Mapping> {
+    let map = bpf
+        .take_map(name)
+        .ok_or_else(|| err("map", format!("{name} missing")))?;
+    let aya::maps::Map::Array(data) = &map else {
+        return Err(err(&format!("map {name}"), "not an array"));
+    };
+    Mapping::new(data.fd().as_fd(), elem, len).map_err(|e| err(&format!("mapping {name}"), e))
+}
+
 fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("fast path: {what}: {e}"))
 }
@@ -124,32 +146,6 @@ impl FastPath {
             .try_into()
             .map_err(|e| err("program type", e))?;
         prog.load().map_err(|e| err("verifier", e))?;
-        let flows: HashMap<MapData, RawKey, u32> = bpf
-            .take_map("flows")
-            .ok_or_else(|| err("map", "flows missing"))?
-            .try_into()
-            .map_err(|e| err("map flows", e))?;
-        let slots_map = bpf
-            .take_map("slots")
-            .ok_or_else(|| err("map", "slots missing"))?;
-        let aya::maps::Map::Array(data) = &slots_map else {
-            return Err(err("map slots", "not an array"));
-        };
-        let slots = Slots::map(data.fd().as_fd(), capacity as usize)
-            .map_err(|e| err("mapping the slots", e))?;
-        let port_of: HashMap<MapData, u32, u32> = bpf
-            .take_map("port_of")
-            .ok_or_else(|| err("map", "port_of missing"))?
-            .try_into()
-            .map_err(|e| err("map port_of", e))?;
-        let ports_map = bpf
-            .take_map("ports")
-            .ok_or_else(|| err("map", "ports missing"))?;
-        let aya::maps::Map::Array(data) = &ports_map else {
-            return Err(err("map ports", "not an array"));
-        };
-        let ports = Mapping::new(data.fd().as_fd(), PORT_COUNT_BYTES, MAX_PORTS)
-            .map_err(|e| err("mapping the port counters", e))?;
         let filter: &mut SocketFilter = bpf
             .program_mut("nfx_port_count")
             .ok_or_else(|| err("program", "nfx_port_count missing"))?
@@ -158,11 +154,20 @@ impl FastPath {
         filter
             .load()
             .map_err(|e| err("verifier (socket filter)", e))?;
+        // Both programs are loaded while every map's fd is open (the mapped arrays
+        // close theirs below).
+        let flows = take_hash::<RawKey, u32>(&mut bpf, "flows")?;
+        let slots = Slots::new(map_array(
+            &mut bpf,
+            "slots",
+            std::mem::size_of::<RawSlot>(),
+            capacity as usize,
+        )?);
+        let port_of = take_hash::<u32, u32>(&mut bpf, "port_of")?;
+        let ports = map_array(&mut bpf, "ports", PORT_COUNT_BYTES, MAX_PORTS)?;
         // The maps stay alive through their fds: `flows` and `port_of` here, the
         // mappings for `slots` and `ports` (a mapped BPF map outlives its fd), and the
         // programs' references to all of them.
-        drop(slots_map);
-        drop(ports_map);
         Ok(Self {
             bpf,
             flows,

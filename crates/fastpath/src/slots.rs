@@ -3,8 +3,6 @@
 
 use crate::key::RawSlot;
 use crate::mapping::Mapping;
-use std::io;
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bit of the control word that makes the fast path forward a flow's frames.
@@ -25,9 +23,9 @@ pub struct SlotCounters {
 pub(crate) struct Slots(Mapping);
 
 impl Slots {
-    /// Maps `len` slots of the array map `fd`.
-    pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Self> {
-        Mapping::new(fd, std::mem::size_of::<RawSlot>(), len).map(Self)
+    /// The slots in `mapping` (of the `slots` map, elements of `RawSlot` size).
+    pub fn new(mapping: Mapping) -> Self {
+        Self(mapping)
     }
 
     fn word(&self, slot: u32, field: usize) -> &AtomicU64 {

@@ -149,14 +149,44 @@ fn drain(s: &UdpSocket) -> Vec<(String, SocketAddrV4)> {
     got
 }
 
-#[test]
-fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
+/// a's datagrams (10.91.1.1:4000 → 10.91.1.2:9000, arriving on m0) and the rewrite that
+/// sends them from m1 (10.91.2.2:5555) to b (10.91.2.1:9001).
+fn nat_flow(m0: u32, m1: u32) -> (FlowKey4, Action) {
+    let key = FlowKey4 {
+        ifindex: m0,
+        proto: 17,
+        src: u32::from(Ipv4Addr::new(10, 91, 1, 1)),
+        dst: u32::from(Ipv4Addr::new(10, 91, 1, 2)),
+        sport: 4000,
+        dport: 9000,
+    };
+    let action = Action {
+        out_ifindex: m1,
+        macs: [2, 0, 0, 0, 0x0b, 0, 2, 0, 0, 0, 0x0c, 1],
+        src: u32::from(Ipv4Addr::new(10, 91, 2, 2)),
+        dst: u32::from(Ipv4Addr::new(10, 91, 2, 1)),
+        sport: 5555,
+        dport: 9001,
+    };
+    (key, action)
+}
+
+/// The line of test `tag` and the indexes of m0 and m1, or None (skipped) without root.
+fn line_as_root(tag: &str) -> Option<(Line, u32, u32)> {
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: needs root");
-        return;
+        return None;
     }
-    let line = Line::new("nat");
+    let line = Line::new(tag);
     let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
+    Some((line, m0, m1))
+}
+
+#[test]
+fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
+    let Some((line, m0, m1)) = line_as_root("nat") else {
+        return;
+    };
     let mid = line.ns[1].clone();
     let mut fp = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&mid).unwrap();
@@ -167,25 +197,7 @@ fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
     })
     .join()
     .unwrap();
-    let key = FlowKey4 {
-        ifindex: m0,
-        proto: 17,
-        src: u32::from(Ipv4Addr::new(10, 91, 1, 1)),
-        dst: u32::from(Ipv4Addr::new(10, 91, 1, 2)),
-        sport: 4000,
-        dport: 9000,
-    };
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&[2, 0, 0, 0, 0x0b, 0]);
-    macs[6..].copy_from_slice(&[2, 0, 0, 0, 0x0c, 1]);
-    let action = Action {
-        out_ifindex: m1,
-        macs,
-        src: u32::from(Ipv4Addr::new(10, 91, 2, 2)),
-        dst: u32::from(Ipv4Addr::new(10, 91, 2, 1)),
-        sport: 5555,
-        dport: 9001,
-    };
+    let (key, action) = nat_flow(m0, m1);
     let rx = receiver_in_b(&line.ns[2]);
     let slot = fp.install(&key, &action).unwrap();
     assert_eq!(fp.len(), 1);
@@ -285,12 +297,9 @@ fn take(port: &mut AfPacketPort, want: u64) {
 
 #[test]
 fn deliveries_to_the_port_socket_are_counted_from_its_first_frame() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
+    let Some((line, m0, m1)) = line_as_root("count") else {
         return;
-    }
-    let line = Line::new("count");
-    let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
+    };
     let (mid, a) = (line.ns[1].clone(), line.ns[0].clone());
     // Bound, so that b answers the redirected datagrams with no ICMP error onto m1.
     let rx = receiver_in_b(&line.ns[2]);
@@ -320,25 +329,11 @@ fn deliveries_to_the_port_socket_are_counted_from_its_first_frame() {
         assert_eq!(port.counters().rx_taken, 3);
         assert!(fp.delivered(0, 3));
 
-        // Attached: one flow armed (redirected, not counted), another handed up.
+        // Attached: the flow's entry pending (frames handed up and counted), then armed
+        // (frames redirected, not counted).
         fp.attach("m0").unwrap();
         fp.attach("m1").unwrap();
-        let key = FlowKey4 {
-            ifindex: m0,
-            proto: 17,
-            src: u32::from(Ipv4Addr::new(10, 91, 1, 1)),
-            dst: u32::from(Ipv4Addr::new(10, 91, 1, 2)),
-            sport: 4000,
-            dport: 9000,
-        };
-        let action = Action {
-            out_ifindex: m1,
-            macs: [2, 0, 0, 0, 0x0b, 0, 2, 0, 0, 0, 0x0c, 1],
-            src: u32::from(Ipv4Addr::new(10, 91, 2, 2)),
-            dst: u32::from(Ipv4Addr::new(10, 91, 2, 1)),
-            sport: 5555,
-            dport: 9001,
-        };
+        let (key, action) = nat_flow(m0, m1);
         let slot = fp.install(&key, &action).unwrap();
         send_from_a(&a, 2);
         assert_eq!(fp.ctl(slot), 2);
