@@ -38,6 +38,11 @@ const RECENT_COLUMNS: usize = 300;
 const PLUNGE_EVERY: u64 = 4;
 /// ... and on one-model problems.
 const PLUNGE_EVERY_1D: u64 = 8;
+/// A plunge goes on only while its node's bound is at most the best open bound plus
+/// this share of the gap to the incumbent: a plunge into a subtree whose bound is
+/// near the incumbent can only find placements about as costly (hybrid n120 seed 5:
+/// 60-node plunges under a bound of 840 with 820 open).
+const PLUNGE_GAP_SHARE: f64 = 0.25;
 /// On hybrid instances a rounding whose residual has at most this many instances,
 /// and at most a quarter of all, completes it with the complete search
 /// (`complete.rs`) for at most [`COMPLETE_TIME`] instead of greedily (on small
@@ -163,6 +168,10 @@ pub struct BranchPrice<'a> {
     stuck: Option<f64>,
     /// Positive LP columns of the node processed last (the children's hint).
     last_columns: Vec<Col>,
+    /// The plunge under way when the last time slice ended: the next slice goes on
+    /// with it, so that a plunge (often 50–70 nodes deep on hybrid n120 instances,
+    /// placements are found at its leaves) is not lost at every slice end.
+    plunge: Option<Node>,
     /// Nodes processed so far.
     pub nodes: u64,
     /// Best placement found by this search and its cost.
@@ -204,6 +213,7 @@ impl<'a> BranchPrice<'a> {
             seq: 0,
             stuck: None,
             last_columns: Vec::new(),
+            plunge: None,
             nodes: 0,
             found: None,
             cuts: Vec::new(),
@@ -256,19 +266,20 @@ impl<'a> BranchPrice<'a> {
     /// Whether every node has been closed: the best placement found (or the incumbent
     /// passed to [`BranchPrice::run`]) is optimal, or none exists.
     pub fn finished(&self) -> bool {
-        self.open.is_empty() && self.stuck.is_none()
+        self.exhausted() && self.stuck.is_none()
     }
 
     /// Whether no node is left to process (finished, or stopped on an undecidable one).
     pub fn exhausted(&self) -> bool {
-        self.open.is_empty()
+        self.open.is_empty() && self.plunge.is_none()
     }
 
     /// A proven lower bound given incumbent cost `ub`: the smallest open bound.
     pub fn bound(&self, ub: u64) -> u64 {
         let open = self.open.peek().map_or(ub, |n| ceil_bound(n.bound));
+        let plunge = self.plunge.as_ref().map_or(ub, |n| ceil_bound(n.bound));
         let stuck = self.stuck.map_or(ub, ceil_bound);
-        open.min(stuck).min(ub)
+        open.min(plunge).min(stuck).min(ub)
     }
 
     /// Processes nodes until `until` or until every node is closed, pruning against
@@ -278,7 +289,7 @@ impl<'a> BranchPrice<'a> {
         if let Some((c, _)) = &self.found {
             ub = ub.min(*c);
         }
-        let mut plunge: Option<Node> = None;
+        let mut plunge: Option<Node> = self.plunge.take();
         loop {
             let plunging = plunge.is_some();
             let Some(node) = plunge.take().or_else(|| self.open.pop()) else {
@@ -293,13 +304,13 @@ impl<'a> BranchPrice<'a> {
                 break;
             }
             if Instant::now() >= until {
-                self.open.push(node);
+                self.keep(node, plunging);
                 break;
             }
             self.nodes += 1;
             match self.process(&node, &mut ub, until) {
                 NodeOutcome::Interrupted => {
-                    self.open.push(node);
+                    self.keep(node, plunging);
                     break;
                 }
                 NodeOutcome::Closed => {}
@@ -321,7 +332,9 @@ impl<'a> BranchPrice<'a> {
                     } else {
                         PLUNGE_EVERY_1D
                     };
-                    let dive = plunging || self.nodes.is_multiple_of(every);
+                    let best = self.open.peek().map_or(b, |n| n.bound).min(b);
+                    let near = b <= best + PLUNGE_GAP_SHARE * (ub as f64 - best);
+                    let dive = near && (plunging || self.nodes.is_multiple_of(every));
                     for d in [d2, d1] {
                         let mut decisions = node.decisions.clone();
                         decisions.push(d);
@@ -344,6 +357,16 @@ impl<'a> BranchPrice<'a> {
         match (&self.found, start_found) {
             (Some((c, pats)), s) if s != Some(*c) => Some((*c, pats.clone())),
             _ => None,
+        }
+    }
+
+    /// Keeps a node that a slice end left unprocessed: as the plunge to resume, or
+    /// open.
+    fn keep(&mut self, node: Node, plunging: bool) {
+        if plunging {
+            self.plunge = Some(node);
+        } else {
+            self.open.push(node);
         }
     }
 
