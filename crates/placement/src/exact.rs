@@ -567,13 +567,22 @@ impl Search<'_> {
         }
     }
 
-    /// Runs branch and price until `until`; takes a cheaper placement it finds and the
-    /// bound it proves.
+    /// Runs branch and price until `until`; takes the cheaper placements it finds and
+    /// the bound it proves. On hybrid instances each placement it finds is improved by
+    /// the large neighbourhood search at once: its plunges end in placements a few
+    /// local moves from cheaper ones.
     fn branch_and_price(&mut self, bnp: &mut BranchPrice, until: Instant) {
-        if let Some((_, pats)) = bnp.run(self.ub, until) {
+        while let Some((_, pats)) = bnp.run(self.ub, until) {
             let mark = std::mem::take(&mut self.fixed);
             self.offer_partial(&pats, 0);
             self.fixed = mark;
+            self.lb = self.lb.max(bnp.bound(self.ub));
+            if self.one.is_none() && self.lb < self.ub {
+                self.try_repack(bnp.nodes, REPACK_PARTS);
+            }
+            if self.lb >= self.ub {
+                break;
+            }
         }
         self.lb = self.lb.max(bnp.bound(self.ub));
     }
