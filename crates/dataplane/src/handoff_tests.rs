@@ -41,6 +41,18 @@ fn loop_turn(dp: &Dataplane) {
     dp.controller().stats().unwrap();
 }
 
+/// Stats once the inside port's held frames reach `n` (or after 10 s).
+fn held_frames_reach(dp: &Dataplane, n: u64) -> crate::stats::Stats {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = dp.controller().stats().unwrap();
+        if st.ports[0].held_frames >= n || Instant::now() >= deadline {
+            return st;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn in_order(frames: &[Vec<u8>], from: u32) {
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(seq_of(f), from + i as u32, "reordered or lost at {i}");
@@ -56,12 +68,8 @@ fn held_frames_wait_and_come_out_in_order_on_release() {
     loop_turn(&dp);
     assert!(outside.0.lock().unwrap().tx.is_empty());
     // Taken off the port (its queue would overflow) and kept by the worker.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ctl.stats().unwrap().ports[0].held_frames < 300 && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    let st = held_frames_reach(&dp, 300);
     assert!(inside.0.lock().unwrap().rx.is_empty());
-    let st = ctl.stats().unwrap();
     assert!(st.held);
     assert_eq!(st.ports[0].held_frames, 300);
     assert!(outside.0.lock().unwrap().tx.is_empty());
@@ -86,13 +94,12 @@ fn drain_forwards_what_is_queued_then_holds() {
     assert_eq!(d.packets, 1010);
     in_order(&outside.0.lock().unwrap().tx, 0);
     assert_eq!(inside.0.lock().unwrap().tx.len(), 10);
-    // Held after the drain: new frames stay queued.
+    // Held after the drain: new frames are kept, not run.
     MemPort::inject(&inside.0, &inside.1, (1000..1100).map(udp_frame));
-    loop_turn(&dp);
-    assert_eq!(outside.0.lock().unwrap().tx.len(), 1000);
-    let st = ctl.stats().unwrap();
+    let st = held_frames_reach(&dp, 100);
     assert!(st.held);
-    assert_eq!(st.ports[0].rx_packets, 1000);
+    assert_eq!(st.ports[0].rx_packets, 1100);
+    assert_eq!(outside.0.lock().unwrap().tx.len(), 1000);
     ctl.release().unwrap();
     let out = wait_tx(&outside.0, 1100);
     assert_eq!(out.len(), 1100);

@@ -381,7 +381,7 @@ impl Worker {
         if !self.fast.as_ref().is_some_and(|f| f.has_pending(side)) {
             return;
         }
-        self.sample_socket_drops();
+        self.sample_socket_drops_of(side);
         let taken = self.ports[side].counters().rx_taken + self.socket_drops[side];
         let out_idle = matches!(self.ports[1 - side].unsent_bytes(), Ok(0));
         if let Some(f) = self.fast.as_mut() {
@@ -391,10 +391,15 @@ impl Worker {
 
     /// Adds the frames the kernel dropped because a socket was full (e.g. while held).
     fn sample_socket_drops(&mut self) {
-        for (i, p) in self.ports.iter().enumerate() {
-            if let Ok(d) = nfx_io::afpacket::socket_drops(p.fd()) {
-                self.socket_drops[i] += d;
-            }
+        for side in 0..2 {
+            self.sample_socket_drops_of(side);
+        }
+    }
+
+    /// The same for port `side` alone.
+    fn sample_socket_drops_of(&mut self, side: usize) {
+        if let Ok(d) = nfx_io::afpacket::socket_drops(self.ports[side].fd()) {
+            self.socket_drops[side] += d;
         }
     }
 
