@@ -25,6 +25,11 @@ pub enum Alg {
     Present128CtrHmacSha256,
     /// SHA-256 digest of AAD‖data (encrypt = compute, decrypt = verify).
     Sha256,
+    /// PRESENT-80 in CTR mode alone (no tag): chunk encryption where the transport
+    /// authenticates, as in the edge-encryption VNF paper.
+    Present80Ctr,
+    /// PRESENT-128 in CTR mode alone (no tag).
+    Present128Ctr,
 }
 
 /// How an algorithm combines its parts; engines dispatch on this.
@@ -36,11 +41,13 @@ pub enum AlgFamily {
     CtrHmac,
     /// A plain digest.
     Digest,
+    /// A counter-mode cipher alone: confidentiality without integrity, tag length 0.
+    Cipher,
 }
 
 impl Alg {
     /// Every algorithm, in the order benchmarks and reports list them.
-    pub const ALL: [Alg; 7] = [
+    pub const ALL: [Alg; 9] = [
         Alg::Aes128Gcm,
         Alg::Aes256Gcm,
         Alg::Chacha20Poly1305,
@@ -48,6 +55,8 @@ impl Alg {
         Alg::Present80CtrHmacSha256,
         Alg::Present128CtrHmacSha256,
         Alg::Sha256,
+        Alg::Present80Ctr,
+        Alg::Present128Ctr,
     ];
 
     /// The canonical name (`aes-128-gcm`, ...).
@@ -60,6 +69,8 @@ impl Alg {
             Alg::Present80CtrHmacSha256 => "present-80-ctr-hmac-sha256",
             Alg::Present128CtrHmacSha256 => "present-128-ctr-hmac-sha256",
             Alg::Sha256 => "sha256",
+            Alg::Present80Ctr => "present-80-ctr",
+            Alg::Present128Ctr => "present-128-ctr",
         }
     }
 
@@ -71,6 +82,7 @@ impl Alg {
             | Alg::Present80CtrHmacSha256
             | Alg::Present128CtrHmacSha256 => AlgFamily::CtrHmac,
             Alg::Sha256 => AlgFamily::Digest,
+            Alg::Present80Ctr | Alg::Present128Ctr => AlgFamily::Cipher,
         }
     }
 
@@ -79,8 +91,8 @@ impl Alg {
         match self {
             Alg::Aes128Gcm | Alg::Aes128CtrHmacSha256 => 16,
             Alg::Aes256Gcm | Alg::Chacha20Poly1305 => 32,
-            Alg::Present80CtrHmacSha256 => 10,
-            Alg::Present128CtrHmacSha256 => 16,
+            Alg::Present80CtrHmacSha256 | Alg::Present80Ctr => 10,
+            Alg::Present128CtrHmacSha256 | Alg::Present128Ctr => 16,
             Alg::Sha256 => 0,
         }
     }
@@ -91,9 +103,23 @@ impl Alg {
         match self {
             Alg::Aes128Gcm | Alg::Aes256Gcm | Alg::Chacha20Poly1305 => 12,
             Alg::Aes128CtrHmacSha256 => 16,
-            Alg::Present80CtrHmacSha256 | Alg::Present128CtrHmacSha256 => 8,
+            Alg::Present80CtrHmacSha256
+            | Alg::Present128CtrHmacSha256
+            | Alg::Present80Ctr
+            | Alg::Present128Ctr => 8,
             Alg::Sha256 => 0,
         }
+    }
+
+    /// Whether the algorithm is PRESENT (the cipher the bitsliced engine implements).
+    pub fn is_present(self) -> bool {
+        matches!(
+            self,
+            Alg::Present80CtrHmacSha256
+                | Alg::Present128CtrHmacSha256
+                | Alg::Present80Ctr
+                | Alg::Present128Ctr
+        )
     }
 
     /// Whether the algorithm needs a separate HMAC key.
@@ -102,12 +128,13 @@ impl Alg {
     }
 
     /// Whether `tag_len` is allowed: 16 for AEADs; 16 (RFC 4868) or 32 for HMAC;
-    /// 1..=32 for SHA-256.
+    /// 1..=32 for SHA-256; 0 for a cipher alone.
     pub fn tag_len_ok(self, tag_len: usize) -> bool {
         match self.family() {
             AlgFamily::Aead => tag_len == 16,
             AlgFamily::CtrHmac => tag_len == 16 || tag_len == 32,
             AlgFamily::Digest => (1..=32).contains(&tag_len),
+            AlgFamily::Cipher => tag_len == 0,
         }
     }
 
@@ -116,6 +143,7 @@ impl Alg {
         match self.family() {
             AlgFamily::Aead | AlgFamily::CtrHmac => 16,
             AlgFamily::Digest => 32,
+            AlgFamily::Cipher => 0,
         }
     }
 }

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 
+use crate::bitsliced::{xor_into, CtrRun, PresentBs};
 use crate::op::{split, Parts};
 use crate::{
-    AccelError, AlgFamily, Buf, Completion, Direction, Engine, EngineKind, EngineStats, Iv, Layout,
-    Op, SessionId, SessionSpec, Status,
+    AccelError, Alg, AlgFamily, Buf, Completion, Direction, Engine, EngineKind, EngineStats, Iv,
+    Layout, Op, SessionId, SessionSpec, Status,
 };
 
 /// The primitives an implementation provides; composition lives in `execute`.
@@ -27,6 +28,17 @@ pub(crate) trait Backend: Send + 'static {
     fn ctr_xor(s: &mut Self::Session, iv: &[u8], data: &mut [u8]);
     /// HMAC-SHA-256 (CTR+HMAC) or SHA-256 (digest) over `aad ‖ data`.
     fn mac(s: &mut Self::Session, aad: &[u8], data: &[u8], out: &mut [u8; 32]);
+    /// Whether sessions of `alg` can be created (an engine may implement a subset).
+    fn supports(alg: Alg) -> bool {
+        let _ = alg;
+        true
+    }
+    /// The bitsliced cipher of a session whose keystream is computed for a whole batch
+    /// of operations at once (PRESENT on the cpu and bitsliced engines), if it has one.
+    fn batcher(s: &Self::Session) -> Option<&PresentBs> {
+        let _ = s;
+        None
+    }
 }
 
 /// Constant-time equality of two byte strings of the same length.
@@ -58,13 +70,23 @@ impl Meta {
     }
 }
 
-/// Runs one operation on `buf` with a backend session.
+/// The counter-mode step: the batch's precomputed keystream when there is one.
+fn ctr<B: Backend>(s: &mut B::Session, iv: &[u8], data: &mut [u8], ks: Option<&[u8]>) {
+    match ks {
+        Some(k) => xor_into(data, k),
+        None => B::ctr_xor(s, iv, data),
+    }
+}
+
+/// Runs one operation on `buf` with a backend session; `ks` is its keystream when the
+/// batch computed it ahead (`BatchKeystream`).
 pub(crate) fn execute<B: Backend>(
     meta: &Meta,
     s: &mut B::Session,
     iv: &Iv,
     layout: &Layout,
     buf: &mut [u8],
+    ks: Option<&[u8]>,
 ) -> Status {
     if iv.declared_len() != meta.iv_len {
         return Status::BadArgument;
@@ -79,8 +101,12 @@ pub(crate) fn execute<B: Backend>(
             true
         }
         (AlgFamily::Aead, Direction::Decrypt) => B::aead_open(s, iv, aad, data, tag),
+        (AlgFamily::Cipher, _) => {
+            ctr::<B>(s, iv, data, ks);
+            true
+        }
         (AlgFamily::CtrHmac, Direction::Encrypt) => {
-            B::ctr_xor(s, iv, data);
+            ctr::<B>(s, iv, data, ks);
             let mut full = [0u8; 32];
             B::mac(s, aad, data, &mut full);
             tag.copy_from_slice(&full[..meta.tag_len]);
@@ -91,7 +117,7 @@ pub(crate) fn execute<B: Backend>(
             B::mac(s, aad, data, &mut full);
             let ok = ct_eq(&full[..meta.tag_len], tag);
             if ok {
-                B::ctr_xor(s, iv, data);
+                ctr::<B>(s, iv, data, ks);
             }
             ok
         }
@@ -152,18 +178,107 @@ impl<B: Backend> Sessions<B> {
         }
     }
 
-    /// Runs one operation on raw buffer bytes.
+    /// Runs one operation on raw buffer bytes, with its batch keystream if any.
     pub(crate) fn run(
         &mut self,
         id: SessionId,
         iv: &Iv,
         layout: &Layout,
         buf: &mut [u8],
+        ks: Option<&[u8]>,
     ) -> Status {
         match self.slots.get_mut(id.0 as usize) {
-            Some(Some((meta, s))) => execute::<B>(meta, s, iv, layout, buf),
+            Some(Some((meta, s))) => execute::<B>(meta, s, iv, layout, buf, ks),
             _ => Status::NoSession,
         }
+    }
+
+    /// Computes, for every operation of a batch whose session batches its keystream,
+    /// that keystream: consecutive operations of one session share bitsliced passes.
+    pub(crate) fn prepare(&mut self, jobs: &[Job], ks: &mut BatchKeystream) {
+        ks.clear(jobs.len());
+        let mut start = 0;
+        while start < jobs.len() {
+            let id = jobs[start].session;
+            let end = start + jobs[start..].iter().take_while(|j| j.session == id).count();
+            if let Some(Some((meta, s))) = self.slots.get(id.0 as usize) {
+                if let Some(p) = B::batcher(s) {
+                    ks.add_group(p, meta, start, &jobs[start..end]);
+                }
+            }
+            start = end;
+        }
+    }
+}
+
+/// What `Sessions::prepare` needs to know of one operation of a batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job {
+    /// Session of the operation.
+    pub session: SessionId,
+    /// Its IV (the initial counter block).
+    pub iv: Iv,
+    /// Its layout (for the data length).
+    pub layout: Layout,
+    /// Length of its buffer (the layout must fit in it).
+    pub buf_len: usize,
+}
+
+/// Most keystream bytes one batch precomputes; operations beyond it run one by one.
+const BATCH_KEYSTREAM_MAX: usize = 1 << 20;
+
+/// Keystream precomputed for the operations of one batch (reused between batches, so
+/// no allocation per operation once it has grown).
+#[derive(Default)]
+pub(crate) struct BatchKeystream {
+    bytes: Vec<u8>,
+    /// Per operation of the batch: where its keystream is in `bytes`.
+    spans: Vec<Option<(usize, usize)>>,
+    runs: Vec<CtrRun>,
+}
+
+impl BatchKeystream {
+    fn clear(&mut self, n: usize) {
+        self.bytes.clear();
+        self.spans.clear();
+        self.spans.resize(n, None);
+    }
+
+    /// Computes the keystream of the valid operations of one session's group, whose
+    /// first operation is number `first` of the batch.
+    fn add_group(&mut self, p: &PresentBs, meta: &Meta, first: usize, jobs: &[Job]) {
+        self.runs.clear();
+        let start = self.bytes.len();
+        let mut at = start;
+        for (i, j) in jobs.iter().enumerate() {
+            let len = j.layout.data_len as usize;
+            let fits = j.iv.declared_len() == meta.iv_len
+                && j.layout.span(meta.tag_len) <= j.buf_len as u64
+                && at + len <= BATCH_KEYSTREAM_MAX;
+            let Ok(ctr) = <[u8; 8]>::try_from(j.iv.as_slice()) else {
+                continue;
+            };
+            if !fits {
+                continue;
+            }
+            let blocks = len.div_ceil(8);
+            self.runs.push(CtrRun {
+                ctr: u64::from_be_bytes(ctr),
+                blocks,
+            });
+            self.spans[first + i] = Some((at, len));
+            at += blocks * 8;
+        }
+        if at > start {
+            self.bytes.resize(at, 0);
+            p.keystream(&self.runs, &mut self.bytes[start..]);
+        }
+    }
+
+    /// The keystream of operation `i` of the batch, if it was computed.
+    pub(crate) fn get(&self, i: usize) -> Option<&[u8]> {
+        let (at, len) = (*self.spans.get(i)?)?;
+        Some(&self.bytes[at..at + len])
     }
 }
 
@@ -175,6 +290,8 @@ pub(crate) struct SyncEngine<B: Backend> {
     sessions: Sessions<B>,
     done: VecDeque<Completion>,
     stats: EngineStats,
+    jobs: Vec<Job>,
+    keystream: BatchKeystream,
 }
 
 impl<B: Backend> SyncEngine<B> {
@@ -183,6 +300,8 @@ impl<B: Backend> SyncEngine<B> {
             sessions: Sessions::new(),
             done: VecDeque::with_capacity(SYNC_QUEUE_DEPTH),
             stats: EngineStats::default(),
+            jobs: Vec::new(),
+            keystream: BatchKeystream::default(),
         }
     }
 }
@@ -203,7 +322,18 @@ impl<B: Backend> Engine for SyncEngine<B> {
     }
 
     fn create_session(&mut self, spec: SessionSpec) -> Result<SessionId, AccelError> {
+        if !B::supports(spec.alg) {
+            return Err(AccelError::BadArgument(format!(
+                "the {} engine does not implement {}",
+                B::KIND,
+                spec.alg
+            )));
+        }
         self.sessions.create(&spec)
+    }
+
+    fn supports(&self, alg: Alg) -> bool {
+        B::supports(alg)
     }
 
     fn destroy_session(&mut self, id: SessionId) -> Result<(), AccelError> {
@@ -216,10 +346,22 @@ impl<B: Backend> Engine for SyncEngine<B> {
 
     fn submit(&mut self, ops: &mut Vec<Op>) -> Result<usize, AccelError> {
         let n = ops.len().min(SYNC_QUEUE_DEPTH - self.done.len());
-        for mut op in ops.drain(..n) {
-            let status = self
-                .sessions
-                .run(op.session, &op.iv, &op.layout, op.buf.as_mut_slice());
+        self.jobs.clear();
+        self.jobs.extend(ops[..n].iter().map(|op| Job {
+            session: op.session,
+            iv: op.iv,
+            layout: op.layout,
+            buf_len: op.buf.len(),
+        }));
+        self.sessions.prepare(&self.jobs, &mut self.keystream);
+        for (i, mut op) in ops.drain(..n).enumerate() {
+            let status = self.sessions.run(
+                op.session,
+                &op.iv,
+                &op.layout,
+                op.buf.as_mut_slice(),
+                self.keystream.get(i),
+            );
             count(&mut self.stats, status, op.layout.data_len);
             self.done.push_back(Completion { op, status });
         }

@@ -3,7 +3,8 @@
 //! running CPU: AES-GCM through aws-lc where it has its AVX-512 code, otherwise through
 //! ring, whose VAES+AVX2 code runs twice as fast as aws-lc's AES-NI path on CPUs with
 //! VAES but no AVX-512 (AMD Zen 3, Intel Alder Lake); everything else through aws-lc.
-//! PRESENT has no instruction support and shares the `soft` table code.
+//! PRESENT has no instruction support; it runs bitsliced in the vector registers
+//! (`crate::bitsliced`), its keystream computed across each batch.
 
 use std::mem::MaybeUninit;
 
@@ -12,7 +13,7 @@ use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, UnboundCipherKey, AES_
 use aws_lc_rs::{digest, hmac};
 
 use crate::backend::{Backend, SyncEngine};
-use crate::soft::present::Present;
+use crate::bitsliced::{PresentBs, PresentSession};
 use crate::{AccelError, Alg, Engine, EngineKind, SessionSpec};
 
 /// Expanded keys of one cpu session (aws-lc zeroizes its key schedules on drop). Sessions
@@ -22,7 +23,7 @@ pub(crate) enum CpuSession {
     Aead(LessSafeKey),
     RingGcm(RingGcm),
     AesCtr { ctr: EncryptingKey, hmac: hmac::Key },
-    PresentCtr { present: Present, hmac: hmac::Key },
+    Present(PresentSession),
     Sha256,
 }
 
@@ -112,6 +113,9 @@ impl Backend for CpuBackend {
             let k = UnboundKey::new(a, key).map_err(|_| bad_key(alg))?;
             return Ok(CpuSession::Aead(LessSafeKey::new(k)));
         }
+        if alg.is_present() {
+            return PresentSession::new(spec).map(CpuSession::Present);
+        }
         let hmac_key = || hmac::Key::new(hmac::HMAC_SHA256, spec.auth_key.expose());
         Ok(match alg {
             Alg::Aes128CtrHmacSha256 => {
@@ -121,10 +125,6 @@ impl Backend for CpuBackend {
                     hmac: hmac_key(),
                 }
             }
-            Alg::Present80CtrHmacSha256 | Alg::Present128CtrHmacSha256 => CpuSession::PresentCtr {
-                present: Present::new(key).ok_or_else(|| bad_key(alg))?,
-                hmac: hmac_key(),
-            },
             _ => CpuSession::Sha256,
         })
     }
@@ -182,16 +182,15 @@ impl Backend for CpuBackend {
                     data.fill(0);
                 }
             }
-            CpuSession::PresentCtr { present, .. } => {
-                present.ctr_xor(iv.try_into().expect("iv length checked"), data)
-            }
+            CpuSession::Present(p) => p.ctr_xor(iv, data),
             _ => unreachable!("CTR call on a non-CTR session"),
         }
     }
 
     fn mac(s: &mut CpuSession, aad: &[u8], data: &[u8], out: &mut [u8; 32]) {
         match s {
-            CpuSession::AesCtr { hmac: k, .. } | CpuSession::PresentCtr { hmac: k, .. } => {
+            CpuSession::Present(p) => p.mac(aad, data, out),
+            CpuSession::AesCtr { hmac: k, .. } => {
                 let mut ctx = hmac::Context::with_key(k);
                 ctx.update(aad);
                 ctx.update(data);
@@ -203,6 +202,13 @@ impl Backend for CpuBackend {
                 ctx.update(data);
                 out.copy_from_slice(ctx.finish().as_ref());
             }
+        }
+    }
+
+    fn batcher(s: &CpuSession) -> Option<&PresentBs> {
+        match s {
+            CpuSession::Present(p) => Some(p.cipher()),
+            _ => None,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::{AccelError, Buf, Completion, Op, SessionId, SessionSpec};
+use crate::{AccelError, Alg, Buf, Completion, Op, SessionId, SessionSpec};
 
 /// The kinds of engine nfx has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -17,11 +17,19 @@ pub enum EngineKind {
     Cpu,
     /// A queue pair of the lookaside device process.
     Lookaside,
+    /// PRESENT only, bitsliced across the blocks of a whole batch in the CPU's wide
+    /// vectors (AVX2, else 64-bit words): the HW-VNF's cipher pipeline.
+    Bitsliced,
 }
 
 impl EngineKind {
     /// Every kind, in report order.
-    pub const ALL: [EngineKind; 3] = [EngineKind::Soft, EngineKind::Cpu, EngineKind::Lookaside];
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::Soft,
+        EngineKind::Cpu,
+        EngineKind::Lookaside,
+        EngineKind::Bitsliced,
+    ];
 
     /// The engine's name in configs, JSON and calibration files.
     pub fn as_str(self) -> &'static str {
@@ -29,6 +37,7 @@ impl EngineKind {
             EngineKind::Soft => "soft",
             EngineKind::Cpu => "cpu",
             EngineKind::Lookaside => "lookaside",
+            EngineKind::Bitsliced => "bitsliced",
         }
     }
 }
@@ -46,7 +55,9 @@ impl FromStr for EngineKind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
-                AccelError::BadArgument(format!("unknown engine `{s}` (soft, cpu, lookaside)"))
+                AccelError::BadArgument(format!(
+                    "unknown engine `{s}` (soft, cpu, lookaside, bitsliced)"
+                ))
             })
     }
 }
@@ -74,6 +85,12 @@ pub struct EngineStats {
 pub trait Engine: Send {
     /// Which kind of engine this is.
     fn kind(&self) -> EngineKind;
+
+    /// Whether this engine implements `alg` (the bitsliced engine does PRESENT only).
+    fn supports(&self, alg: Alg) -> bool {
+        let _ = alg;
+        true
+    }
 
     /// Creates a session; the engine keeps its own expanded copy of the keys.
     fn create_session(&mut self, spec: SessionSpec) -> Result<SessionId, AccelError>;

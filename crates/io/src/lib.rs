@@ -10,6 +10,7 @@ pub mod fanout;
 pub mod isolate;
 mod mmsg;
 pub mod netns;
+pub mod peer;
 pub mod poll;
 pub mod port;
 pub mod ring;

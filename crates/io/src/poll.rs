@@ -3,7 +3,7 @@
 
 use crate::sys::{check, owned};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -59,6 +59,33 @@ impl Notifier {
         // SAFETY: plain eventfd(2) call.
         let fd = owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
         Ok(Self { fd })
+    }
+
+    /// Adopts an eventfd received from another process (e.g. over `SCM_RIGHTS`), after
+    /// checking that it is one, and makes it non-blocking.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        if link.as_os_str() != "anon_inode:[eventfd]" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor is {}, not an eventfd", link.display()),
+            ));
+        }
+        // SAFETY: valid fd; F_GETFL/F_SETFL take and return plain flags.
+        unsafe {
+            let fl = check(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
+            check(libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_SETFL,
+                fl | libc::O_NONBLOCK,
+            ))?;
+        }
+        Ok(Self { fd })
+    }
+
+    /// The descriptor, to pass to another process.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Makes the descriptor readable (wakes the waiter). Safe to call from any thread.
@@ -138,6 +165,11 @@ mod tests {
         n.notify();
         n.notify();
         assert!(w.wait(Duration::from_secs(5)).unwrap());
+        let dup = Notifier::from_fd(n.as_fd().try_clone_to_owned().unwrap()).unwrap();
+        dup.clear();
+        assert!(!w.wait(Duration::ZERO).unwrap());
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(Notifier::from_fd(a.into()).is_err());
         n.clear();
         assert!(!w.wait(Duration::ZERO).unwrap());
     }

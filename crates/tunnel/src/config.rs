@@ -199,8 +199,11 @@ impl Config {
             why,
         };
         let alg: Alg = raw.alg.parse().map_err(|e| field("alg", format!("{e}")))?;
-        if alg.family() == AlgFamily::Digest {
-            return Err(field("alg", "sha256 is not an ESP transform".into()));
+        if matches!(alg.family(), AlgFamily::Digest | AlgFamily::Cipher) {
+            return Err(field(
+                "alg",
+                format!("{alg} is not an ESP transform (it has no integrity check)"),
+            ));
         }
         if raw.esn && alg.family() == AlgFamily::CtrHmac {
             return Err(field(

@@ -71,6 +71,7 @@ fn kind_code(k: EngineKind) -> u8 {
         EngineKind::Soft => 0,
         EngineKind::Cpu => 1,
         EngineKind::Lookaside => 2,
+        EngineKind::Bitsliced => 3,
     }
 }
 
@@ -134,7 +135,7 @@ impl Counters {
 
     /// The engine now in use.
     pub fn engine(&self) -> EngineKind {
-        EngineKind::ALL[self.engine.load(Relaxed) as usize % 3]
+        EngineKind::ALL[self.engine.load(Relaxed) as usize % EngineKind::ALL.len()]
     }
 
     /// Drop counters as a JSON object.

@@ -10,10 +10,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::proto::{self, Msg, Recv};
-use super::ring::{futex_wait, futex_wake, DoorbellView, Geometry, QpView, DOORBELL_LEN, MAGIC};
+use super::ring::{
+    futex_wait, futex_wake, DoorbellView, Geometry, QpView, SqEntry, DOORBELL_LEN, MAGIC,
+};
 use super::seqpacket;
 use super::shm::Mapping;
-use crate::backend::Sessions;
+use crate::backend::{BatchKeystream, Job, Sessions};
 use crate::cpu::CpuBackend;
 use crate::{AccelError, Iv, Layout, SessionId, Status, MAX_IV};
 
@@ -341,6 +343,7 @@ fn data_loop(shared: &Shared) {
     let mut active: Vec<Arc<Qp>> = Vec::new();
     let mut seen_gen = u64::MAX;
     let mut last_work = Instant::now();
+    let mut scratch = Scratch::default();
     while !shared.stop.load(Ordering::SeqCst) {
         let g = shared.generation.load(Ordering::SeqCst);
         if g != seen_gen {
@@ -350,7 +353,7 @@ fn data_loop(shared: &Shared) {
         bell.heartbeat().fetch_add(1, Ordering::Relaxed);
         let mut did = 0;
         for qp in &active {
-            did += process(qp, 64);
+            did += process(qp, 64, &mut scratch);
         }
         if did > 0 {
             last_work = Instant::now();
@@ -373,8 +376,34 @@ fn data_loop(shared: &Shared) {
     }
 }
 
-/// Runs up to `budget` submitted operations of one queue pair, in order.
-fn process(qp: &Qp, budget: usize) -> usize {
+/// Per-pass working memory of the data thread (reused, so nothing is allocated per
+/// operation once it has grown).
+#[derive(Default)]
+struct Scratch {
+    entries: Vec<SqEntry>,
+    jobs: Vec<Job>,
+    keystream: BatchKeystream,
+}
+
+/// Whether an entry's slot, length and IV length fit the queue pair's geometry.
+fn entry_ok(e: &SqEntry, seq: u64, geo: &Geometry) -> bool {
+    e.seq == seq && e.slot < geo.slot_count && e.len <= geo.slot_size && e.iv_len as usize <= MAX_IV
+}
+
+fn entry_layout(e: &SqEntry) -> Layout {
+    Layout {
+        aad_off: e.aad_off,
+        aad_len: e.aad_len,
+        data_off: e.data_off,
+        data_len: e.data_len,
+        tag_off: e.tag_off,
+    }
+}
+
+/// Runs up to `budget` submitted operations of one queue pair, in order. The entries are
+/// copied out of shared memory first, so that the keystream of the whole pass can be
+/// computed at once (bitsliced PRESENT across packets).
+fn process(qp: &Qp, budget: usize, scratch: &mut Scratch) -> usize {
     let v = &qp.view;
     if v.revoked().load(Ordering::Acquire) != 0 {
         return 0;
@@ -386,15 +415,24 @@ fn process(qp: &Qp, budget: usize) -> usize {
     }
     // A tail that runs ahead of the ring is a client bug: only look at one ring's worth.
     let tail = tail.min(done + qp.geo.ring_size as u64);
+    let n = ((tail - done) as usize).min(budget);
+    scratch.entries.clear();
+    scratch.jobs.clear();
+    for seq in done..done + n as u64 {
+        let e = v.read_entry(seq);
+        let ok = entry_ok(&e, seq, &qp.geo);
+        scratch.jobs.push(Job {
+            session: SessionId(e.session),
+            iv: Iv::new(&e.iv[..(e.iv_len as usize).min(MAX_IV)]),
+            layout: entry_layout(&e),
+            buf_len: if ok { e.len as usize } else { 0 },
+        });
+        scratch.entries.push(e);
+    }
     let mut sessions = lock(&qp.sessions);
-    let mut n = 0;
-    while done != tail && n < budget {
-        let e = v.read_entry(done);
-        let status = if e.seq != done
-            || e.slot >= qp.geo.slot_count
-            || e.len > qp.geo.slot_size
-            || e.iv_len as usize > MAX_IV
-        {
+    sessions.prepare(&scratch.jobs, &mut scratch.keystream);
+    for (i, e) in scratch.entries.iter().enumerate() {
+        let status = if !entry_ok(e, done, &qp.geo) {
             Status::BadArgument
         } else {
             let slot_ptr = slot_ptr(qp, e.slot);
@@ -408,20 +446,18 @@ fn process(qp: &Qp, budget: usize) -> usize {
             v.undo_seq().store(done + 1, Ordering::Release);
             // SAFETY: the client gave this slot to the device until the entry completes.
             let buf = unsafe { std::slice::from_raw_parts_mut(slot_ptr, e.len as usize) };
-            let layout = Layout {
-                aad_off: e.aad_off,
-                aad_len: e.aad_len,
-                data_off: e.data_off,
-                data_len: e.data_len,
-                tag_off: e.tag_off,
-            };
-            let iv = Iv::new(&e.iv[..e.iv_len as usize]);
-            sessions.run(SessionId(e.session), &iv, &layout, buf)
+            let job = &scratch.jobs[i];
+            sessions.run(
+                job.session,
+                &job.iv,
+                &job.layout,
+                buf,
+                scratch.keystream.get(i),
+            )
         };
         v.write_status(done, status as u32);
         done += 1;
         v.sq_done().store(done, Ordering::Release);
-        n += 1;
     }
     drop(sessions);
     // A client asleep on its completions (`LookasideEngine::wait_ready`) is woken once

@@ -27,6 +27,7 @@ pub(crate) enum SoftSession {
     ChaCha(ChaCha20),
     AesCtr { aes: Aes, hmac: HmacSha256 },
     PresentCtr { present: Present, hmac: HmacSha256 },
+    Present(Present),
     Sha256,
 }
 
@@ -94,6 +95,9 @@ impl Backend for SoftBackend {
                 present: Present::new(key).ok_or_else(|| bad_key(alg))?,
                 hmac: HmacSha256::new(spec.auth_key.expose()),
             },
+            Alg::Present80Ctr | Alg::Present128Ctr => {
+                SoftSession::Present(Present::new(key).ok_or_else(|| bad_key(alg))?)
+            }
             Alg::Sha256 => SoftSession::Sha256,
         })
     }
@@ -145,7 +149,7 @@ impl Backend for SoftBackend {
             SoftSession::AesCtr { aes, .. } => {
                 aes.ctr_xor(iv.try_into().expect("iv length checked"), data)
             }
-            SoftSession::PresentCtr { present, .. } => {
+            SoftSession::PresentCtr { present, .. } | SoftSession::Present(present) => {
                 present.ctr_xor(iv.try_into().expect("iv length checked"), data)
             }
             _ => unreachable!("CTR call on a non-CTR session"),

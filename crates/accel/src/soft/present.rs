@@ -85,6 +85,11 @@ impl Present {
         Some(Present { rk })
     }
 
+    /// The 32 round keys (the bitsliced engine turns them into plane masks).
+    pub(crate) fn round_keys(&self) -> &[u64; 32] {
+        &self.rk
+    }
+
     /// Encrypts one 64-bit block (big-endian integer view).
     #[inline]
     pub(crate) fn encrypt(&self, mut s: u64) -> u64 {

@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use nfx_accel::bench::{measure, BenchSpec};
 use nfx_accel::lookaside::pin_to_core;
 use nfx_accel::{
-    cpu_engine, soft_engine, Alg, CalPoint, Calibration, Engine, EngineKind, LookasideEngine,
+    bitsliced_engine, cpu_engine, present_isa, soft_engine, Alg, CalPoint, Calibration, Engine,
+    EngineKind, LookasideEngine,
 };
 use serde::Serialize;
 
@@ -33,7 +34,11 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Engines to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "soft,cpu,lookaside")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "soft,cpu,bitsliced,lookaside"
+    )]
     engines: Vec<String>,
     /// Core for the lookaside device process (the benchmark itself runs on core 0).
     #[arg(long, default_value_t = 1)]
@@ -64,6 +69,10 @@ struct Record {
     ratio_openssl: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio_openssl_masked: Option<f64>,
+    /// MB/s over the portable `soft` engine's for the same algorithm and size, measured
+    /// in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_soft: Option<f64>,
     /// How latency was obtained: `measured` or `mean` (openssl reports no distribution).
     lat_kind: &'static str,
 }
@@ -117,7 +126,10 @@ fn openssl_parts(alg: Alg) -> Option<Vec<Vec<&'static str>>> {
         Alg::Chacha20Poly1305 => vec![vec!["-evp", "chacha20-poly1305"]],
         Alg::Aes128CtrHmacSha256 => vec![vec!["-evp", "aes-128-ctr"], vec!["-hmac", "sha256"]],
         Alg::Sha256 => vec![vec!["-evp", "sha256"]],
-        Alg::Present80CtrHmacSha256 | Alg::Present128CtrHmacSha256 => return None,
+        Alg::Present80CtrHmacSha256
+        | Alg::Present128CtrHmacSha256
+        | Alg::Present80Ctr
+        | Alg::Present128Ctr => return None,
     })
 }
 
@@ -165,13 +177,14 @@ fn openssl_record(alg: Alg, bytes: usize, masked: bool) -> anyhow::Result<Option
         ns_per_op: ns,
         ratio_openssl: None,
         ratio_openssl_masked: None,
+        ratio_soft: None,
         lat_kind: "mean",
     }))
 }
 
 fn print_table(records: &[Record]) {
     println!(
-        "{:<15} {:<28} {:>6} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:<15} {:<28} {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "engine",
         "alg",
         "bytes",
@@ -179,6 +192,7 @@ fn print_table(records: &[Record]) {
         "MB/s(wall)",
         "xOpenSSL",
         "xMasked",
+        "xSoft",
         "op p50ns",
         "op p99ns",
         "batch p50",
@@ -187,7 +201,7 @@ fn print_table(records: &[Record]) {
     let ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
     for r in records {
         println!(
-            "{:<15} {:<28} {:>6} {:>10.1} {:>10} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+            "{:<15} {:<28} {:>6} {:>10.1} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
             r.engine,
             r.alg,
             r.bytes,
@@ -197,6 +211,7 @@ fn print_table(records: &[Record]) {
                 .unwrap_or_else(|| "-".into()),
             ratio(r.ratio_openssl),
             ratio(r.ratio_openssl_masked),
+            ratio(r.ratio_soft),
             r.lat_p50_ns,
             r.lat_p99_ns,
             r.batch_p50_ns
@@ -236,11 +251,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut local;
         let mut remote;
         let engine: &mut dyn Engine = match kind {
-            EngineKind::Soft | EngineKind::Cpu => {
-                local = if kind == EngineKind::Soft {
-                    soft_engine()
-                } else {
-                    cpu_engine()
+            EngineKind::Soft | EngineKind::Cpu | EngineKind::Bitsliced => {
+                local = match kind {
+                    EngineKind::Soft => soft_engine(),
+                    EngineKind::Cpu => cpu_engine(),
+                    _ => bitsliced_engine(),
                 };
                 local.as_mut()
             }
@@ -251,7 +266,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &mut remote
             }
         };
-        for alg in Alg::ALL {
+        let algs: Vec<Alg> = Alg::ALL
+            .into_iter()
+            .filter(|a| engine.supports(*a))
+            .collect();
+        for alg in algs {
             for &bytes in sizes {
                 let m = measure(engine, alg, bytes, &spec)
                     .with_context(|| format!("{kind} {alg} {bytes} B"))?;
@@ -268,6 +287,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ns_per_op: m.ns_per_op,
                     ratio_openssl: None,
                     ratio_openssl_masked: None,
+                    ratio_soft: None,
                     lat_kind: "measured",
                 });
                 if engine.stats().failovers > 0 {
@@ -302,22 +322,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .find(|r| r.engine == eng && r.alg == alg && r.bytes == bytes)
             .map(|r| r.mbps)
     };
-    let ratios: Vec<(Option<f64>, Option<f64>)> = records
+    let ratios: Vec<[Option<f64>; 3]> = records
         .iter()
         .map(|r| {
             if r.engine.starts_with("openssl") {
-                return (None, None);
+                return [None; 3];
             }
-            (
-                base("openssl", &r.alg, r.bytes).map(|b| r.mbps / b),
-                base("openssl-masked", &r.alg, r.bytes).map(|b| r.mbps / b),
-            )
+            let over = |eng: &str| base(eng, &r.alg, r.bytes).map(|b| r.mbps / b);
+            let soft = (r.engine != "soft").then(|| over("soft")).flatten();
+            [over("openssl"), over("openssl-masked"), soft]
         })
         .collect();
-    for (r, (a, b)) in records.iter_mut().zip(ratios) {
+    for (r, [a, b, c]) in records.iter_mut().zip(ratios) {
         r.ratio_openssl = a;
         r.ratio_openssl_masked = b;
+        r.ratio_soft = c;
     }
+    println!(
+        "PRESENT on the cpu, bitsliced and lookaside engines: bitsliced, {}",
+        present_isa()
+    );
     print_table(&records);
     if let Some(p) = &args.json {
         write_json(p, &records)?;
