@@ -150,22 +150,20 @@ pub fn lookup_all(
     }
 }
 
-/// Writes `keys[i]` → `values[i]` for every entry with BPF_MAP_UPDATE_BATCH (`flags`
-/// per element, e.g. [`BPF_NOEXIST`]). Returns how many were written; on an error the
-/// entries before the failing one are written (the count says how many).
+/// Writes `keys[i]` → `values[i]` for every entry with BPF_MAP_UPDATE_BATCH (create or
+/// replace: the batch command takes no NOEXIST). Returns how many were written; on an
+/// error the entries before the failing one are written (the count says how many).
 pub fn update_all(
     fd: BorrowedFd<'_>,
     keys: &[u8],
     values: &[u8],
     count: usize,
-    flags: u64,
 ) -> Result<usize, (usize, io::Error)> {
     let mut a = BatchAttr {
         keys: keys.as_ptr() as u64,
         values: values.as_ptr() as u64,
         count: count as u32,
         map_fd: fd.as_raw_fd() as u32,
-        elem_flags: flags,
         ..Default::default()
     };
     match sys_bpf(BPF_MAP_UPDATE_BATCH, &mut a) {

@@ -95,8 +95,10 @@ impl TableMap {
             .collect())
     }
 
-    /// Inserts entries that must not exist yet (one batch). On an error, what the batch
-    /// wrote is removed again and the error says how far it got.
+    /// Inserts entries that the caller found absent (one batch; the batch command takes
+    /// no NOEXIST flag, so a key the program created since is overwritten with the
+    /// imported entry). On an error, what the batch wrote is removed again and the error
+    /// says how far it got.
     pub fn insert_all<K: Raw, V: Raw>(&self, rows: &[(K, V)]) -> Result<(), (usize, TableError)> {
         let mut keys = Vec::with_capacity(rows.len() * std::mem::size_of::<K>());
         let mut vals = Vec::with_capacity(rows.len() * std::mem::size_of::<V>());
@@ -104,7 +106,7 @@ impl TableMap {
             keys.extend_from_slice(k.bytes());
             vals.extend_from_slice(v.bytes());
         }
-        match bpf::update_all(self.fd(), &keys, &vals, rows.len(), bpf::BPF_NOEXIST) {
+        match bpf::update_all(self.fd(), &keys, &vals, rows.len()) {
             Ok(n) if n == rows.len() => Ok(()),
             Ok(n) => {
                 let _ = self.remove_all(&rows[..n]);
