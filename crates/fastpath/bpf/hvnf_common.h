@@ -201,6 +201,22 @@ static __always_inline void occupancy_add(__u32 table, __s64 d)
 		__sync_fetch_and_add(o, d);
 }
 
+// Takes `n` entries of `table` for a new flow; 0 when the function's table is full (its
+// configured size: the map may be larger, prepared for a bigger function). Give them
+// back with occupancy_add(table, -n) if the insert fails.
+static __always_inline int occupancy_reserve(__u32 table, __u64 n, __u64 limit)
+{
+	__u64 *o = bpf_map_lookup_elem(&occupancy, &table);
+	if (!o)
+		return 0;
+	__u64 before = __sync_fetch_and_add(o, n);
+	if (before + n > limit) {
+		__sync_fetch_and_add(o, -n);
+		return 0;
+	}
+	return 1;
+}
+
 // Bytes of the scratch copy, masked so that the verifier sees every index in bounds
 // (callers check offsets against `hdr_len` first).
 static __always_inline __u32 rd8(struct meta *m, __u32 off)

@@ -52,12 +52,17 @@ __attribute__((noinline)) int hv_ele(CTX *ctx)
 	struct ele_val *v = bpf_map_lookup_elem(&ele_flows, &m->key);
 	if (!v) {
 		struct ele_val nv = { .window_start_ns = now, .last_ns = now };
-		long rc = bpf_map_update_elem(&ele_flows, &m->key, &nv, BPF_NOEXIST);
-		if (rc == 0)
-			occupancy_add(2, 1);
-		else if (rc != -EEXIST) {
+		if (!occupancy_reserve(2, 1, c->limits[2])) {
 			g->ele_untracked++;
 			return 0;
+		}
+		long rc = bpf_map_update_elem(&ele_flows, &m->key, &nv, BPF_NOEXIST);
+		if (rc) {
+			occupancy_add(2, -1);
+			if (rc != -EEXIST) {
+				g->ele_untracked++;
+				return 0;
+			}
 		}
 		v = bpf_map_lookup_elem(&ele_flows, &m->key);
 		if (!v)

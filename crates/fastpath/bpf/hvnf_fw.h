@@ -268,15 +268,17 @@ static __always_inline int fw_create(struct meta *m, struct hv_cfg *c, int swapp
 		.expires_ns = m->now + fw_timeout(c, k->proto, k->family, st),
 		.sf = st | ((swapped ? FW_SWAPPED : 0) << 8),
 	};
+	if (!occupancy_reserve(0, 1, c->limits[0]))
+		return R_TABLE_FULL + 1;
 	long rc = bpf_map_update_elem(&fw_ct, &m->tk, &v, BPF_NOEXIST);
-	if (rc == -EEXIST) {
+	if (rc) {
+		occupancy_add(0, -1);
+		if (rc != -EEXIST)
+			return R_TABLE_FULL + 1;
 		// Another CPU created it meanwhile: this packet updates it.
 		struct fw_val *cur = bpf_map_lookup_elem(&fw_ct, &m->tk);
 		return cur ? fw_update(m, c, cur, swapped) : 0;
 	}
-	if (rc)
-		return R_TABLE_FULL + 1;
-	occupancy_add(0, 1);
 	struct hv_gauges *g = get_gauges();
 	if (g)
 		g->fw_created++;

@@ -166,19 +166,21 @@ static __always_inline int nat_allocate(struct meta *m, struct hv_cfg *c)
 // Inserts both entries of the mapping whose Forward key is `m->tk` and Reverse key
 // `m->tk2`, with values `m->tv` (Forward) and `m->tv2` (Reverse). 0, a drop reason + 1,
 // or -1 when another CPU created the same Forward flow's mapping meanwhile.
-static __always_inline int nat_insert(struct meta *m)
+static __always_inline int nat_insert(struct meta *m, struct hv_cfg *c)
 {
-	long rc = bpf_map_update_elem(&nat_map, &m->tk2, &m->tv2, BPF_NOEXIST);
-	if (rc == -EEXIST)
-		return R_NAT_NO_PORT + 1;
-	if (rc)
+	if (!occupancy_reserve(1, 2, c->limits[1]))
 		return R_TABLE_FULL + 1;
+	long rc = bpf_map_update_elem(&nat_map, &m->tk2, &m->tv2, BPF_NOEXIST);
+	if (rc) {
+		occupancy_add(1, -2);
+		return rc == -EEXIST ? R_NAT_NO_PORT + 1 : R_TABLE_FULL + 1;
+	}
 	rc = bpf_map_update_elem(&nat_map, &m->tk, &m->tv, BPF_NOEXIST);
 	if (rc) {
 		bpf_map_delete_elem(&nat_map, &m->tk2);
+		occupancy_add(1, -2);
 		return rc == -EEXIST ? -1 : R_TABLE_FULL + 1;
 	}
-	occupancy_add(1, 2);
 	return 0;
 }
 
@@ -245,7 +247,7 @@ static __always_inline int nat_forward(CTX *ctx, struct meta *m, struct hv_cfg *
 			return R_NAT_NO_PORT + 1;
 		key_copy(&m->tk, k);
 		nat_prepare(m, c, c->nat_public, bpf_htons(port), 0);
-		int rc = nat_insert(m);
+		int rc = nat_insert(m, c);
 		if (rc > 0)
 			return rc;
 		if (rc == 0) {
@@ -295,7 +297,7 @@ static __always_inline int nat_reverse(CTX *ctx, struct meta *m, struct hv_cfg *
 		if (bpf_map_lookup_elem(&nat_map, fk))
 			return R_NAT_NO_PORT + 1;
 		nat_prepare(m, c, k->dst, k->dport, NAT_DNAT);
-		int rc = nat_insert(m);
+		int rc = nat_insert(m, c);
 		if (rc > 0)
 			return rc;
 		if (rc < 0)

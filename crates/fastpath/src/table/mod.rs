@@ -124,6 +124,7 @@ pub struct TableChain {
     nat_cursor: TableMap,
     ele_flows: TableMap,
     events: RingBuf<MapData>,
+    shape: Shape,
     names: Vec<String>,
     functions: Vec<Function>,
     raw: RawCfg,
@@ -151,59 +152,105 @@ fn kind_code(f: &Function) -> u8 {
     }
 }
 
-impl TableChain {
-    /// Deploys `functions` (instance name and configuration, in forward order): plans
-    /// each (a refusal names the function and why), loads the object with every table
-    /// sized from the configurations, installs rules, port forwards and parameters.
-    /// Nothing is attached yet. Needs root (CAP_BPF, CAP_NET_ADMIN).
-    pub fn deploy(functions: &[(String, NodeSpec)], base_dir: &Path) -> Result<Self, TableError> {
-        if functions.is_empty() || functions.len() > MAX_CHAIN {
-            return Err(TableError::Request(format!(
-                "a table-tier chain holds 1..={MAX_CHAIN} functions, not {}",
-                functions.len()
-            )));
-        }
-        let plans = functions
-            .iter()
-            .map(|(_, s)| Function::plan(s, base_dir))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (i, p) in plans.iter().enumerate() {
-            if plans[..i].iter().any(|q| q.kind() == p.kind()) {
-                return Err(TableError::Request(format!(
-                    "one `{}` per table-tier chain",
-                    p.kind()
-                )));
+/// Table sizes of a prepared chain.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// ACL rules (per configuration bank).
+    pub rules: u32,
+    /// Connection-tracking entries.
+    pub fw_flows: u32,
+    /// NAT mappings (two entries each).
+    pub nat_flows: u32,
+    /// Port forwards (per bank).
+    pub dnat: u32,
+    /// Public addresses (per bank).
+    pub publics: u32,
+    /// Elephant-detection flows.
+    pub ele_flows: u32,
+}
+
+impl Shape {
+    /// Exactly what `plans` need.
+    pub fn of(plans: &[Function]) -> Self {
+        let mut s = Shape::default();
+        for p in plans {
+            match p {
+                Function::Firewall(f) => {
+                    s.rules = f.rules.len() as u32;
+                    s.fw_flows = f.max_flows;
+                }
+                Function::Nat(n) => {
+                    s.nat_flows = n.max_flows;
+                    s.dnat = n.dnat.len() as u32;
+                    s.publics = n.publics.len() as u32;
+                }
+                Function::Elephant(e) => s.ele_flows = e.max_flows,
             }
         }
-        let size = |f: &dyn Fn(&Function) -> Option<u32>| plans.iter().find_map(f).unwrap_or(0);
-        let nrules = size(&|p| match p {
-            Function::Firewall(f) => Some(f.rules.len() as u32),
-            _ => None,
-        });
-        let fw_flows = size(&|p| match p {
-            Function::Firewall(f) => Some(f.max_flows),
-            _ => None,
-        });
-        let (nat_flows, ndnat, npublic) = plans
-            .iter()
-            .find_map(|p| match p {
-                Function::Nat(n) => {
-                    Some((n.max_flows, n.dnat.len() as u32, n.publics.len() as u32))
-                }
-                _ => None,
-            })
-            .unwrap_or((0, 0, 0));
-        let ele_flows = size(&|p| match p {
-            Function::Elephant(e) => Some(e.max_flows),
-            _ => None,
-        });
+        s
+    }
+
+    /// True when every table of `self` is at least as large as `need`'s.
+    pub fn holds(&self, need: &Shape) -> bool {
+        self.rules >= need.rules
+            && self.fw_flows >= need.fw_flows
+            && self.nat_flows >= need.nat_flows
+            && self.dnat >= need.dnat
+            && self.publics >= need.publics
+            && self.ele_flows >= need.ele_flows
+    }
+}
+
+/// Plans every function of a chain (a refusal names the function and why).
+fn plan_all(
+    functions: &[(String, NodeSpec)],
+    base_dir: &Path,
+) -> Result<Vec<Function>, TableError> {
+    if functions.is_empty() || functions.len() > MAX_CHAIN {
+        return Err(TableError::Request(format!(
+            "a table-tier chain holds 1..={MAX_CHAIN} functions, not {}",
+            functions.len()
+        )));
+    }
+    let plans = functions
+        .iter()
+        .map(|(_, s)| Function::plan(s, base_dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, p) in plans.iter().enumerate() {
+        if plans[..i].iter().any(|q| q.kind() == p.kind()) {
+            return Err(TableError::Request(format!(
+                "one `{}` per table-tier chain",
+                p.kind()
+            )));
+        }
+    }
+    Ok(plans)
+}
+
+impl TableChain {
+    /// Deploys `functions` (instance name and configuration, in forward order) cold:
+    /// [`TableChain::prepare`] with the tables they need, then [`TableChain::install`].
+    /// Nothing is attached yet. Needs root (CAP_BPF, CAP_NET_ADMIN).
+    pub fn deploy(functions: &[(String, NodeSpec)], base_dir: &Path) -> Result<Self, TableError> {
+        let plans = plan_all(functions, base_dir)?;
+        let mut chain = Self::prepare(Shape::of(&plans))?;
+        chain.install_plans(functions, plans)?;
+        Ok(chain)
+    }
+
+    /// Programs a blank table device: loads the object with tables of `shape` and has
+    /// the kernel verify both programs — the slow step (hundreds of milliseconds), which
+    /// a host agent does ahead of time, as HYPER's hardware is programmed before VNFs
+    /// are deployed on it. Frames are not touched until a chain is installed and
+    /// attached.
+    pub fn prepare(shape: Shape) -> Result<Self, TableError> {
         let mut bpf = aya::EbpfLoader::new()
-            .map_max_entries("fw_rules", 2 * nrules.max(1))
-            .map_max_entries("fw_ct", fw_flows.max(1))
-            .map_max_entries("nat_map", 2 * nat_flows.max(1))
-            .map_max_entries("nat_dnat", 2 * ndnat.max(1))
-            .map_max_entries("nat_public", 2 * npublic.max(1))
-            .map_max_entries("ele_flows", ele_flows.max(1))
+            .map_max_entries("fw_rules", 2 * shape.rules.max(1))
+            .map_max_entries("fw_ct", shape.fw_flows.max(1))
+            .map_max_entries("nat_map", 2 * shape.nat_flows.max(1))
+            .map_max_entries("nat_dnat", 2 * shape.dnat.max(1))
+            .map_max_entries("nat_public", 2 * shape.publics.max(1))
+            .map_max_entries("ele_flows", shape.ele_flows.max(1))
             .load(OBJECT)
             .map_err(|e| TableError::Load(format!("{e} (needs root and kernel ≥ 6.6)")))?;
         let take = |bpf: &mut Ebpf, n| TableMap::take(bpf, n);
@@ -225,8 +272,9 @@ impl TableChain {
             ele_flows: take(&mut bpf, "ele_flows")?,
             events: maps::take_ring(&mut bpf)?,
             bpf,
-            names: functions.iter().map(|(n, _)| n.clone()).collect(),
-            functions: plans,
+            shape,
+            names: Vec::new(),
+            functions: Vec::new(),
             raw: RawCfg::default(),
             slot: 1,
             flipped: None,
@@ -234,20 +282,70 @@ impl TableChain {
             port_rows: Vec::new(),
             swept: [0; 3],
         };
-        for (i, f) in chain.functions.iter().enumerate() {
-            chain.raw.chain[0][i] = kind_code(f);
+        chain.load_hook(HOOK_INGRESS)?;
+        chain.load_hook(HOOK_EGRESS)?;
+        Ok(chain)
+    }
+
+    /// Deploys `functions` on a prepared device whose tables are large enough: installs
+    /// rules, port forwards, parameters and table limits (capacity = each function's
+    /// configured entries) — map updates only, well under a millisecond.
+    pub fn install(
+        &mut self,
+        functions: &[(String, NodeSpec)],
+        base_dir: &Path,
+    ) -> Result<(), TableError> {
+        let plans = plan_all(functions, base_dir)?;
+        self.install_plans(functions, plans)
+    }
+
+    fn install_plans(
+        &mut self,
+        functions: &[(String, NodeSpec)],
+        plans: Vec<Function>,
+    ) -> Result<(), TableError> {
+        if !self.functions.is_empty() {
+            return Err(TableError::Request("a chain is installed already".into()));
         }
-        for (i, f) in chain.functions.iter().rev().enumerate() {
-            chain.raw.chain[1][i] = kind_code(f);
+        let need = Shape::of(&plans);
+        if !self.shape.holds(&need) {
+            return Err(TableError::Request(format!(
+                "the prepared tables ({:?}) are smaller than the chain needs ({need:?})",
+                self.shape
+            )));
         }
-        if let Some(Function::Nat(n)) = chain.functions.iter().find(|f| f.kind() == "nat") {
+        let mut raw = RawCfg::default();
+        for (i, f) in plans.iter().enumerate() {
+            raw.chain[0][i] = kind_code(f);
+        }
+        for (i, f) in plans.iter().rev().enumerate() {
+            raw.chain[1][i] = kind_code(f);
+        }
+        raw.limits = [
+            u64::from(need.fw_flows),
+            2 * u64::from(need.nat_flows),
+            u64::from(need.ele_flows),
+        ];
+        if let Some(Function::Nat(n)) = plans.iter().find(|f| f.kind() == "nat") {
             let lo = n.snat.map_or(1024, |s| u32::from(s.2));
             for ci in 0..3u32 {
-                chain.nat_cursor.put(&ci, &lo)?;
+                self.nat_cursor.put(&ci, &lo)?;
             }
         }
-        chain.publish()?;
-        Ok(chain)
+        self.raw = raw;
+        self.names = functions.iter().map(|(n, _)| n.clone()).collect();
+        self.functions = plans;
+        if let Err(e) = self.publish() {
+            self.functions.clear();
+            self.names.clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The tables this chain was prepared with.
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     /// The functions' instance names, in forward order.

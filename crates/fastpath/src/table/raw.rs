@@ -155,6 +155,7 @@ pub struct RawCfg {
     pub ele_min_bytes: u64,
     pub ele_min_window_bytes: u64,
     pub ele_window_ns: u64,
+    pub limits: [u64; 3],
 }
 
 /// `struct fw_val`.
@@ -348,7 +349,7 @@ mod tests {
         assert_eq!(offset_of!(RawCfg, nat_public), 36);
         assert_eq!(offset_of!(RawCfg, fw_timeouts), 56);
         assert_eq!(offset_of!(RawCfg, nat_timeouts), 160);
-        assert_eq!(size_of::<RawCfg>(), 240);
+        assert_eq!(size_of::<RawCfg>(), 264);
         assert_eq!(size_of::<RawFwVal>(), 16);
         assert_eq!(size_of::<RawNatVal>(), 72);
         assert_eq!(offset_of!(RawNatVal, flags), 64);

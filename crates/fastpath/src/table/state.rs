@@ -459,21 +459,21 @@ impl TableChain {
             })
             .collect();
         let rows: Vec<(RawKey, V)> = fresh.iter().flatten().copied().collect();
-        let free = (map.capacity as usize).saturating_sub(present.len());
-        if rows.len() > free {
-            let per = fresh.first().map_or(1, Vec::len);
-            return Err(ImportFailure::Full(free / per));
+        // Reserve the entries against the function's limit, as the program does.
+        let limit = self.raw.limits[table as usize];
+        let occ = self.occupancy.word(table, 0);
+        let before = occ.fetch_add(rows.len() as u64, Ordering::SeqCst);
+        if before + rows.len() as u64 > limit {
+            occ.fetch_sub(rows.len() as u64, Ordering::SeqCst);
+            let per = fresh.first().map_or(1, Vec::len) as u64;
+            return Err(ImportFailure::Full(
+                (limit.saturating_sub(before) / per) as usize,
+            ));
         }
-        map.insert_all(&rows).map_err(|(n, e)| {
-            if n < rows.len() && free > 0 {
-                ImportFailure::Full(n)
-            } else {
-                ImportFailure::Map(e)
-            }
-        })?;
-        self.occupancy
-            .word(table, 0)
-            .fetch_add(rows.len() as u64, Ordering::SeqCst);
+        if let Err((_, e)) = map.insert_all(&rows) {
+            occ.fetch_sub(rows.len() as u64, Ordering::SeqCst);
+            return Err(ImportFailure::Map(e));
+        }
         Ok(fresh.len())
     }
 

@@ -230,7 +230,30 @@ fn ipv6_neighbour_discovery_goes_to_the_kernel_and_extension_headers_are_walked(
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_full_table_refuses_new_flows_and_keeps_the_existing_ones() {
-    let mut c = chain(&[("fw", "firewall: {default: allow, max_flows: 2}")]);
+    // Installed on tables prepared larger than the function: its configured size holds.
+    let fw = vec![(
+        "fw".to_string(),
+        spec("firewall: {default: allow, max_flows: 2}"),
+    )];
+    let mut c = TableChain::prepare(Shape {
+        rules: 4,
+        fw_flows: 64,
+        ..Shape::default()
+    })
+    .unwrap();
+    let small = vec![("fw".to_string(), spec("firewall: {max_flows: 65}"))];
+    let e = c.install(&small, Path::new(".")).unwrap_err();
+    assert!(
+        e.to_string().contains("smaller than the chain needs"),
+        "{e}"
+    );
+    c.install(&fw, Path::new(".")).unwrap();
+    assert!(
+        c.install(&fw, Path::new(".")).is_err(),
+        "one chain per prepared device"
+    );
+    c.set_clock(Some(5_000_000_000)).unwrap();
+    alone(&mut c);
     for p in [1, 2] {
         assert_eq!(
             run(&mut c, IN, &udp4([10, 0, 0, 1], p, [10, 9, 9, 9], 53)).verdict,
