@@ -1,18 +1,21 @@
-//! Compiles the tc program (bpf/fastpath.bpf.c) with clang for the BPF target.
+//! Compiles the tc programs with clang for the BPF target: the fast path
+//! (bpf/fastpath.bpf.c) and the table-tier VNFs (bpf/hvnf.bpf.c and its headers).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn main() {
-    let src = "bpf/fastpath.bpf.c";
-    println!("cargo:rerun-if-changed={src}");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("fastpath.bpf.o");
+fn compile(src: &str, out: &str, extra: &[&str], deps: &[&str]) {
+    for d in std::iter::once(&src).chain(deps) {
+        println!("cargo:rerun-if-changed={d}");
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join(out);
     let arch_include = format!(
         "/usr/include/{}-linux-gnu",
         std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into())
     );
     let status = Command::new("clang")
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+        .args(extra)
         .arg(format!("-I{arch_include}"))
         .args(["-c", src, "-o"])
         .arg(&out)
@@ -21,4 +24,40 @@ fn main() {
             panic!("running clang for {src}: {e} (install clang and libbpf-dev: scripts/deps.sh)")
         });
     assert!(status.success(), "clang failed on {src}");
+}
+
+/// Tests that load BPF programs are ignored (`cfg(nfx_no_root)`) when the build does not
+/// run as root: they would fail, not pass silently.
+fn root_cfg() {
+    println!("cargo::rustc-check-cfg=cfg(nfx_no_root)");
+    let euid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        });
+    if euid.as_deref() != Some("0") {
+        println!("cargo::rustc-cfg=nfx_no_root");
+    }
+}
+
+fn main() {
+    root_cfg();
+    compile("bpf/fastpath.bpf.c", "fastpath.bpf.o", &[], &[]);
+    // BPF ISA v3: 32-bit atomics and compare-and-swap (connection-tracking transitions).
+    compile(
+        "bpf/hvnf.bpf.c",
+        "hvnf.bpf.o",
+        &["-mcpu=v3"],
+        &[
+            "bpf/hvnf.h",
+            "bpf/hvnf_common.h",
+            "bpf/hvnf_parse.h",
+            "bpf/hvnf_fw.h",
+            "bpf/hvnf_rewrite.h",
+            "bpf/hvnf_nat.h",
+            "bpf/hvnf_ele.h",
+        ],
+    );
 }

@@ -24,6 +24,7 @@
 mod key;
 mod mapping;
 mod slots;
+pub mod table;
 
 pub use key::{Action, FlowKey4};
 pub use slots::{SlotCounters, ACTIVE};

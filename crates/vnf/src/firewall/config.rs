@@ -210,14 +210,24 @@ impl TimeoutConfig {
     }
 }
 
-/// Reads the rules of a rules file (a YAML list of rules).
-fn load_rules_file(file: &str, base_dir: &Path) -> Result<Vec<Rule>, ConfigError> {
+/// Reads a rules file (a YAML list of rules, relative to `base_dir`) as written; returns
+/// the path as shown in errors and the rules. Also used by the table tier's firewall.
+pub fn read_rules_file(
+    file: &str,
+    base_dir: &Path,
+) -> Result<(String, Vec<RuleConfig>), ConfigError> {
     let path = base_dir.join(file);
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ConfigError::new("rules_file", format!("cannot read {shown}: {e}")))?;
     let rules: Vec<RuleConfig> = serde_yaml_ng::from_str(&text)
         .map_err(|e| ConfigError::new("rules_file", format!("{shown}: {e}")))?;
+    Ok((shown, rules))
+}
+
+/// Reads and validates the rules of a rules file.
+fn load_rules_file(file: &str, base_dir: &Path) -> Result<Vec<Rule>, ConfigError> {
+    let (shown, rules) = read_rules_file(file, base_dir)?;
     rules
         .iter()
         .enumerate()

@@ -19,6 +19,12 @@ pub enum BlobKind {
     Firewall = 1,
     /// NAT mappings.
     Nat = 2,
+    /// Connection tracking with IPv4 and IPv6 flows (table tier, `nfx_fastpath::table`).
+    FirewallWide = 3,
+    /// NAT mappings with IPv4 and IPv6 addresses (table tier).
+    NatWide = 4,
+    /// Elephant-detection flow counters (table tier).
+    Elephant = 5,
 }
 
 /// Appends the header for `count` records of `rec_len` bytes; returns where the

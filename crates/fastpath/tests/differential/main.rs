@@ -1,0 +1,395 @@
+//! Differential tests: each table-tier function (eBPF, run in-process with
+//! BPF_PROG_TEST_RUN) against its software twin (crates/vnf), on the same generated
+//! traffic with the same clock. Per frame: the same verdict (pass, or drop with the same
+//! reason; "not the chain's" for what the software parser calls non-IPv4), the same
+//! bytes out (every rewrite and checksum), the same events (elephant); at checkpoints
+//! the same exported flow state, record for record (IPv4 state is written in the
+//! software's own blob formats by both). Needs root (loading BPF); ignored otherwise.
+//!
+//! Compared: the parser on valid and malformed IPv4 frames; the firewall's ACL, TCP state
+//! machine (without window tracking), UDP/ICMP pseudo-states, related ICMP errors,
+//! per-state timeouts, `loose`, `reverse_new`; the NAT's source NAT with port
+//! allocation (original port, then the cursor), port forwards, reply and ICMP-error
+//! translation, flag-dependent timeouts; elephant byte/rate thresholds, windows, GSO
+//! accounting, one event per flow. Not compared (only one tier has it): IPv6 (table
+//! only), eviction when a table is full (the table tier refuses instead; the tables here
+//! never fill), multi-worker sharding (software only).
+
+mod traffic;
+
+use nfx_fastpath::table::testrun::Verdict;
+use nfx_fastpath::table::{raw, TableChain};
+use nfx_packet::{parse, Direction, DropReason, Packet, PacketBuf, VnetHdr};
+use nfx_vnf::table::blob;
+use nfx_vnf::{EventSink, Node, NodeCtx, NodeSpec};
+use std::path::Path;
+use traffic::{ethertype, Mix, Step, Traffic};
+
+const IN: u32 = 100;
+const OUT: u32 = 101;
+const T0: u64 = 1_000_000_000_000;
+
+fn spec(yaml: &str) -> NodeSpec {
+    let v: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("yaml");
+    serde_json::from_value(v).expect("spec")
+}
+
+const FW_TIMEOUTS: &str =
+    "{syn_sent: 2, syn_recv: 2, established: 30, fin_wait: 3, close_wait: 3, \
+     last_ack: 2, time_wait: 2, close: 1, udp: 2, udp_stream: 5, icmp: 2, generic: 3}";
+const NAT_TIMEOUTS: &str =
+    "{tcp: 30, tcp_syn: 2, tcp_close: 1, udp: 2, udp_stream: 5, icmp: 2, generic: 3}";
+
+fn fw_strict() -> String {
+    format!(
+        "firewall: {{default: deny, max_flows: 2048, timeouts: {FW_TIMEOUTS}, rules: [\
+         {{action: deny, src: 10.0.0.2/32, proto: tcp, dport: 443}}, \
+         {{action: allow, proto: tcp, dport: 80}}, {{action: allow, proto: tcp, dport: 443}}, \
+         {{action: allow, proto: udp, dport: 53-5201}}, {{action: allow, proto: icmp}}, \
+         {{action: allow, src: 10.0.0.1}}]}}"
+    )
+}
+
+fn fw_loose() -> String {
+    format!(
+        "firewall: {{default: allow, loose: true, reverse_new: acl, max_flows: 2048, \
+         timeouts: {FW_TIMEOUTS}, rules: [{{action: deny, proto: tcp, dport: 5201}}, \
+         {{action: deny, src: 198.51.100.8, proto: udp}}]}}"
+    )
+}
+
+fn nat() -> String {
+    format!(
+        "nat: {{snat: {{public_ip: 192.0.2.1, port_range: [1000, 1012]}}, max_flows: 2048, \
+         timeouts: {NAT_TIMEOUTS}, dnat: [{{proto: tcp, public_port: 8080, to_ip: 10.0.0.1, to_port: 80}}]}}"
+    )
+}
+
+fn elephant() -> String {
+    "elephant: {min_bytes: 5000, min_rate_bps: 80000, window_ms: 200, max_flows: 2048, \
+     idle_timeout_ms: 3000}"
+        .to_string()
+}
+
+/// The software twin: the vnf nodes run on one packet at a time.
+struct Soft {
+    nodes: Vec<Box<dyn Node>>,
+    events: EventSink,
+}
+
+enum SoftOut {
+    Pass(Vec<u8>),
+    Drop(DropReason),
+    NonIp,
+}
+
+impl Soft {
+    fn new(specs: &[(String, NodeSpec)]) -> Self {
+        Self {
+            nodes: specs
+                .iter()
+                .map(|(n, s)| nfx_vnf::build(s, n, Path::new(".")).expect("software node"))
+                .collect(),
+            events: EventSink::default(),
+        }
+    }
+
+    fn run(&mut self, dir: Direction, frame: &[u8], gso: u16, now: u64) -> SoftOut {
+        let meta = match parse(frame) {
+            Ok(m) => m,
+            Err(DropReason::NonIp) => return SoftOut::NonIp,
+            Err(r) => return SoftOut::Drop(r),
+        };
+        let mut p = Packet::new(PacketBuf::from_frame(frame), dir);
+        p.meta = meta;
+        p.in_key = meta.key;
+        if gso > 0 {
+            p.buf.vnet.gso_type = VnetHdr::GSO_TCPV4;
+            p.buf.vnet.gso_size = gso;
+        }
+        let n = self.nodes.len();
+        for i in 0..n {
+            let at = if dir == Direction::Forward {
+                i
+            } else {
+                n - 1 - i
+            };
+            let mut ctx = NodeCtx {
+                now_ns: now,
+                events: &mut self.events,
+            };
+            self.nodes[at].process(std::slice::from_mut(&mut p), &mut ctx);
+            if let Some(r) = p.drop {
+                return SoftOut::Drop(r);
+            }
+        }
+        SoftOut::Pass(p.buf.frame().to_vec())
+    }
+
+    /// A full sweep: the software nodes sweep a slice of their table per call (at
+    /// least 4096 slots), the table tier all of it; three calls cover these tables.
+    fn expire(&mut self, now: u64) {
+        for n in &mut self.nodes {
+            for _ in 0..3 {
+                n.expire(now);
+            }
+        }
+    }
+}
+
+/// The records of a blob, sorted (the two tiers iterate their tables differently).
+fn sorted_records(b: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let hdr = b[..blob::HEADER_LEN].to_vec();
+    let len = usize::from(u16::from_le_bytes([b[6], b[7]]));
+    let mut recs: Vec<Vec<u8>> = b[blob::HEADER_LEN..]
+        .chunks(len)
+        .map(<[u8]>::to_vec)
+        .collect();
+    recs.sort();
+    (hdr, recs)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Runs `steps` generated steps through both tiers; panics at the first difference with
+/// the seed, the step and the frame.
+fn differential(name: &str, specs: &[String], mix: Mix, seed: u64, steps: usize) -> Stats {
+    let specs: Vec<(String, NodeSpec)> = specs
+        .iter()
+        .map(|s| {
+            let sp = spec(s);
+            (sp.kind().to_string(), sp)
+        })
+        .collect();
+    let mut soft = Soft::new(&specs);
+    let mut table = TableChain::deploy(&specs, Path::new(".")).expect("deploy");
+    table
+        .bind_test_port(IN, raw::HOOK_INGRESS, raw::DIR_FWD, None)
+        .unwrap();
+    table
+        .bind_test_port(OUT, raw::HOOK_INGRESS, raw::DIR_REV, None)
+        .unwrap();
+    let mut now = T0;
+    table.set_clock(Some(now)).unwrap();
+    let mut tr = Traffic::new(seed, mix);
+    let mut stats = Stats::default();
+    for step in 0..steps {
+        let at = format!("{name} seed {seed} step {step}");
+        match tr.step() {
+            Step::Advance(d) => {
+                now += d;
+                table.set_clock(Some(now)).unwrap();
+            }
+            Step::Sweep => {
+                soft.expire(now);
+                table.expire().unwrap();
+            }
+            Step::Checkpoint => {
+                soft.expire(now);
+                table.expire().unwrap();
+                compare_state(&at, &soft, &table, &specs);
+                stats.checkpoints += 1;
+            }
+            Step::Frame {
+                dir,
+                frame,
+                gso,
+                conv,
+            } => {
+                let sw = soft.run(dir, &frame, gso, now);
+                let ifindex = if dir == Direction::Forward { IN } else { OUT };
+                let tb = match table.run_frame(raw::HOOK_INGRESS, ifindex, &frame, gso) {
+                    Ok(r) => r,
+                    // The kernel's test runner refuses frames that end inside the IP
+                    // header (EINVAL); only those may be skipped.
+                    Err(e) if frame.len() < traffic::l3_of(&frame).unwrap_or(14) + 40 => {
+                        assert!(matches!(sw, SoftOut::Drop(_) | SoftOut::NonIp), "{at}: {e}");
+                        stats.unrunnable += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("{at}: test run: {e} (gso {gso}, {})", hex(&frame)),
+                };
+                let what = || format!("{at}: {dir:?} frame {}", hex(&frame));
+                match (&sw, &tb.verdict) {
+                    (SoftOut::Pass(out), Verdict::Pass) => {
+                        if out != &tb.frame {
+                            compare_state(&at, &soft, &table, &specs);
+                        }
+                        assert_eq!(hex(out), hex(&tb.frame), "{}: rewrites differ", what());
+                        stats.passed += 1;
+                        if let Some(c) = conv {
+                            tr.learn(c, dir, out);
+                        }
+                    }
+                    (SoftOut::Drop(a), Verdict::Drop(b)) => {
+                        assert_eq!(a, b, "{}: drop reasons differ", what());
+                        stats.dropped += 1;
+                        stats.reasons.insert(a.as_str());
+                    }
+                    (SoftOut::NonIp, Verdict::Kernel) => stats.non_ip += 1,
+                    // IPv6 is the table tier's own (the software parser is IPv4-only).
+                    (SoftOut::NonIp, _) if ethertype(&frame) == Some(0x86dd) => stats.ipv6 += 1,
+                    (s, t) => panic!(
+                        "{}: software {} but table {t:?}",
+                        what(),
+                        match s {
+                            SoftOut::Pass(_) => "passes".to_string(),
+                            SoftOut::Drop(r) => format!("drops ({})", r.as_str()),
+                            SoftOut::NonIp => "calls it non-IPv4".to_string(),
+                        }
+                    ),
+                }
+                compare_events(&at, &mut soft, &mut table, &mut stats);
+            }
+        }
+    }
+    soft.expire(now);
+    table.expire().unwrap();
+    compare_state(&format!("{name} seed {seed} end"), &soft, &table, &specs);
+    stats
+}
+
+fn compare_events(at: &str, soft: &mut Soft, table: &mut TableChain, stats: &mut Stats) {
+    let sw: Vec<serde_json::Value> = soft
+        .events
+        .drain()
+        .map(|e| serde_json::to_value(&e).unwrap())
+        .collect();
+    let tb: Vec<serde_json::Value> = table
+        .events()
+        .into_iter()
+        .map(|e| serde_json::to_value(&e).unwrap())
+        .collect();
+    assert_eq!(sw, tb, "{at}: events differ");
+    stats.events += sw.len();
+}
+
+fn compare_state(at: &str, soft: &Soft, table: &TableChain, specs: &[(String, NodeSpec)]) {
+    for (i, (_, s)) in specs.iter().enumerate() {
+        if matches!(s, NodeSpec::Elephant(_)) {
+            continue; // the software detector exports nothing
+        }
+        let mut a = Vec::new();
+        soft.nodes[i].export_state(&mut a);
+        let mut b = Vec::new();
+        table.export_state(i, &mut b).unwrap();
+        let (ha, ra) = sorted_records(&a);
+        let (hb, rb) = sorted_records(&b);
+        assert_eq!(ha, hb, "{at}: {} blob headers differ", s.kind());
+        let show = |r: &[Vec<u8>]| r.iter().map(|x| hex(x)).collect::<Vec<_>>().join("\n");
+        assert_eq!(show(&ra), show(&rb), "{at}: {} state differs", s.kind());
+    }
+}
+
+#[derive(Default, Debug)]
+struct Stats {
+    passed: usize,
+    dropped: usize,
+    non_ip: usize,
+    ipv6: usize,
+    events: usize,
+    checkpoints: usize,
+    unrunnable: usize,
+    reasons: std::collections::BTreeSet<&'static str>,
+}
+
+fn run_all(name: &str, specs: &[String], mix: Mix) -> Stats {
+    let mut total = Stats::default();
+    for seed in 1..=4 {
+        let s = differential(name, specs, mix, seed, 2500);
+        total.passed += s.passed;
+        total.dropped += s.dropped;
+        total.non_ip += s.non_ip;
+        total.ipv6 += s.ipv6;
+        total.events += s.events;
+        total.checkpoints += s.checkpoints;
+        total.unrunnable += s.unrunnable;
+        total.reasons.extend(s.reasons);
+    }
+    eprintln!("{name}: {total:?}");
+    assert!(
+        total.passed > 1000 && total.dropped > 200,
+        "{name}: {total:?}"
+    );
+    total
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn firewall_strict_matches_software() {
+    let s = run_all(
+        "firewall-strict",
+        &[fw_strict()],
+        Mix {
+            nat: false,
+            dnat: false,
+        },
+    );
+    for r in [
+        "acl_deny",
+        "invalid_state",
+        "bad_ip_checksum",
+        "truncated",
+        "fragment",
+    ] {
+        assert!(s.reasons.contains(r), "{r} never seen: {s:?}");
+    }
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn firewall_loose_reverse_acl_matches_software() {
+    run_all(
+        "firewall-loose",
+        &[fw_loose()],
+        Mix {
+            nat: false,
+            dnat: false,
+        },
+    );
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn nat_matches_software() {
+    let s = run_all(
+        "nat",
+        &[nat()],
+        Mix {
+            nat: true,
+            dnat: true,
+        },
+    );
+    for r in ["nat_no_mapping", "nat_no_port"] {
+        assert!(s.reasons.contains(r), "{r} never seen: {s:?}");
+    }
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn elephant_matches_software() {
+    let s = run_all(
+        "elephant",
+        &[elephant()],
+        Mix {
+            nat: false,
+            dnat: false,
+        },
+    );
+    assert!(s.events > 5, "{s:?}");
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn firewall_nat_elephant_chain_matches_software() {
+    run_all(
+        "fw-nat-elephant",
+        &[fw_loose(), nat(), elephant()],
+        Mix {
+            nat: true,
+            dnat: true,
+        },
+    );
+}
