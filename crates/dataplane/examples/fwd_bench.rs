@@ -4,8 +4,14 @@
 //! mode (a batched AF_PACKET generator in `a`), and the CPU of an idle adaptive worker.
 //!
 //! `cargo run --release -p nfx-dataplane --example fwd_bench [SECONDS]` (root, iperf3).
+//!
+//! `... --example fwd_bench services [SECONDS] [ROUNDS]` measures the classifier
+//! instead: the 64-byte flood (256 flows) through the `chain: []` form, through one
+//! `services:` entry that takes everything, and through 16 services of which the last
+//! matches (15 selectors tried per frame), all with empty chains, in interleaved rounds;
+//! it prints the medians and their ratios to the chain form.
 
-use nfx_dataplane::{build_chain_from, ChainBuilder, Dataplane, RunConfig};
+use nfx_dataplane::{vnf_builder, Dataplane, NodeBuilder, RunConfig};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, Packet, PacketBuf};
 use std::process::Command;
@@ -176,8 +182,13 @@ fn iperf_tcp(t: &Topo, secs: u64) -> f64 {
 }
 
 fn config(t: &Topo, poll: &str, vector: usize) -> RunConfig {
+    config_with(t, "bench", poll, vector, "")
+}
+
+/// The run config of instance `name` with `what` (a chain or services) appended.
+fn config_with(t: &Topo, name: &str, poll: &str, vector: usize, what: &str) -> RunConfig {
     let text = format!(
-        "name: bench\nnetns: {}\nports:\n  inside: {{iface: ma, peer_mac: '{}'}}\n  outside: {{iface: mb, peer_mac: '{}'}}\nvector: {vector}\npoll: {poll}\n",
+        "name: {name}\nnetns: {}\nports:\n  inside: {{iface: ma, peer_mac: '{}'}}\n  outside: {{iface: mb, peer_mac: '{}'}}\nvector: {vector}\npoll: {poll}\n{what}",
         t.ns[1],
         t.mac(0, "veth0"),
         t.mac(2, "veth0")
@@ -185,27 +196,28 @@ fn config(t: &Topo, poll: &str, vector: usize) -> RunConfig {
     RunConfig::parse(&text, "bench.yaml").unwrap()
 }
 
-fn builder() -> ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value], skip: usize| {
-        build_chain_from(specs, skip, std::path::Path::new("."))
-    })
+fn builder() -> NodeBuilder {
+    vnf_builder(".".into())
 }
 
-/// 64-byte UDP frames from `a` towards an address `b` does not own (b's kernel drops them
-/// cheaply in routing), as fast as batched sendmmsg goes, until `stop`.
-fn udp_flood(t: &Topo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// 64-byte UDP frames of `flows` flows (source ports 4000…) from `a` towards an address
+/// `b` does not own (b's kernel drops them cheaply in routing), as fast as batched
+/// sendmmsg goes, until `stop`.
+fn udp_flood(t: &Topo, stop: Arc<AtomicBool>, flows: u16) -> std::thread::JoinHandle<u64> {
     let ns = t.ns[0].clone();
     let dst_mac = nfx_io::sys::parse_mac(&t.mac(1, "ma")).unwrap();
     std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&ns).unwrap();
         let mut port = AfPacketPort::open("veth0", AfPacketOptions::default()).unwrap();
-        let b = etherparse::PacketBuilder::ethernet2(port.mac(), dst_mac)
-            .ipv4([10, NET, 1, 1], [10, NET, 2, 99], 64)
-            .udp(4000, 4001);
-        let mut frame = Vec::new();
-        b.write(&mut frame, &[0u8; 18]).unwrap();
-        let mut pkts: Vec<Packet> = (0..256)
-            .map(|_| Packet::new(PacketBuf::from_frame(&frame), Direction::Forward))
+        let mut pkts: Vec<Packet> = (0..256u16)
+            .map(|i| {
+                let b = etherparse::PacketBuilder::ethernet2(port.mac(), dst_mac)
+                    .ipv4([10, NET, 1, 1], [10, NET, 2, 99], 64)
+                    .udp(4000 + i % flows.max(1), 4001);
+                let mut frame = Vec::new();
+                b.write(&mut frame, &[0u8; 18]).unwrap();
+                Packet::new(PacketBuf::from_frame(&frame), Direction::Forward)
+            })
             .collect();
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -218,10 +230,13 @@ fn udp_flood(t: &Topo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     })
 }
 
-fn udp_pps(t: &Topo, vector: usize, secs: u64) -> (f64, f64) {
-    let dp = Dataplane::start(&config(t, "busy", vector), builder()).unwrap();
+/// One 64-byte flood of `flows` flows through `cfg` (busy poll) for `secs`: packets/s
+/// sent on, worker CPU ns per packet, `classify` cycles per packet (0 without
+/// services) and the mean vector.
+fn flood_through(t: &Topo, cfg: &RunConfig, secs: u64, flows: u16) -> [f64; 4] {
+    let dp = Dataplane::start(cfg, builder()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let gen = udp_flood(t, stop.clone());
+    let gen = udp_flood(t, stop.clone(), flows);
     std::thread::sleep(Duration::from_millis(500));
     let ctl = dp.controller();
     let s0 = ctl.stats().unwrap();
@@ -232,12 +247,65 @@ fn udp_pps(t: &Topo, vector: usize, secs: u64) -> (f64, f64) {
     stop.store(true, Ordering::Relaxed);
     let offered = gen.join().unwrap();
     let st = dp.stop().unwrap();
-    let pps = (s1.ports[1].tx_packets - s0.ports[1].tx_packets) as f64 / dt;
+    let sent = (s1.ports[1].tx_packets - s0.ports[1].tx_packets) as f64;
+    let cpu_ns = (s1.workers[0].cpu_s - s0.workers[0].cpu_s) * 1e9 / sent.max(1.0);
+    let classify = s1.node("classify").map_or(0.0, |n| n.cycles_per_packet);
     eprintln!(
-        "  vector {vector}: offered {offered} frames, mean vector {:.1}",
-        st.workers[0].mean_vector
+        "  {}: offered {offered} frames, mean vector {:.1}",
+        cfg.name, st.workers[0].mean_vector
     );
-    (pps, st.workers[0].mean_vector)
+    [sent / dt, cpu_ns, classify, st.workers[0].mean_vector]
+}
+
+fn udp_pps(t: &Topo, vector: usize, secs: u64) -> (f64, f64) {
+    let [pps, _, _, mean] = flood_through(t, &config(t, "busy", vector), secs, 1);
+    (pps, mean)
+}
+
+/// The classifier's cost: see the module documentation.
+fn classifier_bench(t: &Topo, secs: u64, rounds: usize) {
+    let base = |name: &str, what: &str| config_with(t, name, "busy", 256, what);
+    let misses: String = (0..15)
+        .map(|i| format!("  - {{id: miss{i}, selector: {{src: 10.99.{i}.0/24, proto: udp}}}}\n"))
+        .collect();
+    let cases = [
+        base("chain", "chain: []\n"),
+        base("services-1", "services:\n  - {id: all}\n"),
+        base(
+            "services-16",
+            &format!("services:\n{misses}  - {{id: all}}\n"),
+        ),
+    ];
+    let mut results: Vec<Vec<[f64; 4]>> = vec![Vec::new(); cases.len()];
+    for round in 0..rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for i in order {
+            results[i].push(flood_through(t, &cases[i], secs, 256));
+        }
+    }
+    let median = |v: &[[f64; 4]], k: usize| {
+        let mut x: Vec<f64> = v.iter().map(|r| r[k]).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let (pps0, ns0) = (median(&results[0], 0), median(&results[0], 1));
+    println!("case           Mpps   ratio   cpu ns/pkt   ratio   classify cyc/pkt   (medians of {rounds})");
+    for (cfg, r) in cases.iter().zip(&results) {
+        let (pps, ns) = (median(r, 0), median(r, 1));
+        println!(
+            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}   {:>16.1}",
+            cfg.name,
+            pps / 1e6,
+            pps / pps0,
+            ns,
+            ns / ns0,
+            median(r, 2)
+        );
+    }
 }
 
 fn main() {
@@ -246,6 +314,16 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let t = Topo::new();
+    if std::env::args().nth(1).as_deref() == Some("services") {
+        let arg = |i: usize, d: u64| {
+            std::env::args()
+                .nth(i)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(d)
+        };
+        classifier_bench(&t, arg(2, 5), arg(3, 3) as usize);
+        return;
+    }
     t.forward(true);
     let kernel = iperf_tcp(&t, secs);
     println!("tcp kernel-forward          {kernel:.2} Gbit/s");

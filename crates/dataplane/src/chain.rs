@@ -1,73 +1,62 @@
-//! Building the VNF chain of a run config with `nfx_vnf::spec`: each entry
-//! (`{"firewall": {...}}`) becomes a node named by its kind, or `<kind>-<n>` for the
-//! n-th (n ≥ 2) node of the same kind. Errors name the entry and the field inside it.
+//! Building VNF nodes with `nfx_vnf::spec`: each spec (`{"firewall": {...}}`) becomes a
+//! node with the name it is given (its instance id). A `chain:` list names its nodes by
+//! kind, or `<kind>-<n>` for the n-th (n ≥ 2) node of the same kind
+//! ([`crate::services::Topology::from_chain`]). Errors name the field inside the spec;
+//! the caller puts the entry or instance in front.
 
 use crate::config::ConfigError;
-use crate::runtime::ChainBuilder;
+use crate::runtime::NodeBuilder;
+use crate::services::Topology;
 use nfx_vnf::{Node, NodeSpec};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Builds every node of `specs`; relative paths in specs resolve against `base_dir`.
+/// Builds the node of `spec` named `name`; relative paths in the spec resolve against
+/// `base_dir`. Error fields are relative to the spec (`firewall.max_flows`).
+pub fn build_node(
+    name: &str,
+    spec: &serde_json::Value,
+    base_dir: &Path,
+) -> Result<Box<dyn Node>, ConfigError> {
+    let at = |field: String| ConfigError {
+        file: String::new(),
+        field,
+        problem: String::new(),
+    };
+    let parsed: NodeSpec = serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError {
+            problem: e.into_inner().to_string(),
+            ..at(if path == "." { String::new() } else { path })
+        }
+    })?;
+    nfx_vnf::build(&parsed, name, base_dir).map_err(|e| ConfigError {
+        problem: e.msg,
+        ..at(e.field)
+    })
+}
+
+/// Builds every node of a `chain:` list, named as the chain form names them; errors
+/// name the entry (`chain[1].nat.snat.public_ip`).
 pub fn build_chain(
     specs: &[serde_json::Value],
     base_dir: &Path,
 ) -> Result<Vec<Box<dyn Node>>, ConfigError> {
-    build_chain_from(specs, 0, base_dir)
+    let topo = Topology::from_chain(specs)?;
+    topo.instances
+        .iter()
+        .map(|i| {
+            build_node(&i.id, &i.spec, base_dir).map_err(|e| ConfigError {
+                field: i.field(&e.field),
+                ..e
+            })
+        })
+        .collect()
 }
 
-/// Like [`build_chain`], but builds only `specs[skip..]` (the first `skip` nodes are
-/// kept from the running chain); names are those the whole list would give.
-pub fn build_chain_from(
-    specs: &[serde_json::Value],
-    skip: usize,
-    base_dir: &Path,
-) -> Result<Vec<Box<dyn Node>>, ConfigError> {
-    let mut seen: HashMap<&'static str, usize> = HashMap::new();
-    let mut nodes = Vec::with_capacity(specs.len());
-    for (i, v) in specs.iter().enumerate() {
-        let at = |field: &str| {
-            if field.is_empty() {
-                format!("chain[{i}]")
-            } else {
-                format!("chain[{i}].{field}")
-            }
-        };
-        let spec: NodeSpec = serde_path_to_error::deserialize(v).map_err(|e| {
-            let path = e.path().to_string();
-            ConfigError {
-                file: String::new(),
-                field: at(if path == "." { "" } else { &path }),
-                problem: e.into_inner().to_string(),
-            }
-        })?;
-        let kind = spec.kind();
-        let n = seen.entry(kind).or_insert(0);
-        *n += 1;
-        let name = if *n == 1 {
-            kind.to_string()
-        } else {
-            format!("{kind}-{n}")
-        };
-        if i < skip {
-            continue;
-        }
-        let node = nfx_vnf::build(&spec, &name, base_dir).map_err(|e| ConfigError {
-            file: String::new(),
-            field: at(&e.field),
-            problem: e.msg,
-        })?;
-        nodes.push(node);
-    }
-    Ok(nodes)
-}
-
-/// The builder `nfx run` uses: [`build_chain`] with paths relative to `base_dir`.
-pub fn vnf_builder(base_dir: PathBuf) -> ChainBuilder {
-    Arc::new(move |specs: &[serde_json::Value], skip: usize| {
-        build_chain_from(specs, skip, &base_dir)
-    })
+/// The builder `nfx run` uses: [`build_node`] with paths relative to `base_dir`.
+pub fn vnf_builder(base_dir: PathBuf) -> NodeBuilder {
+    Arc::new(move |name: &str, spec: &serde_json::Value| build_node(name, spec, &base_dir))
 }
 
 #[cfg(test)]
@@ -118,5 +107,19 @@ mod tests {
             .unwrap();
         assert!(e.field.starts_with("chain[0].firewall"), "{e}");
         assert!(e.problem.contains("defualt"), "{e}");
+    }
+
+    #[test]
+    fn a_node_takes_the_name_it_is_given() {
+        let n = build_node("fw-acme", &json!({"firewall": {}}), Path::new(".")).unwrap();
+        assert_eq!(n.name(), "fw-acme");
+        let e = build_node(
+            "x",
+            &json!({"nat": {"snat": {"public_ip": "nope"}}}),
+            Path::new("."),
+        )
+        .err()
+        .unwrap();
+        assert!(e.field.starts_with("nat.snat"), "{e}");
     }
 }

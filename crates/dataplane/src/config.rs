@@ -1,9 +1,13 @@
 //! The `nfx run` configuration file (YAML): ports, vector size, poll mode, events file
-//! and the chain of VNF specs. Every error names the file, the field and the problem.
+//! and what the worker runs — a `chain:` of VNF specs, or `services:` over
+//! `instances:` (see [`crate::services`]). Every error names the file, the field and
+//! the problem.
 
+use crate::services::{InstanceConfig, ServiceConfig, ServiceSet, Topology};
 use nfx_io::sys::parse_mac;
 use nfx_io::PollMode;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A whole run configuration.
@@ -48,9 +52,21 @@ pub struct RunConfig {
     /// JSON-lines file that receives every event (DPI matches, elephants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<PathBuf>,
-    /// Node specs in Forward order (`- firewall: {...}`), built by the chain builder.
+    /// Node specs in Forward order (`- firewall: {...}`), built by the chain builder:
+    /// one implicit service that takes every frame. Not together with `services`.
     #[serde(default)]
     pub chain: Vec<serde_json::Value>,
+    /// Services in classification order, each with its selector and its chain of
+    /// instance ids; frames no service takes are dropped (`no_service`). Present (even
+    /// empty) or with `instances`, this replaces `chain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<Vec<ServiceConfig>>,
+    /// Every VNF instance the services use, by id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<BTreeMap<String, InstanceConfig>>,
+    /// The classifier's flow table (with `services`).
+    #[serde(default)]
+    pub classifier: ClassifierConfig,
     /// Share the two interfaces with another instance through PACKET_FANOUT groups, so
     /// that traffic can be handed from one to the other without loss (migration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +91,43 @@ pub struct FastPathConfig {
 fn default_fast_path_capacity() -> u32 {
     65536
 }
+
+/// The flow table of the classifier: how many flows' services it remembers for their
+/// return frames (per worker thread) and for how long without traffic.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierConfig {
+    /// Flows, 1..=16777216 (about 35 bytes each).
+    #[serde(default = "default_classifier_flows")]
+    pub flows: usize,
+    /// Seconds a flow is remembered without a frame, 1..=432000 (default: the NAT's TCP
+    /// mapping timeout, so a reply never outlives its service's memory of the flow).
+    #[serde(default = "default_classifier_timeout")]
+    pub timeout_s: u64,
+}
+
+impl Default for ClassifierConfig {
+    fn default() -> Self {
+        Self {
+            flows: default_classifier_flows(),
+            timeout_s: default_classifier_timeout(),
+        }
+    }
+}
+
+fn default_classifier_flows() -> usize {
+    262_144
+}
+
+fn default_classifier_timeout() -> u64 {
+    7440
+}
+
+/// Largest classifier flow table.
+pub const MAX_CLASSIFIER_FLOWS: usize = 1 << 24;
+
+/// Longest classifier flow timeout (the firewall's established-TCP default).
+pub const MAX_CLASSIFIER_TIMEOUT_S: u64 = 432_000;
 
 /// Largest fast-path table.
 pub const MAX_FAST_PATH_CAPACITY: u32 = 1 << 22;
@@ -356,13 +409,49 @@ impl RunConfig {
                 ));
             }
         }
-        for (i, spec) in self.chain.iter().enumerate() {
-            match spec.as_object() {
-                Some(m) if m.len() == 1 => {}
-                _ => return Err(err(&format!("chain[{i}]"), "each chain entry is a map with exactly one node kind, e.g. `- firewall: {...}`".into())),
-            }
+        let c = &self.classifier;
+        if !(1..=MAX_CLASSIFIER_FLOWS).contains(&c.flows) {
+            return Err(err(
+                "classifier.flows",
+                format!("{} is out of range 1..={MAX_CLASSIFIER_FLOWS}", c.flows),
+            ));
         }
-        Ok(())
+        if !(1..=MAX_CLASSIFIER_TIMEOUT_S).contains(&c.timeout_s) {
+            return Err(err(
+                "classifier.timeout_s",
+                format!(
+                    "{} is out of range 1..={MAX_CLASSIFIER_TIMEOUT_S}",
+                    c.timeout_s
+                ),
+            ));
+        }
+        self.topology().map(|_| ()).map_err(|e| ConfigError {
+            file: file.to_string(),
+            ..e
+        })
+    }
+
+    /// True when the config uses `services:`/`instances:` rather than `chain:`.
+    pub fn has_services(&self) -> bool {
+        self.services.is_some() || self.instances.is_some()
+    }
+
+    /// What the worker runs, checked (the file is left empty in errors).
+    pub fn topology(&self) -> Result<Topology, ConfigError> {
+        if !self.has_services() {
+            return Topology::from_chain(&self.chain);
+        }
+        if !self.chain.is_empty() {
+            return Err(ConfigError {
+                file: String::new(),
+                field: "chain".into(),
+                problem: "`chain` and `services`/`instances` are two forms of what the worker runs; give one (a chain is a service of its own instances)".into(),
+            });
+        }
+        Topology::from_services(&ServiceSet {
+            services: self.services.clone().unwrap_or_default(),
+            instances: self.instances.clone().unwrap_or_default(),
+        })
     }
 
     /// Directory that relative paths inside the chain specs are resolved against.
@@ -538,6 +627,86 @@ chain:
         .unwrap();
         assert_eq!(c.fanout.unwrap().role, Role::Standby);
         assert_eq!(RunConfig::parse(GOOD, "f").unwrap().fanout, None);
+    }
+
+    const SERVICES: &str = r#"
+name: edge
+ports:
+  inside:  { iface: to-src,   peer_mac: "02:00:00:00:00:01" }
+  outside: { iface: to-cloud, peer_mac: "02:00:00:00:00:02" }
+classifier: { flows: 1024, timeout_s: 60 }
+services:
+  - id: web-acme
+    selector: { src: 10.200.1.0/24, dst: 10.200.3.0/24, proto: tcp, sport: 1024-65535, dport: 80 }
+    chain: [inst-fw-1, inst-nat-1]
+  - id: dns-beta
+    selector: { src: "2001:db8:1::/48", proto: 17, dport: 53 }
+    chain: [inst-nat-1]
+instances:
+  inst-fw-1: { function: firewall, config: { default: allow } }
+  inst-nat-1: { function: nat, config: { snat: { public_ip: 10.200.2.100 } } }
+"#;
+
+    #[test]
+    fn the_services_form_parses() {
+        let c = RunConfig::parse(SERVICES, "s.yaml").unwrap();
+        assert!(c.has_services());
+        assert_eq!(
+            c.classifier,
+            ClassifierConfig {
+                flows: 1024,
+                timeout_s: 60
+            }
+        );
+        let t = c.topology().unwrap();
+        assert_eq!(t.instance_ids(), ["inst-fw-1", "inst-nat-1"]);
+        assert_eq!(t.service_ids(), ["web-acme", "dns-beta"]);
+        assert_eq!(t.services[0].chain, [0, 1]);
+        assert!(!t.services[1].selector.src.unwrap().is_v4());
+        let d = RunConfig::parse(GOOD, "f").unwrap();
+        assert_eq!(d.classifier, ClassifierConfig::default());
+        assert!(d.topology().unwrap().implicit);
+        // Instances alone: a closed worker.
+        let closed = GOOD.replace(
+            "chain:\n  - firewall: { default: allow }\n  - nat: {}\n",
+            "instances: {}\n",
+        );
+        let t = RunConfig::parse(&closed, "f").unwrap().topology().unwrap();
+        assert!(!t.implicit && t.services.is_empty());
+    }
+
+    #[test]
+    fn bad_services_name_file_and_field() {
+        let cases = [
+            (format!("{SERVICES}chain: [{{nat: {{}}}}]\n"), "chain"),
+            (
+                SERVICES.replace("chain: [inst-nat-1]", "chain: [inst-nat-2]"),
+                "services[1].chain[0]",
+            ),
+            (SERVICES.replace("dns-beta", "web-acme"), "services[1].id"),
+            (
+                SERVICES.replace("dport: 80", "dport: 80-70"),
+                "services[0].selector.dport",
+            ),
+            (
+                SERVICES.replace("dport: 80", "port: 80"),
+                "services[0].selector",
+            ),
+            (
+                SERVICES.replace("flows: 1024", "flows: 0"),
+                "classifier.flows",
+            ),
+            (
+                SERVICES.replace("timeout_s: 60", "timeout_s: 0"),
+                "classifier.timeout_s",
+            ),
+            (SERVICES.replace("inst-fw-1:", "parse:"), "instances.parse"),
+        ];
+        for (text, field) in cases {
+            let e = err_of(&text);
+            assert_eq!(e.file, "bad.yaml", "{e}");
+            assert!(e.field.starts_with(field), "{field}: {e}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! counted against the deciding node, counters, events, chain replacement.
 
 use crate::builtin::{L2Rewrite, OutputNode};
-use crate::graph::Graph;
+use crate::graph::{Graph, GraphPlan};
 use crate::testkit::{seq_of, trace_of, udp_frame, TagNode};
 use nfx_packet::{Direction, DropReason, Packet, PacketBuf, PacketVector};
 use nfx_vnf::Node;
@@ -175,7 +175,7 @@ fn replacing_the_chain_keeps_counters_of_same_named_nodes() {
     let mut g = Graph::new(tags(&[1, 2]), output(), None);
     let mut v = vector_of(0..10, Direction::Forward);
     g.run(v.packets_mut(), Direction::Forward, 1);
-    let (old, carried) = g.replace_chain(tags(&[2, 3]));
+    let (old, carried) = g.replace(GraphPlan::chain(tags(&[2, 3]))).unwrap();
     assert_eq!(old.len(), 2);
     assert_eq!(carried, 1, "only tag2 exists on both sides");
     assert_eq!(g.vnf_names(), ["tag2", "tag3"]);
@@ -196,11 +196,21 @@ fn replacing_the_chain_keeps_counters_of_same_named_nodes() {
 }
 
 #[test]
-fn replacing_after_a_kept_prefix_touches_only_the_rest() {
+fn kept_instances_stay_as_they_are_and_the_rest_is_replaced() {
     let mut g = Graph::new(tags(&[1, 2]), output(), None);
     let mut v = vector_of(0..10, Direction::Forward);
     g.run(v.packets_mut(), Direction::Forward, 1);
-    let (old, carried) = g.replace_chain_after(1, tags(&[2, 3]));
+    let mut rebuilt = tags(&[2, 3]).into_iter();
+    let plan = GraphPlan {
+        instances: vec![
+            ("tag1".into(), None),
+            ("tag2".into(), rebuilt.next()),
+            ("tag3".into(), rebuilt.next()),
+        ],
+        services: vec![("chain".into(), vec![0, 1, 2])],
+        selectors: None,
+    };
+    let (old, carried) = g.replace(plan).unwrap();
     assert_eq!(old.len(), 1, "only tag2 was replaced");
     assert_eq!(carried, 1);
     assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3"]);
@@ -211,10 +221,32 @@ fn replacing_after_a_kept_prefix_touches_only_the_rest() {
     assert_eq!(st[2].stats["tagged"], 20);
     assert_eq!(st[3].stats["tagged"], 10);
     assert_eq!(trace_of(v.packets()[0].buf.frame()), vec![1, 2, 3]);
-    // A prefix longer than the chain keeps everything and appends.
-    let (old, _) = g.replace_chain_after(9, tags(&[4]));
-    assert!(old.is_empty());
-    assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3", "tag4"]);
+    // A plan that keeps what does not run, or is inconsistent, changes nothing.
+    for bad in [
+        GraphPlan {
+            instances: vec![("tag9".into(), None)],
+            services: vec![("chain".into(), vec![0])],
+            selectors: None,
+        },
+        GraphPlan {
+            instances: vec![("tag1".into(), None)],
+            services: vec![("chain".into(), vec![1])],
+            selectors: None,
+        },
+        GraphPlan {
+            instances: vec![],
+            services: vec![],
+            selectors: None,
+        },
+        GraphPlan {
+            instances: vec![],
+            services: vec![("a".into(), vec![])],
+            selectors: Some(vec![]),
+        },
+    ] {
+        assert!(g.replace(bad).is_err());
+        assert_eq!(g.vnf_names(), ["tag1", "tag2", "tag3"]);
+    }
 }
 
 fn vnf(spec: serde_json::Value) -> Box<dyn Node> {

@@ -162,43 +162,35 @@ fn handoff_requests_are_checked() {
 }
 
 #[test]
-fn reconfigure_rebuilds_only_what_changed_after_the_common_prefix() {
+fn reconfigure_rebuilds_only_instances_whose_spec_changed() {
     let (dp, inside, outside) = start("");
     let ctl = dp.controller();
     MemPort::inject(&inside.0, &inside.1, (0..10).map(udp_frame));
     assert_eq!(wait_tx(&outside.0, 10).len(), 10);
     let tag = |id: u64| serde_json::json!({"tag": {"id": id}});
-    // Appending keeps tag1 as it is: nothing is carried, its count continues.
+    // Appending keeps the first tag as it is: nothing is carried, its count continues.
     let r = ctl.reconfigure(&[tag(1), tag(2)]).unwrap();
-    assert_eq!(r.stats.node("tag2").unwrap().packets, 0);
+    assert_eq!(r.stats.node("tag-2").unwrap().packets, 0);
     assert_eq!(
         (r.names, r.carried),
-        (vec!["tag1".to_string(), "tag2".into()], 0)
+        (vec!["tag".to_string(), "tag-2".into()], 0)
     );
     MemPort::inject(&inside.0, &inside.1, (10..20).map(udp_frame));
     assert_eq!(wait_tx(&outside.0, 20).len(), 20);
     let st = ctl.stats().unwrap();
-    assert_eq!(st.node("tag1").unwrap().stats["tagged"], 20);
-    assert_eq!(st.node("tag2").unwrap().stats["tagged"], 10);
-    // Changing the first spec rebuilds both; same-named nodes get their state carried.
-    let carried = ctl
-        .reconfigure(&[
-            serde_json::json!({"tag": {"id": 1, "drop_every": 1000}}),
-            tag(2),
-        ])
-        .unwrap()
-        .carried;
-    assert_eq!(carried, 2);
+    assert_eq!(st.node("tag").unwrap().stats["tagged"], 20);
+    assert_eq!(st.node("tag-2").unwrap().stats["tagged"], 10);
+    // Changing the first spec rebuilds only it, with its state carried.
+    let changed = [
+        serde_json::json!({"tag": {"id": 1, "drop_every": 1000}}),
+        tag(2),
+    ];
+    assert_eq!(ctl.reconfigure(&changed).unwrap().carried, 1);
     // A failed build changes nothing, and the next reconfigure still compares right.
     assert!(ctl.reconfigure(&[serde_json::json!({"tag": {}})]).is_err());
-    let carried = ctl
-        .reconfigure(&[
-            serde_json::json!({"tag": {"id": 1, "drop_every": 1000}}),
-            tag(2),
-        ])
-        .unwrap()
-        .carried;
-    assert_eq!(carried, 0, "identical specs keep every node");
+    let again = ctl.reconfigure(&changed).unwrap();
+    assert_eq!(again.carried, 0, "identical specs keep every node");
+    assert_eq!(again.stats.node("tag").unwrap().stats["tagged"], 20);
 }
 
 #[test]
@@ -208,20 +200,20 @@ fn exported_state_round_trips_through_the_control_protocol() {
     MemPort::inject(&inside.0, &inside.1, (0..7).map(udp_frame));
     assert_eq!(wait_tx(&outside.0, 7).len(), 7);
     let out: serde_json::Value =
-        serde_json::from_str(&ctl.handle_line(r#"{"cmd":"export_state","node":"tag1"}"#)).unwrap();
-    assert_eq!(out["node"], "tag1");
+        serde_json::from_str(&ctl.handle_line(r#"{"cmd":"export_state","node":"tag"}"#)).unwrap();
+    assert_eq!(out["node"], "tag");
     assert_eq!(out["bytes"], 8);
     let (dp2, _, _) = start("");
     let data = out["data_b64"].as_str().unwrap();
-    let req = serde_json::json!({"cmd": "import_state", "node": "tag1", "data_b64": data});
+    let req = serde_json::json!({"cmd": "import_state", "node": "tag", "data_b64": data});
     let back: serde_json::Value =
         serde_json::from_str(&dp2.controller().handle_line(&req.to_string())).unwrap();
     assert_eq!(back["flows"], 1, "{back}");
     let st = dp2.controller().stats().unwrap();
-    assert_eq!(st.node("tag1").unwrap().stats["tagged"], 7);
+    assert_eq!(st.node("tag").unwrap().stats["tagged"], 7);
     // The same request through the helper every client can use.
-    let blob = ctl.export_state("tag1").unwrap();
-    let req = crate::import_state_request("tag1", &blob);
+    let blob = ctl.export_state("tag").unwrap();
+    let req = crate::import_state_request("tag", &blob);
     assert_eq!(req["data_b64"], data);
     // An unknown field keeps the general path and its error.
     let v: serde_json::Value =

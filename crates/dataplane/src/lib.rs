@@ -1,18 +1,21 @@
 //! The nfx vector dataplane: a worker thread owns two ports and a graph of nodes
-//! (`parse` → VNF chain → `output`), moves packets in vectors of up to 256, counts every
+//! (`parse` → `classify` → each service's VNF chain → `output`), moves packets in vectors of up to 256, counts every
 //! packet, byte, drop and cycle per node, and answers control requests (stats,
 //! reconfiguration, flow-state export/import) between two vectors.
 
 pub mod builtin;
 pub mod chain;
+pub mod classify;
 pub mod config;
 pub mod control;
 pub mod fastpath;
 pub mod graph;
 pub mod runtime;
+pub mod services;
 pub mod signals;
 pub mod stash;
 pub mod stats;
+pub mod steer;
 pub mod worker;
 
 #[cfg(test)]
@@ -22,11 +25,16 @@ mod handoff_tests;
 #[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]
+mod services_runtime_tests;
+#[cfg(test)]
+mod services_tests;
+#[cfg(test)]
 mod testkit;
 
-pub use chain::{build_chain, build_chain_from, vnf_builder};
-pub use config::{ConfigError, FanoutConfig, Role, RunConfig};
+pub use chain::{build_chain, build_node, vnf_builder};
+pub use config::{ClassifierConfig, ConfigError, FanoutConfig, Role, RunConfig};
 pub use control::{fetch_stats, import_state_request, request, ControlServer};
 pub use graph::Graph;
-pub use runtime::{ChainBuilder, Controller, Dataplane, PortOpener, Reconfigured};
-pub use stats::Stats;
+pub use runtime::{Controller, Dataplane, NodeBuilder, PortOpener, Reconfigured};
+pub use services::{InstanceConfig, ServiceConfig, ServiceSet};
+pub use stats::{ServiceStats, Stats};

@@ -4,7 +4,8 @@
 use crate::builtin::{L2Rewrite, OutputNode};
 use crate::config::{ConfigError, KernelStack, Role, RunConfig};
 use crate::fastpath::FastPathWorker;
-use crate::graph::Graph;
+use crate::graph::{Graph, GraphPlan};
+use crate::services::{ServiceSet, Topology};
 use crate::stats::Stats;
 use crate::worker::{Command, Drained, Mailbox, Worker};
 use anyhow::{anyhow, bail, Context};
@@ -18,13 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Builds VNF nodes from chain specs (`{"firewall": {...}}` each), skipping the first
-/// `skip` specs (nodes kept from the running chain) but naming the others as the whole
-/// list would. On error it names the entry and the field (`chain[1].nat.snat.public_ip`);
-/// the file is filled in by the caller.
-pub type ChainBuilder = Arc<
-    dyn Fn(&[serde_json::Value], usize) -> Result<Vec<Box<dyn Node>>, ConfigError> + Send + Sync,
->;
+/// Builds the VNF node of one instance from its id (the node's name) and its spec
+/// (`{"firewall": {...}}`). On error it names the field inside the spec
+/// (`nat.snat.public_ip`); the entry or instance and the file are filled in by the
+/// caller.
+pub type NodeBuilder =
+    Arc<dyn Fn(&str, &serde_json::Value) -> Result<Box<dyn Node>, ConfigError> + Send + Sync>;
 
 /// Opens the two ports on the worker thread (after it entered the namespace). With a
 /// fast path its socket filter comes along, to be attached to each AF_PACKET socket
@@ -56,20 +56,28 @@ struct WorkerLink {
     mailbox: Arc<Mailbox>,
 }
 
-struct Inner {
-    workers: Vec<WorkerLink>,
-    builder: ChainBuilder,
-    /// The specs of the running chain and, per spec, whether its node needs replies
-    /// steered by destination port (also serializes reconfigurations).
-    applied: Mutex<(Vec<serde_json::Value>, Vec<bool>)>,
+/// What the workers run: the topology and, per instance, whether its node needs
+/// replies steered by destination port (a source NAT on several workers).
+struct Applied {
+    topology: Topology,
+    by_port: Vec<bool>,
 }
 
-/// What [`Controller::reconfigure`] did: the new VNF node names, the flows carried over
-/// to same-named nodes, and the stats right after the swap.
+struct Inner {
+    workers: Vec<WorkerLink>,
+    builder: NodeBuilder,
+    /// What runs now (the lock also serializes reconfigurations).
+    applied: Mutex<Applied>,
+}
+
+/// What a reconfiguration did: the instance ids, the service ids, the flows carried
+/// over to rebuilt instances, and the stats right after the swap.
 pub struct Reconfigured {
-    /// The chain's VNF node names, in order.
+    /// Instance ids (node names); for the `chain:` form in chain order.
     pub names: Vec<String>,
-    /// Flows carried from old nodes to new nodes of the same name.
+    /// Service ids in classification order (empty for the `chain:` form).
+    pub services: Vec<String>,
+    /// Flows carried from old nodes to new nodes of the same id.
     pub carried: usize,
     /// Every worker's stats taken right after its swap, merged.
     pub stats: Stats,
@@ -132,52 +140,57 @@ impl Controller {
         Ok(Stats::merge(parts))
     }
 
-    /// Builds a new chain from `specs` and swaps it in between two vectors: no packet is
-    /// lost or reordered (they wait in the port's socket queue); nodes keeping their name
-    /// keep their flow state. The longest prefix of specs equal to the running chain's is
-    /// not rebuilt: those nodes stay as they are (deploying at the end of a chain builds
-    /// one node). Returns the new names and the number of flows carried over.
-    /// With several workers every worker gets its own new nodes (sharded, see
-    /// [`nfx_vnf::Node::shard`]) and the flow steering follows the new chain.
+    /// Replaces what the workers run by the chain `specs` (the `chain:` form: one
+    /// implicit service that takes every frame); see [`Controller::apply`].
     pub fn reconfigure(&self, specs: &[serde_json::Value]) -> anyhow::Result<Reconfigured> {
+        let topo = Topology::from_chain(specs).map_err(reconfigure_error)?;
+        self.apply(topo)
+    }
+
+    /// Replaces what the workers run by the services and instances of `set` (closed by
+    /// default: frames no service takes are dropped); see [`Controller::apply`].
+    pub fn reconfigure_services(&self, set: &ServiceSet) -> anyhow::Result<Reconfigured> {
+        let topo = Topology::from_services(set).map_err(reconfigure_error)?;
+        self.apply(topo)
+    }
+
+    /// Builds what changed and swaps the whole set in between two vectors, atomically
+    /// per worker: no packet is lost or reordered (they wait in the port's socket
+    /// queue). Instances whose id and spec are unchanged are not rebuilt (same objects,
+    /// state and counters: deploying one more instance builds one node); a rebuilt
+    /// instance receives the flow state and counters of the running one of its id;
+    /// services keep their counters, and the classifier the flows, of the services that
+    /// remain. An invalid set changes nothing. With several workers every worker gets
+    /// its own new nodes (sharded, see [`nfx_vnf::Node::shard`]) and the flow steering
+    /// follows the new instances.
+    fn apply(&self, topo: Topology) -> anyhow::Result<Reconfigured> {
         let mut applied = self.inner.applied.lock().unwrap_or_else(|e| e.into_inner());
-        let keep = applied
-            .0
-            .iter()
-            .zip(specs)
-            .take_while(|(a, b)| a == b)
-            .count();
         let n = self.workers();
-        let mut per_worker = Vec::with_capacity(n);
-        let mut dest = applied.1[..keep].to_vec();
-        for w in 0..n {
-            let mut nodes = (self.inner.builder)(specs, keep)
-                .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
-            let flags = shard_nodes(&mut nodes, w, n)
-                .map_err(|e| anyhow!("reconfigure: field `{}`: {}", e.field, e.problem))?;
-            if w == 0 {
-                dest.extend(flags);
-            }
-            per_worker.push(nodes);
-        }
-        let mut names = Vec::new();
+        let (plans, by_port) = graph_plans(&self.inner.builder, &topo, Some(&applied), n)
+            .map_err(reconfigure_error)?;
         let mut carried = 0;
         let mut parts = Vec::with_capacity(n);
-        for (w, nodes) in per_worker.into_iter().enumerate() {
-            let (old, nm, c, st) = self.ask_to(w, |tx| Command::Reconfigure(keep, nodes, tx))?;
+        for (w, plan) in plans.into_iter().enumerate() {
+            let (old, c, st) = self
+                .ask_to(w, |tx| Command::Reconfigure(plan, tx))?
+                .map_err(|e| anyhow!("reconfigure: worker {w}: {e}"))?;
             drop(old);
-            names = nm;
             carried += c;
             parts.push(st);
         }
         if n > 1 {
-            let by_port = dest.iter().any(|d| *d);
+            let by_port = by_port.iter().any(|d| *d);
             self.ask_to(0, |tx| Command::SpreadFlows(by_port, tx))?
                 .map_err(|e| anyhow!("reconfigure: {e}"))?;
         }
-        *applied = (specs.to_vec(), dest);
+        let (names, services) = (topo.instance_ids(), topo.service_ids());
+        *applied = Applied {
+            topology: topo,
+            by_port,
+        };
         Ok(Reconfigured {
             names,
+            services,
             carried,
             stats: Stats::merge(parts),
         })
@@ -308,6 +321,11 @@ impl Controller {
         };
         match cmd {
             "stats" => Ok(serde_json::to_value(self.stats()?)?),
+            "reconfigure" if req.get("services").is_some() || req.get("instances").is_some() => {
+                let r = self.reconfigure_services(&ServiceSet::from_request(&req)?)?;
+                Ok(serde_json::json!({ "ok": true, "nodes": r.names, "services": r.services,
+                    "flows_carried": r.carried, "stats": r.stats }))
+            }
             "reconfigure" => {
                 let chain = req
                     .get("chain")
@@ -376,27 +394,81 @@ pub struct Dataplane {
     workers: Vec<JoinHandle<Stats>>,
 }
 
-/// Tells each node it runs as worker `index` of `count` (only with more than one) and
-/// returns, per node, whether replies must be steered by destination port.
-fn shard_nodes(
-    nodes: &mut [Box<dyn Node>],
-    index: usize,
-    count: usize,
-) -> Result<Vec<bool>, ConfigError> {
-    let mut flags = Vec::with_capacity(nodes.len());
-    for n in nodes.iter_mut() {
-        let by_port = if count > 1 {
-            n.shard(index, count).map_err(|problem| ConfigError {
-                file: String::new(),
-                field: "workers".into(),
-                problem,
-            })?
-        } else {
-            false
-        };
-        flags.push(by_port);
+/// The error of a refused reconfiguration, naming the field.
+fn reconfigure_error(e: ConfigError) -> anyhow::Error {
+    anyhow!("reconfigure: field `{}`: {}", e.field, e.problem)
+}
+
+/// The graph plan of `topo` for each of `n` workers, and per instance whether replies
+/// must be steered by destination port. Instances running in `running` with the same
+/// id and spec are kept; the others are built, each worker its own node, and told
+/// they run as worker `w` of `n` (only with more than one).
+fn graph_plans(
+    builder: &NodeBuilder,
+    topo: &Topology,
+    running: Option<&Applied>,
+    n: usize,
+) -> Result<(Vec<GraphPlan>, Vec<bool>), ConfigError> {
+    let mut by_port = vec![false; topo.instances.len()];
+    let mut kept = vec![false; topo.instances.len()];
+    for (k, def) in topo.instances.iter().enumerate() {
+        let same = running.and_then(|r| {
+            let old = &r.topology.instances;
+            let i = old
+                .iter()
+                .position(|o| o.id == def.id && o.spec == def.spec)?;
+            r.by_port.get(i).copied()
+        });
+        if let Some(flag) = same {
+            kept[k] = true;
+            by_port[k] = flag;
+        }
     }
-    Ok(flags)
+    let selectors = (!topo.implicit).then(|| topo.services.iter().map(|s| s.selector).collect());
+    let services: Vec<(String, Vec<usize>)> = topo
+        .services
+        .iter()
+        .map(|s| (s.id.clone(), s.chain.clone()))
+        .collect();
+    let mut plans = Vec::with_capacity(n);
+    for w in 0..n {
+        let mut instances = Vec::with_capacity(topo.instances.len());
+        for (k, def) in topo.instances.iter().enumerate() {
+            if kept[k] {
+                instances.push((def.id.clone(), None));
+                continue;
+            }
+            let field = |e: ConfigError| ConfigError {
+                field: def.field(&e.field),
+                ..e
+            };
+            let mut node = builder(&def.id, &def.spec).map_err(field)?;
+            if node.name() != def.id {
+                return Err(field(ConfigError {
+                    file: String::new(),
+                    field: String::new(),
+                    problem: format!("the builder named instance `{}` `{}`", def.id, node.name()),
+                }));
+            }
+            if n > 1 {
+                let flag = node.shard(w, n).map_err(|problem| ConfigError {
+                    file: String::new(),
+                    field: "workers".into(),
+                    problem: format!("instance `{}`: {problem}", def.id),
+                })?;
+                if w == 0 {
+                    by_port[k] = flag;
+                }
+            }
+            instances.push((def.id.clone(), Some(node)));
+        }
+        plans.push(GraphPlan {
+            instances,
+            services: services.clone(),
+            selectors: selectors.clone(),
+        });
+    }
+    Ok((plans, by_port))
 }
 
 /// Event writer of one worker when several share the events file: whole lines are
@@ -440,7 +512,7 @@ type OpenedPorts = ([Box<dyn Port>; 2], Option<FastPathWorker>);
 /// Everything one worker thread is started with.
 struct WorkerStart {
     index: usize,
-    nodes: Vec<Box<dyn Node>>,
+    plan: GraphPlan,
     events: Option<Box<dyn std::io::Write + Send>>,
     open: PortOpener,
     held: bool,
@@ -452,7 +524,7 @@ impl Dataplane {
     /// with the reason one could not be). With several workers, each opens its own
     /// sockets on both interfaces, joined to one fanout group per interface, and flows
     /// are spread over them ([`nfx_io::fanout::flow_program`]).
-    pub fn start(cfg: &RunConfig, builder: ChainBuilder) -> anyhow::Result<Self> {
+    pub fn start(cfg: &RunConfig, builder: NodeBuilder) -> anyhow::Result<Self> {
         let batch = cfg.vector;
         let in_place = cfg.io.rx_in_place();
         let (rx_slot, slots) = if in_place {
@@ -533,7 +605,7 @@ impl Dataplane {
     /// Starts one worker whose ports are made by `open` (tests use in-memory ports).
     pub fn start_with_ports(
         cfg: &RunConfig,
-        builder: ChainBuilder,
+        builder: NodeBuilder,
         open: PortOpener,
     ) -> anyhow::Result<Self> {
         if cfg.workers != 1 {
@@ -547,7 +619,7 @@ impl Dataplane {
 
     fn start_workers(
         cfg: &RunConfig,
-        builder: ChainBuilder,
+        builder: NodeBuilder,
         opens: Vec<PortOpener>,
     ) -> anyhow::Result<Self> {
         let n = opens.len();
@@ -555,16 +627,8 @@ impl Dataplane {
             file: cfg.source.clone(),
             ..e
         };
-        let mut chains = Vec::with_capacity(n);
-        let mut dest = Vec::new();
-        for w in 0..n {
-            let mut nodes = builder(&cfg.chain, 0).map_err(with_file)?;
-            let flags = shard_nodes(&mut nodes, w, n).map_err(with_file)?;
-            if w == 0 {
-                dest = flags;
-            }
-            chains.push(nodes);
-        }
+        let topology = cfg.topology().map_err(with_file)?;
+        let (plans, by_port) = graph_plans(&builder, &topology, None, n).map_err(with_file)?;
         let mut writers: Vec<Option<Box<dyn std::io::Write + Send>>> = Vec::with_capacity(n);
         match &cfg.events {
             Some(path) => {
@@ -587,17 +651,17 @@ impl Dataplane {
         let standby = cfg.fanout.is_some_and(|f| f.role == Role::Standby);
         let mut links = Vec::with_capacity(n);
         let mut handles: Vec<JoinHandle<Stats>> = Vec::with_capacity(n);
-        let started = chains
+        let started = plans
             .into_iter()
             .zip(writers)
             .zip(opens)
             .enumerate()
-            .try_for_each(|(index, ((nodes, events), open))| {
+            .try_for_each(|(index, ((plan, events), open))| {
                 let (link, handle) = Self::spawn_worker(
                     cfg,
                     WorkerStart {
                         index,
-                        nodes,
+                        plan,
                         events,
                         open,
                         held: standby,
@@ -612,7 +676,10 @@ impl Dataplane {
                 inner: Arc::new(Inner {
                     workers: links,
                     builder,
-                    applied: Mutex::new((cfg.chain.clone(), dest.clone())),
+                    applied: Mutex::new(Applied {
+                        topology,
+                        by_port: by_port.clone(),
+                    }),
                 }),
             },
             workers: handles,
@@ -620,7 +687,7 @@ impl Dataplane {
         // On error, dropping `dp` stops the workers already running.
         started?;
         if n > 1 {
-            let by_port = dest.iter().any(|d| *d);
+            let by_port = by_port.iter().any(|d| *d);
             dp.controller
                 .ask_to(0, |tx| Command::SpreadFlows(by_port, tx))?
                 .map_err(|e| anyhow!("spreading flows over {n} workers: {e}"))?;
@@ -646,13 +713,14 @@ impl Dataplane {
         let (name, poll, vector, netns) =
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
         let fast_path = cfg.fast_path;
+        let classifier = cfg.classifier;
         let ifaces = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
         ];
         let WorkerStart {
             index,
-            nodes,
+            plan,
             events,
             open,
             held,
@@ -698,7 +766,11 @@ impl Dataplane {
                         src: ports[0].mac(),
                     },
                 };
-                let graph = Graph::new(nodes, output, events);
+                let mut graph = Graph::new(Vec::new(), output, events).with_classifier(classifier);
+                if let Err(e) = graph.replace(plan) {
+                    let _ = ready_tx.send(Err(anyhow!("worker {index}: {e}")));
+                    return Stats::default();
+                }
                 let mut worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
                     .with_id(index)
                     .start_held(held);

@@ -23,8 +23,11 @@ pub struct Stats {
     pub workers: Vec<WorkerStats>,
     /// Per port (`inside`, `outside`).
     pub ports: Vec<PortStats>,
-    /// Per graph node in Forward order: `parse`, the VNFs, `output`.
+    /// Per graph node: `parse`, `classify` (with services), the VNF instances, `output`.
     pub nodes: Vec<NodeStats>,
+    /// Per service, in classification order (absent for the `chain:` form).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceStats>,
     /// Events raised so far, by kind.
     pub events: BTreeMap<String, u64>,
     /// The table tier's counters, when the instance runs a fast path.
@@ -99,6 +102,46 @@ pub struct NodeStats {
     pub stats: serde_json::Value,
 }
 
+/// One service of a worker that runs services.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ServiceStats {
+    /// Service id.
+    pub id: String,
+    /// Its chain: instance ids in Forward order.
+    pub chain: Vec<String>,
+    /// Frames from the inside port.
+    pub forward: ServiceTraffic,
+    /// Frames from the outside port (the chain in reverse).
+    pub reverse: ServiceTraffic,
+    /// Drops by the service's instances, by reason name (every reason listed). Drops
+    /// before the service is known (`parse`, `classify`) and after (`output`) are the
+    /// nodes' only.
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// A service's traffic in one direction.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServiceTraffic {
+    /// Packets that entered the service's chain.
+    pub rx_packets: u64,
+    /// Bytes of those packets.
+    pub rx_bytes: u64,
+    /// Packets that left the chain alive (towards `output`).
+    pub tx_packets: u64,
+    /// Bytes of those packets.
+    pub tx_bytes: u64,
+}
+
+impl ServiceTraffic {
+    /// Adds another worker's counters.
+    pub fn add(&mut self, o: &ServiceTraffic) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+    }
+}
+
 /// Turns a dense drop-counter array into the by-name map of the stats document.
 pub fn drops_map(drops: &[u64; DropReason::COUNT]) -> BTreeMap<String, u64> {
     DropReason::ALL
@@ -121,13 +164,19 @@ impl Stats {
     pub fn node(&self, name: &str) -> Option<&NodeStats> {
         self.nodes.iter().find(|n| n.name == name)
     }
+
+    /// The service called `id`.
+    pub fn service(&self, id: &str) -> Option<&ServiceStats> {
+        self.services.iter().find(|s| s.id == id)
+    }
 }
 
 impl Stats {
     /// One document for an instance that runs several workers: `workers` lists every
     /// worker, ports, nodes (matched by name) and events are summed, cycles per packet
     /// is the packet-weighted mean, and node gauges are summed field by field (numbers)
-    /// or taken from the first worker (anything else). `held` is true if any worker holds.
+    /// or taken from the first worker (anything else); services are summed by id.
+    /// `held` is true if any worker holds.
     pub fn merge(parts: Vec<Stats>) -> Stats {
         let mut it = parts.into_iter();
         let Some(mut all) = it.next() else {
@@ -167,6 +216,16 @@ impl Stats {
                         add_json(&mut m.stats, &n.stats);
                     }
                     None => all.nodes.push(n),
+                }
+            }
+            for v in s.services {
+                match all.services.iter_mut().find(|w| w.id == v.id) {
+                    Some(w) => {
+                        w.forward.add(&v.forward);
+                        w.reverse.add(&v.reverse);
+                        add_map(&mut w.drops, &v.drops);
+                    }
+                    None => all.services.push(v),
                 }
             }
             add_map(&mut all.events, &s.events);
@@ -295,6 +354,25 @@ pub fn render_table(cur: &Stats, prev: Option<&Stats>) -> String {
             before.map_or("-".into(), |b| gbps(n.bytes, b.bytes, secs)),
             n.cycles_per_packet,
             nonzero_drops(&n.drops)
+        );
+    }
+    if !cur.services.is_empty() {
+        let _ = writeln!(
+            o,
+            "{:<12} {:>14} {:>14} {:>14} {:>14}  drops",
+            "service", "fwd_in", "fwd_out", "rev_in", "rev_out"
+        );
+    }
+    for s in &cur.services {
+        let _ = writeln!(
+            o,
+            "{:<12} {:>14} {:>14} {:>14} {:>14}  {}",
+            s.id,
+            s.forward.rx_packets,
+            s.forward.tx_packets,
+            s.reverse.rx_packets,
+            s.reverse.tx_packets,
+            nonzero_drops(&s.drops)
         );
     }
     let ev: Vec<String> = cur.events.iter().map(|(k, v)| format!("{k}={v}")).collect();

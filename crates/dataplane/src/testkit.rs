@@ -15,11 +15,17 @@ pub const TRACE_AT: usize = 46;
 
 /// A UDP frame 10.0.0.1:1000 → 10.0.1.1:2000, TTL 64, carrying `seq` and an empty trace.
 pub fn udp_frame(seq: u32) -> Vec<u8> {
+    udp_frame_between([10, 0, 0, 1], [10, 0, 1, 1], 1000, 2000, seq)
+}
+
+/// A UDP frame `src:sport → dst:dport` (IPv4, TTL 64) carrying `seq` and an empty
+/// trace, like [`udp_frame`].
+pub fn udp_frame_between(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, seq: u32) -> Vec<u8> {
     let mut payload = vec![0u8; 24];
     payload[..4].copy_from_slice(&seq.to_be_bytes());
     let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
-        .ipv4([10, 0, 0, 1], [10, 0, 1, 1], 64)
-        .udp(1000, 2000);
+        .ipv4(src, dst, 64)
+        .udp(sport, dport);
     let mut f = Vec::with_capacity(b.size(payload.len()));
     b.write(&mut f, &payload).unwrap();
     f
@@ -114,32 +120,27 @@ impl Node for TagNode {
     }
 }
 
-/// Builds [`TagNode`]s from specs `{"tag": {"id": N, "drop_every": M}}`.
-pub fn tag_builder() -> crate::ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value], skip: usize| {
-        specs
-            .iter()
-            .enumerate()
-            .skip(skip)
-            .map(|(i, s)| {
-                let err = |field: &str, problem: &str| crate::ConfigError {
-                    file: String::new(),
-                    field: format!("chain[{i}]{field}"),
-                    problem: problem.into(),
-                };
-                let t = s.get("tag").ok_or_else(|| err("", "unknown node kind"))?;
-                let id = t
-                    .get("id")
-                    .and_then(|v| v.as_u64())
-                    .ok_or_else(|| err(".tag.id", "missing"))?;
-                let mut n = TagNode::new(&format!("tag{id}"), id as u8);
-                n.drop_every = t
-                    .get("drop_every")
-                    .and_then(|v| v.as_u64())
-                    .map(|v| v as u32);
-                Ok(Box::new(n) as Box<dyn Node>)
-            })
-            .collect()
+/// Builds a [`TagNode`] named as told from a spec `{"tag": {"id": N, "drop_every": M}}`.
+pub fn tag_builder() -> crate::NodeBuilder {
+    Arc::new(|name: &str, spec: &serde_json::Value| {
+        let err = |field: &str, problem: &str| crate::ConfigError {
+            file: String::new(),
+            field: field.into(),
+            problem: problem.into(),
+        };
+        let t = spec
+            .get("tag")
+            .ok_or_else(|| err("", "unknown node kind"))?;
+        let id = t
+            .get("id")
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| err("tag.id", "missing"))?;
+        let mut n = TagNode::new(name, id as u8);
+        n.drop_every = t
+            .get("drop_every")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as u32);
+        Ok(Box::new(n) as Box<dyn Node>)
     })
 }
 

@@ -5,7 +5,7 @@
 //! batched receive and send.
 
 use crate::fastpath::FastPathWorker;
-use crate::graph::Graph;
+use crate::graph::{Graph, GraphPlan};
 use crate::stash::Stash;
 use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
 use nfx_io::cpu::{cpu_pct, thread_cpu_time};
@@ -25,9 +25,10 @@ pub const CPU_WINDOW: Duration = Duration::from_secs(1);
 pub enum Command {
     /// Reply with a fresh stats document.
     Stats(SyncSender<Stats>),
-    /// Keep the first `n` VNFs, replace the rest with the given nodes; reply with the
-    /// replaced nodes (dropped by the caller, off the packet path) and the new names.
-    Reconfigure(usize, Vec<Box<dyn Node>>, SyncSender<Swapped>),
+    /// Install the plan's instances and services ([`Graph::replace`]); reply with the
+    /// nodes no longer run (dropped by the caller, off the packet path), or why the
+    /// plan was refused.
+    Reconfigure(GraphPlan, SyncSender<Result<Swapped, String>>),
     /// Run `f` on the VNF called `node` (state export/import) and reply with its result.
     WithNode(String, NodeJob),
     /// Stop running frames until `Release`: they wait, in arrival order, in the worker's
@@ -47,10 +48,10 @@ pub enum Command {
     Shutdown,
 }
 
-/// What a reconfiguration hands back: the old nodes, the new node names, how many
-/// flows were carried from old to new nodes of the same name, and the worker's stats
-/// right after the swap (so that a deploy needs no second round trip for its state).
-pub type Swapped = (Vec<Box<dyn Node>>, Vec<String>, usize, Stats);
+/// What a reconfiguration hands back: the old nodes, how many flows were carried from
+/// old to new nodes of the same id, and the worker's stats right after the swap (so
+/// that a deploy needs no second round trip for its state).
+pub type Swapped = (Vec<Box<dyn Node>>, usize, Stats);
 
 /// What a drain did: frames processed, and whether the sockets were found empty (false
 /// when [`DRAIN_LIMIT`] passed first, i.e. traffic still arrives: not steered away).
@@ -447,11 +448,11 @@ impl Worker {
                 Ok(Command::SpreadFlows(dest_port, reply)) => {
                     let _ = reply.send(self.spread_flows(dest_port));
                 }
-                Ok(Command::Reconfigure(keep, nodes, reply)) => {
+                Ok(Command::Reconfigure(plan, reply)) => {
                     self.flush_fast_path();
-                    let (old, carried) = self.graph.replace_chain_after(keep, nodes);
+                    let swapped = self.graph.replace(plan);
                     self.sample_socket_drops();
-                    let _ = reply.send((old, self.graph.vnf_names(), carried, self.stats()));
+                    let _ = reply.send(swapped.map(|(old, carried)| (old, carried, self.stats())));
                 }
                 Ok(Command::WithNode(name, job)) => {
                     self.flush_fast_path();
@@ -514,6 +515,7 @@ impl Worker {
             workers: vec![worker],
             ports,
             nodes: self.graph.node_stats(),
+            services: self.graph.service_stats(),
             events: self.graph.event_counts(),
             fast_path: self.fast.as_ref().map(FastPathWorker::stats),
         }

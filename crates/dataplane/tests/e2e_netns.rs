@@ -2,11 +2,10 @@
 //! ip_forward=0 and runs an nfx worker between its two veths. UDP datagrams and a TCP
 //! connection pass only while nfx runs (the kernel of `m` does not forward them).
 
-use nfx_dataplane::{build_chain_from, ChainBuilder, Dataplane, RunConfig};
+use nfx_dataplane::{vnf_builder, Dataplane, NodeBuilder, RunConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The three namespaces; deleted on drop, also when an assertion fails.
@@ -244,10 +243,8 @@ fn config(t: &Topo, net: u8, chain: &str) -> RunConfig {
     RunConfig::parse(&text, "e2e.yaml").unwrap()
 }
 
-fn builder() -> ChainBuilder {
-    Arc::new(|specs: &[serde_json::Value], skip: usize| {
-        build_chain_from(specs, skip, std::path::Path::new("."))
-    })
+fn builder() -> NodeBuilder {
+    vnf_builder(".".into())
 }
 
 #[test]
@@ -577,4 +574,234 @@ fn fast_path_carries_settled_flows_and_the_chain_stays_exact() {
     let nat = st.node("nat").unwrap();
     assert_eq!(nat.drops["nat_no_mapping"], 0);
     assert_eq!(st.node("output").unwrap().drops["tx_error"], 0);
+}
+
+/// Sends `n` numbered datagrams from `src` (an address of namespace `a`) to
+/// 10.net.2.2:`port` in namespace `b`, paced; returns, in arrival order, the numbers `b`
+/// received within `wait` and the source address it saw on each.
+fn udp_from(
+    (a, b): (&str, &str),
+    net: u8,
+    src: &str,
+    port: u16,
+    n: usize,
+    wait: Duration,
+) -> Vec<(usize, std::net::IpAddr)> {
+    let dst: SocketAddr = format!("10.{net}.2.2:{port}").parse().unwrap();
+    let src: SocketAddr = format!("{src}:0").parse().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let rx = within(b, move || {
+        let s = UdpSocket::bind(dst).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + wait;
+        while got.len() < n && Instant::now() < deadline {
+            if let Ok((k, peer)) = s.recv_from(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..k]);
+                got.push((text.parse().unwrap(), peer.ip()));
+            }
+        }
+        got
+    });
+    ready.recv().unwrap();
+    within(a, move || {
+        let s = UdpSocket::bind(src).unwrap();
+        for i in 0..n {
+            let _ = s.send_to(i.to_string().as_bytes(), dst);
+            if i % 32 == 31 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    rx.join().unwrap()
+}
+
+/// Runs `iperf3 -J` bounded in time inside `ns`; returns whether it succeeded (exit
+/// status and no `error` in its report) and the report.
+fn iperf3(ns: &str, args: &[&str]) -> (bool, serde_json::Value) {
+    let out = Command::new("timeout")
+        .args(["20", "ip", "netns", "exec", ns, "iperf3", "-J"])
+        .args(args)
+        .output()
+        .expect("iperf3 (package iperf3)");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    // iperf3 3.12 with -J reports some failures (no connection) with status 0.
+    let ok = out.status.success() && json.get("error").is_none();
+    (ok, json)
+}
+
+/// The services form of the run config, with service `c` (from 10.net.5.0/24, through
+/// B's NAT) listed first when `with_c`.
+fn services_config(net: u8, with_c: bool) -> String {
+    let c = if with_c {
+        format!("  - {{id: c, selector: {{src: 10.{net}.5.0/24}}, chain: [nat-b]}}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "services:\n{c}\
+         \x20 - {{id: a, selector: {{src: 10.{net}.1.0/24}}, chain: [fw-a, nat-a]}}\n\
+         \x20 - {{id: b, selector: {{src: 10.{net}.4.0/24}}, chain: [nat-b]}}\n\
+         instances:\n\
+         \x20 fw-a: {{function: firewall, config: {{default: allow, rules: [{{action: deny, proto: tcp, dport: 5201}}]}}}}\n\
+         \x20 nat-a: {{function: nat, config: {{snat: {{public_ip: 10.{net}.3.100}}}}}}\n\
+         \x20 nat-b: {{function: nat, config: {{snat: {{public_ip: 10.{net}.3.200}}}}}}\n"
+    )
+}
+
+fn services_of(text: &str) -> nfx_dataplane::ServiceSet {
+    serde_yaml_ng::from_str(text).unwrap()
+}
+
+/// One worker, two services on two source subnets of `a`: A (10.net.1.0/24) =
+/// firewall denying TCP/5201 → NAT to 10.net.3.100, B (10.net.4.0/24) = NAT to
+/// 10.net.3.200. A's deny leaves B's iperf3 untouched, each is translated to its own
+/// address, a third subnet is nobody's (`no_service`), and adding a service while B's
+/// traffic flows loses none of it.
+#[test]
+fn two_services_on_one_worker_stay_apart() {
+    let net = 247;
+    let t = Topo::new("svc", net);
+    for subnet in [4, 5] {
+        sh(&[
+            "ip",
+            "-n",
+            &t.a,
+            "addr",
+            "add",
+            &format!("10.{net}.{subnet}.1/24"),
+            "dev",
+            "veth0",
+        ]);
+    }
+    let text = format!(
+        "name: e2e-svc\nnetns: {}\nports:\n  inside: {{iface: ma, peer_mac: '{}'}}\n  outside: {{iface: mb, peer_mac: '{}'}}\npoll: adaptive\n{}",
+        t.m,
+        Topo::mac(&t.a, "veth0"),
+        Topo::mac(&t.b, "veth0"),
+        services_config(net, false)
+    );
+    let cfg = RunConfig::parse(&text, "svc.yaml").unwrap();
+    let dp = Dataplane::start(&cfg, builder()).unwrap();
+    let (a_ip, b_ip, c_ip) = (
+        format!("10.{net}.1.1"),
+        format!("10.{net}.4.1"),
+        format!("10.{net}.5.1"),
+    );
+    let server = format!("10.{net}.2.2");
+
+    // A's deny: its iperf3 cannot even connect.
+    let (ok, refused) = iperf3(
+        &t.a,
+        &[
+            "-c",
+            &server,
+            "-B",
+            &a_ip,
+            "-t",
+            "1",
+            "--connect-timeout",
+            "1000",
+        ],
+    );
+    assert!(!ok, "service a's firewall let TCP/5201 through: {refused}");
+    // B's iperf3 to the same port runs, translated to B's address.
+    let srv = {
+        let ns = t.b.clone();
+        std::thread::spawn(move || iperf3(&ns, &["-s", "-1"]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (ok, client) = iperf3(&t.a, &["-c", &server, "-B", &b_ip, "-t", "2"]);
+    assert!(ok, "service b's iperf3 failed: {client}");
+    let (_, served) = srv.join().unwrap();
+    assert_eq!(
+        served["start"]["connected"][0]["remote_host"],
+        format!("10.{net}.3.200"),
+        "{served}"
+    );
+    let received = client["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    assert!(received > 1 << 20, "service b moved only {received} bytes");
+
+    // UDP probes: each service's datagrams arrive from its NAT; nobody's are dropped.
+    let ends = (t.a.as_str(), t.b.as_str());
+    let a = udp_from(ends, net, &a_ip, 5000, 50, Duration::from_secs(5));
+    assert_eq!(a.len(), 50);
+    assert!(a
+        .iter()
+        .all(|(_, p)| p.to_string() == format!("10.{net}.3.100")));
+    let b = udp_from(ends, net, &b_ip, 5000, 50, Duration::from_secs(5));
+    assert_eq!(b.len(), 50);
+    assert!(b
+        .iter()
+        .all(|(_, p)| p.to_string() == format!("10.{net}.3.200")));
+    let nobody = udp_from(ends, net, &c_ip, 5000, 40, Duration::from_millis(500));
+    assert!(nobody.is_empty(), "traffic of no service passed");
+    let st = dp.controller().stats().unwrap();
+    assert!(st.node("classify").unwrap().drops["no_service"] >= 40);
+    let sa = st.service("a").unwrap();
+    assert!(sa.drops["acl_deny"] >= 1, "{sa:?}");
+    let sb = st.service("b").unwrap();
+    assert_eq!(sb.drops.values().sum::<u64>(), 0, "{sb:?}");
+    assert!(
+        sb.forward.rx_bytes > 1 << 20 && sb.reverse.rx_packets > 0,
+        "{sb:?}"
+    );
+    assert_eq!(
+        st.node("fw-a").unwrap().packets,
+        sa.forward.rx_packets + sa.reverse.rx_packets
+    );
+
+    // While B's datagrams flow, then while its iperf3 runs, service c is added in
+    // front of the list and removed again, over and over.
+    let ctl = dp.controller();
+    let mut swaps = 0;
+    let mut swap_until = |done: &dyn Fn() -> bool| {
+        while !done() {
+            let r = ctl
+                .reconfigure_services(&services_of(&services_config(net, swaps % 2 == 0)))
+                .unwrap();
+            assert_eq!(r.carried, 0, "no instance is rebuilt");
+            swaps += 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let stream = {
+        let (a, b, src) = (t.a.clone(), t.b.clone(), b_ip.clone());
+        std::thread::spawn(move || {
+            udp_from((&a, &b), net, &src, 5001, 8000, Duration::from_secs(10))
+        })
+    };
+    swap_until(&|| stream.is_finished());
+    let got = stream.join().unwrap();
+    assert_eq!(got.len(), 8000, "service b lost datagrams across the swaps");
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "reordered");
+    let srv = {
+        let ns = t.b.clone();
+        std::thread::spawn(move || iperf3(&ns, &["-s", "-1"]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let tcp = {
+        let (ns, server, src) = (t.a.clone(), server.clone(), b_ip.clone());
+        std::thread::spawn(move || iperf3(&ns, &["-c", &server, "-B", &src, "-t", "2"]))
+    };
+    swap_until(&|| tcp.is_finished());
+    let (ok, client) = tcp.join().unwrap();
+    assert!(ok, "service b's TCP broke across the swaps: {client}");
+    srv.join().unwrap();
+    assert!(swaps >= 10, "only {swaps} swaps");
+    // With c installed, its subnet is served, through B's NAT.
+    ctl.reconfigure_services(&services_of(&services_config(net, true)))
+        .unwrap();
+    let c = udp_from(ends, net, &c_ip, 5000, 20, Duration::from_secs(5));
+    assert_eq!(c.len(), 20);
+    assert!(c
+        .iter()
+        .all(|(_, p)| p.to_string() == format!("10.{net}.3.200")));
+    let st = dp.stop().unwrap();
+    assert_eq!(st.node("nat-b").unwrap().drops["nat_no_mapping"], 0);
+    assert_eq!(st.service("c").unwrap().forward.tx_packets, 20);
 }

@@ -41,11 +41,13 @@ pub enum DropReason {
     TxError,
     /// Frame larger than the egress MTU and not GSO.
     TooBig,
+    /// The dataplane's classifier found no service for the frame (closed by default).
+    NoService,
 }
 
 impl DropReason {
     /// Every reason, in discriminant order.
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Truncated,
         DropReason::NonIp,
         DropReason::BadIpHeader,
@@ -64,6 +66,7 @@ impl DropReason {
         DropReason::BadEncap,
         DropReason::TxError,
         DropReason::TooBig,
+        DropReason::NoService,
     ];
     /// Number of reasons (size of a counter array).
     pub const COUNT: usize = Self::ALL.len();
@@ -89,6 +92,7 @@ impl DropReason {
             DropReason::BadEncap => "bad_encap",
             DropReason::TxError => "tx_error",
             DropReason::TooBig => "too_big",
+            DropReason::NoService => "no_service",
         }
     }
 }

@@ -37,6 +37,9 @@ pub struct Packet {
     /// For a packet that stands for traffic the fast path forwarded: how much, so that
     /// stateful nodes account for it (set only by the runtime's fast-path sync).
     pub replay: Option<Replay>,
+    /// Index of the service whose chain the packet runs through, set by the
+    /// dataplane's classifier (meaningless before it ran).
+    pub service: u16,
 }
 
 /// Traffic a fast-path entry forwarded since the last sync, replayed through the chain
@@ -60,6 +63,7 @@ impl Packet {
             fast: false,
             in_key: FlowKey::default(),
             replay: None,
+            service: 0,
         }
     }
 
