@@ -48,11 +48,16 @@ fn device_process(tag: &str, qps: usize, extra: &[&str]) -> (DeviceProcess, std:
     (dev, path)
 }
 
-/// The device still answers correctly: one AES-GCM known answer (NIST case 2).
+/// A new client of the device at `path` is served correctly.
 fn assert_device_serves(path: &std::path::Path) {
     let mut e = LookasideEngine::connect(path, EngineKind::Cpu).expect("a good client attaches");
+    assert_client_served(&mut e);
+}
+
+/// The device still answers `e` correctly: one AES-GCM known answer (NIST case 2).
+fn assert_client_served(e: &mut LookasideEngine) {
     let o = run(
-        &mut e,
+        e,
         &enc(Alg::Aes128Gcm, &[0; 16], &[]),
         &[0; 12],
         b"",
@@ -369,16 +374,7 @@ fn garbage_on_the_socket_and_in_the_ring_gives_counted_errors() {
         assert!(Instant::now() < deadline, "violation not noticed");
         std::thread::sleep(Duration::from_millis(2));
     }
-    let o = run(
-        &mut good,
-        &enc(Alg::Aes128Gcm, &[0; 16], &[]),
-        &[0; 12],
-        b"",
-        &[0; 16],
-        &[],
-    );
-    assert_eq!(o.data, hex("0388dace60b6a392f328c2b971b2fe78"));
-    assert_eq!(good.stats().failovers, 0);
+    assert_client_served(&mut good);
 }
 
 #[test]

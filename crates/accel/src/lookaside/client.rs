@@ -121,23 +121,7 @@ pub struct LookasideEngine {
 }
 
 fn connect_socket(path: &Path) -> Result<OwnedFd, AccelError> {
-    let addr = seqpacket::address(path)?;
-    let fd = seqpacket::socket()?;
-    // SAFETY: valid fd and address.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(AccelError::DeviceGone(format!(
-            "connect {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
+    let fd = seqpacket::connect(path)?;
     // The device must run as this user or as root: anyone else could be a fake device
     // collecting the session keys.
     let cred = peer_cred(fd.as_fd()).map_err(|e| AccelError::Io {

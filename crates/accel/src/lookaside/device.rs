@@ -291,7 +291,6 @@ fn prepare_dir(dir: &Path, group: Option<u32>) -> Result<(), AccelError> {
 
 fn bind(path: &Path, group: Option<u32>) -> Result<OwnedFd, AccelError> {
     use std::os::unix::fs::PermissionsExt;
-    let addr = seqpacket::address(path)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -299,18 +298,7 @@ fn bind(path: &Path, group: Option<u32>) -> Result<OwnedFd, AccelError> {
     prepare_dir(dir, group)?;
     // A stale socket file from a dead device would make bind fail.
     let _ = std::fs::remove_file(path);
-    let fd = seqpacket::socket()?;
-    // SAFETY: valid fd and address.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(AccelError::last_os(format!("bind {}", path.display())));
-    }
+    let fd = seqpacket::bind(path)?;
     let mode = if group.is_some() { 0o660 } else { 0o600 };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(io_err(format!("chmod {}", path.display())))?;

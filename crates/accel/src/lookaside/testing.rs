@@ -49,19 +49,7 @@ impl RawClient {
     /// Connects to the device at `path` (no path or credential checks) and maps the
     /// region it hands out; `Refused` when the device turns the connection down.
     pub fn connect(path: &Path) -> Result<RawClient, AccelError> {
-        let addr = super::seqpacket::address(path)?;
-        let sock = super::seqpacket::socket()?;
-        // SAFETY: valid fd and address.
-        let r = unsafe {
-            libc::connect(
-                sock.as_raw_fd(),
-                (&addr as *const libc::sockaddr_un).cast(),
-                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(AccelError::last_os(format!("connect {}", path.display())));
-        }
+        let sock = super::seqpacket::connect(path)?;
         proto::set_timeouts(&sock, std::time::Duration::from_secs(2))?;
         let (geo, mut fds) = match proto::recv(sock.as_raw_fd())? {
             Recv::Msg(Msg::Hello { geo, .. }, fds) if fds.len() == 2 => (geo, fds),
