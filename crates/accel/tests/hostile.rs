@@ -374,6 +374,15 @@ fn garbage_on_the_socket_and_in_the_ring_gives_counted_errors() {
         assert!(Instant::now() < deadline, "violation not noticed");
         std::thread::sleep(Duration::from_millis(2));
     }
+    // The device no longer writes that region (its heartbeat stops).
+    std::thread::sleep(Duration::from_millis(20));
+    let hb = attacker.heartbeat();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        attacker.heartbeat(),
+        hb,
+        "the device still writes a stopped region"
+    );
     assert_client_served(&mut good);
 }
 

@@ -551,7 +551,14 @@ fn data_loop(shared: &Shared) {
         let g = shared.generation.load(Ordering::SeqCst);
         if g != seen_gen {
             seen_gen = g;
-            active = lock(&shared.qps).iter().flatten().cloned().collect();
+            // Queue pairs the device stopped serving are left out: it never writes their
+            // regions again and does not wake for their doorbells.
+            active = lock(&shared.qps)
+                .iter()
+                .flatten()
+                .filter(|q| !q.stopped.load(Ordering::Relaxed))
+                .cloned()
+                .collect();
             let mut fds = vec![shared.wake.fd()];
             fds.extend(active.iter().map(|q| q.bell.fd()));
             waiter = Waiter::new(&fds);
@@ -563,6 +570,9 @@ fn data_loop(shared: &Shared) {
         let mut did = 0;
         for qp in &active {
             did += process(qp, 64, &mut scratch, &shared.counters);
+        }
+        if active.iter().any(|q| q.stopped.load(Ordering::Relaxed)) {
+            seen_gen = u64::MAX;
         }
         if did > 0 {
             last_work = Instant::now();
@@ -576,15 +586,20 @@ fn data_loop(shared: &Shared) {
     }
 }
 
-/// Announces sleep in every served region, re-checks for work (clients check the flag
-/// after publishing their tail), then waits for a doorbell, a change or 5 ms.
+/// Announces sleep in every served region (`active` holds only served ones: a queue
+/// pair stopped during the last pass forced a rebuild), re-checks for work (clients
+/// check the flag after publishing their tail), then waits for a doorbell, a change or
+/// 5 ms.
 fn sleep(shared: &Shared, active: &[Arc<Qp>], waiter: &mut Waiter, seen_gen: u64) {
-    let served = || active.iter().filter(|q| !q.stopped.load(Ordering::Relaxed));
-    for qp in served() {
+    if seen_gen == u64::MAX {
+        return;
+    }
+    for qp in active {
         qp.view.dev_sleeping().store(1, Ordering::SeqCst);
     }
-    let pending =
-        served().any(|q| q.view.sq_tail().load(Ordering::SeqCst) != q.done.load(Ordering::Relaxed));
+    let pending = active
+        .iter()
+        .any(|q| q.view.sq_tail().load(Ordering::SeqCst) != q.done.load(Ordering::Relaxed));
     if !pending && shared.generation.load(Ordering::SeqCst) == seen_gen {
         let _ = waiter.wait(Duration::from_millis(5));
     }

@@ -124,6 +124,11 @@ impl RawClient {
         self.view.sq_done().load(Ordering::Acquire)
     }
 
+    /// The heartbeat the device writes into this region while it serves it.
+    pub fn heartbeat(&self) -> u64 {
+        self.view.heartbeat().load(Ordering::SeqCst)
+    }
+
     /// The status the device wrote into entry `seq`.
     pub fn status(&self, seq: u64) -> u32 {
         self.view.read_status(seq)
