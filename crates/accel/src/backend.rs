@@ -145,21 +145,39 @@ pub(crate) fn execute<B: Backend>(
     }
 }
 
-/// A table of sessions indexed by `SessionId`.
+/// A table of sessions indexed by `SessionId`, holding at most `limit` at once.
 pub(crate) struct Sessions<B: Backend> {
     slots: Vec<Option<(Meta, B::Session)>>,
+    limit: usize,
 }
 
 impl<B: Backend> Sessions<B> {
+    /// An unbounded table (an in-process engine: the caller owns its memory).
     pub(crate) fn new() -> Self {
-        Sessions { slots: Vec::new() }
+        Self::with_limit(usize::MAX)
     }
 
-    /// Validates the spec, expands keys, returns the new id (reusing freed ids).
+    /// A table of at most `limit` sessions (the lookaside device's, per queue pair).
+    pub(crate) fn with_limit(limit: usize) -> Self {
+        Sessions {
+            slots: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Validates the spec, expands keys, returns the new id (reusing freed ids); a full
+    /// table is `Refused`.
     pub(crate) fn create(&mut self, spec: &SessionSpec) -> Result<SessionId, AccelError> {
         spec.validate()?;
+        let free = self.slots.iter().position(Option::is_none);
+        if free.is_none() && self.slots.len() >= self.limit {
+            return Err(AccelError::Refused(format!(
+                "session table full: {} sessions per queue pair",
+                self.limit
+            )));
+        }
         let entry = Some((Meta::of(spec), B::new_session(spec)?));
-        if let Some(i) = self.slots.iter().position(Option::is_none) {
+        if let Some(i) = free {
             self.slots[i] = entry;
             return Ok(SessionId(i as u32));
         }

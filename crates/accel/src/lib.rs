@@ -31,7 +31,7 @@ pub use calibration::{CalPoint, Calibration, CalibrationError};
 pub use cpu::cpu_engine;
 pub use engine::{Engine, EngineKind, EngineStats};
 pub use error::AccelError;
-pub use lookaside::{DeviceConfig, LookasideEngine};
+pub use lookaside::{ClientOptions, DeviceConfig, LookasideEngine};
 pub use op::{Completion, Iv, Layout, Op, Status, MAX_IV};
 pub use session::{Direction, SecretBytes, SessionId, SessionSpec, MAX_AUTH_KEY};
 pub use soft::soft_engine;

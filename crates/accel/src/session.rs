@@ -57,7 +57,7 @@ pub enum Direction {
 pub struct SessionId(pub u32);
 
 /// Everything needed to create a session; the engine keeps its own expanded keys.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionSpec {
     /// The transform.
     pub alg: Alg,

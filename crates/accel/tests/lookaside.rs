@@ -301,3 +301,39 @@ fn killing_the_device_mid_batch_loses_nothing() {
     assert_eq!(o.status, Status::Ok);
     e.destroy_session(s2).unwrap();
 }
+
+#[test]
+fn device_sockets_in_open_directories_are_refused_on_both_sides() {
+    use std::os::unix::fs::PermissionsExt;
+    let la = lookaside(1);
+    let dir = socket_dir().join("open");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The device will not listen where anyone could replace its socket...
+    match nfx_accel::lookaside::Device::start(nfx_accel::DeviceConfig::new(dir.join("d.sock"), 1)) {
+        Err(AccelError::BadArgument(why)) => {
+            assert!(why.contains("writable by group or others"), "{why}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // ...and a client will not connect to a socket found there (here: a link to a
+    // real device's socket, which is also not a socket itself).
+    std::os::unix::fs::symlink(socket_dir().join("la-0.sock"), dir.join("link.sock")).unwrap();
+    assert!(matches!(
+        LookasideEngine::connect(&dir.join("link.sock"), EngineKind::Cpu),
+        Err(AccelError::BadArgument(_))
+    ));
+    // With a configured device directory, a socket outside it is refused.
+    let mut opts = nfx_accel::ClientOptions::new(EngineKind::Cpu);
+    opts.device_dir = Some(dir.clone());
+    let path = socket_path("outside");
+    let dev = nfx_accel::lookaside::Device::start(nfx_accel::DeviceConfig::new(&path, 1)).unwrap();
+    match LookasideEngine::connect_with(&path, &opts) {
+        Err(AccelError::BadArgument(why)) => assert!(why.contains("outside"), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    opts.device_dir = Some(socket_dir());
+    assert!(LookasideEngine::connect_with(&path, &opts).is_ok());
+    drop((dev, la));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

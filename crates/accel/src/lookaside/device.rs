@@ -1,18 +1,22 @@
-//! The lookaside device process: a fixed number of queue pairs, each a shared region with
-//! a submission ring and zero-copy buffer slots; one data thread (on its own core) runs
-//! the `cpu` engine's code over every queue pair in turn.
+//! The lookaside device process: a fixed number of queue pairs, each a sealed shared
+//! region with a submission ring and zero-copy buffer slots plus the client's own
+//! doorbell; one data thread (on its own core) runs the `cpu` engine's code over every
+//! queue pair in turn. Clients are admitted by peer credentials, bounded in queue pairs
+//! and sessions, and whatever they write into their region can only hurt themselves.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nfx_io::peer::{check_private_dir, PeerPolicy};
+use nfx_io::{Notifier, Waiter};
+use serde::Serialize;
+
 use super::proto::{self, Msg, Recv};
-use super::ring::{
-    futex_wait, futex_wake, DoorbellView, Geometry, QpView, SqEntry, DOORBELL_LEN, MAGIC,
-};
+use super::ring::{futex_wake, Geometry, QpView, SqEntry, MAGIC};
 use super::seqpacket;
 use super::shm::Mapping;
 use crate::backend::{BatchKeystream, Job, Sessions};
@@ -22,7 +26,8 @@ use crate::{AccelError, Iv, Layout, SessionId, Status, MAX_IV};
 /// How the device is started (`nfx accel serve` flags).
 #[derive(Clone, Debug)]
 pub struct DeviceConfig {
-    /// Unix socket clients connect to.
+    /// Unix socket clients connect to; its directory must be private to this user (the
+    /// device creates it, mode 0700 — 0750 with `group` — when it does not exist).
     pub socket: PathBuf,
     /// Number of queue pairs (the device's capacity).
     pub queue_pairs: usize,
@@ -36,12 +41,19 @@ pub struct DeviceConfig {
     pub slot_size: u32,
     /// How long the data thread keeps polling after its last work before sleeping.
     pub spin: Duration,
+    /// Sessions one queue pair may hold at once.
+    pub sessions_per_qp: usize,
+    /// Queue pairs one client process may hold at once.
+    pub qps_per_client: usize,
+    /// A group (gid) whose members may use the device besides its own user.
+    pub group: Option<u32>,
 }
 
 impl DeviceConfig {
     /// Defaults: 256-entry rings, 768 slots of 16 KiB, 30 µs of polling before sleeping
     /// (a pipelining client keeps the device fed without it; a longer spin only takes CPU
-    /// from the clients on a small machine, docs/experiments/accel-switch.md).
+    /// from the clients on a small machine, docs/experiments/accel-switch.md), 1024
+    /// sessions per queue pair, 4 queue pairs per client process, no extra group.
     pub fn new(socket: impl Into<PathBuf>, queue_pairs: usize) -> Self {
         DeviceConfig {
             socket: socket.into(),
@@ -51,6 +63,9 @@ impl DeviceConfig {
             slots: 768,
             slot_size: 16384,
             spin: Duration::from_micros(30),
+            sessions_per_qp: 1024,
+            qps_per_client: 4,
+            group: None,
         }
     }
 
@@ -61,30 +76,173 @@ impl DeviceConfig {
             slot_size: self.slot_size,
         }
     }
+
+    fn validate(&self) -> Result<(), AccelError> {
+        let bad = |s: String| Err(AccelError::BadArgument(s));
+        if self.queue_pairs == 0 {
+            return bad("queue-pairs must be at least 1".into());
+        }
+        if self.sessions_per_qp == 0 || self.qps_per_client == 0 {
+            return bad(
+                "sessions per queue pair and queue pairs per client must be at least 1".into(),
+            );
+        }
+        if !self.geometry().valid() {
+            return bad(format!(
+                "invalid ring geometry {:?} (ring a power of two <= 4096, slots 1..=65536, slot size 64 B..1 MiB)",
+                self.geometry()
+            ));
+        }
+        Ok(())
+    }
 }
 
-struct Qp {
+/// What the device counts (all since it started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceStats {
+    /// Clients given a queue pair.
+    pub admitted: u64,
+    /// Connections refused by the peer-credential check.
+    pub refused_peers: u64,
+    /// Connections refused because every queue pair, or the client's share, is taken.
+    pub refused_capacity: u64,
+    /// Control messages that were malformed, unexpected or carried descriptors.
+    pub bad_messages: u64,
+    /// Session creations refused because the queue pair's table is full.
+    pub sessions_refused: u64,
+    /// Ring entries that failed the device's checks (sequence, slot, length, IV).
+    pub bad_entries: u64,
+    /// Queue pairs the device stopped serving because the client broke the ring
+    /// protocol (a tail behind the device or more than a ring ahead).
+    pub protocol_violations: u64,
+    /// Queue pairs revoked by their client (failover) and acknowledged.
+    pub revocations: u64,
+    /// Ring entries completed, with any status.
+    pub ops: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    admitted: AtomicU64,
+    refused_peers: AtomicU64,
+    refused_capacity: AtomicU64,
+    bad_messages: AtomicU64,
+    sessions_refused: AtomicU64,
+    bad_entries: AtomicU64,
+    protocol_violations: AtomicU64,
+    revocations: AtomicU64,
+    ops: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    fn snapshot(&self) -> DeviceStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DeviceStats {
+            admitted: g(&self.admitted),
+            refused_peers: g(&self.refused_peers),
+            refused_capacity: g(&self.refused_capacity),
+            bad_messages: g(&self.bad_messages),
+            sessions_refused: g(&self.sessions_refused),
+            bad_entries: g(&self.bad_entries),
+            protocol_violations: g(&self.protocol_violations),
+            revocations: g(&self.revocations),
+            ops: g(&self.ops),
+        }
+    }
+}
+
+/// One client's queue pair. Its connection closes only when the last holder drops it —
+/// the data thread, after it stopped looking at the region — so a client that sees
+/// end-of-file knows the device will not touch its memory again.
+pub(super) struct Qp {
     map: Mapping,
     view: QpView,
     geo: Geometry,
     sessions: Mutex<Sessions<CpuBackend>>,
+    bell: Notifier,
+    conn: OwnedFd,
+    pid: i32,
+    /// Entries completed: the device's own count (the shared `sq_done` is only a copy).
+    done: AtomicU64,
+    /// The device no longer serves the region (revoked by its client, or broken by it).
+    stopped: AtomicBool,
+    /// The client's connection ended; the queue pair is being released.
+    closing: AtomicBool,
 }
 
-// SAFETY: `view` points into `map`, which the Qp owns.
+// SAFETY: `view` points into `map`, which the Qp owns; cross-process fields are atomics.
 unsafe impl Sync for Qp {}
+
+impl Qp {
+    /// A queue pair with a fresh sealed region, doorbell and session table.
+    pub(super) fn new(
+        geo: Geometry,
+        sessions: usize,
+        conn: OwnedFd,
+        pid: i32,
+    ) -> Result<(Qp, OwnedFd), AccelError> {
+        let (fd, map) = Mapping::memfd(c"nfx-accel-qp", geo.total())?;
+        let view = QpView::new(map.ptr(), geo);
+        view.magic().store(MAGIC, Ordering::SeqCst);
+        let bell = Notifier::new().map_err(|e| AccelError::Io {
+            context: "create doorbell eventfd".into(),
+            source: e,
+        })?;
+        let qp = Qp {
+            map,
+            view,
+            geo,
+            sessions: Mutex::new(Sessions::with_limit(sessions)),
+            bell,
+            conn,
+            pid,
+            done: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+        };
+        Ok((qp, fd))
+    }
+
+    /// The region's submission/completion view (tests and fuzzing write it directly).
+    pub(super) fn view(&self) -> QpView {
+        self.view
+    }
+
+    /// The session table (tests and fuzzing create sessions directly).
+    pub(super) fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions<CpuBackend>> {
+        lock(&self.sessions)
+    }
+
+    /// Raw pointer to the first byte of `slot` (callers checked `slot < slot_count`).
+    pub(super) fn slot_ptr(&self, slot: u32) -> *mut u8 {
+        // SAFETY: slot < slot_count, so the slot lies inside the region.
+        unsafe {
+            self.map
+                .ptr()
+                .add(self.geo.slots_off() + slot as usize * self.geo.slot_size as usize)
+        }
+    }
+}
 
 struct Shared {
     cfg: DeviceConfig,
+    policy: PeerPolicy,
     qps: Mutex<Vec<Option<Arc<Qp>>>>,
     generation: AtomicU64,
-    doorbell: Mapping,
-    doorbell_fd: OwnedFd,
+    /// Wakes the data thread when the set of queue pairs changes or the device stops.
+    wake: Notifier,
     stop: AtomicBool,
+    counters: Counters,
 }
 
 impl Shared {
-    fn bell(&self) -> DoorbellView {
-        DoorbellView::new(self.doorbell.ptr())
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify();
     }
 }
 
@@ -107,29 +265,46 @@ pub fn pin_to_core(core: usize) -> Result<(), AccelError> {
     Ok(())
 }
 
-fn bind(path: &Path) -> Result<OwnedFd, AccelError> {
-    let addr = seqpacket::address(path)?;
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir).map_err(|e| AccelError::Io {
-                context: format!("create {}", dir.display()),
-                source: e,
-            })?;
+fn io_err(context: String) -> impl FnOnce(std::io::Error) -> AccelError {
+    move |source| AccelError::Io { context, source }
+}
+
+/// Creates the socket's directory private (0700, or 0750 owned by `group`) when it does
+/// not exist, and refuses one that others could write to.
+fn prepare_dir(dir: &Path, group: Option<u32>) -> Result<(), AccelError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(if group.is_some() { 0o750 } else { 0o700 })
+            .create(dir)
+            .map_err(io_err(format!("create {}", dir.display())))?;
+        if let Some(g) = group {
+            std::os::unix::fs::chown(dir, None, Some(g))
+                .map_err(io_err(format!("chown {} to group {g}", dir.display())))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))
+                .map_err(io_err(format!("chmod {}", dir.display())))?;
         }
     }
+    check_private_dir(dir).map_err(|e| AccelError::BadArgument(format!("socket directory: {e}")))
+}
+
+fn bind(path: &Path, group: Option<u32>) -> Result<OwnedFd, AccelError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    prepare_dir(dir, group)?;
     // A stale socket file from a dead device would make bind fail.
     let _ = std::fs::remove_file(path);
-    let fd = seqpacket::socket()?;
-    // SAFETY: valid fd and address.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(AccelError::last_os(format!("bind {}", path.display())));
+    let fd = seqpacket::bind(path)?;
+    let mode = if group.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(io_err(format!("chmod {}", path.display())))?;
+    if let Some(g) = group {
+        std::os::unix::fs::chown(path, None, Some(g))
+            .map_err(io_err(format!("chown {} to group {g}", path.display())))?;
     }
     // SAFETY: valid fd.
     if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
@@ -138,47 +313,32 @@ fn bind(path: &Path) -> Result<OwnedFd, AccelError> {
     Ok(fd)
 }
 
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, AccelError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .map_err(io_err(format!("spawn {name}")))
+}
+
 impl Device {
     /// Binds the socket and starts the acceptor and data threads.
     pub fn start(cfg: DeviceConfig) -> Result<Device, AccelError> {
-        if cfg.queue_pairs == 0 {
-            return Err(AccelError::BadArgument(
-                "queue-pairs must be at least 1".into(),
-            ));
-        }
-        if !cfg.geometry().valid() {
-            return Err(AccelError::BadArgument(format!(
-                "invalid ring geometry {:?} (ring a power of two <= 4096, slots 1..=65536, slot size 64 B..1 MiB)",
-                cfg.geometry()
-            )));
-        }
-        let listener = bind(&cfg.socket)?;
-        let (doorbell_fd, doorbell) = Mapping::memfd(c"nfx-accel-doorbell", DOORBELL_LEN)?;
+        cfg.validate()?;
+        let listener = bind(&cfg.socket, cfg.group)?;
         let shared = Arc::new(Shared {
             qps: Mutex::new((0..cfg.queue_pairs).map(|_| None).collect()),
+            policy: PeerPolicy { group: cfg.group },
             cfg,
             generation: AtomicU64::new(0),
-            doorbell,
-            doorbell_fd,
+            wake: Notifier::new().map_err(io_err("create wake eventfd".into()))?,
             stop: AtomicBool::new(false),
+            counters: Counters::default(),
         });
         let s1 = Arc::clone(&shared);
         let s2 = Arc::clone(&shared);
         let threads = vec![
-            std::thread::Builder::new()
-                .name("accel-accept".into())
-                .spawn(move || accept_loop(&s1, listener))
-                .map_err(|e| AccelError::Io {
-                    context: "spawn acceptor".into(),
-                    source: e,
-                })?,
-            std::thread::Builder::new()
-                .name("accel-data".into())
-                .spawn(move || data_loop(&s2))
-                .map_err(|e| AccelError::Io {
-                    context: "spawn data thread".into(),
-                    source: e,
-                })?,
+            spawn("accel-accept".into(), move || accept_loop(&s1, listener))?,
+            spawn("accel-data".into(), move || data_loop(&s2))?,
         ];
         log::info!(
             "accel device on {} with {} queue pairs",
@@ -196,6 +356,11 @@ impl Device {
             .count()
     }
 
+    /// The device's counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.shared.counters.snapshot()
+    }
+
     /// Stops the threads and removes the socket file.
     pub fn stop(mut self) {
         self.shutdown();
@@ -210,9 +375,7 @@ impl Device {
 
     fn shutdown(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let bell = self.shared.bell();
-        bell.bell().fetch_add(1, Ordering::SeqCst);
-        super::ring::futex_wake(bell.bell());
+        self.shared.wake.notify();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -272,88 +435,144 @@ fn accept_loop(shared: &Arc<Shared>, listener: OwnedFd) {
     }
 }
 
+/// Refuses a connection with a reason (the message is best effort: the peer may be gone).
+fn refuse(conn: &OwnedFd, counter: &AtomicU64, why: String) -> Result<(), AccelError> {
+    bump(counter);
+    log::info!("accel device: refused a client: {why}");
+    let _ = proto::set_timeouts(conn, Duration::from_millis(100));
+    let _ = proto::send(conn.as_raw_fd(), &Msg::Refused(why), &[]);
+    Ok(())
+}
+
 fn admit(shared: &Arc<Shared>, conn: OwnedFd) -> Result<(), AccelError> {
-    let mut qps = lock(&shared.qps);
-    let Some(index) = qps.iter().position(Option::is_none) else {
-        let n = qps.len();
-        drop(qps);
-        let why = format!("all {n} queue pairs are in use");
-        log::info!("accel device: refused a client: {why}");
-        return proto::send(conn.as_raw_fd(), &Msg::Refused(why), &[]);
+    let c = &shared.counters;
+    let cred = match shared.policy.check(conn.as_fd()) {
+        Ok(cred) => cred,
+        Err(why) => return refuse(&conn, &c.refused_peers, why),
     };
+    let mut qps = lock(&shared.qps);
+    let held = qps.iter().flatten().filter(|q| q.pid == cred.pid).count();
+    if held >= shared.cfg.qps_per_client {
+        let why = format!(
+            "client pid {} already holds {held} queue pairs (limit {} per client)",
+            cred.pid, shared.cfg.qps_per_client
+        );
+        drop(qps);
+        return refuse(&conn, &c.refused_capacity, why);
+    }
+    let Some(index) = qps.iter().position(Option::is_none) else {
+        let why = format!("all {} queue pairs are in use", qps.len());
+        drop(qps);
+        return refuse(&conn, &c.refused_capacity, why);
+    };
+    proto::set_timeouts(&conn, Duration::from_millis(200))?;
     let geo = shared.cfg.geometry();
-    let (fd, map) = Mapping::memfd(c"nfx-accel-qp", geo.total())?;
-    let view = QpView::new(map.ptr(), geo);
-    view.magic().store(MAGIC, Ordering::SeqCst);
-    let qp = Arc::new(Qp {
-        map,
-        view,
-        geo,
-        sessions: Mutex::new(Sessions::new()),
-    });
+    let (qp, region) = Qp::new(geo, shared.cfg.sessions_per_qp, conn, cred.pid)?;
     proto::send(
-        conn.as_raw_fd(),
+        qp.conn.as_raw_fd(),
         &Msg::Hello {
             qp: index as u32,
             geo,
         },
-        &[fd.as_raw_fd(), shared.doorbell_fd.as_raw_fd()],
+        &[region.as_raw_fd(), qp.bell.as_fd().as_raw_fd()],
     )?;
+    let qp = Arc::new(qp);
     qps[index] = Some(Arc::clone(&qp));
     drop(qps);
-    shared.generation.fetch_add(1, Ordering::SeqCst);
-    proto::set_recv_timeout(&conn, Duration::from_millis(200))?;
+    bump(&c.admitted);
+    shared.changed();
     let s = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name(format!("accel-qp{index}"))
-        .spawn(move || control_loop(&s, conn, index, qp))
-        .map_err(|e| AccelError::Io {
-            context: "spawn control thread".into(),
-            source: e,
-        })?;
+    spawn(format!("accel-qp{index}"), move || {
+        control_loop(&s, &qp);
+        qp.closing.store(true, Ordering::SeqCst);
+        lock(&s.qps)[index] = None;
+        drop(qp);
+        s.changed();
+        log::info!("accel device: queue pair {index} released");
+    })?;
     Ok(())
 }
 
-fn control_loop(shared: &Shared, conn: OwnedFd, index: usize, qp: Arc<Qp>) {
+/// Serves one client's session requests until it disconnects or the device stops.
+fn control_loop(shared: &Shared, qp: &Qp) {
+    let conn = qp.conn.as_raw_fd();
     while !shared.stop.load(Ordering::SeqCst) {
-        let reply = match proto::recv(conn.as_raw_fd()) {
+        let received = match proto::recv(conn) {
             Ok(Recv::Timeout) => continue,
             Ok(Recv::Closed) | Err(_) => break,
-            Ok(Recv::Msg(Msg::Create(spec), _)) => match lock(&qp.sessions).create(&spec) {
-                Ok(id) => Msg::Done(id.0),
-                Err(e) => Msg::Error(e.to_string()),
-            },
-            Ok(Recv::Msg(Msg::Destroy(id), _)) => match lock(&qp.sessions).destroy(SessionId(id)) {
-                Ok(()) => Msg::Done(id),
-                Err(e) => Msg::Error(e.to_string()),
-            },
-            Ok(Recv::Msg(..)) => Msg::Error("unexpected message".into()),
+            Ok(r) => r,
         };
-        if proto::send(conn.as_raw_fd(), &reply, &[]).is_err() {
+        let reply = answer(&shared.counters, qp, received);
+        if proto::send(conn, &reply, &[]).is_err() {
             break;
         }
     }
-    lock(&shared.qps)[index] = None;
-    shared.generation.fetch_add(1, Ordering::SeqCst);
-    log::info!("accel device: queue pair {index} released");
+}
+
+/// The device's answer to one message from a client: sessions are created in the
+/// client's bounded table; anything else is an error, counted.
+fn answer(c: &Counters, qp: &Qp, received: Recv) -> Msg {
+    match received {
+        Recv::Msg(_, fds) if !fds.is_empty() => {
+            bump(&c.bad_messages);
+            Msg::Error("control messages to the device carry no descriptors".into())
+        }
+        Recv::Msg(Msg::Create(spec), _) => match qp.sessions().create(&spec) {
+            Ok(id) => Msg::Done(id.0),
+            Err(AccelError::Refused(why)) => {
+                bump(&c.sessions_refused);
+                Msg::Refused(why)
+            }
+            Err(e) => Msg::Error(e.to_string()),
+        },
+        Recv::Msg(Msg::Destroy(id), _) => match qp.sessions().destroy(SessionId(id)) {
+            Ok(()) => Msg::Done(id),
+            Err(e) => Msg::Error(e.to_string()),
+        },
+        Recv::Bad(why) => {
+            bump(&c.bad_messages);
+            Msg::Error(why.into())
+        }
+        Recv::Msg(..) | Recv::Closed | Recv::Timeout => {
+            bump(&c.bad_messages);
+            Msg::Error("unexpected message".into())
+        }
+    }
 }
 
 fn data_loop(shared: &Shared) {
-    let bell = shared.bell();
     let mut active: Vec<Arc<Qp>> = Vec::new();
+    let mut waiter = Waiter::new(&[shared.wake.fd()]);
     let mut seen_gen = u64::MAX;
     let mut last_work = Instant::now();
     let mut scratch = Scratch::default();
+    let mut beat = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
         let g = shared.generation.load(Ordering::SeqCst);
         if g != seen_gen {
             seen_gen = g;
-            active = lock(&shared.qps).iter().flatten().cloned().collect();
+            // Queue pairs the device stopped serving are left out: it never writes their
+            // regions again and does not wake for their doorbells.
+            active = lock(&shared.qps)
+                .iter()
+                .flatten()
+                .filter(|q| !q.stopped.load(Ordering::Relaxed))
+                .cloned()
+                .collect();
+            let mut fds = vec![shared.wake.fd()];
+            fds.extend(active.iter().map(|q| q.bell.fd()));
+            waiter = Waiter::new(&fds);
         }
-        bell.heartbeat().fetch_add(1, Ordering::Relaxed);
+        beat += 1;
+        for qp in &active {
+            qp.view.heartbeat().store(beat, Ordering::Relaxed);
+        }
         let mut did = 0;
         for qp in &active {
-            did += process(qp, 64, &mut scratch);
+            did += process(qp, 64, &mut scratch, &shared.counters);
+        }
+        if active.iter().any(|q| q.stopped.load(Ordering::Relaxed)) {
+            seen_gen = u64::MAX;
         }
         if did > 0 {
             last_work = Instant::now();
@@ -363,17 +582,32 @@ fn data_loop(shared: &Shared) {
             std::hint::spin_loop();
             continue;
         }
-        // Announce sleep, re-check (clients check `sleeping` after publishing), then wait.
-        let seen = bell.bell().load(Ordering::SeqCst);
-        bell.sleeping().store(1, Ordering::SeqCst);
-        let pending = active.iter().any(|q| {
-            q.view.sq_tail().load(Ordering::SeqCst) != q.view.sq_done().load(Ordering::SeqCst)
-        });
-        if !pending && shared.generation.load(Ordering::SeqCst) == seen_gen {
-            futex_wait(bell.bell(), seen, Duration::from_millis(5));
-        }
-        bell.sleeping().store(0, Ordering::SeqCst);
+        sleep(shared, &active, &mut waiter, seen_gen);
     }
+}
+
+/// Announces sleep in every served region (`active` holds only served ones: a queue
+/// pair stopped during the last pass forced a rebuild), re-checks for work (clients
+/// check the flag after publishing their tail), then waits for a doorbell, a change or
+/// 5 ms.
+fn sleep(shared: &Shared, active: &[Arc<Qp>], waiter: &mut Waiter, seen_gen: u64) {
+    if seen_gen == u64::MAX {
+        return;
+    }
+    for qp in active {
+        qp.view.dev_sleeping().store(1, Ordering::SeqCst);
+    }
+    let pending = active
+        .iter()
+        .any(|q| q.view.sq_tail().load(Ordering::SeqCst) != q.done.load(Ordering::Relaxed));
+    if !pending && shared.generation.load(Ordering::SeqCst) == seen_gen {
+        let _ = waiter.wait(Duration::from_millis(5));
+    }
+    for qp in active {
+        qp.view.dev_sleeping().store(0, Ordering::SeqCst);
+        qp.bell.clear();
+    }
+    shared.wake.clear();
 }
 
 /// Per-pass working memory of the data thread (reused, so nothing is allocated per
@@ -385,84 +619,114 @@ struct Scratch {
     keystream: BatchKeystream,
 }
 
-/// Whether an entry's slot, length and IV length fit the queue pair's geometry.
+/// Whether an entry's sequence number, slot, length and IV length fit the queue pair.
 fn entry_ok(e: &SqEntry, seq: u64, geo: &Geometry) -> bool {
     e.seq == seq && e.slot < geo.slot_count && e.len <= geo.slot_size && e.iv_len as usize <= MAX_IV
 }
 
-fn entry_layout(e: &SqEntry) -> Layout {
-    Layout {
-        aad_off: e.aad_off,
-        aad_len: e.aad_len,
-        data_off: e.data_off,
-        data_len: e.data_len,
-        tag_off: e.tag_off,
+fn entry_job(e: &SqEntry, ok: bool) -> Job {
+    Job {
+        session: SessionId(e.session),
+        iv: Iv::new(&e.iv[..(e.iv_len as usize).min(MAX_IV)]),
+        layout: Layout {
+            aad_off: e.aad_off,
+            aad_len: e.aad_len,
+            data_off: e.data_off,
+            data_len: e.data_len,
+            tag_off: e.tag_off,
+        },
+        buf_len: if ok { e.len as usize } else { 0 },
+    }
+}
+
+/// Stops serving a queue pair whose client revoked it, and says so in its region.
+fn acknowledge_revocation(qp: &Qp, c: &Counters) {
+    if !qp.stopped.swap(true, Ordering::SeqCst) {
+        qp.view.revoke_ack().store(1, Ordering::SeqCst);
+        bump(&c.revocations);
+        log::info!("accel device: a client revoked its queue pair (failover)");
     }
 }
 
 /// Runs up to `budget` submitted operations of one queue pair, in order. The entries are
-/// copied out of shared memory first, so that the keystream of the whole pass can be
-/// computed at once (bitsliced PRESENT across packets).
-fn process(qp: &Qp, budget: usize, scratch: &mut Scratch) -> usize {
+/// copied out of shared memory and checked first, so the keystream of the whole pass
+/// can be computed at once (bitsliced PRESENT across packets) and nothing the client
+/// writes later changes what the device does. Returns the number of entries completed.
+fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize {
     let v = &qp.view;
-    if v.revoked().load(Ordering::Acquire) != 0 {
+    if qp.stopped.load(Ordering::Relaxed) {
         return 0;
     }
-    let tail = v.sq_tail().load(Ordering::Acquire);
-    let mut done = v.sq_done().load(Ordering::Relaxed);
-    if tail == done {
+    if v.revoked().load(Ordering::SeqCst) != 0 {
+        acknowledge_revocation(qp, c);
         return 0;
     }
-    // A tail that runs ahead of the ring is a client bug: only look at one ring's worth.
-    let tail = tail.min(done + qp.geo.ring_size as u64);
-    let n = ((tail - done) as usize).min(budget);
+    let start = qp.done.load(Ordering::Relaxed);
+    let ahead = v.sq_tail().load(Ordering::Acquire).wrapping_sub(start);
+    if ahead == 0 {
+        return 0;
+    }
+    if ahead > qp.geo.ring_size as u64 {
+        qp.stopped.store(true, Ordering::SeqCst);
+        bump(&c.protocol_violations);
+        log::warn!(
+            "accel device: client pid {} moved its ring tail outside the ring; its queue pair is no longer served",
+            qp.pid
+        );
+        return 0;
+    }
+    let n = (ahead as usize).min(budget);
     scratch.entries.clear();
     scratch.jobs.clear();
-    for seq in done..done + n as u64 {
+    for seq in start..start + n as u64 {
         let e = v.read_entry(seq);
-        let ok = entry_ok(&e, seq, &qp.geo);
-        scratch.jobs.push(Job {
-            session: SessionId(e.session),
-            iv: Iv::new(&e.iv[..(e.iv_len as usize).min(MAX_IV)]),
-            layout: entry_layout(&e),
-            buf_len: if ok { e.len as usize } else { 0 },
-        });
+        scratch.jobs.push(entry_job(&e, entry_ok(&e, seq, &qp.geo)));
         scratch.entries.push(e);
     }
-    let mut sessions = lock(&qp.sessions);
+    let mut sessions = qp.sessions();
     sessions.prepare(&scratch.jobs, &mut scratch.keystream);
+    let mut done = start;
     for (i, e) in scratch.entries.iter().enumerate() {
-        let status = if !entry_ok(e, done, &qp.geo) {
-            Status::BadArgument
-        } else {
-            let slot_ptr = slot_ptr(qp, e.slot);
-            // SAFETY: slot and len were bounds-checked against the geometry; the undo
-            // area is one slot long.
-            unsafe {
-                std::ptr::copy_nonoverlapping(slot_ptr, v.undo_ptr(), e.len as usize);
-            }
+        // The failover fence: claim the entry, then look for a revocation.
+        v.claim().store(done + 1, Ordering::SeqCst);
+        if v.revoked().load(Ordering::SeqCst) != 0 {
+            acknowledge_revocation(qp, c);
+            break;
+        }
+        let status = if entry_ok(e, done, &qp.geo) {
+            let slot = qp.slot_ptr(e.slot);
+            // SAFETY: slot and len were checked against the geometry; the undo area is
+            // one slot long.
+            unsafe { std::ptr::copy_nonoverlapping(slot, v.undo_ptr(), e.len as usize) };
             v.undo_slot().store(e.slot, Ordering::Relaxed);
             v.undo_len().store(e.len, Ordering::Relaxed);
             v.undo_seq().store(done + 1, Ordering::Release);
-            // SAFETY: the client gave this slot to the device until the entry completes.
-            let buf = unsafe { std::slice::from_raw_parts_mut(slot_ptr, e.len as usize) };
+            // SAFETY: the slot lies in the sealed region, which stays mapped while `qp`
+            // lives. The client may write it concurrently; that only garbles its own
+            // result, as with a buffer it changes under a DMA engine.
+            let buf = unsafe { std::slice::from_raw_parts_mut(slot, e.len as usize) };
             let job = &scratch.jobs[i];
-            sessions.run(
-                job.session,
-                &job.iv,
-                &job.layout,
-                buf,
-                scratch.keystream.get(i),
-            )
+            let ks = scratch.keystream.get(i);
+            sessions.run(job.session, &job.iv, &job.layout, buf, ks)
+        } else {
+            bump(&c.bad_entries);
+            Status::BadArgument
         };
         v.write_status(done, status as u32);
         done += 1;
+        qp.done.store(done, Ordering::Relaxed);
         v.sq_done().store(done, Ordering::Release);
+        bump(&c.ops);
     }
     drop(sessions);
-    // A client asleep on its completions (`LookasideEngine::wait_ready`) is woken once
-    // the entry it waits for is done. Pairs with the client's store of cq_want before
-    // it re-reads sq_done: one of the two sides sees the other's write.
+    wake_waiting_client(v, done);
+    (done - start) as usize
+}
+
+/// A client asleep on its completions (`LookasideEngine::wait_ready`) is woken once the
+/// entry it waits for is done. Pairs with the client's store of cq_want before it
+/// re-reads sq_done: one of the two sides sees the other's write.
+fn wake_waiting_client(v: &QpView, done: u64) {
     std::sync::atomic::fence(Ordering::SeqCst);
     let want = v.cq_want().load(Ordering::SeqCst);
     if want != 0
@@ -474,14 +738,73 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch) -> usize {
         v.cq_bell().fetch_add(1, Ordering::SeqCst);
         futex_wake(v.cq_bell());
     }
-    n
 }
 
-fn slot_ptr(qp: &Qp, slot: u32) -> *mut u8 {
-    // SAFETY: callers checked slot < slot_count; the region holds every slot.
-    unsafe {
-        qp.map
-            .ptr()
-            .add(qp.geo.slots_off() + slot as usize * qp.geo.slot_size as usize)
+/// Test and fuzzing access to the device's ring processing without a socket.
+pub mod harness {
+    use super::*;
+
+    /// A queue pair with no client process, its counters and the data thread's scratch.
+    pub struct Detached {
+        pub(in crate::lookaside) qp: Qp,
+        scratch: Scratch,
+        counters: Counters,
+    }
+
+    impl Detached {
+        /// A queue pair of geometry `geo` with a session table of `sessions` entries.
+        pub fn new(geo: Geometry, sessions: usize) -> Result<Detached, AccelError> {
+            let mut fds = [0; 2];
+            // SAFETY: valid out-array for two fds.
+            if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) }
+                != 0
+            {
+                return Err(AccelError::last_os("socketpair"));
+            }
+            // SAFETY: fresh fds owned by nobody else; the peer end is closed at once.
+            let (conn, _peer) =
+                unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+            let (qp, _region) = Qp::new(geo, sessions, conn, 0)?;
+            Ok(Detached {
+                qp,
+                scratch: Scratch::default(),
+                counters: Counters::default(),
+            })
+        }
+
+        /// One pass of the data thread over the queue pair.
+        pub fn process(&mut self, budget: usize) -> usize {
+            process(&self.qp, budget, &mut self.scratch, &self.counters)
+        }
+
+        /// The device's answer to a control message from this queue pair's client.
+        pub fn answer(&self, msg: Msg) -> Msg {
+            answer(&self.counters, &self.qp, Recv::Msg(msg, Vec::new()))
+        }
+
+        /// Serves the queue pair again after a revocation or violation (so one harness
+        /// can run many fuzz inputs).
+        pub fn reset(&mut self) {
+            let v = self.qp.view();
+            v.revoked().store(0, Ordering::SeqCst);
+            v.revoke_ack().store(0, Ordering::SeqCst);
+            v.sq_tail().store(self.done(), Ordering::SeqCst);
+            self.qp.stopped.store(false, Ordering::SeqCst);
+        }
+
+        /// The device-side count of completed entries.
+        pub fn done(&self) -> u64 {
+            self.qp.done.load(Ordering::Relaxed)
+        }
+
+        /// Whether the device stopped serving the queue pair.
+        pub fn stopped(&self) -> bool {
+            self.qp.stopped.load(Ordering::Relaxed)
+        }
+
+        /// The counters.
+        pub fn stats(&self) -> DeviceStats {
+            self.counters.snapshot()
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! Control messages on the device's unix socket (SOCK_SEQPACKET: one message per packet),
-//! with file descriptors passed as SCM_RIGHTS.
+//! with file descriptors passed as SCM_RIGHTS. Every message has an exact length: a
+//! short, long, truncated or unknown message, or one carrying descriptors it should not,
+//! is `Recv::Bad` (the device counts it and answers with an error).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -9,13 +11,15 @@ use super::ring::Geometry;
 use crate::{AccelError, Alg, Direction, SecretBytes, SessionSpec};
 
 /// Largest control message.
-pub(crate) const MAX_MSG: usize = 512;
+pub const MAX_MSG: usize = 512;
 
 /// A control message.
-pub(crate) enum Msg {
-    /// Device → client: queue pair granted; two fds follow (region, doorbell).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Device → client: queue pair granted; two fds follow (the sealed region and this
+    /// client's own doorbell eventfd).
     Hello { qp: u32, geo: Geometry },
-    /// Device → client: no queue pair for you.
+    /// Device → client: no queue pair (or no more sessions) for you.
     Refused(String),
     /// Client → device: create a session.
     Create(SessionSpec),
@@ -35,9 +39,18 @@ fn get_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// Text of a `Refused`/`Error` message, cut to fit one message on a character boundary.
+fn put_text(out: &mut Vec<u8>, s: &str) {
+    let mut n = s.len().min(MAX_MSG - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    out.extend_from_slice(&s.as_bytes()[..n]);
+}
+
 impl Msg {
     /// Serializes into `out` (cleared first).
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+    pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         match self {
             Msg::Hello { qp, geo } => {
@@ -49,7 +62,7 @@ impl Msg {
             }
             Msg::Refused(s) => {
                 out.push(2);
-                out.extend_from_slice(&s.as_bytes()[..s.len().min(MAX_MSG - 1)]);
+                put_text(out, s);
             }
             Msg::Create(spec) => {
                 out.push(3);
@@ -72,24 +85,32 @@ impl Msg {
             }
             Msg::Error(s) => {
                 out.push(6);
-                out.extend_from_slice(&s.as_bytes()[..s.len().min(MAX_MSG - 1)]);
+                put_text(out, s);
             }
         }
     }
 
-    /// Parses a message; `None` if malformed.
-    pub(crate) fn decode(b: &[u8]) -> Option<Msg> {
-        let text = |b: &[u8]| String::from_utf8_lossy(&b[1..]).into_owned();
+    /// Parses a message; `None` if it is malformed (unknown type, wrong length, invalid
+    /// field value or text that is not UTF-8).
+    pub fn decode(b: &[u8]) -> Option<Msg> {
+        if b.len() > MAX_MSG {
+            return None;
+        }
+        let exact = |len: usize| (b.len() == len).then_some(());
+        let text = |b: &[u8]| std::str::from_utf8(&b[1..]).ok().map(str::to_string);
         Some(match *b.first()? {
-            1 => Msg::Hello {
-                qp: get_u32(b, 1)?,
-                geo: Geometry {
-                    ring_size: get_u32(b, 5)?,
-                    slot_count: get_u32(b, 9)?,
-                    slot_size: get_u32(b, 13)?,
-                },
-            },
-            2 => Msg::Refused(text(b)),
+            1 => {
+                exact(17)?;
+                Msg::Hello {
+                    qp: get_u32(b, 1)?,
+                    geo: Geometry {
+                        ring_size: get_u32(b, 5)?,
+                        slot_count: get_u32(b, 9)?,
+                        slot_size: get_u32(b, 13)?,
+                    },
+                }
+            }
+            2 => Msg::Refused(text(b)?),
             3 => {
                 let alg = *Alg::ALL.get(*b.get(1)? as usize)?;
                 let dir = match b.get(2)? {
@@ -100,19 +121,24 @@ impl Msg {
                 let tag_len = *b.get(3)? as usize;
                 let kl = *b.get(4)? as usize;
                 let al = *b.get(5)? as usize;
-                let key = b.get(6..6 + kl)?;
-                let auth = b.get(6 + kl..6 + kl + al)?;
+                exact(6 + kl + al)?;
                 Msg::Create(SessionSpec {
                     alg,
                     dir,
-                    key: SecretBytes::from_slice(key),
-                    auth_key: SecretBytes::from_slice(auth),
+                    key: SecretBytes::from_slice(&b[6..6 + kl]),
+                    auth_key: SecretBytes::from_slice(&b[6 + kl..]),
                     tag_len,
                 })
             }
-            4 => Msg::Destroy(get_u32(b, 1)?),
-            5 => Msg::Done(get_u32(b, 1)?),
-            6 => Msg::Error(text(b)),
+            4 => {
+                exact(5)?;
+                Msg::Destroy(get_u32(b, 1)?)
+            }
+            5 => {
+                exact(5)?;
+                Msg::Done(get_u32(b, 1)?)
+            }
+            6 => Msg::Error(text(b)?),
             _ => return None,
         })
     }
@@ -122,8 +148,15 @@ impl Msg {
 pub(crate) fn send(sock: RawFd, msg: &Msg, fds: &[RawFd]) -> Result<(), AccelError> {
     let mut bytes = Vec::with_capacity(MAX_MSG);
     msg.encode(&mut bytes);
+    let r = send_bytes(sock, &bytes, fds);
+    bytes.zeroize();
+    r
+}
+
+/// Sends `bytes` as one message with optional fds.
+pub(crate) fn send_bytes(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), AccelError> {
     let mut iov = libc::iovec {
-        iov_base: bytes.as_mut_ptr().cast(),
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
     let fd_bytes = std::mem::size_of_val(fds);
@@ -148,7 +181,6 @@ pub(crate) fn send(sock: RawFd, msg: &Msg, fds: &[RawFd]) -> Result<(), AccelErr
     }
     // SAFETY: valid socket and message header.
     let n = unsafe { libc::sendmsg(sock, &mh, libc::MSG_NOSIGNAL) };
-    bytes.zeroize();
     if n < 0 {
         return Err(AccelError::last_os("send to accelerator socket"));
     }
@@ -159,6 +191,9 @@ pub(crate) fn send(sock: RawFd, msg: &Msg, fds: &[RawFd]) -> Result<(), AccelErr
 pub(crate) enum Recv {
     /// A message and the fds that came with it.
     Msg(Msg, Vec<OwnedFd>),
+    /// A message that is not one (malformed, truncated, or with truncated fds); any fds
+    /// it carried are closed.
+    Bad(&'static str),
     /// The peer closed the socket.
     Closed,
     /// Nothing arrived before the socket's receive timeout.
@@ -207,35 +242,42 @@ pub(crate) fn recv(sock: RawFd) -> Result<Recv, AccelError> {
             c = libc::CMSG_NXTHDR(&mh, c);
         }
     }
-    if n == 0 {
+    if n == 0 && fds.is_empty() {
         return Ok(Recv::Closed);
+    }
+    if mh.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        bytes.zeroize();
+        return Ok(Recv::Bad("truncated control message"));
     }
     let msg = Msg::decode(&bytes[..n as usize]);
     bytes.zeroize();
     match msg {
         Some(m) => Ok(Recv::Msg(m, fds)),
-        None => Err(AccelError::BadArgument("malformed control message".into())),
+        None => Ok(Recv::Bad("malformed control message")),
     }
 }
 
-/// Sets the socket's receive timeout.
-pub(crate) fn set_recv_timeout(sock: &OwnedFd, t: std::time::Duration) -> Result<(), AccelError> {
+/// Sets the socket's receive and send timeouts (a peer that stops reading cannot block
+/// the sender for longer).
+pub(crate) fn set_timeouts(sock: &OwnedFd, t: std::time::Duration) -> Result<(), AccelError> {
     let tv = libc::timeval {
         tv_sec: t.as_secs() as libc::time_t,
         tv_usec: t.subsec_micros() as libc::suseconds_t,
     };
-    // SAFETY: valid fd and option value.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(AccelError::last_os("set SO_RCVTIMEO"));
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: valid fd and option value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(AccelError::last_os("set socket timeouts"));
+        }
     }
     Ok(())
 }
@@ -274,5 +316,27 @@ mod tests {
         assert!(Msg::decode(&[3, 99]).is_none());
         assert!(Msg::decode(&[3, 0, 0, 16, 200, 0]).is_none());
         assert!(Msg::decode(&[]).is_none());
+    }
+
+    #[test]
+    fn wrong_lengths_and_bad_text_are_malformed() {
+        let mut b = Vec::new();
+        Msg::Destroy(7).encode(&mut b);
+        b.push(0);
+        assert!(Msg::decode(&b).is_none(), "trailing byte");
+        assert!(Msg::decode(&b[..3]).is_none(), "short");
+        assert!(Msg::decode(&[6, 0xff, 0xfe]).is_none(), "not UTF-8");
+        let spec = SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[1; 16], &[]);
+        Msg::Create(spec).encode(&mut b);
+        b.push(9);
+        assert!(
+            Msg::decode(&b).is_none(),
+            "key bytes beyond the declared lengths"
+        );
+        assert!(Msg::decode(&vec![6; MAX_MSG + 1]).is_none());
+        // A long error text is cut on a character boundary and still decodes.
+        Msg::Error("é".repeat(400)).encode(&mut b);
+        assert!(b.len() <= MAX_MSG);
+        assert!(matches!(Msg::decode(&b), Some(Msg::Error(_))));
     }
 }

@@ -1,19 +1,30 @@
-//! Layout of a queue pair's shared region and of the device's doorbell page.
+//! Layout of a queue pair's shared region (one per client, in a sealed memfd).
 //!
 //! ```text
-//! 0      header: sizes, sq_tail (client), sq_done (device), undo record, revoked flag,
-//!        completion wake-up (client waiting flag + futex word the device bumps)
+//! 0      header, one 64-byte line per field or group (who writes it):
+//!          0 magic (device)            64 sq_tail (client)        128 sq_done (device)
+//!        192 undo seq/slot/len (device) 256 revoked (client)      320 cq_want (client)
+//!        384 cq_bell futex (device)    448 claim (device)         512 heartbeat (device)
+//!        576 device sleeping (device)  640 revoke ack (device)
 //! 4096   submission entries: ring_size × 64 B; the device writes each entry's status
 //!        and advances sq_done, so completions are in submission order by construction
 //! ...    undo area (one slot): the device copies a buffer here before working on it in
 //!        place, so a client can restore it if the device dies mid-operation
 //! ...    data slots: slot_count × slot_size (the zero-copy buffer pool)
 //! ```
+//!
+//! Neither side trusts what the other writes: the device keeps its own count of
+//! completed entries and checks every entry it copies out; the client clamps what it
+//! reads. The fence on failover: before each entry the device publishes `claim = seq + 1`
+//! and then reads `revoked` (both sequentially consistent); a client that sets `revoked`
+//! and then reads `claim` knows that the device will never start an entry at or past
+//! that claim, so at most one entry (claimed, not completed) can still be written, and
+//! the device stores `revoke_ack` once it has stopped for good.
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Identifies a region laid out by this code.
-pub(crate) const MAGIC: u64 = 0x6e66_782d_6163_6331; // "nfx-acc1"
+pub(crate) const MAGIC: u64 = 0x6e66_782d_6163_6332; // "nfx-acc2"
 const HEADER: usize = 4096;
 /// Bytes per submission entry.
 pub(crate) const ENTRY: usize = 64;
@@ -46,9 +57,12 @@ const _: () = assert!(std::mem::size_of::<SqEntry>() == ENTRY);
 
 /// Sizes of one queue pair's region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Geometry {
+pub struct Geometry {
+    /// Entries in the submission ring (a power of two).
     pub ring_size: u32,
+    /// Zero-copy buffer slots.
     pub slot_count: u32,
+    /// Bytes per slot.
     pub slot_size: u32,
 }
 
@@ -143,6 +157,22 @@ impl QpView {
     pub(crate) fn cq_bell(&self) -> &AtomicU32 {
         self.atomic_u32(384)
     }
+    /// `seq + 1` of the last entry the device started (the failover fence).
+    pub(crate) fn claim(&self) -> &AtomicU64 {
+        self.atomic_u64(448)
+    }
+    /// Bumped by the device on every pass of its loop while it serves this queue pair.
+    pub(crate) fn heartbeat(&self) -> &AtomicU64 {
+        self.atomic_u64(512)
+    }
+    /// 1 while the device is (about to be) asleep: the client then rings its doorbell.
+    pub(crate) fn dev_sleeping(&self) -> &AtomicU32 {
+        self.atomic_u32(576)
+    }
+    /// Set by the device once it has seen `revoked` and stopped touching the region.
+    pub(crate) fn revoke_ack(&self) -> &AtomicU32 {
+        self.atomic_u32(640)
+    }
 
     fn entry_ptr(&self, seq: u64) -> *mut SqEntry {
         let i = (seq % self.geo.ring_size as u64) as usize;
@@ -183,40 +213,6 @@ impl QpView {
     pub(crate) fn undo_ptr(&self) -> *mut u8 {
         // SAFETY: the undo area lies inside the region.
         unsafe { self.base.add(self.geo.undo_off()) }
-    }
-}
-
-/// The device-wide page every client maps: wake-up doorbell and heartbeat.
-#[derive(Clone, Copy)]
-pub(crate) struct DoorbellView {
-    base: *mut u8,
-}
-
-// SAFETY: pointer into a shared mapping kept alive by its owner; fields are atomics.
-unsafe impl Send for DoorbellView {}
-
-/// Size of the doorbell region.
-pub(crate) const DOORBELL_LEN: usize = 4096;
-
-impl DoorbellView {
-    /// A view of a doorbell mapping of `DOORBELL_LEN` bytes.
-    pub(crate) fn new(base: *mut u8) -> DoorbellView {
-        DoorbellView { base }
-    }
-    /// 1 while the device is (about to be) asleep on `bell`.
-    pub(crate) fn sleeping(&self) -> &AtomicU32 {
-        // SAFETY: aligned offset inside the page.
-        unsafe { &*(self.base as *const AtomicU32) }
-    }
-    /// Futex word clients bump to wake the device.
-    pub(crate) fn bell(&self) -> &AtomicU32 {
-        // SAFETY: aligned offset inside the page.
-        unsafe { &*(self.base.add(4) as *const AtomicU32) }
-    }
-    /// Incremented by the device on every loop iteration.
-    pub(crate) fn heartbeat(&self) -> &AtomicU64 {
-        // SAFETY: aligned offset inside the page.
-        unsafe { &*(self.base.add(64) as *const AtomicU64) }
     }
 }
 

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -11,11 +12,37 @@ use nfx_accel::{
     Op, SessionSpec, Status,
 };
 
-/// A unique unix socket path for this test process.
+/// This test process's private socket directory (mode 0700, as device sockets need),
+/// created on first use; directories left by earlier test processes that are gone are
+/// removed then.
+pub fn socket_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("nfx-accel-t-") {
+                if !std::path::Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = tmp.join(format!("nfx-accel-t-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&dir)
+            .expect("create the test socket directory");
+        dir
+    })
+    .clone()
+}
+
+/// A unique unix socket path for this test process, in its private directory.
 pub fn socket_path(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
-    std::env::temp_dir().join(format!("nfx-accel-{tag}-{}-{n}.sock", std::process::id()))
+    socket_dir().join(format!("{tag}-{n}.sock"))
 }
 
 /// An in-process device plus one lookaside client on it.

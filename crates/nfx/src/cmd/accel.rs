@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use nfx_accel::lookaside::{serve, DeviceConfig};
 
-/// Default socket of the device.
+/// Default socket of the device (its directory must be private to the device's user,
+/// or group-readable only with `--group`).
 pub const DEFAULT_SOCKET: &str = "/run/nfx/accel.sock";
 
 /// Arguments of `nfx accel`.
@@ -48,6 +49,31 @@ struct ServeArgs {
     /// (default: the device's own, `DeviceConfig::new`).
     #[arg(long)]
     spin_us: Option<u64>,
+    /// Sessions one queue pair may hold (a full table refuses new ones).
+    #[arg(long, default_value_t = 1024)]
+    sessions_per_qp: usize,
+    /// Queue pairs one client process may hold.
+    #[arg(long, default_value_t = 4)]
+    qps_per_client: usize,
+    /// A group (name or gid) whose members may use the device besides this user; the
+    /// socket's directory is then created 0750 and the socket 0660, owned by it.
+    #[arg(long)]
+    group: Option<String>,
+}
+
+/// A group given by gid or by name (looked up in /etc/group).
+fn group_id(g: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = g.parse() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group").context("read /etc/group")?;
+    groups
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            (f.next() == Some(g)).then(|| f.nth(1)?.parse().ok())?
+        })
+        .with_context(|| format!("no group `{g}` in /etc/group"))
 }
 
 /// Runs the subcommand.
@@ -62,6 +88,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(us) = a.spin_us {
                 cfg.spin = Duration::from_micros(us);
             }
+            cfg.sessions_per_qp = a.sessions_per_qp;
+            cfg.qps_per_client = a.qps_per_client;
+            cfg.group = a.group.as_deref().map(group_id).transpose()?;
             eprintln!(
                 "nfx accel: device on {} with {} queue pair(s){}",
                 a.socket.display(),

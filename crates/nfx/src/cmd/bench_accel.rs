@@ -77,7 +77,7 @@ struct Record {
     lat_kind: &'static str,
 }
 
-/// A lookaside device child process, killed when dropped.
+/// A lookaside device child process, killed when dropped (with its socket directory).
 struct DeviceProcess {
     child: Child,
     socket: PathBuf,
@@ -87,12 +87,18 @@ impl Drop for DeviceProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
+        if let Some(dir) = self.socket.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
 fn start_device(core: usize) -> anyhow::Result<(DeviceProcess, LookasideEngine)> {
-    let socket = std::env::temp_dir().join(format!("nfx-bench-accel-{}.sock", std::process::id()));
+    // The device creates this directory private to this user (device sockets must not
+    // live where others can write).
+    let socket = std::env::temp_dir()
+        .join(format!("nfx-bench-accel-{}", std::process::id()))
+        .join("accel.sock");
     let exe = std::env::current_exe().context("locate the nfx binary")?;
     let child = Command::new(exe)
         .args([
