@@ -250,6 +250,13 @@ pub struct PortConfig {
     pub iface: String,
     /// Destination MAC written into frames leaving through this port.
     pub peer_mac: String,
+    /// A table-tier chain (`nfx_fastpath::table`, run by a host agent or `nfx table`)
+    /// shares this interface in a hybrid chain: the port receives after the tc ingress
+    /// hook (bound to IPv4, the kernel stack kept off at prerouting instead of ingress)
+    /// and sends through the qdisc layer, so that the table tier's egress hook sees what
+    /// the worker sends (docs/dataplane.md, "Hybrid chains").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub table_tier: bool,
 }
 
 fn default_vector() -> usize {

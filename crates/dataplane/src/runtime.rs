@@ -540,7 +540,8 @@ impl Dataplane {
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
         ];
-        let opts = move |group: Option<u16>| AfPacketOptions {
+        let table_side = [cfg.ports.inside.table_tier, cfg.ports.outside.table_tier];
+        let opts = move |group: Option<u16>, side: usize| AfPacketOptions {
             batch,
             fanout: group,
             rx_ring,
@@ -548,7 +549,8 @@ impl Dataplane {
             rx_in_place: in_place,
             tx_ring,
             isolate_kernel,
-            fast_path,
+            fast_path: fast_path || table_side[side],
+            qdisc_bypass: !table_side[side],
             ..AfPacketOptions::default()
         };
         if cfg.workers == 1 {
@@ -556,7 +558,7 @@ impl Dataplane {
             let open: PortOpener = Box::new(move |socket_filter| {
                 let side = |i: usize| AfPacketOptions {
                     socket_filter,
-                    ..opts(groups.map(|g| g[i]))
+                    ..opts(groups.map(|g| g[i]), i)
                 };
                 let inside = AfPacketPort::open(&names[0], side(0))?;
                 let outside = AfPacketPort::open(&names[1], side(1))?;
@@ -575,7 +577,7 @@ impl Dataplane {
                     let mut ports = Vec::with_capacity(2);
                     for side in 0..2 {
                         let port = if w == 0 {
-                            let port = AfPacketPort::open(&names[side], opts(None))?;
+                            let port = AfPacketPort::open(&names[side], opts(None, side))?;
                             let id = nfx_io::fanout::join_new(port.fd())
                                 .with_context(|| format!("port {}", names[side]))?;
                             let mut g = groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -588,7 +590,7 @@ impl Dataplane {
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
                                 .ok_or_else(|| anyhow!("worker 0 made no fanout groups"))?;
-                            AfPacketPort::open(&names[side], opts(Some(ids[side])))?
+                            AfPacketPort::open(&names[side], opts(Some(ids[side]), side))?
                         };
                         ports.push(Box::new(port) as Box<dyn Port>);
                     }

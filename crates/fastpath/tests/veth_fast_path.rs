@@ -9,102 +9,65 @@ use nfx_fastpath::{Action, FastPath, FlowKey4, ACTIVE};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{PacketBuf, PacketVector};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::process::Command;
 use std::time::Duration;
 
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+
+use common::Namespaces;
 
 /// Namespaces a, mid, b: a0 (10.91.1.1) — m0 (10.91.1.2) | m1 (10.91.2.2) — b0 (10.91.2.1).
 struct Line {
     ns: [String; 3],
+    _guard: Namespaces,
 }
 
 impl Line {
     /// Made under names unique to this process and `tag` (tests run in parallel).
     fn new(tag: &str) -> Self {
-        let id = std::process::id();
-        let ns = ["a", "mid", "b"].map(|n| format!("nfxfp-{id}-{tag}-{n}"));
-        let l = Line { ns };
-        for n in &l.ns {
-            ip(&["netns", "add", n]);
-            ip(&["-n", n, "link", "set", "lo", "up"]);
-        }
-        let link = |x: &str, xa: &str, y: &str, ya: &str, ns_x: &str, ns_y: &str| {
-            ip(&[
-                "-n", ns_x, "link", "add", x, "address", xa, "type", "veth", "peer", "name", y,
-                "netns", ns_y, "address", ya,
-            ]);
-        };
-        link(
-            "a0",
-            "02:00:00:00:0a:00",
-            "m0",
-            "02:00:00:00:0c:00",
-            &l.ns[0],
-            &l.ns[1],
-        );
-        link(
-            "m1",
-            "02:00:00:00:0c:01",
-            "b0",
-            "02:00:00:00:0b:00",
-            &l.ns[1],
-            &l.ns[2],
-        );
+        let g = Namespaces::new("nfxfp", tag, &["a", "mid", "b"]);
+        g.link(0, "a0", "02:00:00:00:0a:00", 1, "m0", "02:00:00:00:0c:00");
+        g.link(1, "m1", "02:00:00:00:0c:01", 2, "b0", "02:00:00:00:0b:00");
         for (n, dev, addr) in [
-            (&l.ns[0], "a0", "10.91.1.1/24"),
-            (&l.ns[1], "m0", "10.91.1.2/24"),
-            (&l.ns[1], "m1", "10.91.2.2/24"),
-            (&l.ns[2], "b0", "10.91.2.1/24"),
+            (0, "a0", "10.91.1.1/24"),
+            (1, "m0", "10.91.1.2/24"),
+            (1, "m1", "10.91.2.2/24"),
+            (2, "b0", "10.91.2.1/24"),
         ] {
-            ip(&["-n", n, "addr", "add", addr, "dev", dev]);
-            ip(&["-n", n, "link", "set", dev, "up"]);
+            g.addr(n, dev, addr);
         }
         // a reaches mid's address on its link; static neighbours keep ARP out of it.
-        ip(&[
-            "-n",
-            &l.ns[0],
-            "neigh",
-            "add",
-            "10.91.1.2",
-            "lladdr",
-            "02:00:00:00:0c:00",
-            "dev",
-            "a0",
-        ]);
-        ip(&[
-            "-n",
-            &l.ns[2],
-            "neigh",
-            "add",
-            "10.91.2.2",
-            "lladdr",
-            "02:00:00:00:0c:01",
-            "dev",
-            "b0",
-        ]);
-        l
+        g.ip(
+            0,
+            &[
+                "neigh",
+                "add",
+                "10.91.1.2",
+                "lladdr",
+                "02:00:00:00:0c:00",
+                "dev",
+                "a0",
+            ],
+        );
+        g.ip(
+            2,
+            &[
+                "neigh",
+                "add",
+                "10.91.2.2",
+                "lladdr",
+                "02:00:00:00:0c:01",
+                "dev",
+                "b0",
+            ],
+        );
+        Line {
+            ns: [g.names[0].clone(), g.names[1].clone(), g.names[2].clone()],
+            _guard: g,
+        }
     }
 
     fn ifindex(&self, ns: usize, dev: &str) -> u32 {
-        let out = ip(&["-n", &self.ns[ns], "-o", "link", "show", dev]);
-        out.split(':').next().unwrap().trim().parse().unwrap()
-    }
-}
-
-impl Drop for Line {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
+        self._guard.ifindex(ns, dev)
     }
 }
 

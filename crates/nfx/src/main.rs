@@ -24,6 +24,8 @@ enum Cmd {
     Run(cmd::run::Args),
     /// Read the counters of a running dataplane.
     Stats(cmd::stats::Args),
+    /// Run or check a chain of table-tier VNFs (eBPF firewall, NAT, elephant).
+    Table(cmd::table::Args),
     /// Benchmarks that print ratios against baselines measured in the same run.
     Bench(cmd::bench::Args),
     /// Crypto accelerator device process and tools.
@@ -63,6 +65,7 @@ fn main() {
         Cmd::Testbed(a) => cmd::testbed::run(a),
         Cmd::Run(a) => cmd::run::run(a),
         Cmd::Stats(a) => cmd::stats::run(a),
+        Cmd::Table(a) => cmd::table::run(a),
         Cmd::Bench(a) => cmd::bench::run(a),
         Cmd::Accel(a) => cmd::accel::run(a),
         Cmd::Place(a) => cmd::place::run(a),

@@ -13,6 +13,7 @@ use crate::iperf::{self, ClientSpec, IperfServer};
 use crate::nfxrun::NfxRun;
 use crate::runconfig::{Chain, RunSpec};
 use crate::sockperf::{self, SockperfServer};
+use crate::tablerun::{table_config, TablePlace, TableRun};
 use crate::{nftables::NftBaseline, Host, Spec, TestbedGuard};
 use serde::Serialize;
 use serde_json::Value;
@@ -20,20 +21,24 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Case names run by default, in run order.
-pub const DEFAULT_CASES: [&str; 6] = [
+pub const DEFAULT_CASES: [&str; 8] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
     "nfx-chain",
     "nfx-chain-scalar",
     "nfx-fastpath",
+    "nfx-table-fw-nat",
+    "nfx-hybrid",
 ];
 
 /// Every case name, in run order: the defaults, `nfx-chain-2w` (the chain on two
 /// workers, `nfx run --workers 2`) and `nfx-fw-nat` (firewall + NAT in userspace only,
 /// the `nfx-fastpath` chain without its fast path), which run only when `--cases`
-/// names them.
-pub const CASES: [&str; 8] = [
+/// names them. `nfx-table-fw-nat` runs the firewall and NAT on the table tier alone
+/// (`nfx table run`, eBPF); `nfx-hybrid` runs them there and elephant + DPI in a
+/// software worker behind it (docs/dataplane.md, "Hybrid chains").
+pub const CASES: [&str; 10] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
@@ -42,6 +47,8 @@ pub const CASES: [&str; 8] = [
     "nfx-chain-2w",
     "nfx-fw-nat",
     "nfx-fastpath",
+    "nfx-table-fw-nat",
+    "nfx-hybrid",
 ];
 
 /// Flow-table entries of the `nfx-fastpath` case's fast path.
@@ -264,6 +271,13 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
             extra.extend(["--fast-path".into(), FAST_PATH_CAPACITY.to_string()]);
             (Chain::FirewallNat, extra)
         }
+        "nfx-hybrid" => (
+            Chain::HybridTail {
+                patterns: opts.patterns.clone(),
+                elephant_bytes: Some(1_000_000),
+            },
+            extra,
+        ),
         _ => (full, extra),
     }
 }
@@ -393,6 +407,33 @@ fn with_case<T>(
                 None
             };
             Ok(f(None))
+        }
+        "nfx-table-fw-nat" => {
+            tb.set_edge_forwarding(false)?;
+            let cfg = table_config(tb, name, &Chain::FirewallNat, TablePlace::Alone, None)?;
+            let table = TableRun::start(&opts.nfx_bin, &cfg, dir)?;
+            let r = f(None);
+            table.stop()?;
+            Ok(r)
+        }
+        "nfx-hybrid" => {
+            tb.set_edge_forwarding(false)?;
+            let cfg = table_config(
+                tb,
+                name,
+                &Chain::FirewallNat,
+                TablePlace::BeforeWorker,
+                None,
+            )?;
+            let table = TableRun::start(&opts.nfx_bin, &cfg, dir)?;
+            let (chain, extra) = chain_of(case, opts);
+            let spec = run_spec(name, dir, chain, &opts.poll);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let nfx = NfxRun::start(&opts.nfx_bin, tb, &spec, &extra, dir)?;
+            let r = f(Some(&nfx));
+            nfx.stop()?;
+            table.stop()?;
+            Ok(r)
         }
         _ => {
             tb.set_edge_forwarding(false)?;

@@ -18,6 +18,7 @@ pub mod root;
 pub mod runconfig;
 pub mod sockperf;
 pub mod stop;
+pub mod tablerun;
 pub mod topology;
 pub mod udpgen;
 

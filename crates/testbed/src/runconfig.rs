@@ -21,6 +21,21 @@ pub enum Chain {
     /// The standard ACL's firewall and the source NAT only: the same work as the
     /// `kernel-nftables` baseline.
     FirewallNat,
+    /// The standard ACL's firewall alone (HYPER Fig. 4a's single VNF).
+    Firewall,
+    /// Firewall → NAT → elephant (HYPER Fig. 4b's three-VNF chain).
+    FirewallNatElephant {
+        /// Bytes after which a flow is an elephant.
+        elephant_bytes: u64,
+    },
+    /// The software part of a hybrid chain whose table-tier part runs first on edge's
+    /// `to-src`: elephant (when given) → DPI; the inside port is marked `table_tier`.
+    HybridTail {
+        /// DPI pattern file.
+        patterns: PathBuf,
+        /// Bytes after which a flow is an elephant; `None`: no elephant node.
+        elephant_bytes: Option<u64>,
+    },
 }
 
 /// Everything that varies between runs.
@@ -49,18 +64,28 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
         }})
     };
     let nat = || json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}});
+    let elephant =
+        |bytes: u64| json!({"elephant": {"min_bytes": bytes, "min_rate_bps": 1_000_000}});
+    let dpi = |p: &Path| json!({"dpi": {"patterns": p.to_string_lossy()}});
     match chain {
         Chain::Empty => Vec::new(),
         Chain::FirewallNat => vec![firewall(), nat()],
+        Chain::Firewall => vec![firewall()],
+        Chain::FirewallNatElephant { elephant_bytes } => {
+            vec![firewall(), nat(), elephant(*elephant_bytes)]
+        }
+        Chain::HybridTail {
+            patterns,
+            elephant_bytes,
+        } => elephant_bytes
+            .map(elephant)
+            .into_iter()
+            .chain([dpi(patterns)])
+            .collect(),
         Chain::Full {
             patterns,
             elephant_bytes,
-        } => vec![
-            firewall(),
-            nat(),
-            json!({"elephant": {"min_bytes": elephant_bytes, "min_rate_bps": 1_000_000}}),
-            json!({"dpi": {"patterns": patterns.to_string_lossy()}}),
-        ],
+        } => vec![firewall(), nat(), elephant(*elephant_bytes), dpi(patterns)],
     }
 }
 
@@ -81,6 +106,9 @@ pub fn run_config(tb: &Testbed, spec: &RunSpec) -> anyhow::Result<Value> {
     });
     if let Some(e) = &spec.events {
         v["events"] = json!(e.to_string_lossy());
+    }
+    if matches!(spec.chain, Chain::HybridTail { .. }) {
+        v["ports"]["inside"]["table_tier"] = json!(true);
     }
     Ok(v)
 }
@@ -143,6 +171,17 @@ mod tests {
         assert!(chain_nodes(&tb, &Chain::Empty).is_empty());
         let fw_nat = chain_nodes(&tb, &Chain::FirewallNat);
         assert_eq!(fw_nat[..], c[..2]);
+        assert_eq!(chain_nodes(&tb, &Chain::Firewall)[..], c[..1]);
+        let three = chain_nodes(&tb, &Chain::FirewallNatElephant { elephant_bytes: 5 });
+        assert_eq!(three[..], c[..3]);
+        let tail = chain_nodes(
+            &tb,
+            &Chain::HybridTail {
+                patterns: "/p.txt".into(),
+                elephant_bytes: Some(5),
+            },
+        );
+        assert_eq!(tail[..], c[2..]);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 mod function;
 mod maps;
 pub mod raw;
+pub mod runconfig;
 mod state;
 mod stats;
 pub mod testrun;

@@ -22,6 +22,8 @@ pub struct Args {
     poll: String,
     /// Run only these cases (comma-separated; default all but `nfx-chain-2w`, the chain
     /// on two workers, and `nfx-fw-nat`, firewall + NAT without the fast path).
+    /// `nfx-table-fw-nat`: firewall + NAT on the table tier (eBPF) alone; `nfx-hybrid`:
+    /// firewall + NAT on the table tier, elephant + DPI in a software worker.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// DPI pattern file of the chain.

@@ -17,5 +17,6 @@ pub mod place;
 pub mod run;
 pub mod ssm;
 pub mod stats;
+pub mod table;
 pub mod testbed;
 pub mod tunnel;

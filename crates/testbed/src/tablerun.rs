@@ -1,0 +1,122 @@
+//! Drives an `nfx table run` process on the testbed's edge: writes its config (a chain
+//! of table-tier functions, alone between edge's two ports or before a software worker
+//! on `to-src`), starts it, waits until it is attached, stops it and collects the final
+//! counters it prints.
+
+use crate::process::ChildGuard;
+use crate::runconfig::{self, Chain};
+use crate::{Host, Testbed};
+use anyhow::{bail, Context};
+use nfx_fastpath::table::runconfig::{PlacementConfig, PortConfig, TableRunConfig};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the table tier runs on edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TablePlace {
+    /// It forwards between `to-src` and `to-cloud` by itself.
+    Alone,
+    /// Before an `nfx run` worker, on `to-src` (a hybrid chain).
+    BeforeWorker,
+}
+
+/// A running `nfx table run`; killed when dropped.
+pub struct TableRun {
+    child: ChildGuard,
+    log: PathBuf,
+}
+
+/// The config of a table-tier `chain` on edge, placed as `place`.
+pub fn table_config(
+    tb: &Testbed,
+    name: &str,
+    chain: &Chain,
+    place: TablePlace,
+    events: Option<PathBuf>,
+) -> anyhow::Result<TableRunConfig> {
+    let (src_mac, cloud_mac) = tb.edge_peer_macs()?;
+    let placement = match place {
+        TablePlace::Alone => PlacementConfig::Alone {
+            inside: PortConfig {
+                iface: "to-src".into(),
+                peer_mac: src_mac,
+            },
+            outside: PortConfig {
+                iface: "to-cloud".into(),
+                peer_mac: cloud_mac,
+            },
+        },
+        TablePlace::BeforeWorker => PlacementConfig::BeforeSoftware {
+            iface: "to-src".into(),
+        },
+    };
+    Ok(TableRunConfig {
+        name: name.into(),
+        netns: Some(tb.ns(Host::Edge)),
+        placement,
+        chain: runconfig::chain_nodes(tb, chain),
+        events,
+    })
+}
+
+impl TableRun {
+    /// Writes `cfg` into `dir`, starts `<nfx_bin> table run` and waits (bounded: loading
+    /// and verifying the programs takes about a second, more on a loaded machine) until
+    /// it reports the chain attached.
+    pub fn start(nfx_bin: &Path, cfg: &TableRunConfig, dir: &Path) -> anyhow::Result<Self> {
+        let config = dir.join(format!("{}.table.yaml", cfg.name));
+        std::fs::write(&config, serde_yaml_ng::to_string(cfg)?)
+            .with_context(|| format!("writing {}", config.display()))?;
+        let ready = dir.join(format!("{}.ready", cfg.name));
+        let _ = std::fs::remove_file(&ready);
+        let log = dir.join(format!("{}.table.log", cfg.name));
+        let mut cmd = Command::new(nfx_bin);
+        cmd.args(["table", "run", "--config"])
+            .arg(&config)
+            .arg("--ready")
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).context("creating table-tier log")?);
+        let mut run = Self {
+            child: ChildGuard::spawn(cmd)?,
+            log,
+        };
+        let start = Instant::now();
+        while !ready.exists() {
+            if run.child.exited() || start.elapsed() > Duration::from_secs(60) {
+                bail!("nfx table run did not attach\n{}", run.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(run)
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(15);
+        format!(
+            "--- nfx table run log ({}) ---\n{}",
+            self.log.display(),
+            lines[from..].join("\n")
+        )
+    }
+
+    /// Stops it with SIGINT (bounded) and returns the final counters it printed.
+    pub fn stop(mut self) -> anyhow::Result<Value> {
+        let status = self.child.interrupt(Duration::from_secs(10))?;
+        let out = self.child.take().wait_with_output()?;
+        if !status.success() {
+            bail!("nfx table run exited with {status}\n{}", self.log_tail());
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let start = text
+            .find('{')
+            .context("nfx table run printed no final counters")?;
+        serde_json::from_str(text[start..].trim())
+            .with_context(|| format!("final counters of nfx table run are not JSON: {text}"))
+    }
+}
