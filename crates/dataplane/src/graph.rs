@@ -600,8 +600,10 @@ impl Groups<'_> {
             }
             let live = self.run_service(s, &mut pkts[start..end], dir, ctx);
             // Survivors move down over dropped packets, in order.
-            for k in 0..live {
-                pkts.swap(out + k, start + k);
+            if out != start {
+                for k in 0..live {
+                    pkts.swap(out + k, start + k);
+                }
             }
             out += live;
             start = end;
