@@ -21,7 +21,7 @@
 use crate::classify::{Classifier, Selector, Tuple};
 use crate::config::ClassifierConfig;
 use crate::graph::{compact, cycles, NodeCounters};
-use crate::stats::{drops_map, NodeStats};
+use crate::stats::NodeStats;
 use nfx_packet::{Direction, DropReason, FlowKey, Packet};
 use nfx_vnf::table::{FlowTable, Insert, TableValue};
 
@@ -233,19 +233,10 @@ impl Steering {
 
     /// The stage's node stats (`classify`).
     pub fn stats(&self) -> NodeStats {
-        let c = &self.counters;
         let t = &self.table;
-        NodeStats {
-            name: "classify".into(),
-            packets: c.packets,
-            bytes: c.bytes,
-            cycles_per_packet: if c.packets == 0 {
-                0.0
-            } else {
-                c.cycles as f64 / c.packets as f64
-            },
-            drops: drops_map(&c.drops),
-            stats: serde_json::json!({
+        self.counters.stats(
+            "classify",
+            serde_json::json!({
                 "flows": self.flows.len(),
                 "capacity": self.flows.capacity(),
                 "memory_bytes": self.flows.memory_bytes(),
@@ -256,7 +247,7 @@ impl Steering {
                 "reverse_by_flow": t.reverse_by_flow,
                 "reverse_by_selector": t.reverse_by_selector,
             }),
-        }
+        )
     }
 }
 
@@ -347,30 +338,14 @@ mod tests {
         set_port(&mut out[0], End::Src, 61000);
         s.record(&out, SEC);
         // The reply is addressed to the public address: no selector matches it.
+        let from_server =
+            |to: [u8; 4], port| udp([10, 153, 2, 2], to, 5201, port, Direction::Reverse);
         let mut back = vec![
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 2, 100],
-                5201,
-                61000,
-                Direction::Reverse,
-            ),
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 2, 100],
-                5201,
-                61001,
-                Direction::Reverse,
-            ),
+            from_server([10, 153, 2, 100], 61000),
+            from_server([10, 153, 2, 100], 61001),
             // Not translated, from a flow never seen: the selectors on its reversed
             // 5-tuple say it is service 0's traffic.
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 1, 7],
-                5201,
-                40001,
-                Direction::Reverse,
-            ),
+            from_server([10, 153, 1, 7], 40001),
         ];
         assert_eq!(s.classify(&mut back, Direction::Reverse, 2 * SEC), 2);
         assert_eq!((back[0].service, back[0].meta.key.dport), (0, 61000));
