@@ -6,14 +6,20 @@
 //! `cargo run --release -p nfx-dataplane --example fwd_bench [SECONDS]` (root, iperf3).
 //!
 //! `... --example fwd_bench services [SECONDS] [ROUNDS]` measures the classifier
-//! instead: the 64-byte flood (256 flows) through the `chain: []` form, through one
-//! `services:` entry that takes everything, and through 16 services of which the last
-//! matches (15 selectors tried per frame), all with empty chains, in interleaved rounds;
-//! it prints the medians and their ratios to the chain form.
+//! instead, all cases with empty chains and in interleaved rounds: first in process
+//! (no I/O: vectors of 256 64-byte frames of 256 flows through `Graph::run`, both
+//! directions), the ns per packet of the `chain: []` form, of one `services:` entry that
+//! takes everything, of 16 services of which the last matches (15 selectors tried per
+//! frame) and of two services splitting every vector half and half; then the 64-byte
+//! flood through a worker in the namespaces for the first three. It prints medians and
+//! their ratios to the chain form.
 
-use nfx_dataplane::{vnf_builder, Dataplane, NodeBuilder, RunConfig};
+use nfx_dataplane::builtin::{L2Rewrite, OutputNode};
+use nfx_dataplane::classify::{Cidr, PortRange, Selector};
+use nfx_dataplane::graph::{Graph, GraphPlan};
+use nfx_dataplane::{vnf_builder, ClassifierConfig, Dataplane, NodeBuilder, RunConfig};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
-use nfx_packet::{Direction, Packet, PacketBuf};
+use nfx_packet::{Direction, Packet, PacketBuf, PacketVector};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -262,8 +268,192 @@ fn udp_pps(t: &Topo, vector: usize, secs: u64) -> (f64, f64) {
     (pps, mean)
 }
 
+/// A graph whose chains are empty or (`nat`) one source NAT: the `chain:` form
+/// (`None`) or services with `selectors`, all through the same chain.
+fn bench_graph(selectors: Option<Vec<Selector>>, nat: bool) -> Graph {
+    let l2 = L2Rewrite {
+        dst: [2, 0, 0, 0, 0, 2],
+        src: [2, 0, 0, 0, 0, 1],
+    };
+    let output = OutputNode {
+        forward: l2,
+        reverse: l2,
+    };
+    let nodes = || {
+        let spec = serde_json::json!({"nat": {"snat": {"public_ip": format!("10.{NET}.2.100")}}});
+        let nat = nat.then(|| nfx_dataplane::build_node("nat", &spec, ".".as_ref()).unwrap());
+        nat.into_iter().collect::<Vec<_>>()
+    };
+    let Some(sel) = selectors else {
+        return Graph::new(nodes(), output, None);
+    };
+    let mut g = Graph::new(Vec::new(), output, None).with_classifier(ClassifierConfig::default());
+    let chain: Vec<usize> = if nat { vec![0] } else { Vec::new() };
+    g.replace(GraphPlan {
+        instances: nodes()
+            .into_iter()
+            .map(|n| (n.name().to_string(), Some(n)))
+            .collect(),
+        services: (0..sel.len())
+            .map(|i| (format!("s{i}"), chain.clone()))
+            .collect(),
+        selectors: Some(sel),
+    })
+    .unwrap();
+    g
+}
+
+/// A 64-byte UDP frame (18 bytes of payload).
+fn bench_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 64)
+        .udp(sport, dport)
+        .write(&mut f, &[0u8; 18])
+        .unwrap();
+    f
+}
+
+/// 256 frames of 256 flows (`10.NET.1.1:4000+i → 10.NET.2.99:4001+i%2`).
+fn bench_frames() -> Vec<Vec<u8>> {
+    (0..256u16)
+        .map(|i| bench_frame([10, NET, 1, 1], [10, NET, 2, 99], 4000 + i, 4001 + i % 2))
+        .collect()
+}
+
+/// The replies to `frames` as `g` sends them on (after its NAT, if any).
+fn bench_replies(g: &mut Graph, v: &mut PacketVector, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    graph_ns(g, v, frames, Direction::Forward, 1);
+    v.packets()
+        .iter()
+        .map(|p| {
+            let k = p.meta.key;
+            bench_frame(k.dst.to_be_bytes(), k.src.to_be_bytes(), k.dport, k.sport)
+        })
+        .collect()
+}
+
+/// CPU ns (of this thread, from the kernel: time the thread waited for a CPU does not
+/// count) per packet of `vectors` runs of `frames` through `g` in `dir` (frames
+/// refilled before each run, so the TTL never runs out).
+fn graph_ns(
+    g: &mut Graph,
+    v: &mut PacketVector,
+    frames: &[Vec<u8>],
+    dir: Direction,
+    vectors: u32,
+) -> f64 {
+    let t0 = nfx_io::cpu::thread_cpu_time();
+    let mut live = 0;
+    for _ in 0..vectors {
+        for (slot, f) in v.slots_mut().iter_mut().zip(frames) {
+            slot.buf.storage_mut()[..f.len()].copy_from_slice(f);
+            slot.buf.set_len(f.len());
+        }
+        v.set_len(frames.len(), dir, false);
+        live += g.run(v.packets_mut(), dir, 1);
+    }
+    let cpu = nfx_io::cpu::thread_cpu_time().saturating_sub(t0);
+    let ns = cpu.as_nanos() as f64 / (f64::from(vectors) * frames.len() as f64);
+    assert_eq!(live, vectors as usize * frames.len(), "frames dropped");
+    ns
+}
+
+/// The in-process part of the classifier bench (see the module documentation).
+fn graph_bench(rounds: usize) {
+    let all = Selector::default();
+    let misses: Vec<Selector> = (0..15u8)
+        .map(|i| Selector {
+            src: Some(Cidr::parse(&format!("10.99.{i}.0/24")).unwrap()),
+            ..all
+        })
+        .collect();
+    let port = |p: u16| Selector {
+        dport: Some(PortRange { lo: p, hi: p }),
+        ..all
+    };
+    // Name, selectors (`None`: the chain form), NAT, index of the case it is compared to.
+    let cases: Vec<(&str, Option<Vec<Selector>>, bool, usize)> = vec![
+        ("chain", None, false, 0),
+        ("services-1", Some(vec![all]), false, 0),
+        (
+            "services-16",
+            Some(misses.iter().copied().chain([all]).collect()),
+            false,
+            0,
+        ),
+        (
+            "2-services-mixed",
+            Some(vec![port(4001), port(4002)]),
+            false,
+            0,
+        ),
+        ("chain+nat", None, true, 4),
+        ("services-1+nat", Some(vec![all]), true, 4),
+    ];
+    let frames = bench_frames();
+    let mut v = PacketVector::new(256, PacketBuf::MTU_CAPACITY);
+    let mut graphs: Vec<Graph> = cases
+        .iter()
+        .map(|c| bench_graph(c.1.clone(), c.2))
+        .collect();
+    // The replies (after the NAT made its mappings and the classifier its flows), then a
+    // warm-up of both directions.
+    let replies: Vec<Vec<Vec<u8>>> = graphs
+        .iter_mut()
+        .map(|g| bench_replies(g, &mut v, &frames))
+        .collect();
+    for (g, back) in graphs.iter_mut().zip(&replies) {
+        graph_ns(g, &mut v, &frames, Direction::Forward, 200);
+        graph_ns(g, &mut v, back, Direction::Reverse, 200);
+    }
+    let mut ns = vec![[Vec::new(), Vec::new()]; cases.len()];
+    for round in 0..rounds {
+        for k in 0..cases.len() {
+            let i = if round % 2 == 0 {
+                k
+            } else {
+                cases.len() - 1 - k
+            };
+            ns[i][0].push(graph_ns(
+                &mut graphs[i],
+                &mut v,
+                &frames,
+                Direction::Forward,
+                4000,
+            ));
+            ns[i][1].push(graph_ns(
+                &mut graphs[i],
+                &mut v,
+                &replies[i],
+                Direction::Reverse,
+                4000,
+            ));
+        }
+    }
+    let median = |x: &[f64]| {
+        let mut x = x.to_vec();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    println!(
+        "in process: CPU ns/packet, median of {rounds} rounds × 1,024,000 packets; ratio and +ns \
+         (median of the per-round differences) against the chain form with the same chain"
+    );
+    println!("case               forward  ratio     +ns    reverse  ratio     +ns");
+    for ((name, _, _, base), r) in cases.iter().zip(&ns) {
+        let cell = |d: usize| {
+            let (m, b) = (median(&r[d]), median(&ns[*base][d]));
+            let diffs: Vec<f64> = r[d].iter().zip(&ns[*base][d]).map(|(x, y)| x - y).collect();
+            format!("{m:>7.1}  {:>5.3}  {:>+6.1}", m / b, median(&diffs))
+        };
+        println!("{name:<18} {}    {}", cell(0), cell(1));
+    }
+}
+
 /// The classifier's cost: see the module documentation.
 fn classifier_bench(t: &Topo, secs: u64, rounds: usize) {
+    graph_bench(rounds);
     let base = |name: &str, what: &str| config_with(t, name, "busy", 256, what);
     let misses: String = (0..15)
         .map(|i| format!("  - {{id: miss{i}, selector: {{src: 10.99.{i}.0/24, proto: udp}}}}\n"))

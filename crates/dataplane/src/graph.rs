@@ -47,6 +47,24 @@ impl Default for NodeCounters {
     }
 }
 
+impl NodeCounters {
+    /// The stats of a node called `name` with these counters and its `gauges`.
+    pub fn stats(&self, name: &str, gauges: serde_json::Value) -> NodeStats {
+        NodeStats {
+            name: name.to_string(),
+            packets: self.packets,
+            bytes: self.bytes,
+            cycles_per_packet: if self.packets == 0 {
+                0.0
+            } else {
+                self.cycles as f64 / self.packets as f64
+            },
+            drops: drops_map(&self.drops),
+            stats: gauges,
+        }
+    }
+}
+
 /// Moves the live packets of `pkts` to the front in their order (dropped ones behind),
 /// counts each drop by reason into `drops` and returns how many live.
 pub(crate) fn compact(pkts: &mut [Packet], drops: &mut [u64; DropReason::COUNT]) -> usize {
@@ -98,19 +116,7 @@ impl Stage {
     }
 
     fn stats(&self) -> NodeStats {
-        let c = &self.counters;
-        NodeStats {
-            name: self.node.name().to_string(),
-            packets: c.packets,
-            bytes: c.bytes,
-            cycles_per_packet: if c.packets == 0 {
-                0.0
-            } else {
-                c.cycles as f64 / c.packets as f64
-            },
-            drops: drops_map(&c.drops),
-            stats: self.node.stats(),
-        }
+        self.counters.stats(self.node.name(), self.node.stats())
     }
 }
 
@@ -600,8 +606,10 @@ impl Groups<'_> {
             }
             let live = self.run_service(s, &mut pkts[start..end], dir, ctx);
             // Survivors move down over dropped packets, in order.
-            for k in 0..live {
-                pkts.swap(out + k, start + k);
+            if out != start {
+                for k in 0..live {
+                    pkts.swap(out + k, start + k);
+                }
             }
             out += live;
             start = end;

@@ -4,34 +4,15 @@
 //! get clear errors without changing the worker's state.
 
 use crate::config::RunConfig;
-use crate::runtime::{Dataplane, PortOpener};
-use crate::testkit::{seq_of, tag_builder, udp_frame, MemPort, Wire};
-use nfx_io::{Notifier, Port};
-use std::sync::{Arc, Mutex};
+use crate::runtime::Dataplane;
+use crate::testkit::{seq_of, start_on_mem_ports, udp_frame, wait_tx, MemPort, WireEnd};
 use std::time::{Duration, Instant};
-
-type WireEnd = (Arc<Mutex<Wire>>, Arc<Notifier>);
 
 fn start(extra: &str) -> (Dataplane, WireEnd, WireEnd) {
     let text = format!(
         "name: h\nports:\n  inside: {{iface: in0, peer_mac: '02:00:00:00:00:01'}}\n  outside: {{iface: out0, peer_mac: '02:00:00:00:00:02'}}\npoll: interrupt\nchain: [{{tag: {{id: 1}}}}]\n{extra}"
     );
-    let cfg = RunConfig::parse(&text, "h.yaml").unwrap();
-    let a = MemPort::new("in0", [2, 0, 0, 0, 0, 0x10]);
-    let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
-    let inside = (a.wire.clone(), a.ready.clone());
-    let outside = (b.wire.clone(), b.ready.clone());
-    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
-    let dp = Dataplane::start_with_ports(&cfg, tag_builder(), open).unwrap();
-    (dp, inside, outside)
-}
-
-fn wait_tx(wire: &Mutex<Wire>, n: usize) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wire.lock().unwrap().tx.len() < n && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    wire.lock().unwrap().tx.clone()
+    start_on_mem_ports(&RunConfig::parse(&text, "h.yaml").unwrap())
 }
 
 /// Two answered commands: the worker went through at least one full loop turn (which

@@ -4,15 +4,16 @@
 
 use crate::config::RunConfig;
 use crate::runtime::{Dataplane, PortOpener};
-use crate::testkit::{seq_of, tag_builder, trace_of, udp_frame, MemPort, Wire};
-use nfx_io::{Notifier, Port};
-use std::sync::{Arc, Mutex};
+use crate::testkit::{
+    feed, seq_of, start_on_mem_ports, tag_builder, trace_of, udp_frame, wait_tx, MemPort, WireEnd,
+};
+use nfx_io::Port;
 use std::time::{Duration, Instant};
 
 struct Rig {
     dp: Dataplane,
-    inside: (Arc<Mutex<Wire>>, Arc<Notifier>),
-    outside: (Arc<Mutex<Wire>>, Arc<Notifier>),
+    inside: WireEnd,
+    outside: WireEnd,
 }
 
 fn config(poll: &str, vector: usize, chain: &str) -> RunConfig {
@@ -23,26 +24,12 @@ fn config(poll: &str, vector: usize, chain: &str) -> RunConfig {
 }
 
 fn rig(poll: &str, vector: usize, chain: &str) -> Rig {
-    let a = MemPort::new("in0", [2, 0, 0, 0, 0, 0x10]);
-    let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
-    let inside = (a.wire.clone(), a.ready.clone());
-    let outside = (b.wire.clone(), b.ready.clone());
-    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
-    let dp =
-        Dataplane::start_with_ports(&config(poll, vector, chain), tag_builder(), open).unwrap();
+    let (dp, inside, outside) = start_on_mem_ports(&config(poll, vector, chain));
     Rig {
         dp,
         inside,
         outside,
     }
-}
-
-fn wait_tx(wire: &Mutex<Wire>, n: usize) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wire.lock().unwrap().tx.len() < n && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    wire.lock().unwrap().tx.clone()
 }
 
 #[test]
@@ -87,14 +74,8 @@ fn scalar_mode_moves_one_packet_per_vector() {
 fn reconfigure_under_load_loses_and_reorders_nothing() {
     let r = rig("adaptive", 64, "[{tag: {id: 1}}]");
     let ctl = r.dp.controller();
-    let (wire, ready) = r.inside.clone();
     const N: u32 = 20_000;
-    let feeder = std::thread::spawn(move || {
-        for chunk in (0..N).collect::<Vec<_>>().chunks(100) {
-            MemPort::inject(&wire, &ready, chunk.iter().map(|&s| udp_frame(s)));
-            std::thread::yield_now();
-        }
-    });
+    let feeder = feed(r.inside.clone(), N, udp_frame);
     let mut swaps = 0;
     while r.outside.0.lock().unwrap().tx.len() < N as usize / 2 {
         let id = 2 + (swaps % 2);

@@ -4,15 +4,13 @@
 //! and state export/import by instance id.
 
 use crate::config::RunConfig;
-use crate::runtime::{Dataplane, PortOpener};
+use crate::runtime::Dataplane;
 use crate::services::ServiceSet;
-use crate::testkit::{seq_of, tag_builder, trace_of, udp_frame_between, MemPort, Wire};
-use nfx_io::{Notifier, Port};
+use crate::testkit::{
+    feed, seq_of, start_on_mem_ports, trace_of, udp_frame_between, wait_tx, MemPort, WireEnd,
+};
 use serde_json::json;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-type WireEnd = (Arc<Mutex<Wire>>, Arc<Notifier>);
 
 const SERVICES: &str = "
 instances:
@@ -27,22 +25,7 @@ fn start(what: &str) -> (Dataplane, WireEnd, WireEnd) {
     let text = format!(
         "name: s\nports:\n  inside: {{iface: in0, peer_mac: '02:00:00:00:00:01'}}\n  outside: {{iface: out0, peer_mac: '02:00:00:00:00:02'}}\nvector: 64\npoll: adaptive\n{what}"
     );
-    let cfg = RunConfig::parse(&text, "s.yaml").unwrap();
-    let a = MemPort::new("in0", [2, 0, 0, 0, 0, 0x10]);
-    let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
-    let inside = (a.wire.clone(), a.ready.clone());
-    let outside = (b.wire.clone(), b.ready.clone());
-    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
-    let dp = Dataplane::start_with_ports(&cfg, tag_builder(), open).unwrap();
-    (dp, inside, outside)
-}
-
-fn wait_tx(wire: &Mutex<Wire>, n: usize) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wire.lock().unwrap().tx.len() < n && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    wire.lock().unwrap().tx.clone()
+    start_on_mem_ports(&RunConfig::parse(&text, "s.yaml").unwrap())
 }
 
 /// Stats once `classify` has seen `n` frames (or after 10 s).
@@ -159,14 +142,8 @@ fn a_and_maybe_b(with_b: bool) -> ServiceSet {
 fn adding_and_removing_a_service_under_load_loses_nothing_of_the_other() {
     let (dp, inside, outside) = start(SERVICES);
     let ctl = dp.controller();
-    let (wire, ready) = inside.clone();
     const N: u32 = 20_000;
-    let feeder = std::thread::spawn(move || {
-        for chunk in (0..N).collect::<Vec<_>>().chunks(100) {
-            MemPort::inject(&wire, &ready, chunk.iter().map(|&s| from(A, 1, s)));
-            std::thread::yield_now();
-        }
-    });
+    let feeder = feed(inside.clone(), N, |s| from(A, 1, s));
     let mut swaps = 0;
     while outside.0.lock().unwrap().tx.len() < N as usize / 2 {
         let r = ctl

@@ -257,37 +257,74 @@ fn an_empty_service_set_forwards_nothing() {
     assert!(tagged(&g).values().all(|n| *n == 0));
 }
 
+fn vnf(id: &str, spec: serde_json::Value) -> Box<dyn Node> {
+    crate::chain::build_node(id, &spec, std::path::Path::new(".")).unwrap()
+}
+
 #[test]
 fn replacing_services_keeps_flows_and_counters_of_those_that_remain() {
     let web = Selector {
         dport: Some(PortRange { lo: 1, hi: 1 }),
         ..Selector::default()
     };
-    let mut g = graph(&[vec![1, 2]], &[web]);
+    let nat = vnf(
+        "nat",
+        serde_json::json!({"nat": {"snat": {"public_ip": "10.9.9.100"}}}),
+    );
+    let mut g = Graph::new(Vec::new(), output(), None);
+    g.replace(GraphPlan {
+        instances: vec![
+            ("t1".into(), Some(Box::new(TagNode::new("t1", 1)))),
+            ("nat".into(), Some(nat)),
+            ("t3".into(), Some(Box::new(TagNode::new("t3", 3)))),
+        ],
+        services: vec![("s0".into(), vec![0, 1])],
+        selectors: Some(vec![web]),
+    })
+    .unwrap();
     let mut v = vector(
         (0..5).map(|i| forward_frame((1, 1000, 1), i)),
         Direction::Forward,
     );
     assert_eq!(g.run(v.packets_mut(), Direction::Forward, 1), 5);
+    let public = v.packets()[0].meta.key;
+    assert_eq!(
+        public.src,
+        u32::from_be_bytes([10, 9, 9, 100]),
+        "translated"
+    );
     // Add a service in front; the first keeps its id, instances and flow.
     let dns = Selector {
         dport: Some(PortRange { lo: 2, hi: 2 }),
         ..Selector::default()
     };
-    let plan = GraphPlan {
-        instances: (1..=INSTANCES).map(|i| (format!("t{i}"), None)).collect(),
-        services: vec![("dns".into(), vec![2]), ("s0".into(), vec![0, 1])],
-        selectors: Some(vec![dns, web]),
-    };
-    let (old, carried) = g.replace(plan).unwrap();
+    let keep = |id: &str| (id.to_string(), None);
+    let (old, carried) = g
+        .replace(GraphPlan {
+            instances: vec![keep("t1"), keep("nat"), keep("t3")],
+            services: vec![("dns".into(), vec![2]), ("s0".into(), vec![0, 1])],
+            selectors: Some(vec![dns, web]),
+        })
+        .unwrap();
     assert_eq!((old.len(), carried), (0, 0));
-    // The reply of the flow seen before still finds its service, now at index 1.
-    let mut v = vector(
-        (0..3).map(|i| reply_frame((1, 1000, 1), i)),
-        Direction::Reverse,
-    );
+    // The replies, addressed to the NAT's public port, still find their service, now
+    // at index 1, and come back translated.
+    let reply = |i| {
+        udp_frame_between(
+            SERVER,
+            public.src.to_be_bytes(),
+            public.dport,
+            public.sport,
+            i,
+        )
+    };
+    let mut v = vector((0..3).map(reply), Direction::Reverse);
     assert_eq!(g.run(v.packets_mut(), Direction::Reverse, 2), 3);
-    assert_eq!(trace_of(v.packets()[0].buf.frame()), [2, 1]);
+    assert_eq!(trace_of(v.packets()[0].buf.frame()), [1]);
+    assert_eq!(
+        v.packets()[0].meta.key.dst,
+        u32::from_be_bytes([10, 0, 0, 1])
+    );
     let mut v = vector(
         (0..2).map(|i| forward_frame((1, 1000, 2), i)),
         Direction::Forward,
@@ -299,8 +336,17 @@ fn replacing_services_keeps_flows_and_counters_of_those_that_remain() {
     assert_eq!(st[0].forward.rx_packets, 2);
     assert_eq!(st[1].id, "s0");
     assert_eq!((st[1].forward.rx_packets, st[1].reverse.rx_packets), (5, 3));
-    assert_eq!(st[1].chain, ["t1", "t2"]);
+    assert_eq!(st[1].chain, ["t1", "nat"]);
     assert_eq!(g.node_stats()[1].stats["reverse_by_flow"], 3);
+    // Without the service, its flow is forgotten: the replies are nobody's.
+    g.replace(GraphPlan {
+        instances: vec![keep("t1"), keep("nat"), keep("t3")],
+        services: vec![("dns".into(), vec![2])],
+        selectors: Some(vec![dns]),
+    })
+    .unwrap();
+    let mut v = vector((3..5).map(reply), Direction::Reverse);
+    assert_eq!(g.run(v.packets_mut(), Direction::Reverse, 4), 0);
 }
 
 #[test]
@@ -327,4 +373,87 @@ fn a_service_counts_the_drops_of_its_instances() {
         (s.forward.rx_bytes, s.forward.tx_bytes),
         (10 * len, 5 * len)
     );
+}
+
+#[test]
+fn a_fast_path_replay_runs_through_its_service_and_counts_there() {
+    let fw = || {
+        crate::chain::build_node(
+            "fw",
+            &serde_json::json!({"firewall": {"default": "allow"}}),
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    };
+    let only_1 = Selector {
+        dport: Some(PortRange { lo: 1, hi: 1 }),
+        ..Selector::default()
+    };
+    let mut g = Graph::new(Vec::new(), output(), None);
+    g.replace(GraphPlan {
+        instances: vec![
+            ("fw".into(), Some(fw())),
+            ("t1".into(), Some(Box::new(TagNode::new("t1", 1)))),
+        ],
+        services: vec![("fast".into(), vec![0]), ("slow".into(), vec![0, 1])],
+        selectors: Some(vec![only_1, Selector::default()]),
+    })
+    .unwrap();
+    // The fast mark survives only the service whose instances are all offloadable.
+    let mut v = vector(
+        [
+            forward_frame((1, 1000, 1), 0),
+            forward_frame((1, 1000, 2), 1),
+        ]
+        .into_iter(),
+        Direction::Forward,
+    );
+    for p in v.packets_mut() {
+        p.fast = true;
+    }
+    assert_eq!(g.run(v.packets_mut(), Direction::Forward, 1), 2);
+    let fast: Vec<(u32, bool)> = v
+        .packets()
+        .iter()
+        .map(|p| (seq_of(p.buf.frame()), p.fast))
+        .collect();
+    assert_eq!(fast, [(0, true), (1, false)]);
+    // A replay of what the fast path forwarded counts in its service, as many packets.
+    let mut p = nfx_packet::Packet::new(
+        PacketBuf::from_frame(&forward_frame((1, 1000, 1), 2)),
+        Direction::Forward,
+    );
+    p.replay = Some(nfx_packet::Replay {
+        packets: 10,
+        bytes: 5000,
+    });
+    assert!(g.replay(&mut p, 2));
+    let s = &g.service_stats()[0];
+    assert_eq!(
+        (s.forward.rx_packets, s.forward.rx_bytes),
+        (11, 5000 + p.buf.len() as u64)
+    );
+    assert_eq!(s.forward.tx_packets, 11);
+    assert_eq!(g.service_stats()[1].forward.rx_packets, 1);
+    let classify = &g.node_stats()[1];
+    assert_eq!(classify.packets, 12);
+    // A replay that no service takes any more is refused (the entry would be revoked).
+    g.replace(GraphPlan {
+        instances: vec![("fw".into(), None), ("t1".into(), None)],
+        services: vec![("slow".into(), vec![0, 1])],
+        selectors: Some(vec![Selector {
+            dport: Some(PortRange { lo: 2, hi: 2 }),
+            ..Selector::default()
+        }]),
+    })
+    .unwrap();
+    let mut p = nfx_packet::Packet::new(
+        PacketBuf::from_frame(&forward_frame((1, 1000, 1), 3)),
+        Direction::Forward,
+    );
+    p.replay = Some(nfx_packet::Replay {
+        packets: 3,
+        bytes: 300,
+    });
+    assert!(!g.replay(&mut p, 3));
 }

@@ -21,7 +21,7 @@
 use crate::classify::{Classifier, Selector, Tuple};
 use crate::config::ClassifierConfig;
 use crate::graph::{compact, cycles, NodeCounters};
-use crate::stats::{drops_map, NodeStats};
+use crate::stats::NodeStats;
 use nfx_packet::{Direction, DropReason, FlowKey, Packet};
 use nfx_vnf::table::{FlowTable, Insert, TableValue};
 
@@ -104,10 +104,16 @@ impl Steering {
         self.counters.packets += pkts.len() as u64;
         self.counters.bytes += pkts.iter().map(|p| p.buf.len() as u64).sum::<u64>();
         let t0 = cycles();
+        if dir == Direction::Reverse && !self.flows.is_empty() {
+            // Start loading every packet's buckets; the lookups below overlap the misses.
+            for p in pkts.iter() {
+                self.flows.prefetch_buckets(&flow_key(p));
+            }
+        }
         for p in pkts.iter_mut() {
             let key = flow_key(p);
             let service = match dir {
-                Direction::Forward => self.classifier.first_match(&Tuple::from(&key)),
+                Direction::Forward => self.classifier.first_match_v4(&Tuple::from(&key)),
                 Direction::Reverse => self.reverse(&key, now_ns),
             };
             match service {
@@ -123,13 +129,20 @@ impl Steering {
     /// answer for the reversed 5-tuple.
     #[inline]
     fn reverse(&mut self, key: &FlowKey, now_ns: u64) -> Option<usize> {
-        if let Some(slot) = self.flows.find(key) {
+        let found = if self.flows.is_empty() {
+            None
+        } else {
+            self.flows.find(key)
+        };
+        if let Some(slot) = found {
             let e = self.flows.get_mut(slot);
             e.expires_ns = now_ns.saturating_add(self.timeout_ns);
             self.table.reverse_by_flow += 1;
             return Some(usize::from(e.val.service));
         }
-        let s = self.classifier.first_match(&Tuple::from(&key.reversed()));
+        let s = self
+            .classifier
+            .first_match_v4(&Tuple::from(&key.reversed()));
         if s.is_some() {
             self.table.reverse_by_selector += 1;
         }
@@ -137,8 +150,10 @@ impl Steering {
     }
 
     /// Remembers the service of every Forward packet in `pkts` (the survivors of their
-    /// chains, headers as they leave), keyed by the 5-tuple their replies carry. Its
-    /// cycles count as the stage's.
+    /// chains, headers as they leave), keyed by the 5-tuple their replies carry. A flow
+    /// whose 5-tuple left the chain as it came is not stored: the selectors give its
+    /// replies (reversed) the same service; the table holds the flows a NAT rewrote.
+    /// Its cycles count as the stage's.
     pub fn record(&mut self, pkts: &[Packet], now_ns: u64) {
         let t0 = cycles();
         self.remember(pkts, now_ns);
@@ -147,11 +162,15 @@ impl Steering {
 
     fn remember(&mut self, pkts: &[Packet], now_ns: u64) {
         let expires = now_ns.saturating_add(self.timeout_ns);
+        let translated = |p: &Packet| p.meta.key != p.in_key && !p.meta.has_inner();
+        if !pkts.iter().any(translated) {
+            return;
+        }
+        for p in pkts.iter().filter(|p| translated(p)) {
+            self.flows.prefetch_buckets(&p.meta.key.reversed());
+        }
         let mut last: Option<(FlowKey, u16)> = None;
-        for p in pkts {
-            if p.meta.has_inner() {
-                continue;
-            }
+        for p in pkts.iter().filter(|p| translated(p)) {
             let key = p.meta.key.reversed();
             // Runs of one flow (a burst, GSO super-packets) touch the table once.
             if last == Some((key, p.service)) {
@@ -214,19 +233,10 @@ impl Steering {
 
     /// The stage's node stats (`classify`).
     pub fn stats(&self) -> NodeStats {
-        let c = &self.counters;
         let t = &self.table;
-        NodeStats {
-            name: "classify".into(),
-            packets: c.packets,
-            bytes: c.bytes,
-            cycles_per_packet: if c.packets == 0 {
-                0.0
-            } else {
-                c.cycles as f64 / c.packets as f64
-            },
-            drops: drops_map(&c.drops),
-            stats: serde_json::json!({
+        self.counters.stats(
+            "classify",
+            serde_json::json!({
                 "flows": self.flows.len(),
                 "capacity": self.flows.capacity(),
                 "memory_bytes": self.flows.memory_bytes(),
@@ -237,7 +247,7 @@ impl Steering {
                 "reverse_by_flow": t.reverse_by_flow,
                 "reverse_by_selector": t.reverse_by_selector,
             }),
-        }
+        )
     }
 }
 
@@ -285,6 +295,13 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
+    /// What a source NAT to 10.153.2.100:`port` makes of `p`.
+    fn translate(mut p: Packet, port: u16) -> Packet {
+        set_addr(&mut p, End::Src, u32::from_be_bytes([10, 153, 2, 100]));
+        set_port(&mut p, End::Src, port);
+        p
+    }
+
     #[test]
     fn forward_frames_take_the_first_matching_service_or_are_dropped() {
         let mut s = steering(64);
@@ -321,30 +338,14 @@ mod tests {
         set_port(&mut out[0], End::Src, 61000);
         s.record(&out, SEC);
         // The reply is addressed to the public address: no selector matches it.
+        let from_server =
+            |to: [u8; 4], port| udp([10, 153, 2, 2], to, 5201, port, Direction::Reverse);
         let mut back = vec![
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 2, 100],
-                5201,
-                61000,
-                Direction::Reverse,
-            ),
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 2, 100],
-                5201,
-                61001,
-                Direction::Reverse,
-            ),
+            from_server([10, 153, 2, 100], 61000),
+            from_server([10, 153, 2, 100], 61001),
             // Not translated, from a flow never seen: the selectors on its reversed
             // 5-tuple say it is service 0's traffic.
-            udp(
-                [10, 153, 2, 2],
-                [10, 153, 1, 7],
-                5201,
-                40001,
-                Direction::Reverse,
-            ),
+            from_server([10, 153, 1, 7], 40001),
         ];
         assert_eq!(s.classify(&mut back, Direction::Reverse, 2 * SEC), 2);
         assert_eq!((back[0].service, back[0].meta.key.dport), (0, 61000));
@@ -390,6 +391,25 @@ mod tests {
     }
 
     #[test]
+    fn only_translated_flows_are_stored() {
+        let mut s = steering(64);
+        let mut v = vec![udp([10, 153, 1, 5], [1, 1, 1, 1], 7, 9, Direction::Forward)];
+        s.classify(&mut v, Direction::Forward, SEC);
+        s.record(&v, SEC);
+        assert_eq!(
+            s.flows(),
+            0,
+            "the selectors already know this flow's replies"
+        );
+        let mut back = vec![udp([1, 1, 1, 1], [10, 153, 1, 5], 9, 7, Direction::Reverse)];
+        assert_eq!(s.classify(&mut back, Direction::Reverse, SEC), 1);
+        assert_eq!(back[0].service, 0);
+        let v = vec![translate(v.remove(0), 20000)];
+        s.record(&v, SEC);
+        assert_eq!(s.flows(), 1);
+    }
+
+    #[test]
     fn the_flow_table_is_bounded_expires_and_forgets_removed_services() {
         let mut s = steering(16);
         for i in 0..200u16 {
@@ -401,6 +421,7 @@ mod tests {
                 Direction::Forward,
             )];
             s.classify(&mut v, Direction::Forward, SEC);
+            let v = vec![translate(v.remove(0), 20000 + i)];
             s.record(&v, SEC + u64::from(i));
         }
         assert!(s.flows() <= 16, "{} flows", s.flows());
@@ -410,7 +431,12 @@ mod tests {
         // A run of one flow's frames touches the table once and keeps one entry.
         let mut s = steering(16);
         let burst: Vec<Packet> = (0..50)
-            .map(|_| udp([10, 153, 1, 5], [1, 1, 1, 1], 7, 9, Direction::Forward))
+            .map(|_| {
+                translate(
+                    udp([10, 153, 1, 5], [1, 1, 1, 1], 7, 9, Direction::Forward),
+                    20000,
+                )
+            })
             .collect();
         s.record(&burst, SEC);
         assert_eq!(
@@ -436,8 +462,9 @@ mod tests {
         )];
         s.classify(&mut a, Direction::Forward, SEC);
         s.classify(&mut b, Direction::Forward, SEC);
-        s.record(&a, SEC);
-        s.record(&b, SEC);
+        s.record(&[translate(a.remove(0), 20000)], SEC);
+        s.record(&[translate(b.remove(0), 20001)], SEC);
+        assert_eq!(s.flows(), 2);
         s.retarget(
             vec![Selector::default(), from_subnet("10.153.3.0/24")],
             &[None, Some(1)],
@@ -445,9 +472,9 @@ mod tests {
         assert_eq!(s.flows(), 1);
         let mut reply = vec![udp(
             [1, 1, 1, 1],
-            [10, 153, 3, 5],
+            [10, 153, 2, 100],
             53,
-            7,
+            20001,
             Direction::Reverse,
         )];
         s.classify(&mut reply, Direction::Reverse, SEC);

@@ -1,12 +1,15 @@
 //! Test-only nodes, frames and an in-memory port for exercising the graph and the
 //! worker without a network.
 
+use crate::config::RunConfig;
+use crate::runtime::{Dataplane, PortOpener};
 use nfx_io::{Notifier, Port, PortCounters};
 use nfx_packet::{DropReason, Packet};
 use nfx_vnf::{Event, Node, NodeCtx};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Offset of the sequence number in frames made by [`udp_frame`].
 pub const SEQ_AT: usize = 42;
@@ -228,4 +231,38 @@ impl Port for MemPort {
     fn counters(&self) -> &PortCounters {
         &self.counters
     }
+}
+
+/// One end of an in-memory port as a test drives it: its wire and its notifier.
+pub type WireEnd = (Arc<Mutex<Wire>>, Arc<Notifier>);
+
+/// Starts one worker of `cfg` (built by [`tag_builder`]) between two in-memory ports
+/// (MACs 02:00:00:00:00:10 inside, …:20 outside); returns it and the ports' ends.
+pub fn start_on_mem_ports(cfg: &RunConfig) -> (Dataplane, WireEnd, WireEnd) {
+    let a = MemPort::new("in0", [2, 0, 0, 0, 0, 0x10]);
+    let b = MemPort::new("out0", [2, 0, 0, 0, 0, 0x20]);
+    let inside = (a.wire.clone(), a.ready.clone());
+    let outside = (b.wire.clone(), b.ready.clone());
+    let open: PortOpener = Box::new(move |_| Ok([Box::new(a) as Box<dyn Port>, Box::new(b)]));
+    let dp = Dataplane::start_with_ports(cfg, tag_builder(), open).unwrap();
+    (dp, inside, outside)
+}
+
+/// The frames `wire` transmitted, once there are `n` (or after 10 s).
+pub fn wait_tx(wire: &Mutex<Wire>, n: usize) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while wire.lock().unwrap().tx.len() < n && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    wire.lock().unwrap().tx.clone()
+}
+
+/// Streams frames `frame(0)` … `frame(n - 1)` into a port from a thread, 100 at a time.
+pub fn feed(end: WireEnd, n: u32, frame: fn(u32) -> Vec<u8>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+            MemPort::inject(&end.0, &end.1, chunk.iter().map(|&s| frame(s)));
+            std::thread::yield_now();
+        }
+    })
 }

@@ -805,3 +805,29 @@ fn two_services_on_one_worker_stay_apart() {
     assert_eq!(st.node("nat-b").unwrap().drops["nat_no_mapping"], 0);
     assert_eq!(st.service("c").unwrap().forward.tx_packets, 20);
 }
+
+/// Two workers on the same interfaces without a shared fanout group would each forward
+/// every frame (one copy un-NATed, unfiltered): the second is refused at start, naming
+/// the interface and the process that serves it, and the first keeps forwarding alone.
+#[test]
+fn a_second_worker_on_the_same_interfaces_is_refused() {
+    let net = 246;
+    let t = Topo::new("dup", net);
+    let first = Dataplane::start(&config(&t, net, "[]"), builder()).unwrap();
+    let mut cfg = config(&t, net, "[]");
+    cfg.name = "e2e-dup-2".into();
+    let e = Dataplane::start(&cfg, builder()).err().unwrap().to_string();
+    assert!(
+        e.contains("ma")
+            && e.contains("already served")
+            && e.contains(&std::process::id().to_string()),
+        "{e}"
+    );
+    // Each datagram arrives once (`udp_through` fails on a duplicate).
+    assert_eq!(udp_through(&t, net, 100, Duration::from_secs(5)), 100);
+    first.stop().unwrap();
+    // Once the first is gone, the interfaces are free again.
+    let again = Dataplane::start(&cfg, builder()).unwrap();
+    assert_eq!(udp_through(&t, net, 20, Duration::from_secs(5)), 20);
+    again.stop().unwrap();
+}

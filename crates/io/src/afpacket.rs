@@ -48,7 +48,9 @@ pub struct AfPacketOptions {
     pub tx_ring: Option<usize>,
     /// Keep the kernel's IP stack off the interface while the port is open: an ingress
     /// drop of IPv4/IPv6 behind the packet taps ([`crate::isolate`]). For a dataplane
-    /// that forwards what it receives; a generator or a test tap leaves it off.
+    /// that forwards what it receives; a generator or a test tap leaves it off. Outside
+    /// a fanout group the port then refuses an interface that another live dataplane
+    /// already isolates (it would forward a copy of every frame).
     pub isolate_kernel: bool,
     /// A kernel fast path shares the interface (the table tier, `nfx_fastpath`): bind
     /// to IPv4 (ETH_P_IP) instead of every protocol, so that frames reach the socket
@@ -209,7 +211,7 @@ impl AfPacketPort {
         };
         let isolation = if opts.isolate_kernel {
             Some(
-                KernelIsolation::install(iface, index, opts.fast_path)
+                KernelIsolation::install(iface, index, opts.fast_path, opts.fanout.is_none())
                     .map_err(|e| with("kernel stack isolation", e))?,
             )
         } else {

@@ -18,6 +18,11 @@
 //! value is dropped. A process that died without removing its tables (SIGKILL) leaves
 //! them behind: every install first deletes `nfx_isolate_*` tables of the namespace
 //! whose process no longer exists. Needs the `nft` tool (package nftables) and root.
+//!
+//! The tables also tell who serves an interface: a port that shares its interface with
+//! no other dataplane (no fanout group) refuses to start while a live process holds an
+//! isolation table on it — a second dataplane tapping the same interface would receive
+//! and forward a copy of every frame (one worker runs every service of a device instead).
 
 use std::io::{self, Read, Write};
 use std::process::{Command, Stdio};
@@ -46,9 +51,25 @@ impl KernelIsolation {
     /// namespace, after removing stale tables of dead processes. With
     /// `ipv4_at_prerouting`, IPv4 is dropped at the IP layer's prerouting hook instead of
     /// the device's ingress hook: for a port whose socket receives IPv4 after the ingress
-    /// hooks (behind a tc fast path, see `AfPacketOptions::fast_path`).
-    pub fn install(iface: &str, ifindex: u32, ipv4_at_prerouting: bool) -> io::Result<Self> {
-        remove_stale()?;
+    /// hooks (behind a tc fast path, see `AfPacketOptions::fast_path`). With `exclusive`,
+    /// refuses (`AddrInUse`) an interface on which a live process already holds an
+    /// isolation table.
+    pub fn install(
+        iface: &str,
+        ifindex: u32,
+        ipv4_at_prerouting: bool,
+        exclusive: bool,
+    ) -> io::Result<Self> {
+        let listing = nft(&["list", "tables"], None)?;
+        remove_stale(&listing)?;
+        if let Some(pid) = live_owners(&listing, ifindex).first().filter(|_| exclusive) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "interface {iface} is already served by the nfx dataplane of process {pid}: a second one on it, outside a shared fanout group, would receive and forward a copy of every frame (run every service of the interface in one worker, `services:` in its run config)"
+                ),
+            ));
+        }
         let table = format!(
             "{TABLE_PREFIX}{}_{ifindex}_{}",
             std::process::id(),
@@ -137,29 +158,56 @@ pub fn table_pid(table: &str) -> Option<u32> {
         .ok()
 }
 
+/// The interface index in an isolation table's name, `None` for other tables.
+pub fn table_ifindex(table: &str) -> Option<u32> {
+    table
+        .strip_prefix(TABLE_PREFIX)?
+        .split('_')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The (family, name) of every table of `listing` (`nft list tables`) of family netdev
+/// or ip.
+fn tables(listing: &str) -> impl Iterator<Item = (&str, &str)> {
+    listing.lines().filter_map(|l| {
+        let mut w = l.split_whitespace();
+        match (w.next(), w.next(), w.next()) {
+            (Some("table"), Some(f @ ("netdev" | "ip")), Some(t)) => Some((f, t)),
+            _ => None,
+        }
+    })
+}
+
 /// Isolation tables (family netdev or ip, then name) of the calling thread's namespace
 /// whose process has ended.
 fn stale_tables(listing: &str) -> Vec<(String, String)> {
-    listing
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            match (w.next(), w.next(), w.next()) {
-                (Some("table"), Some(f @ ("netdev" | "ip")), Some(t)) => Some((f, t)),
-                _ => None,
-            }
-        })
-        .filter(|(_, t)| {
-            table_pid(t).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-        })
+    tables(listing)
+        .filter(|(_, t)| table_pid(t).is_some_and(|pid| !alive(pid)))
         .map(|(f, t)| (f.to_string(), t.to_string()))
         .collect()
 }
 
-/// Deletes the isolation tables left by processes that no longer exist.
-fn remove_stale() -> io::Result<()> {
-    let listing = nft(&["list", "tables"], None)?;
-    for (family, t) in stale_tables(&listing) {
+/// The live processes holding an isolation table on interface `ifindex`, each once.
+fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
+    let mut pids: Vec<u32> = tables(listing)
+        .filter(|(f, t)| *f == "netdev" && table_ifindex(t) == Some(ifindex))
+        .filter_map(|(_, t)| table_pid(t))
+        .filter(|pid| alive(*pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Deletes the isolation tables of `listing` left by processes that no longer exist.
+fn remove_stale(listing: &str) -> io::Result<()> {
+    for (family, t) in stale_tables(listing) {
         nft(&["delete", "table", &family, &t], None)?;
     }
     Ok(())
@@ -255,6 +303,19 @@ mod tests {
         assert_eq!(table_pid("nfx_isolate_x_7_0"), None);
         assert_eq!(table_pid("nfx_edge_ingress"), None);
         assert_eq!(table_pid("filter"), None);
+    }
+
+    #[test]
+    fn an_interface_is_owned_by_the_live_processes_with_a_table_on_it() {
+        let me = std::process::id();
+        let listing = format!(
+            "table netdev nfx_isolate_{me}_3_0\ntable ip nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_{me}_4_1\ntable netdev nfx_isolate_1073741823_3_2\ntable netdev other\n"
+        );
+        assert_eq!(live_owners(&listing, 3), vec![me]);
+        assert_eq!(live_owners(&listing, 4), vec![me]);
+        assert!(live_owners(&listing, 5).is_empty());
+        assert_eq!(table_ifindex("nfx_isolate_4242_7_0"), Some(7));
+        assert_eq!(table_ifindex("nfx_edge_ingress"), None);
     }
 
     #[test]
