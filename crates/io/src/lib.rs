@@ -6,6 +6,7 @@
 
 pub mod afpacket;
 pub mod cpu;
+pub mod cpufreq;
 pub mod fanout;
 pub mod isolate;
 mod mmsg;
