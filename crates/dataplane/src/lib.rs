@@ -26,7 +26,7 @@ mod testkit;
 
 pub use chain::{build_chain, build_chain_from, vnf_builder};
 pub use config::{ConfigError, FanoutConfig, Role, RunConfig};
-pub use control::{fetch_stats, import_state_request, request, ControlServer};
+pub use control::{fetch_stats, import_state_request, request, set_poll, ControlServer};
 pub use graph::Graph;
 pub use runtime::{ChainBuilder, Controller, Dataplane, PortOpener, Reconfigured};
 pub use stats::Stats;

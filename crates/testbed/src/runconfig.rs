@@ -21,6 +21,8 @@ pub enum Chain {
     /// The standard ACL's firewall and the source NAT only: the same work as the
     /// `kernel-nftables` baseline.
     FirewallNat,
+    /// The source NAT alone (the energy paper's NAT box).
+    Nat,
 }
 
 /// Everything that varies between runs.
@@ -52,6 +54,7 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
     match chain {
         Chain::Empty => Vec::new(),
         Chain::FirewallNat => vec![firewall(), nat()],
+        Chain::Nat => vec![nat()],
         Chain::Full {
             patterns,
             elephant_bytes,
@@ -143,6 +146,7 @@ mod tests {
         assert!(chain_nodes(&tb, &Chain::Empty).is_empty());
         let fw_nat = chain_nodes(&tb, &Chain::FirewallNat);
         assert_eq!(fw_nat[..], c[..2]);
+        assert_eq!(chain_nodes(&tb, &Chain::Nat)[..], c[1..2]);
     }
 
     #[test]
