@@ -8,9 +8,8 @@ use anyhow::Context;
 use nfx_energy::Target;
 use nfx_testbed::nfxrun::NfxRun;
 use nfx_testbed::runconfig::{Chain, RunSpec};
-use nfx_testbed::{netns, Host, Testbed};
+use nfx_testbed::{netns, nftables, Host, Testbed};
 use std::path::Path;
-use std::process::Stdio;
 
 /// The four dataplanes compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +77,7 @@ impl NatBox {
                      oifname \"to-cloud\" snat to {}\n  }}\n}}\n",
                     tb.nat_ip()
                 );
-                nft(&ns, &rules)?;
+                nftables::load(&ns, &rules)?;
                 b.kernel = true;
             }
             Some(poll) => {
@@ -121,36 +120,13 @@ impl NatBox {
     }
 }
 
-fn nft(ns: &str, rules: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut cmd = netns::command(ns, &["nft", "-f", "-"]);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .context("starting nft (is nftables installed?)")?;
-    child
-        .stdin
-        .take()
-        .context("nft stdin")?
-        .write_all(rules.as_bytes())?;
-    let out = child.wait_with_output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "nft in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
-}
-
 impl Drop for NatBox {
     fn drop(&mut self) {
         if let Some(r) = self.run.take() {
             let _ = r.stop();
         }
         if self.kernel {
-            let _ = nft(&self.ns, &format!("delete table ip {NFT_TABLE}\n"));
+            let _ = nftables::load(&self.ns, &format!("delete table ip {NFT_TABLE}\n"));
         }
     }
 }
