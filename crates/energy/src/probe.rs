@@ -92,7 +92,7 @@ pub struct Decision {
     pub changed: bool,
     /// Phase after this decision.
     pub phase: Phase,
-    /// Samples from the start of the current probe to this decision.
+    /// Samples the current (or last) probe took, from its start to its settling.
     pub probe_steps: u32,
     /// Why, for the operation record.
     pub reason: String,
@@ -193,7 +193,9 @@ impl Prober {
             );
         }
         self.load_ref.get_or_insert(s.offered_bps);
-        self.steps += 1;
+        if self.phase == Phase::Probing {
+            self.steps += 1;
+        }
         let kept = self.sla.kept(s);
         let reference = *self.reference.get_or_insert(ratio);
         let dropped = ratio < reference * (1.0 - self.cfg.drop_threshold);
@@ -323,10 +325,13 @@ mod tests {
         let (steps, level) = settle(&mut p, 0.30, 100e6);
         assert_eq!(level, 0.35);
         assert!(steps <= 10, "{steps} steps");
-        // Settled: the level holds.
-        let (s, _) = curve(p.level(), 0.30, 100e6);
-        let d = p.step(&s);
-        assert!(!d.changed && d.reason.contains("settled"), "{d:?}");
+        // Settled: the level holds, and holding is not counted as probing.
+        for _ in 0..5 {
+            let (s, _) = curve(p.level(), 0.30, 100e6);
+            let d = p.step(&s);
+            assert!(!d.changed && d.reason.contains("settled"), "{d:?}");
+            assert_eq!(d.probe_steps, steps);
+        }
     }
 
     #[test]

@@ -368,7 +368,11 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
         let changed = sources.len() != n as usize;
         sources.set(n as usize)?;
         let step_start = Instant::now();
+        // Re-probe delay: from the start of the sample window in which the offered load
+        // was first seen to move (sources take a moment to start) to the decision.
         let mut awaiting_reprobe = changed && step > 0;
+        let before = ticks.last().map(|t: &Tick| t.offered_mbps).unwrap_or(0.0);
+        let mut change_seen: Option<f64> = None;
         let mut next = step_start;
         while step_start.elapsed().as_secs_f64() < b.plan.step_s {
             next += Duration::from_secs_f64(b.plan.tick_s);
@@ -451,10 +455,16 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
                     }),
                 ];
                 let actions = m.step(&samples);
-                if awaiting_reprobe && actions.iter().any(|x| x.reason.contains("offered load")) {
-                    let d = step_start.elapsed().as_secs_f64();
-                    reprobe_s = Some(reprobe_s.map_or(d, |r: f64| r.max(d)));
-                    awaiting_reprobe = false;
+                let moved = (tick.offered_mbps - before).abs() > 0.2 * before.max(0.1);
+                if awaiting_reprobe && change_seen.is_none() && moved {
+                    change_seen = Some(tick.t_s - dt);
+                }
+                if let Some(seen) = change_seen.filter(|_| awaiting_reprobe) {
+                    if actions.iter().any(|x| x.reason.contains("offered load")) {
+                        let d = tick.t_s - seen;
+                        reprobe_s = Some(reprobe_s.map_or(d, |r: f64| r.max(d)));
+                        awaiting_reprobe = false;
+                    }
                 }
                 for action in actions {
                     let applied = knobs
