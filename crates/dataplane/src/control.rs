@@ -1,6 +1,7 @@
 //! The control socket: a unix stream socket, one JSON request per line, one JSON
 //! response per line (`stats`, `reconfigure`, `export_state`, `import_state`, the
-//! handoff steps `hold`, `release`, `drain`, `steer`, and `shutdown`), and the client
+//! handoff steps `hold`, `release`, `drain`, `steer`, the live poll-mode change `poll`,
+//! and `shutdown`), and the client
 //! side used by `nfx stats` and the testbed.
 
 use crate::runtime::Controller;
@@ -158,4 +159,14 @@ pub fn import_state_request(node: &str, data: &[u8]) -> serde_json::Value {
 pub fn fetch_stats(path: &Path) -> anyhow::Result<crate::Stats> {
     let v = request(path, &serde_json::json!({"cmd": "stats"}))?;
     serde_json::from_value(v).context("stats answer does not match the stats format")
+}
+
+/// Sets the poll mode of the instance listening on `path` (one worker, or all when
+/// `worker` is `None`), live.
+pub fn set_poll(path: &Path, mode: nfx_io::PollMode, worker: Option<usize>) -> anyhow::Result<()> {
+    let mut req = serde_json::json!({"cmd": "poll", "mode": mode.as_str()});
+    if let Some(w) = worker {
+        req["worker"] = w.into();
+    }
+    request(path, &req).map(|_| ())
 }

@@ -259,6 +259,21 @@ impl Controller {
             .map_err(|e| anyhow!("steer: {e}"))
     }
 
+    /// Sets the poll mode of worker `worker` (every worker when `None`) from its next
+    /// loop turn on; a worker blocked in poll(2) is woken to apply it.
+    pub fn set_poll(&self, mode: nfx_io::PollMode, worker: Option<usize>) -> anyhow::Result<()> {
+        let n = self.workers();
+        let targets = match worker {
+            Some(w) if w >= n => bail!("no worker {w} (this instance runs {n})"),
+            Some(w) => w..w + 1,
+            None => 0..n,
+        };
+        for w in targets {
+            self.ask_to(w, |tx| Command::SetPoll(mode, tx))?;
+        }
+        Ok(())
+    }
+
     /// Asks every worker to stop after its current vector.
     pub fn shutdown(&self) -> anyhow::Result<()> {
         let mut result = Ok(());
@@ -377,12 +392,25 @@ impl Controller {
                 self.steer(member)?;
                 Ok(serde_json::json!({ "ok": true, "member": member }))
             }
+            "poll" => {
+                let mode: nfx_io::PollMode = field("mode")?.parse().map_err(|e: String| anyhow!(e))?;
+                let worker = match req.get("worker") {
+                    None => None,
+                    Some(w) => Some(
+                        w.as_u64()
+                            .and_then(|w| usize::try_from(w).ok())
+                            .ok_or_else(|| anyhow!("`poll` field `worker` must be an unsigned integer"))?,
+                    ),
+                };
+                self.set_poll(mode, worker)?;
+                Ok(serde_json::json!({ "ok": true, "poll": mode.as_str() }))
+            }
             "shutdown" => {
                 self.shutdown()?;
                 Ok(serde_json::json!({ "ok": true }))
             }
             other => bail!(
-                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, hold, release, drain, steer, shutdown)"
+                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, hold, release, drain, steer, poll, shutdown)"
             ),
         }
     }

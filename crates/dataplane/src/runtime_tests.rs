@@ -189,3 +189,48 @@ fn port_open_failure_is_reported() {
         .unwrap();
     assert!(err.to_string().contains("in0"), "{err}");
 }
+
+#[test]
+fn poll_mode_changes_live_and_the_kernel_sees_the_worker_spin() {
+    let r = rig("interrupt", 256, "[{tag: {id: 1}}]");
+    let ctl = r.dp.controller();
+    let st = ctl.stats().unwrap();
+    let (tid, pid) = (st.workers[0].tid, std::process::id());
+    assert!(tid > 0 && tid != pid, "{:?}", st.workers[0]);
+    assert_eq!(st.workers[0].poll, "interrupt");
+    let cpu = || nfx_io::cpu::task_cpu_time(pid, tid).unwrap();
+    let window = Duration::from_millis(300);
+    let (c0, t0) = (cpu(), Instant::now());
+    std::thread::sleep(window);
+    let idle = (cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let resp: serde_json::Value =
+        serde_json::from_str(&ctl.handle_line(r#"{"cmd":"poll","mode":"busy"}"#)).unwrap();
+    assert_eq!(resp, serde_json::json!({"ok": true, "poll": "busy"}));
+    assert_eq!(ctl.stats().unwrap().workers[0].poll, "busy");
+    let (c0, t0) = (cpu(), Instant::now());
+    std::thread::sleep(window);
+    let busy = (cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    // An idle interrupt-mode worker sleeps in poll(2); a busy one spins (on a shared
+    // machine it still gets a large share of a core).
+    assert!(
+        idle < 0.05,
+        "interrupt worker used {idle:.3} of a core while idle"
+    );
+    assert!(
+        busy > 0.2 && busy > 5.0 * idle,
+        "busy {busy:.3} vs idle {idle:.3}"
+    );
+    // Still forwards after the change.
+    MemPort::inject(&r.inside.0, &r.inside.1, (0..50).map(udp_frame));
+    assert_eq!(wait_tx(&r.outside.0, 50).len(), 50);
+    for (bad, want) in [
+        (r#"{"cmd":"poll","mode":"spin"}"#, "unknown poll mode"),
+        (r#"{"cmd":"poll"}"#, "`mode`"),
+        (r#"{"cmd":"poll","mode":"busy","worker":3}"#, "no worker 3"),
+        (r#"{"cmd":"poll","mode":"busy","worker":-1}"#, "unsigned"),
+    ] {
+        let e = ctl.handle_line(bad);
+        assert!(e.contains("error") && e.contains(want), "{bad} → {e}");
+    }
+    assert_eq!(ctl.stats().unwrap().workers[0].poll, "busy");
+}

@@ -56,6 +56,12 @@ pub struct WorkerStats {
     pub vectors: u64,
     /// Mean packets per non-empty vector.
     pub mean_vector: f64,
+    /// Kernel thread id of the worker (for CPU accounting, affinity and cgroups).
+    #[serde(default)]
+    pub tid: u32,
+    /// The worker's poll mode (`busy`, `interrupt`, `adaptive`); it can change live.
+    #[serde(default)]
+    pub poll: String,
 }
 
 /// One port.

@@ -40,6 +40,8 @@ pub enum Command {
     Drain(SyncSender<Drained>),
     /// Point both ports' fanout groups at member `k`.
     Steer(u32, SyncSender<Result<(), String>>),
+    /// Change the poll mode from the next loop turn on.
+    SetPoll(PollMode, SyncSender<()>),
     /// Spread flows over the fanout groups' members (the instance's workers): inside by
     /// a symmetric flow hash, outside by destination port residue (`true`, a source NAT
     /// picks reply ports) or by the same symmetric hash (`false`).
@@ -127,6 +129,7 @@ pub struct Worker {
     stash: [Stash; 2],
     socket_drops: [u64; 2],
     fast: Option<FastPathWorker>,
+    tid: u32,
 }
 
 impl Worker {
@@ -162,6 +165,7 @@ impl Worker {
             stash: Default::default(),
             socket_drops: [0; 2],
             fast: None,
+            tid: 0,
         }
     }
 
@@ -199,6 +203,7 @@ impl Worker {
         ]);
         let mut held_waiter = Waiter::new(&[self.mailbox.notifier.fd()]);
         self.started_ns = monotonic_ns();
+        self.tid = nfx_io::cpu::gettid();
         self.cpu_at_start = thread_cpu_time();
         self.window = (self.started_ns, self.cpu_at_start);
         let tick_ns = TICK.as_nanos() as u64;
@@ -445,6 +450,10 @@ impl Worker {
                 Ok(Command::Steer(k, reply)) => {
                     let _ = reply.send(self.steer(k));
                 }
+                Ok(Command::SetPoll(mode, reply)) => {
+                    self.poll = mode;
+                    let _ = reply.send(());
+                }
                 Ok(Command::SpreadFlows(dest_port, reply)) => {
                     let _ = reply.send(self.spread_flows(dest_port));
                 }
@@ -505,6 +514,8 @@ impl Worker {
             } else {
                 self.vector_packets as f64 / self.vectors as f64
             },
+            tid: self.tid,
+            poll: self.poll.as_str().to_string(),
         };
         Stats {
             name: self.name.clone(),

@@ -4,9 +4,12 @@
 //! super-packets stay whole) in batches on a veth end; [`PollMode`] says whether a worker
 //! spins, blocks, or adapts; [`cpu`] reads the kernel's per-thread CPU accounting.
 
+pub mod affinity;
 pub mod afpacket;
 pub mod bpf;
+pub mod cgroup;
 pub mod cpu;
+pub mod cpufreq;
 pub mod fanout;
 pub mod isolate;
 mod mmsg;

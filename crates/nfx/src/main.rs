@@ -36,6 +36,8 @@ enum Cmd {
     Chain(cmd::chain::Args),
     /// Run one ESP-in-UDP tunnel endpoint with its element manager.
     Tunnel(cmd::tunnel::Args),
+    /// Run the transcoding VNF (ffmpeg: MPEG-TS over UDP in, lower bitrate out).
+    Transcode(cmd::transcode::Args),
     /// Run the service-specific manager that grants lookaside queue pairs.
     Ssm(cmd::ssm::Args),
     /// Rerun an experiment of the papers and write its report.
@@ -71,6 +73,7 @@ fn main() {
         Cmd::Place(a) => cmd::place::run(a),
         Cmd::Chain(a) => cmd::chain::run(a),
         Cmd::Tunnel(a) => cmd::tunnel::run(a),
+        Cmd::Transcode(a) => cmd::transcode::run(a),
         Cmd::Ssm(a) => cmd::ssm::run(a),
         Cmd::Experiment(a) => cmd::experiment::run(a),
         Cmd::Ctl(c) => cmd::ctl::run(c),

@@ -1,19 +1,11 @@
 //! The accel-switch chart (like Fig. 5 of the SSH-tunnel paper): CPU % and throughput per
-//! tunnel against time, with every engine change marked. Text uses an embedded DejaVu Sans
-//! font so the chart renders on machines without system fonts.
+//! tunnel against time, with every engine change marked. Font and colours come from
+//! `nfx-chart`.
 
 use std::path::Path;
 
-use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
-
-const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-const COLORS: [RGBColor; 4] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-];
+use nfx_chart::plotters::prelude::*;
+use nfx_chart::COLORS;
 
 /// One sample of one tunnel.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,7 +56,7 @@ fn label_levels(series: &[Series]) -> Vec<(usize, (usize, f64, String))> {
 
 /// Draws the two-panel chart to a PNG at `path`.
 pub fn draw(path: &Path, title: &str, series: &[Series]) -> Result<(), String> {
-    register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| "embedded font is invalid")?;
+    nfx_chart::register_fonts()?;
     let e = |e: &dyn std::fmt::Display| format!("chart {}: {e}", path.display());
     let tmax = series
         .iter()

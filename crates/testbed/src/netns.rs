@@ -266,3 +266,104 @@ mod tests {
         assert_eq!(v[0].ifalias.as_deref(), Some("nfx-testbed"));
     }
 }
+
+/// Byte and packet counters of one interface.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfaceCounters {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+}
+
+/// Parses the counters of `iface` from `/proc/net/dev` text (receive: bytes, packets
+/// are columns 1–2; transmit: bytes, packets columns 9–10).
+pub fn parse_net_dev(text: &str, iface: &str) -> anyhow::Result<IfaceCounters> {
+    let cols: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim() == iface)
+        .with_context(|| format!("no interface {iface} in /proc/net/dev"))?
+        .1
+        .split_whitespace()
+        .map(|f| f.parse().context("bad /proc/net/dev counter"))
+        .collect::<anyhow::Result<_>>()?;
+    if cols.len() < 10 {
+        bail!("short /proc/net/dev line for {iface}");
+    }
+    Ok(IfaceCounters {
+        rx_bytes: cols[0],
+        rx_packets: cols[1],
+        tx_bytes: cols[8],
+        tx_packets: cols[9],
+    })
+}
+
+/// Reads the counters of `iface` inside `ns`.
+pub fn iface_counters(ns: &str, iface: &str) -> anyhow::Result<IfaceCounters> {
+    let iface = iface.to_string();
+    in_netns(ns, move || {
+        parse_net_dev(
+            &std::fs::read_to_string("/proc/thread-self/net/dev")?,
+            &iface,
+        )
+    })
+}
+
+/// Thread ids of the kernel's NAPI threads (`napi/<iface>-<id>`) now.
+fn napi_threads() -> std::collections::BTreeSet<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Default::default();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.starts_with("napi/"))
+        })
+        .collect()
+}
+
+/// Gives the veth `iface` in `ns` a NAPI instance (GRO on) run by its own kernel thread
+/// (`threaded` = 1), so that the kernel's receive work for that interface — forwarding,
+/// NAT, delivery to packet sockets — is accounted to a thread of its own instead of to
+/// whichever process sent the frame. Returns the new threads' ids (empty if they
+/// already existed).
+pub fn threaded_napi(ns: &str, iface: &str) -> anyhow::Result<Vec<u32>> {
+    let before = napi_threads();
+    exec(ns, &["ethtool", "-K", iface, "gro", "on"], IP_LIMIT)?;
+    let file = format!("/sys/class/net/{iface}/threaded");
+    exec(ns, &["sh", "-c", &format!("echo 1 > {file}")], IP_LIMIT)
+        .with_context(|| format!("{ns}: enabling threaded NAPI on {iface}"))?;
+    let mut new: Vec<u32> = napi_threads().difference(&before).copied().collect();
+    let tag = format!("napi/{iface}-");
+    new.retain(|t| {
+        std::fs::read_to_string(format!("/proc/{t}/comm")).is_ok_and(|c| c.starts_with(&tag))
+    });
+    Ok(new)
+}
+
+#[cfg(test)]
+mod counter_tests {
+    use super::*;
+
+    #[test]
+    fn net_dev_columns() {
+        let t = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 10 1 0 0 0 0 0 0 20 2 0 0 0 0 0 0\nveth0: 1500 10 0 0 0 0 0 0 3000 20 0 0 0 0 0 0\n";
+        let c = parse_net_dev(t, "veth0").unwrap();
+        assert_eq!(
+            c,
+            IfaceCounters {
+                rx_bytes: 1500,
+                rx_packets: 10,
+                tx_bytes: 3000,
+                tx_packets: 20
+            }
+        );
+        assert!(parse_net_dev(t, "eth9").is_err());
+        assert!(parse_net_dev("x: 1 2 3", "x").is_err());
+    }
+}

@@ -41,6 +41,33 @@ pub fn ruleset(tb: &Testbed) -> String {
     s
 }
 
+/// Loads a ruleset into namespace `ns` (`nft -f -`, bounded to 10 s); the error carries
+/// nft's message.
+pub fn load(ns: &str, text: &str) -> anyhow::Result<()> {
+    let mut cmd = netns::command(ns, &["nft", "-f", "-"]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .context("starting nft (is nftables installed?)")?;
+    child
+        .stdin
+        .take()
+        .context("nft stdin")?
+        .write_all(text.as_bytes())?;
+    let mut guard = crate::process::ChildGuard::new(child, "nft -f -");
+    guard.wait_within(Duration::from_secs(10))?;
+    let out = guard.take().wait_with_output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "nft in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// The nftables baseline applied on edge; removed when dropped.
 pub struct NftBaseline {
     ns: String,
@@ -51,27 +78,7 @@ impl NftBaseline {
     pub fn apply(tb: &Testbed) -> anyhow::Result<Self> {
         let ns = tb.ns(Host::Edge);
         let text = ruleset(tb);
-        let mut cmd = netns::command(&ns, &["nft", "-f", "-"]);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .context("starting nft (is nftables installed?)")?;
-        child
-            .stdin
-            .take()
-            .context("nft stdin")?
-            .write_all(text.as_bytes())?;
-        let mut guard = crate::process::ChildGuard::new(child, "nft -f -");
-        guard.wait_within(Duration::from_secs(10))?;
-        let out = guard.take().wait_with_output()?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "nft rejected the baseline ruleset in {ns}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        load(&ns, &text).context("nft rejected the baseline ruleset")?;
         Ok(Self { ns })
     }
 

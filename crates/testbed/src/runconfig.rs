@@ -36,6 +36,8 @@ pub enum Chain {
         /// Bytes after which a flow is an elephant; `None`: no elephant node.
         elephant_bytes: Option<u64>,
     },
+    /// The source NAT alone (the energy paper's NAT box).
+    Nat,
 }
 
 /// Everything that varies between runs.
@@ -82,6 +84,7 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
             .into_iter()
             .chain([dpi(patterns)])
             .collect(),
+        Chain::Nat => vec![nat()],
         Chain::Full {
             patterns,
             elephant_bytes,
@@ -182,6 +185,7 @@ mod tests {
             },
         );
         assert_eq!(tail[..], c[2..]);
+        assert_eq!(chain_nodes(&tb, &Chain::Nat)[..], c[1..2]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Network functions as dataplane graph nodes: stateful firewall, NAT, DPI,
 //! elephant-flow detection. Each is configured from YAML and processes vectors.
+//! The transcoder ([`transcode`]) is a VNF of another kind: a process of its own.
 
 pub mod dpi;
 pub mod elephant;
@@ -11,6 +12,7 @@ pub mod spec;
 pub mod table;
 #[cfg(test)]
 mod testutil;
+pub mod transcode;
 
 pub use event::{Event, EventSink};
 pub use node::{Node, NodeCtx, StateError};

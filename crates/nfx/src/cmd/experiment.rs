@@ -1,4 +1,5 @@
-//! `nfx experiment accel-switch`: the SSH-tunnel paper's demonstration rerun on the testbed.
+//! `nfx experiment accel-switch`: the SSH-tunnel paper's demonstration rerun on the testbed
+//! (`nfx experiment energy` lives in `experiment_energy`).
 //! Two ESP tunnels src→dst on the `soft` engine (as Dropbear was), one lookaside queue
 //! pair, and the SSM; tunnel 1 carries 10 Mbit/s then saturates, later tunnel 2 saturates
 //! and tunnel 1 drops back. Writes timeseries.csv, chart.png and summary.json.
@@ -28,6 +29,9 @@ pub struct Args {
 enum What {
     /// The SSH-tunnel paper's accelerator-switch demonstration (Fig. 5).
     AccelSwitch(AccelSwitch),
+    /// The energy paper: NAT and transcoding boxes under a video load ramp, four
+    /// dataplanes (kernel, busy poll, adaptive, adaptive + power manager).
+    Energy(super::experiment_energy::Args),
 }
 
 /// Arguments of `nfx experiment accel-switch`.
@@ -69,6 +73,7 @@ struct AccelSwitch {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.what {
         What::AccelSwitch(a) => accel_switch(&a),
+        What::Energy(a) => super::experiment_energy::run(a),
     }
 }
 

@@ -1,0 +1,488 @@
+//! A CPU bandwidth limit on threads through the kernel's CFS bandwidth control, in a
+//! cgroup under the nfx-owned subtree `nfx/<name>` of the cpu controller:
+//!
+//! * cgroup v2 (the cpu controller in the unified hierarchy): `cpu.max` = `quota period`
+//!   (or `max period`); a process is moved with `cgroup.procs` — v2 keeps the threads of
+//!   one process inside its own threaded subtree, so the limit covers the whole process;
+//! * cgroup v1 (hybrid hosts, where the cpu controller is still mounted on its own, e.g.
+//!   `/sys/fs/cgroup/cpu`): `cpu.cfs_quota_us` and `cpu.cfs_period_us`; single threads
+//!   are moved with `tasks`.
+//!
+//! Both are the same scheduler mechanism: at most `quota` of CPU time per `period`.
+//! [`CpuGroup::remove`] moves every thread back where it came from and removes the group.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The nfx-owned directory under the cpu controller's root.
+pub const SUBTREE: &str = "nfx";
+
+/// Which cgroup interface the cpu controller speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The unified hierarchy (`cpu.max`).
+    V2,
+    /// The legacy per-controller hierarchy (`cpu.cfs_quota_us`).
+    V1,
+}
+
+/// Where the cpu controller is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuController {
+    /// Interface version.
+    pub version: Version,
+    /// Root directory of its hierarchy.
+    pub root: PathBuf,
+}
+
+fn err(kind: io::ErrorKind, msg: String) -> io::Error {
+    io::Error::new(kind, msg)
+}
+
+fn write(p: &Path, v: &str) -> io::Result<()> {
+    std::fs::write(p, v)
+        .map_err(|e| err(e.kind(), format!("writing {v:?} to {}: {e}", p.display())))
+}
+
+fn read(p: &Path) -> io::Result<String> {
+    std::fs::read_to_string(p).map_err(|e| err(e.kind(), format!("reading {}: {e}", p.display())))
+}
+
+/// Checks a group name: 1–64 characters from `A-Z a-z 0-9 _ . -`, not `.` or `..`.
+pub fn check_name(name: &str) -> io::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            io::ErrorKind::InvalidInput,
+            format!("cgroup name {name:?}: use 1-64 characters from A-Z a-z 0-9 _ . -"),
+        ))
+    }
+}
+
+impl CpuController {
+    /// Finds the cpu controller on this host: the unified hierarchy at `/sys/fs/cgroup`
+    /// or `/sys/fs/cgroup/unified` when it lists `cpu`, else a v1 mount
+    /// (`/sys/fs/cgroup/cpu`, `/sys/fs/cgroup/cpu,cpuacct`).
+    pub fn detect() -> io::Result<Self> {
+        Self::detect_in(Path::new("/sys/fs/cgroup"))
+    }
+
+    /// [`CpuController::detect`] under another root (tests use recorded trees).
+    pub fn detect_in(base: &Path) -> io::Result<Self> {
+        for dir in [base.to_path_buf(), base.join("unified")] {
+            if let Ok(c) = std::fs::read_to_string(dir.join("cgroup.controllers")) {
+                if c.split_whitespace().any(|x| x == "cpu") {
+                    return Ok(Self {
+                        version: Version::V2,
+                        root: dir,
+                    });
+                }
+            }
+        }
+        for name in ["cpu", "cpu,cpuacct", "cpuacct,cpu"] {
+            let dir = base.join(name);
+            if dir.join("cpu.cfs_quota_us").exists() {
+                return Ok(Self {
+                    version: Version::V1,
+                    root: dir,
+                });
+            }
+        }
+        Err(err(
+            io::ErrorKind::NotFound,
+            format!(
+                "no cpu cgroup controller under {} (neither cgroup v2 with `cpu` in cgroup.controllers nor a v1 cpu mount)",
+                base.display()
+            ),
+        ))
+    }
+
+    /// Creates (or reuses) the group `nfx/<name>`. On v2 it first enables the cpu
+    /// controller for the children of the root and of `nfx`.
+    pub fn create(&self, name: &str) -> io::Result<CpuGroup> {
+        check_name(name)?;
+        let sub = self.root.join(SUBTREE);
+        if self.version == Version::V2 {
+            enable_cpu(&self.root)?;
+            std::fs::create_dir_all(&sub)?;
+            enable_cpu(&sub)?;
+        } else {
+            std::fs::create_dir_all(&sub)?;
+        }
+        let path = sub.join(name);
+        match std::fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(err(e.kind(), format!("creating {}: {e}", path.display()))),
+        }
+        Ok(CpuGroup {
+            version: self.version,
+            root: self.root.clone(),
+            path,
+            moved: Vec::new(),
+        })
+    }
+}
+
+/// Adds `+cpu` to `dir/cgroup.subtree_control` unless it is there.
+fn enable_cpu(dir: &Path) -> io::Result<()> {
+    let p = dir.join("cgroup.subtree_control");
+    if read(&p)?.split_whitespace().any(|c| c == "cpu") {
+        return Ok(());
+    }
+    write(&p, "+cpu")
+}
+
+/// What was moved into a group, and from where, to put it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Moved {
+    Thread { tid: u32, from: PathBuf },
+    Process { pid: u32, from: PathBuf },
+}
+
+/// One cgroup `nfx/<name>` with a CPU bandwidth limit.
+#[derive(Debug)]
+pub struct CpuGroup {
+    version: Version,
+    root: PathBuf,
+    path: PathBuf,
+    moved: Vec<Moved>,
+}
+
+/// The cgroup of `tid` in the cpu hierarchy (from `/proc/<tid>/cgroup`), as a path under
+/// the controller's root; `/` when not found.
+fn current_cgroup(version: Version, tid: u32) -> PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/cgroup")).unwrap_or_default();
+    PathBuf::from(parse_proc_cgroup(&text, version).unwrap_or("/"))
+}
+
+/// The path of the cpu controller's cgroup in `/proc/<pid>/cgroup` text: the `0::` line
+/// for v2, the line whose controller list contains `cpu` for v1.
+pub fn parse_proc_cgroup(text: &str, version: Version) -> Option<&str> {
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        let hit = match version {
+            Version::V2 => ctrls.is_empty(),
+            Version::V1 => ctrls.split(',').any(|c| c == "cpu"),
+        };
+        hit.then_some(path)
+    })
+}
+
+impl CpuGroup {
+    /// The group's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Interface version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    fn dir_of(&self, cg: &Path) -> PathBuf {
+        self.root.join(cg.strip_prefix("/").unwrap_or(cg))
+    }
+
+    /// Moves thread `tid` of process `pid` into the group (v2: the whole process).
+    pub fn add_thread(&mut self, pid: u32, tid: u32) -> io::Result<()> {
+        match self.version {
+            Version::V1 => {
+                let from = current_cgroup(self.version, tid);
+                write(&self.path.join("tasks"), &tid.to_string())?;
+                self.moved.push(Moved::Thread { tid, from });
+                Ok(())
+            }
+            Version::V2 => self.add_process(pid),
+        }
+    }
+
+    /// Moves every thread of process `pid` into the group.
+    pub fn add_process(&mut self, pid: u32) -> io::Result<()> {
+        if self
+            .moved
+            .iter()
+            .any(|m| matches!(m, Moved::Process { pid: p, .. } if *p == pid))
+        {
+            return Ok(());
+        }
+        let from = current_cgroup(self.version, pid);
+        write(&self.path.join("cgroup.procs"), &pid.to_string())?;
+        self.moved.push(Moved::Process { pid, from });
+        Ok(())
+    }
+
+    /// Limits the group to `quota` of CPU time per `period` (`None`: no limit). The
+    /// kernel takes periods of 1 ms to 1 s and quotas of at least 1 ms.
+    pub fn set_limit(&self, quota: Option<Duration>, period: Duration) -> io::Result<()> {
+        let p = period.as_micros().clamp(1_000, 1_000_000) as u64;
+        let q = quota.map(|q| (q.as_micros() as u64).max(1_000));
+        match self.version {
+            Version::V2 => {
+                let v = match q {
+                    Some(q) => format!("{q} {p}"),
+                    None => format!("max {p}"),
+                };
+                write(&self.path.join("cpu.max"), &v)
+            }
+            Version::V1 => {
+                // Lift the quota first: a quota above the new period's is refused otherwise.
+                write(&self.path.join("cpu.cfs_quota_us"), "-1")?;
+                write(&self.path.join("cpu.cfs_period_us"), &p.to_string())?;
+                if let Some(q) = q {
+                    write(&self.path.join("cpu.cfs_quota_us"), &q.to_string())?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Limits the group to `cores` cores' worth of CPU time (0.3 = 30 % of one core) per
+    /// 100 ms period; `None` lifts the limit.
+    pub fn set_cores(&self, cores: Option<f64>) -> io::Result<()> {
+        let period = Duration::from_millis(100);
+        self.set_limit(
+            cores.map(|c| Duration::from_secs_f64(period.as_secs_f64() * c.max(0.0))),
+            period,
+        )
+    }
+
+    /// The limit in force, read back from the kernel: `(quota, period)`, quota `None`
+    /// when unlimited.
+    pub fn limit(&self) -> io::Result<(Option<Duration>, Duration)> {
+        let bad = |p: &Path| {
+            err(
+                io::ErrorKind::InvalidData,
+                format!("{}: unexpected content", p.display()),
+            )
+        };
+        match self.version {
+            Version::V2 => {
+                let p = self.path.join("cpu.max");
+                let text = read(&p)?;
+                let mut f = text.split_whitespace();
+                let q = f.next().ok_or_else(|| bad(&p))?;
+                let per: u64 = f
+                    .next()
+                    .and_then(|x| x.parse().ok())
+                    .ok_or_else(|| bad(&p))?;
+                let quota = match q {
+                    "max" => None,
+                    n => Some(Duration::from_micros(n.parse().map_err(|_| bad(&p))?)),
+                };
+                Ok((quota, Duration::from_micros(per)))
+            }
+            Version::V1 => {
+                let (qp, pp) = (
+                    self.path.join("cpu.cfs_quota_us"),
+                    self.path.join("cpu.cfs_period_us"),
+                );
+                let q: i64 = read(&qp)?.trim().parse().map_err(|_| bad(&qp))?;
+                let per: u64 = read(&pp)?.trim().parse().map_err(|_| bad(&pp))?;
+                let quota = u64::try_from(q).ok().map(Duration::from_micros);
+                Ok((quota, Duration::from_micros(per)))
+            }
+        }
+    }
+
+    /// Thread ids in the group (v1 `tasks`, v2 `cgroup.threads`).
+    pub fn threads(&self) -> io::Result<Vec<u32>> {
+        let f = match self.version {
+            Version::V1 => "tasks",
+            Version::V2 => "cgroup.threads",
+        };
+        Ok(read(&self.path.join(f))?
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .collect())
+    }
+
+    /// Moves everything back to the cgroups it came from (threads that exited are
+    /// skipped) and removes the group directory.
+    pub fn remove(mut self) -> io::Result<()> {
+        self.restore()
+    }
+
+    fn restore(&mut self) -> io::Result<()> {
+        let mut first_err = None;
+        for m in std::mem::take(&mut self.moved).into_iter().rev() {
+            let (file, id, from) = match m {
+                Moved::Thread { tid, from } => ("tasks", tid, from),
+                Moved::Process { pid, from } => ("cgroup.procs", pid, from),
+            };
+            let dir = self.dir_of(&from);
+            if let Err(e) = write(&dir.join(file), &id.to_string()) {
+                // ESRCH: it exited meanwhile, nothing to restore.
+                if e.raw_os_error() != Some(libc::ESRCH) && first_err.is_none() {
+                    first_err = Some(e);
+                }
+            }
+        }
+        match std::fs::remove_dir(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                first_err.get_or_insert(err(
+                    e.kind(),
+                    format!("removing {}: {e}", self.path.display()),
+                ));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        if self.path.exists() {
+            let _ = self.restore();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nfx-cgroup-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for ok in ["edge", "nat-1", "a.b_c"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "x y", &"n".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn detects_v2_then_hybrid_v1_and_reports_none() {
+        let d = tmp("detect");
+        assert!(CpuController::detect_in(&d)
+            .unwrap_err()
+            .to_string()
+            .contains("no cpu cgroup"));
+        std::fs::create_dir_all(d.join("cpu")).unwrap();
+        std::fs::write(d.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        std::fs::create_dir_all(d.join("unified")).unwrap();
+        std::fs::write(d.join("unified/cgroup.controllers"), "hugetlb\n").unwrap();
+        // Hybrid: the unified hierarchy lacks cpu, so v1 is used.
+        let c = CpuController::detect_in(&d).unwrap();
+        assert_eq!((c.version, c.root.clone()), (Version::V1, d.join("cpu")));
+        std::fs::write(d.join("cgroup.controllers"), "cpuset cpu io memory\n").unwrap();
+        let c = CpuController::detect_in(&d).unwrap();
+        assert_eq!((c.version, c.root.clone()), (Version::V2, d.clone()));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn v2_limit_is_written_as_cpu_max_and_read_back() {
+        // A plain directory stands in for cgroupfs: the files the kernel would create
+        // are written first.
+        let d = tmp("v2");
+        std::fs::write(d.join("cgroup.subtree_control"), "").unwrap();
+        std::fs::create_dir_all(d.join("nfx")).unwrap();
+        std::fs::write(d.join("nfx/cgroup.subtree_control"), "cpu\n").unwrap();
+        let c = CpuController {
+            version: Version::V2,
+            root: d.clone(),
+        };
+        let g = c.create("nat").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap(),
+            "+cpu"
+        );
+        g.set_cores(Some(0.25)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(g.path().join("cpu.max")).unwrap(),
+            "25000 100000"
+        );
+        assert_eq!(
+            g.limit().unwrap(),
+            (Some(Duration::from_millis(25)), Duration::from_millis(100))
+        );
+        g.set_cores(None).unwrap();
+        assert_eq!(g.limit().unwrap().0, None);
+        assert!(c.create("../escape").is_err());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn proc_cgroup_lines_by_version() {
+        let t = "9:name=systemd:/\n4:memory:/x\n2:cpuacct:/\n1:cpu:/nfx/nat\n0::/user.slice\n";
+        assert_eq!(parse_proc_cgroup(t, Version::V1), Some("/nfx/nat"));
+        assert_eq!(parse_proc_cgroup(t, Version::V2), Some("/user.slice"));
+        assert_eq!(
+            parse_proc_cgroup("1:cpu,cpuacct:/a\n", Version::V1),
+            Some("/a")
+        );
+        assert_eq!(parse_proc_cgroup("", Version::V1), None);
+    }
+
+    #[test]
+    fn a_spinning_thread_is_held_to_its_quota_and_restored() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root (cgroups)");
+            return;
+        }
+        let ctl = match CpuController::detect() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let h = std::thread::spawn(move || {
+            tx.send(crate::cpu::gettid()).unwrap();
+            while !s2.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let (pid, tid) = (std::process::id(), rx.recv().unwrap());
+        let before = current_cgroup(ctl.version, tid);
+        let mut g = ctl.create(&format!("io-unit-{pid}")).unwrap();
+        g.add_thread(pid, tid).unwrap();
+        g.set_cores(Some(0.2)).unwrap();
+        assert_eq!(
+            g.limit().unwrap(),
+            (Some(Duration::from_millis(20)), Duration::from_millis(100))
+        );
+        assert!(g.threads().unwrap().contains(&tid));
+        let c0 = crate::cpu::task_cpu_time(pid, tid).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let used = crate::cpu::task_cpu_time(pid, tid).unwrap() - c0;
+        // 20 % of 600 ms is 120 ms; allow one period of slack.
+        assert!(
+            used <= Duration::from_millis(220),
+            "used {used:?} under a 20 % quota"
+        );
+        let path = g.path().to_path_buf();
+        g.remove().unwrap();
+        assert!(!path.exists());
+        assert_eq!(current_cgroup(ctl.version, tid), before);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+}

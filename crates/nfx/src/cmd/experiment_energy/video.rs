@@ -1,0 +1,178 @@
+//! The video side of the experiment: one MPEG-TS clip made once with ffmpeg's test
+//! sources (H.264 video and an AAC tone), replayed in real time by one `ffmpeg -re -c
+//! copy` per stream from src towards the transcoding box on cloud, and the transcoders
+//! there (one per stream, [`Transcoder`]) sending to dst.
+
+use anyhow::{bail, Context};
+use nfx_testbed::netns;
+use nfx_testbed::process::ChildGuard;
+use nfx_vnf::transcode::process::Transcoder;
+use nfx_vnf::transcode::{Codec, TranscodeConfig};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// First UDP port of the transcoders' inputs (stream i uses `IN_PORT + i`).
+pub const IN_PORT: u16 = 5600;
+/// First UDP port at dst of the transcoded streams.
+pub const OUT_PORT: u16 = 6600;
+/// Frame rate of the clip.
+pub const FPS: u32 = 25;
+
+/// The clip's shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clip {
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// Video bitrate, kbit/s.
+    pub kbps: u32,
+    /// Transcoded bitrate, kbit/s.
+    pub out_kbps: u32,
+}
+
+/// Encodes the clip (10 s, looped by the sources) into `dir/clip.ts`.
+pub fn encode_clip(dir: &Path, clip: Clip) -> anyhow::Result<PathBuf> {
+    let out = dir.join("clip.ts");
+    let size = format!("testsrc2=size={}x{}:rate={FPS}", clip.width, clip.height);
+    let rate = format!("{}k", clip.kbps);
+    let buf = format!("{}k", clip.kbps * 2);
+    let o = out.to_string_lossy().to_string();
+    let args = [
+        "ffmpeg",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-nostdin",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        &size,
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        "10",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-tune",
+        "zerolatency",
+        "-b:v",
+        &rate,
+        "-maxrate",
+        &rate,
+        "-bufsize",
+        &buf,
+        "-g",
+        "25",
+        "-pix_fmt",
+        "yuv420p",
+        "-c:a",
+        "aac",
+        "-b:a",
+        "64k",
+        "-f",
+        "mpegts",
+        &o,
+    ];
+    nfx_testbed::process::run(&args, Duration::from_secs(300))
+        .context("encoding the test clip (is ffmpeg installed? scripts/deps.sh)")?;
+    if std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 10_000 {
+        bail!("ffmpeg wrote no usable clip to {}", out.display());
+    }
+    Ok(out)
+}
+
+/// The running stream sources (index = stream number).
+pub struct Sources {
+    ns: String,
+    clip: PathBuf,
+    target: Ipv4Addr,
+    running: Vec<ChildGuard>,
+}
+
+impl Sources {
+    /// Sources in `ns` that will send `clip` to `target` (ports from [`IN_PORT`]).
+    pub fn new(ns: &str, clip: &Path, target: Ipv4Addr) -> Self {
+        Self {
+            ns: ns.to_string(),
+            clip: clip.to_path_buf(),
+            target,
+            running: Vec::new(),
+        }
+    }
+
+    /// Starts or stops sources until `n` run (the newest stop first).
+    pub fn set(&mut self, n: usize) -> anyhow::Result<()> {
+        while self.running.len() > n {
+            let mut c = self.running.pop().expect("len > n");
+            let _ = c.interrupt(Duration::from_secs(2));
+        }
+        while self.running.len() < n {
+            let port = IN_PORT + self.running.len() as u16;
+            let url = format!("udp://{}:{port}?pkt_size=1316", self.target);
+            let clip = self.clip.to_string_lossy().to_string();
+            let mut cmd = netns::command(
+                &self.ns,
+                &[
+                    "ffmpeg",
+                    "-hide_banner",
+                    "-loglevel",
+                    "error",
+                    "-nostdin",
+                    "-re",
+                    "-stream_loop",
+                    "-1",
+                    "-i",
+                    &clip,
+                    "-c",
+                    "copy",
+                    "-f",
+                    "mpegts",
+                    &url,
+                ],
+            );
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            self.running.push(ChildGuard::spawn(cmd)?);
+        }
+        Ok(())
+    }
+
+    /// How many run.
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+}
+
+/// Starts `n` transcoders in `ns` (listening on [`IN_PORT`]…, sending to `dst` on
+/// [`OUT_PORT`]…), with their error output in `dir`.
+pub fn start_transcoders(
+    ns: &str,
+    dst: Ipv4Addr,
+    n: u32,
+    clip: Clip,
+    dir: &Path,
+) -> anyhow::Result<Vec<Transcoder>> {
+    (0..n as u16)
+        .map(|i| {
+            let cfg = TranscodeConfig {
+                listen_port: IN_PORT + i,
+                output: SocketAddrV4::new(dst, OUT_PORT + i),
+                bitrate_kbps: clip.out_kbps,
+                codec: Codec::H264,
+                threads: 1,
+                netns: Some(ns.to_string()),
+            };
+            Transcoder::start(&cfg, Some(&dir.join(format!("transcode-{i}.log"))))
+                .with_context(|| format!("transcoder {i}"))
+        })
+        .collect()
+}
