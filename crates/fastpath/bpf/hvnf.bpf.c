@@ -25,12 +25,16 @@ static __always_inline struct hv_counters *node(__u32 n)
 	return bpf_map_lookup_elem(&counters, &n);
 }
 
-static __always_inline int drop(struct hv_counters *cn, int reason1)
+// Counts a drop against the node that decided it. At egress the frame is consumed
+// (TC_ACT_STOLEN) rather than shot: a shot frame makes the sender's transmit fail with
+// ENOBUFS, which a software worker sending through this hook would take for a full
+// queue and retry; the drop is the table tier's to count, not the sender's.
+static __always_inline int drop(struct hv_counters *cn, int reason1, __u32 hook)
 {
 	__u32 r = (reason1 - 1) & 31;
 	if (cn && r < HV_NREASONS)
 		cn->drops[r]++;
-	return TC_ACT_SHOT;
+	return hook == HOOK_EGRESS ? TC_ACT_STOLEN : TC_ACT_SHOT;
 }
 
 static __always_inline int run_node(CTX *ctx, __u32 kind)
@@ -103,7 +107,7 @@ static __always_inline int hv_main(CTX *ctx, __u32 ifindex, __u32 hook)
 		return TC_ACT_OK;
 	}
 	if (r)
-		return drop(cn, r);
+		return drop(cn, r, hook);
 	for (int i = 0; i < HV_MAX_CHAIN; i++) {
 		__u32 kind = c->chain[dir][i];
 		if (kind == K_END || kind > K_ELE)
@@ -115,7 +119,7 @@ static __always_inline int hv_main(CTX *ctx, __u32 ifindex, __u32 hook)
 		}
 		r = run_node(ctx, kind);
 		if (r)
-			return drop(cn, r);
+			return drop(cn, r, hook);
 	}
 	if (port->action != ACT_REDIRECT)
 		return TC_ACT_OK;
@@ -126,7 +130,7 @@ static __always_inline int hv_main(CTX *ctx, __u32 ifindex, __u32 hook)
 	}
 	r = output(ctx, m, port);
 	if (r)
-		return drop(cn, r);
+		return drop(cn, r, hook);
 	return bpf_redirect(port->out_ifindex, 0);
 }
 

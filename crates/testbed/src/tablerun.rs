@@ -67,7 +67,7 @@ impl TableRun {
     /// it reports the chain attached.
     pub fn start(nfx_bin: &Path, cfg: &TableRunConfig, dir: &Path) -> anyhow::Result<Self> {
         let config = dir.join(format!("{}.table.yaml", cfg.name));
-        std::fs::write(&config, serde_yaml_ng::to_string(cfg)?)
+        std::fs::write(&config, cfg.to_yaml())
             .with_context(|| format!("writing {}", config.display()))?;
         let ready = dir.join(format!("{}.ready", cfg.name));
         let _ = std::fs::remove_file(&ready);

@@ -64,10 +64,22 @@ impl TableRunConfig {
         let shown = path.display();
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-        let cfg: Self = serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+        // Through a JSON value: the placement is a map keyed by its kind, which YAML
+        // would otherwise want written as a tag.
+        let v: serde_json::Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+        let cfg: Self = serde_path_to_error::deserialize(v)
+            .map_err(|e| format!("{shown}: field `{}`: {}", e.path(), e.inner()))?;
         cfg.placement().map_err(|e| format!("{shown}: {e}"))?;
         cfg.functions().map_err(|e| format!("{shown}: {e}"))?;
         Ok(cfg)
+    }
+
+    /// The config as YAML that [`TableRunConfig::load`] reads back (the placement as a
+    /// map keyed by its kind).
+    pub fn to_yaml(&self) -> String {
+        let v = serde_json::to_value(self).expect("plain data");
+        serde_yaml_ng::to_string(&v).expect("JSON values are YAML")
     }
 
     /// The functions with their instance names (the kind: one of each per chain).
@@ -133,15 +145,14 @@ mod tests {
         let ok = "name: t\nplacement: {alone: {inside: {iface: a, peer_mac: '02:00:00:00:00:01'}, outside: {iface: b, peer_mac: '02:00:00:00:00:02'}}}\nchain: [{firewall: {default: allow}}, {nat: {snat: {public_ip: 192.0.2.1}}}]\n";
         let c = parse(ok).unwrap();
         assert_eq!(c.functions().unwrap()[1].0, "nat");
-        let back: TableRunConfig =
-            serde_yaml_ng::from_str(&serde_yaml_ng::to_string(&c).unwrap()).unwrap();
+        let back = parse(&c.to_yaml()).unwrap();
         assert_eq!(back, c);
         let e = parse(&ok.replace("'02:00:00:00:00:02'", "zz")).unwrap_err();
         assert!(e.contains("placement.alone.outside.peer_mac"), "{e}");
         let e = parse(&ok.replace("default: allow", "defaul: allow")).unwrap_err();
         assert!(e.contains("chain[0]") && e.contains("defaul"), "{e}");
         let e = parse("name: t\nplacement: {beside: {iface: a}}\nchain: []\n").unwrap_err();
-        assert!(e.contains("beside"), "{e}");
+        assert!(e.contains("placement") && e.contains("beside"), "{e}");
         let h = parse("name: t\nplacement: {before_software: {iface: to-src}}\nchain: [{nat: {snat: {public_ip: 1.2.3.4}}}]\n").unwrap();
         assert_eq!(
             h.placement().unwrap(),

@@ -15,6 +15,7 @@ const SKB_GSO_SIZE: usize = 176;
 
 const TC_ACT_OK: u32 = 0;
 const TC_ACT_SHOT: u32 = 2;
+const TC_ACT_STOLEN: u32 = 4;
 const TC_ACT_REDIRECT: u32 = 7;
 
 /// What the program did with a frame.
@@ -126,7 +127,7 @@ impl TableChain {
         let after = self.tallies()?;
         let kernel = N_NODES * NREASONS;
         let verdict = match res.return_value {
-            TC_ACT_SHOT => {
+            TC_ACT_SHOT | TC_ACT_STOLEN => {
                 let i = (0..kernel)
                     .find(|&i| after[i] > before[i])
                     .ok_or_else(|| TableError::Request("a drop without a counted reason".into()))?;
