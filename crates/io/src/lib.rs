@@ -5,6 +5,7 @@
 //! spins, blocks, or adapts; [`cpu`] reads the kernel's per-thread CPU accounting.
 
 pub mod afpacket;
+pub mod command;
 pub mod cpu;
 pub mod fanout;
 pub mod isolate;

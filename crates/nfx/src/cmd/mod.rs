@@ -18,4 +18,5 @@ pub mod run;
 pub mod ssm;
 pub mod stats;
 pub mod testbed;
+pub mod testbed_hosts;
 pub mod tunnel;
