@@ -95,20 +95,20 @@ pub fn load_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Zeroi
             return Ok(Some(Zeroizing::new(t)));
         }
     }
-    match file {
-        Some(f) => {
-            let t = Zeroizing::new(
-                std::fs::read_to_string(f)
-                    .map_err(|e| anyhow::anyhow!("token file {}: {e}", f.display()))?,
-            );
-            let t = Zeroizing::new(t.trim().to_string());
-            if t.is_empty() {
-                anyhow::bail!("token file {}: is empty", f.display());
-            }
-            Ok(Some(t))
-        }
-        None => Ok(None),
+    file.map(read_token_file).transpose()
+}
+
+/// The token in `file` (trimmed, not empty); errors name the file.
+pub fn read_token_file(f: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {
+    let t = Zeroizing::new(
+        std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("token file {}: {e}", f.display()))?,
+    );
+    let t = Zeroizing::new(t.trim().to_string());
+    if t.is_empty() {
+        anyhow::bail!("token file {}: is empty", f.display());
     }
+    Ok(t)
 }
 
 /// Reads a service descriptor file (`services: [...]`) as JSON values ready to POST;
@@ -134,6 +134,13 @@ pub fn ensure_token(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>
         let t = load_token(Some(file))?.unwrap_or_default();
         return Ok((t, file.display().to_string()));
     }
+    let t = write_new_token(file)?;
+    Ok((t, format!("{} (new)", file.display())))
+}
+
+/// Writes a new random bearer token (24 bytes from the kernel, hex) to `file` (replacing
+/// it), mode 0600. Returns the token.
+pub fn write_new_token(file: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {
     let mut raw = Zeroizing::new([0u8; 24]);
     use std::io::Read;
     std::fs::File::open("/dev/urandom")
@@ -141,6 +148,7 @@ pub fn ensure_token(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>
         .map_err(|e| anyhow::anyhow!("/dev/urandom: {e}"))?;
     let t = Zeroizing::new(raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
     use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(file);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -150,5 +158,5 @@ pub fn ensure_token(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>
     use std::io::Write;
     f.write_all(t.as_bytes())
         .map_err(|e| anyhow::anyhow!("token file {}: {e}", file.display()))?;
-    Ok((t, format!("{} (new)", file.display())))
+    Ok(t)
 }

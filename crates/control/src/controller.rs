@@ -6,10 +6,10 @@
 use crate::mediator::{InstanceRow, Mediator, PathRow, PlacementRecord, Plan, PlanError};
 use crate::ops::{OpKind, OpState, Operation, Step, StepStatus};
 use crate::store::{EventRecord, Store, StoreError, Table, Write};
-use crate::vnfm::InstanceState;
+use crate::vnfm::{InstanceState, VnfmError};
 use nfx_model::service::Service;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -82,7 +82,7 @@ impl Controller {
         let paths: BTreeMap<String, PathRow> =
             paths.into_iter().map(|p| (p.service.clone(), p)).collect();
         for p in paths.values() {
-            med.enforcer().install(&p.service, &p.hops);
+            med.enforcer().load(&p.service, &p.hops, p.ends.as_ref());
         }
         med.load(instances, paths)?;
         let ops: Vec<Operation> = store.list(Table::Operations)?;
@@ -156,10 +156,17 @@ impl Controller {
         };
         let mut orphans = Vec::new();
         let mut seen = Vec::new();
+        let mut unreachable = Vec::new();
         for v in vnfms {
-            let ids = v
-                .list_instances()
-                .map_err(|e| CtlError::Internal(e.to_string()))?;
+            let ids = match v.list_instances() {
+                Ok(ids) => ids,
+                // A host agent that is down is handled by the heartbeat monitor.
+                Err(VnfmError::Unavailable(e)) if v.kind() == "remote" => {
+                    unreachable.push(e);
+                    continue;
+                }
+                Err(e) => return Err(CtlError::Internal(e.to_string())),
+            };
             for id in ids {
                 if recorded.contains_key(&id) {
                     seen.push(id);
@@ -179,6 +186,7 @@ impl Controller {
             "resumed_operations": resumed,
             "orphans_destroyed": orphans,
             "missing_instances": missing,
+            "unreachable_agents": unreachable,
         });
         self.store.batch(&[Write::Event(
             "controller.reconciled".into(),
@@ -298,6 +306,117 @@ impl Controller {
         drop(m);
         self.enqueue(&op.id)?;
         Ok(op)
+    }
+
+    /// Places `service` again (its instances were lost or a host on its path is down):
+    /// chain and place it on what is left, re-steer, destroy what it no longer uses.
+    pub fn replace(&self, service: &str) -> Result<Operation, CtlError> {
+        let mut row: ServiceRow = self
+            .store
+            .get(Table::Services, service)?
+            .ok_or_else(|| CtlError::NotFound(format!("unknown service {service:?}")))?;
+        if row.status != "active" {
+            return Err(CtlError::Conflict(format!(
+                "service {service} is {} (operation {})",
+                row.status, row.operation
+            )));
+        }
+        let mut m = self.med();
+        let plan = m.plan_replace(&row.service)?;
+        let op = self.journal(&mut m, OpKind::Replace, service, plan, |op| {
+            row.status = "replacing".into();
+            row.operation = op.id.clone();
+            vec![Write::Put(
+                Table::Services,
+                service.to_string(),
+                serde_json::to_value(&row).unwrap_or_default(),
+            )]
+        })?;
+        drop(m);
+        self.enqueue(&op.id)?;
+        Ok(op)
+    }
+
+    /// Marks `instances` (on `host`) lost, with `reason`; returns those newly marked.
+    pub fn mark_lost(
+        &self,
+        host: &str,
+        instances: &[String],
+        reason: &str,
+    ) -> Result<Vec<String>, CtlError> {
+        let mut m = self.med();
+        let mut rows = Vec::new();
+        for id in instances {
+            let Some(r) = m.instances().get(id) else {
+                continue;
+            };
+            if r.host != host || r.status != "running" {
+                continue;
+            }
+            let mut r = r.clone();
+            r.status = "lost".into();
+            rows.push((id.clone(), Some(r)));
+        }
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+        let mut w = row_writes(&rows, &[]);
+        w.push(Write::Event(
+            "instance.lost".into(),
+            serde_json::json!({"host": host, "instances": ids, "reason": reason}),
+        ));
+        self.store.batch(&w)?;
+        m.apply_rows(&rows, &[])?;
+        log::warn!("instances lost on {host}: {ids:?} ({reason})");
+        Ok(ids)
+    }
+
+    /// Re-places every active service that uses a lost instance or whose path crosses a
+    /// host that is down, unless an operation on it is under way (the next call retries).
+    /// Returns the operations started.
+    pub fn heal(&self) -> Result<Vec<Operation>, CtlError> {
+        let broken: BTreeSet<String> = {
+            let m = self.med();
+            let down = m.down_hosts();
+            let down = down.read().map(|d| d.clone()).unwrap_or_default();
+            let through = m.enforcer().all();
+            m.paths()
+                .values()
+                .filter(|p| {
+                    p.hops.iter().any(|h| {
+                        down.contains(&h.host)
+                            || m.instances()
+                                .get(&h.instance)
+                                .is_some_and(|r| r.status == "lost")
+                    }) || through
+                        .get(&p.service)
+                        .is_some_and(|s| s.hosts.iter().any(|h| down.contains(h)))
+                })
+                .map(|p| p.service.clone())
+                .collect()
+        };
+        let mut started = Vec::new();
+        for svc in broken {
+            let busy = self
+                .store
+                .list::<Operation>(Table::Operations)?
+                .into_iter()
+                .any(|o| !o.state.is_final() && o.target == svc);
+            if busy {
+                continue;
+            }
+            match self.replace(&svc) {
+                Ok(op) => started.push(op),
+                Err(CtlError::Conflict(e))
+                | Err(CtlError::BadRequest(e))
+                | Err(CtlError::NotFound(e)) => {
+                    log::warn!("re-placing {svc}: {e}")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(started)
     }
 
     /// Records plan + operation in one transaction and applies the plan's rows.
@@ -512,7 +631,7 @@ impl Controller {
                     (OpKind::Destroy, true) => {
                         w.push(Write::Delete(Table::Services, op.target.clone()));
                     }
-                    (OpKind::Deploy, true) | (OpKind::Destroy, false) => {
+                    (OpKind::Deploy | OpKind::Replace, true) | (OpKind::Destroy, false) => {
                         row.status = "active".into();
                         w.push(Write::Put(
                             Table::Services,
@@ -589,6 +708,38 @@ impl Controller {
             Err(e) => v["state_error"] = e.to_string().into(),
         }
         Ok(v)
+    }
+
+    /// Records an event (failures are logged: an event is not worth failing for).
+    pub fn event(&self, kind: &str, detail: serde_json::Value) {
+        if let Err(e) = self.store.batch(&[Write::Event(kind.into(), detail)]) {
+            log::warn!("recording event {kind}: {e}");
+        }
+    }
+
+    /// Destroys the instances `host`'s VNFM holds that the database does not know — what
+    /// was left on a host whose agent was down while its services were re-placed.
+    pub fn remove_orphans(&self, host: &str) {
+        let (vnfm, recorded) = {
+            let m = self.med();
+            (m.vnfms().get(host).clone(), m.instances().clone())
+        };
+        let ids = match vnfm.list_instances() {
+            Ok(ids) => ids,
+            Err(e) => {
+                log::warn!("listing the instances of {host}: {e}");
+                return;
+            }
+        };
+        for id in ids.into_iter().filter(|id| !recorded.contains_key(id)) {
+            match vnfm.destruct_instance(&id) {
+                Ok(()) => self.event(
+                    "instance.orphan_destroyed",
+                    serde_json::json!({"host": host, "instance": id}),
+                ),
+                Err(e) => log::warn!("destroying orphan {id} on {host}: {e}"),
+            }
+        }
     }
 
     /// The last `limit` events.

@@ -4,14 +4,18 @@
 //! API, and the host agent that serves the VNFM calls over REST.
 
 pub mod agent;
+pub mod agents;
 pub mod api;
 pub mod client;
 pub mod controller;
 pub mod enforcer;
+pub mod hostagent;
 pub mod mediator;
+pub mod netns_exec;
 pub mod ops;
 pub mod scale;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod topology;
 pub mod vnfm;

@@ -13,7 +13,7 @@
 //! returns are persisted with the operation, and `apply_rows` commits them: the model
 //! is always rebuilt from those rows.
 
-use crate::enforcer::{Enforcer, Hop};
+use crate::enforcer::{Enforcer, Hop, ServiceEnds};
 use crate::ops::Step;
 use crate::topology::transfer_matrix;
 use crate::vnfm::{InstanceSpec, InstanceState, Vnfm, VnfmError};
@@ -23,8 +23,8 @@ use nfx_model::service::Service;
 use nfx_model::{Infrastructure, Pool, ResourceError, ResourceModel, Tier};
 use placer::{best_fit, host_devices, Draft, Placer};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
 
 mod placer;
 
@@ -68,6 +68,10 @@ pub struct PathRow {
     pub throughput_gbps: f64,
     /// Capacity reserved on every hop.
     pub capacity: f64,
+    /// Where the service enters and leaves and which packets are its (what real hosts
+    /// need to steer it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends: Option<ServiceEnds>,
 }
 
 /// Why a placement went where it did (kept in the `placements` table).
@@ -114,6 +118,16 @@ pub enum PlanError {
     /// The request is malformed.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Hosts whose agent stopped answering: nothing is placed on them and no path crosses
+/// them until they answer again. Shared by the mediator, the agents' programmer and the
+/// heartbeat monitor.
+pub type DownHosts = Arc<RwLock<BTreeSet<String>>>;
+
+/// Whether `host` is in `down`.
+pub fn is_down(down: &DownHosts, host: &str) -> bool {
+    down.read().map(|d| d.contains(host)).unwrap_or(false)
 }
 
 /// Which VNFM serves which host.
@@ -172,6 +186,7 @@ pub struct Mediator {
     enforcer: Arc<Enforcer>,
     chainer: Chainer,
     widenings: u64,
+    down: DownHosts,
 }
 
 impl Mediator {
@@ -201,6 +216,7 @@ impl Mediator {
             enforcer,
             chainer: Chainer::new(),
             widenings: 0,
+            down: DownHosts::default(),
         })
     }
 
@@ -232,6 +248,16 @@ impl Mediator {
     /// The VNFMs.
     pub fn vnfms(&self) -> &VnfmMap {
         &self.vnfms
+    }
+
+    /// The set of hosts that are down (shared; the heartbeat monitor writes it).
+    pub fn down_hosts(&self) -> DownHosts {
+        self.down.clone()
+    }
+
+    /// Uses `down` as the set of hosts that are down.
+    pub fn set_down_hosts(&mut self, down: DownHosts) {
+        self.down = down;
     }
 
     /// Replaces the recorded rows and rebuilds the resource model from them.
@@ -430,7 +456,7 @@ impl Mediator {
             }
             let k = svc.chain.iter().position(|c| c.function == r.spec.function);
             let Some(k) = k else { continue };
-            if r.status == "destroying" || r.spec.config != configs[k] {
+            if matches!(r.status.as_str(), "destroying" | "lost") || r.spec.config != configs[k] {
                 continue;
             }
             let im = self.model.instance(id).ok_or_else(|| {
@@ -554,6 +580,11 @@ impl Mediator {
                 latency_us: plan.latency_us.unwrap_or(0.0),
                 throughput_gbps: needs.throughput_gbps,
                 capacity: needs.capacity,
+                ends: Some(ServiceEnds {
+                    ingress: svc.ingress.clone(),
+                    egress: svc.egress.clone(),
+                    selector: svc.selector.clone(),
+                }),
             }),
         )];
         Ok(plan)
@@ -583,7 +614,9 @@ impl Mediator {
         let us = |a: usize, b: usize| ns(a, b) as f64 / 1000.0;
         let mut cand: Vec<(f64, usize)> = (0..n)
             .map(|v| (us(s, v) + us(v, t), v))
-            .filter(|&(lb, v)| lb <= bound || v == s || v == t)
+            .filter(|&(lb, v)| {
+                v == s || v == t || (lb <= bound && !is_down(&self.down, &self.infra.hosts[v].id))
+            })
             .collect();
         let order = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
         let mut cut_us = None;
@@ -644,6 +677,57 @@ impl Mediator {
             }
             plan.instances.push((h.instance.clone(), Some(row)));
         }
+        Ok(plan)
+    }
+
+    /// Re-placement of `svc` after some of its instances were lost or a host on its path
+    /// went down: the service is chained and placed again as if new — on live hosts,
+    /// without lost instances — then re-steered from its old path to the new one in one
+    /// step, and the old instances it no longer uses (and no other service uses) are
+    /// destroyed.
+    pub fn plan_replace(&mut self, svc: &Service) -> Result<Plan, PlanError> {
+        let old = self
+            .paths
+            .get(&svc.id)
+            .cloned()
+            .ok_or_else(|| PlanError::NotFound(format!("service {:?} has no path", svc.id)))?;
+        let saved = (self.instances.clone(), self.paths.clone());
+        let mut instances = saved.0.clone();
+        let mut paths = saved.1.clone();
+        paths.remove(&svc.id);
+        for h in &old.hops {
+            if let Some(r) = instances.get_mut(&h.instance) {
+                r.users.retain(|u| u != &svc.id);
+            }
+        }
+        self.load(instances, paths)?;
+        let planned = self.plan_deploy(svc);
+        self.load(saved.0, saved.1)?;
+        let mut plan = planned?;
+        for s in plan.steps.iter_mut() {
+            if let Step::Steer { previous, .. } = s {
+                *previous = Some(old.hops.clone());
+            }
+        }
+        let kept: BTreeSet<&str> = plan.instances.iter().map(|(id, _)| id.as_str()).collect();
+        let mut gone = Vec::new();
+        for h in &old.hops {
+            if kept.contains(h.instance.as_str()) || gone.iter().any(|(id, _)| id == &h.instance) {
+                continue;
+            }
+            let mut row = self.instances[&h.instance].clone();
+            row.users.retain(|u| u != &svc.id);
+            if row.users.is_empty() {
+                if row.status != "lost" {
+                    row.status = "destroying".into();
+                }
+                plan.steps.push(Step::Destruct {
+                    instance: h.instance.clone(),
+                });
+            }
+            gone.push((h.instance.clone(), Some(row)));
+        }
+        plan.instances.extend(gone);
         Ok(plan)
     }
 
@@ -822,11 +906,16 @@ impl Mediator {
                 Ok(json(&st))
             }
             Step::Steer { service, hops, .. } => {
-                self.enforcer.install(service, hops);
+                let ends = self.paths.get(service).and_then(|p| p.ends.clone());
+                self.enforcer
+                    .install(service, hops, ends.as_ref())
+                    .map_err(VnfmError::Unavailable)?;
                 Ok(serde_json::Value::Null)
             }
             Step::Unsteer { service, .. } => {
-                self.enforcer.withdraw(service);
+                self.enforcer
+                    .withdraw(service)
+                    .map_err(VnfmError::Unavailable)?;
                 Ok(serde_json::Value::Null)
             }
             Step::Migrate { old, new, flows } => {
@@ -834,8 +923,17 @@ impl Mediator {
                 Ok(json(&r))
             }
             Step::Destruct { instance } => {
+                let lost = self
+                    .instances
+                    .get(instance)
+                    .is_some_and(|r| r.status == "lost");
                 match self.vnfm_of(instance)?.destruct_instance(instance) {
                     Ok(()) | Err(VnfmError::NotFound(_)) => {}
+                    // A lost instance on a host that does not answer is gone with it; the
+                    // agent's leftovers are removed when it answers again.
+                    Err(VnfmError::Unavailable(e)) if lost => {
+                        log::warn!("destruct of lost instance {instance}: {e}");
+                    }
                     Err(e) => return Err(e),
                 }
                 self.instances.remove(instance);
@@ -857,13 +955,16 @@ impl Mediator {
                 service, previous, ..
             } => {
                 match previous {
-                    Some(p) => self.enforcer.install(service, p),
+                    Some(p) => self.enforcer.install(service, p, None),
                     None => self.enforcer.withdraw(service),
                 }
+                .map_err(VnfmError::Unavailable)?;
                 Ok(true)
             }
             Step::Unsteer { service, hops } => {
-                self.enforcer.install(service, hops);
+                self.enforcer
+                    .install(service, hops, None)
+                    .map_err(VnfmError::Unavailable)?;
                 Ok(true)
             }
             Step::Migrate { old, new, flows } => {

@@ -85,6 +85,8 @@ pub enum OpKind {
     Destroy,
     /// Move an instance to another device.
     Migrate,
+    /// Place a service again after it lost instances or a host on its path went down.
+    Replace,
 }
 
 /// One unit of work, executed against VNFMs, the enforcer or the resource model.

@@ -1,10 +1,12 @@
 //! Process entry points: the controller with its embedded agent (`nfx up`) and a
 //! stand-alone host agent. Both serve until SIGINT/SIGTERM.
 
+use crate::agents::Agents;
 use crate::api::{router, ApiState};
 use crate::controller::Controller;
 use crate::enforcer::Enforcer;
-use crate::mediator::{Mediator, VnfmMap};
+use crate::hostagent::{AgentConfig as HostAgentConfig, HostAgent};
+use crate::mediator::{DownHosts, Mediator, VnfmMap};
 use crate::store::Store;
 use crate::vnfm::local::{LocalConfig, LocalVnfm};
 use crate::vnfm::remote::RemoteVnfm;
@@ -55,8 +57,47 @@ devices:
     .expect("built-in infrastructure is valid")
 }
 
+/// What [`build`] makes.
+pub struct Built {
+    /// The controller.
+    pub ctl: Arc<Controller>,
+    /// The VNFM the embedded agent routes serve.
+    pub agent_vnfm: Arc<dyn Vnfm>,
+    /// The hosts' agents, when the infrastructure names some.
+    pub agents: Option<Arc<Agents>>,
+}
+
+/// Clients of the agents named in `infra` (`hosts[].agent`), reached as its `management`
+/// says (paths already absolute); `token` when it names no token file.
+fn agents_of(
+    infra: &Infrastructure,
+    token: &Zeroizing<String>,
+    down: DownHosts,
+) -> anyhow::Result<Option<Arc<Agents>>> {
+    if !infra.hosts.iter().any(|h| h.agent.is_some()) {
+        return Ok(None);
+    }
+    let m = infra.management.clone().unwrap_or(nfx_model::Management {
+        netns: None,
+        tls: None,
+        token_file: None,
+    });
+    let tls = m.tls.as_ref().map(crate::tls::client_config).transpose()?;
+    let token = match &m.token_file {
+        Some(f) => crate::client::read_token_file(f)?,
+        None => token.clone(),
+    };
+    Ok(Some(Arc::new(Agents::new(
+        infra,
+        tls,
+        m.netns.as_deref(),
+        token,
+        down,
+    )?)))
+}
+
 /// Builds the controller (VNFMs, mediator, store) and reconciles it.
-pub fn build(cfg: &UpConfig) -> anyhow::Result<(Arc<Controller>, Arc<dyn Vnfm>)> {
+pub fn build(cfg: &UpConfig) -> anyhow::Result<Built> {
     let sim: Arc<dyn Vnfm> = Arc::new(SimVnfm::new(&cfg.infra, cfg.sim.clone())?);
     let mut map = VnfmMap::new(sim.clone());
     let mut agent_vnfm = sim;
@@ -85,11 +126,29 @@ pub fn build(cfg: &UpConfig) -> anyhow::Result<(Arc<Controller>, Arc<dyn Vnfm>)>
             Arc::new(RemoteVnfm::new(url, Some(cfg.token.to_string()))),
         );
     }
-    let med = Mediator::new(cfg.infra.clone(), map, Arc::new(Enforcer::default()))
+    let down = DownHosts::default();
+    let agents = agents_of(&cfg.infra, &cfg.token, down.clone())?;
+    let enforcer = match &agents {
+        Some(a) => {
+            for (host, client) in a.clients() {
+                let v: Arc<dyn Vnfm> = client.clone();
+                map.set(host, v);
+            }
+            let p: Arc<dyn crate::enforcer::Programmer> = a.clone();
+            Enforcer::with_programmer(p)
+        }
+        None => Enforcer::default(),
+    };
+    let mut med = Mediator::new(cfg.infra.clone(), map, Arc::new(enforcer))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    med.set_down_hosts(down);
     let store = Store::open(&cfg.db)?;
     let ctl = Controller::open(store, med).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((ctl, agent_vnfm))
+    Ok(Built {
+        ctl,
+        agent_vnfm,
+        agents,
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -117,19 +176,31 @@ async fn shutdown_signal() {
 
 /// Runs controller + embedded agent until a signal arrives.
 pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
-    let (ctl, agent_vnfm) = build(&cfg)?;
+    let Built {
+        ctl,
+        agent_vnfm,
+        agents,
+    } = build(&cfg)?;
     let summary = ctl
         .recover()
         .map_err(|e| anyhow::anyhow!("reconciling: {e}"))?;
     eprintln!("nfx up: reconciled: {summary}");
     ctl.start_executor();
+    if let Some(a) = &agents {
+        eprintln!(
+            "nfx up: {} host agent(s), heartbeat every {:?}",
+            a.clients().len(),
+            crate::agents::HEARTBEAT
+        );
+        a.start_monitor(&ctl);
+    }
     let state = Arc::new(ApiState {
         ctl,
         token: cfg.token.clone(),
         metrics: Default::default(),
     });
     let app = router(state, Some(agent_vnfm));
-    serve(app, cfg.listen, cfg.ready_file.as_ref())
+    serve(app, cfg.listen, None, cfg.ready_file.as_ref())
 }
 
 /// Runs a stand-alone host agent for `vnfm`.
@@ -140,22 +211,47 @@ pub fn run_agent(
     ready_file: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
     let app = crate::agent::router(vnfm, token);
-    serve(app, listen, ready_file)
+    serve(app, listen, None, ready_file)
 }
 
-fn serve(app: axum::Router, listen: SocketAddr, ready: Option<&PathBuf>) -> anyhow::Result<()> {
+/// Runs the host agent of `cfg` (inside its host's namespace) until a signal arrives.
+pub fn run_host_agent(cfg: &HostAgentConfig) -> anyhow::Result<()> {
+    let token = crate::client::read_token_file(&cfg.token_file)?;
+    let tls = cfg
+        .tls
+        .as_ref()
+        .map(crate::tls::server_config)
+        .transpose()?;
+    let agent = HostAgent::start(cfg)?;
+    let app = crate::hostagent::api::router(agent, token);
+    serve(app, cfg.listen, tls, cfg.ready_file.as_ref())
+}
+
+fn serve(
+    app: axum::Router,
+    listen: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    ready: Option<&PathBuf>,
+) -> anyhow::Result<()> {
     runtime()?.block_on(async move {
         let l = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listening on {listen}"))?;
         let addr = l.local_addr()?;
-        eprintln!("nfx: serving on http://{addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        eprintln!("nfx: serving on {scheme}://{addr}");
         if let Some(f) = ready {
             std::fs::write(f, addr.to_string()).with_context(|| format!("{}", f.display()))?;
         }
-        axum::serve(l, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving")
+        match tls {
+            Some(cfg) => axum::serve(crate::tls::TlsListener::new(l, cfg)?, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+                .context("serving"),
+            None => axum::serve(l, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+                .context("serving"),
+        }
     })
 }

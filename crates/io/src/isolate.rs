@@ -24,10 +24,9 @@
 //! isolation table on it — a second dataplane tapping the same interface would receive
 //! and forward a copy of every frame (one worker runs every service of a device instead).
 
-use std::io::{self, Read, Write};
-use std::process::{Command, Stdio};
+use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Name prefix of every isolation table.
 pub const TABLE_PREFIX: &str = "nfx_isolate_";
@@ -61,7 +60,7 @@ impl KernelIsolation {
         exclusive: bool,
     ) -> io::Result<Self> {
         let listing = nft(&["list", "tables"], None)?;
-        remove_stale(&listing)?;
+        remove_stale_in(&listing)?;
         if let Some(pid) = live_owners(&listing, ifindex).first().filter(|_| exclusive) {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -206,65 +205,31 @@ fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
 }
 
 /// Deletes the isolation tables of `listing` left by processes that no longer exist.
-fn remove_stale(listing: &str) -> io::Result<()> {
+fn remove_stale_in(listing: &str) -> io::Result<()> {
     for (family, t) in stale_tables(listing) {
         nft(&["delete", "table", &family, &t], None)?;
     }
     Ok(())
 }
 
+/// Deletes the isolation tables, in the calling thread's namespace, left by processes
+/// that no longer exist (a worker killed with SIGKILL; its supervisor calls this).
+pub fn remove_stale() -> io::Result<()> {
+    remove_stale_in(&nft(&["list", "tables"], None)?)
+}
+
 /// Runs `nft ARGS` (with `input` on stdin), bounded by [`NFT_LIMIT`]; returns stdout.
 fn nft(args: &[&str], input: Option<&str>) -> io::Result<String> {
-    let what = format!("nft {}", args.join(" "));
-    let mut child = Command::new("nft")
-        .args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
+    crate::command::run("nft", args, input, NFT_LIMIT).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
             io::Error::new(
                 e.kind(),
-                format!("{what}: {e} (the `nft` tool of package nftables is needed to keep the kernel stack off the ports)"),
+                format!("{e} (the `nft` tool of package nftables is needed to keep the kernel stack off the ports)"),
             )
-        })?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin.write_all(text.as_bytes())?;
-    }
-    let deadline = Instant::now() + NFT_LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
+        } else {
+            e
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{what}: no answer within {NFT_LIMIT:?}"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut out)?;
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut err)?;
-    }
-    if !status.success() {
-        return Err(io::Error::other(format!(
-            "{what}: {status}: {}",
-            err.trim()
-        )));
-    }
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

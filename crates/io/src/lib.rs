@@ -8,6 +8,7 @@ pub mod affinity;
 pub mod afpacket;
 pub mod bpf;
 pub mod cgroup;
+pub mod command;
 pub mod cpu;
 pub mod cpufreq;
 pub mod fanout;

@@ -4,7 +4,7 @@ use crate::check::{ident, non_negative, positive, Unique};
 use crate::error::{parse_yaml, read_file, ModelError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Crypto algorithms an accelerator may declare (the set nfx's engines implement).
 pub const ALGORITHMS: &[&str] = &[
@@ -29,6 +29,40 @@ pub struct Infrastructure {
     /// Links between hosts; their latency is the transfer latency of chaining.
     #[serde(default)]
     pub links: Vec<Link>,
+    /// How the controller reaches the hosts' agents (`hosts[].agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<Management>,
+}
+
+/// The controller's side of the management network: where it opens agent connections
+/// from, its TLS material and the agents' bearer token. Relative paths are relative to
+/// the descriptor's directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Management {
+    /// Network namespace the controller opens its agent connections from (sockets keep
+    /// the namespace they were opened in); absent: the controller's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// TLS material of the controller (required for `https://` agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+    /// File holding the agents' bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// One party's TLS material: the CA its peers' certificates must chain to, its own
+/// certificate and private key (PEM files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// CA certificate that signed the peers' certificates.
+    pub ca: PathBuf,
+    /// This party's certificate.
+    pub cert: PathBuf,
+    /// This party's private key.
+    pub key: PathBuf,
 }
 
 /// One host: cores to share among software devices and a power model for energy accounting.
@@ -42,6 +76,10 @@ pub struct Host {
     /// Power draw model; absent means energy is not accounted for this host.
     #[serde(default)]
     pub power: Option<PowerModel>,
+    /// URL of the host's agent (`https://addr:port`); absent: the host is not run by an
+    /// agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// Linear power model between idle and full load, optionally per CPU frequency.
@@ -195,6 +233,9 @@ impl Infrastructure {
             if let Some(p) = &h.power {
                 check_power(file, &format!("{f}.power"), p)?;
             }
+            if let Some(url) = &h.agent {
+                check_agent_url(file, &format!("{f}.agent"), url, self.management.as_ref())?;
+            }
         }
         let mut devices = Unique::new("device");
         for (i, d) in self.devices.iter().enumerate() {
@@ -259,6 +300,11 @@ impl Infrastructure {
             }
         }
         Ok(())
+    }
+
+    /// The host with `id`.
+    pub fn host(&self, id: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.id == id)
     }
 
     /// The device with `id`.
@@ -405,6 +451,47 @@ fn check_device(file: &str, f: &str, d: &Device) -> Result<(), ModelError> {
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// An agent URL is `http(s)://host:port` without a path; https needs the controller's TLS
+/// material in `management.tls`.
+fn check_agent_url(
+    file: &str,
+    field: &str,
+    url: &str,
+    mgmt: Option<&Management>,
+) -> Result<(), ModelError> {
+    let rest = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(r), _) => {
+            if mgmt.and_then(|m| m.tls.as_ref()).is_none() {
+                return Err(ModelError::new(
+                    file,
+                    field,
+                    "an https agent needs management.tls (the controller's CA, certificate and key)",
+                ));
+            }
+            r
+        }
+        (None, Some(r)) => r,
+        _ => {
+            return Err(ModelError::new(
+                file,
+                field,
+                format!("{url:?}: expected https://ADDRESS:PORT"),
+            ))
+        }
+    };
+    let ok = rest
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+    if !ok || rest.contains('/') {
+        return Err(ModelError::new(
+            file,
+            field,
+            format!("{url:?}: expected https://ADDRESS:PORT"),
+        ));
     }
     Ok(())
 }

@@ -7,10 +7,15 @@ mod check;
 pub mod error;
 pub mod infra;
 pub mod resource;
+pub mod selector;
 pub mod service;
 
 pub use calibration::{AccelCalibration, AccelRecord, DataplaneBench, DataplaneCase};
 pub use error::{parse_json, parse_yaml, read_file, ModelError};
-pub use infra::{Device, FrequencyPower, Host, Infrastructure, Link, PowerModel, Tier, ALGORITHMS};
+pub use infra::{
+    Device, FrequencyPower, Host, Infrastructure, Link, Management, PowerModel, Tier, TlsFiles,
+    ALGORITHMS,
+};
 pub use resource::{DeviceModel, InstanceModel, Pool, ResourceError, ResourceModel};
+pub use selector::{Cidr, PortRange, Proto, Selector};
 pub use service::{ChainFunction, ServiceSet, Sla};

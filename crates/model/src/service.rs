@@ -3,6 +3,7 @@
 use crate::check::{ident, non_negative, positive, Unique};
 use crate::error::{parse_yaml, read_file, ModelError};
 use crate::infra::Infrastructure;
+use crate::selector::Selector;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -30,6 +31,10 @@ pub struct Service {
     pub chain: Vec<ChainFunction>,
     /// Performance the chain must deliver.
     pub sla: Sla,
+    /// Which packets belong to the service; real hosts forward exactly these along its
+    /// path (no selector: the service cannot be steered on hosts run by agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<Selector>,
 }
 
 /// One step of a chain with its VNF configuration.
@@ -109,6 +114,10 @@ impl ServiceSet {
                     ));
                 }
                 non_negative(file, &format!("{ff}.capacity_need"), c.capacity_need)?;
+            }
+            if let Some(sel) = &s.selector {
+                sel.validate()
+                    .map_err(|m| ModelError::new(file, format!("{f}.selector"), m))?;
             }
             positive(
                 file,

@@ -6,6 +6,7 @@ pub mod acl;
 pub mod bench;
 pub mod control;
 pub mod cpu;
+pub mod hosts;
 pub mod iperf;
 pub mod netns;
 pub mod nftables;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// Alias written on every veth nfx creates; part of the proof that a namespace is ours.
 pub const MARK_ALIAS: &str = "nfx-testbed";
 /// Directory of ownership marker files, one per namespace nfx created.
-const MARK_DIR: &str = "/run/nfx/testbed";
+pub(crate) const MARK_DIR: &str = "/run/nfx/testbed";
 /// Host byte of the NAT public address in the edge–cloud subnet (10.b.2.100).
 pub const NAT_HOST: u8 = 100;
 
@@ -210,12 +210,12 @@ impl fmt::Display for Status {
 }
 
 /// Path of the ownership marker of a namespace.
-fn mark_path(ns: &str) -> PathBuf {
+pub(crate) fn mark_path(ns: &str) -> PathBuf {
     PathBuf::from(MARK_DIR).join(ns)
 }
 
 /// Whether namespace `ns` was made by nfx: marker file, or a veth carrying our alias.
-fn owned(ns: &str) -> bool {
+pub(crate) fn owned(ns: &str) -> bool {
     if mark_path(ns).exists() {
         return true;
     }
@@ -311,7 +311,7 @@ impl Testbed {
     fn create(&self) -> anyhow::Result<()> {
         std::fs::create_dir_all(MARK_DIR).with_context(|| format!("creating {MARK_DIR}"))?;
         for host in Host::ALL {
-            self.create_ns(&self.ns(host))?;
+            create_ns(&self.ns(host))?;
         }
         for w in &WIRES {
             self.create_wire(w)?;
@@ -321,35 +321,6 @@ impl Testbed {
             netns::sysctl_set(&self.ns(host), "net/ipv4/ip_forward", "1")?;
         }
         self.warm_neighbors()
-    }
-
-    fn create_ns(&self, ns: &str) -> anyhow::Result<()> {
-        if netns::exists(ns) {
-            let foreign = netns::links(ns)?
-                .iter()
-                .any(|l| l.ifname != "lo" && l.ifalias.as_deref() != Some(MARK_ALIAS));
-            if !owned(ns) && foreign {
-                bail!("network namespace {ns} exists and was not made by nfx; choose another --prefix");
-            }
-        } else {
-            process::run(&["ip", "netns", "add", ns], Duration::from_secs(10))?;
-        }
-        std::fs::write(mark_path(ns), b"made by nfx testbed\n")
-            .with_context(|| format!("writing marker for {ns}"))?;
-        netns::ip(ns, &["link", "set", "lo", "up"])?;
-        // Quiet, predictable namespaces: no IPv6 chatter (RS/ND/MLD) through the dataplane,
-        // no reverse-path filtering of NATed replies.
-        for (k, v) in [
-            ("net/ipv6/conf/all/disable_ipv6", "1"),
-            ("net/ipv6/conf/default/disable_ipv6", "1"),
-        ] {
-            if let Err(e) = netns::sysctl_set(ns, k, v) {
-                log::debug!("{ns}: {k}: {e:#} (IPv6 not available, ignored)");
-            }
-        }
-        netns::sysctl_set(ns, "net/ipv4/conf/all/rp_filter", "0")?;
-        netns::sysctl_set(ns, "net/ipv4/conf/default/rp_filter", "0")?;
-        Ok(())
     }
 
     fn create_wire(&self, w: &Wire) -> anyhow::Result<()> {
@@ -473,8 +444,39 @@ impl Testbed {
     }
 }
 
+/// Creates namespace `ns` (or adopts it if nfx made it), marks it as ours and sets the
+/// quiet defaults: loopback up, no IPv6, no reverse-path filter.
+pub(crate) fn create_ns(ns: &str) -> anyhow::Result<()> {
+    if netns::exists(ns) {
+        let foreign = netns::links(ns)?
+            .iter()
+            .any(|l| l.ifname != "lo" && l.ifalias.as_deref() != Some(MARK_ALIAS));
+        if !owned(ns) && foreign {
+            bail!("network namespace {ns} exists and was not made by nfx; choose another --prefix");
+        }
+    } else {
+        process::run(&["ip", "netns", "add", ns], Duration::from_secs(10))?;
+    }
+    std::fs::write(mark_path(ns), b"made by nfx testbed\n")
+        .with_context(|| format!("writing marker for {ns}"))?;
+    netns::ip(ns, &["link", "set", "lo", "up"])?;
+    // Quiet, predictable namespaces: no IPv6 chatter (RS/ND/MLD) through the dataplane,
+    // no reverse-path filtering of NATed replies.
+    for (k, v) in [
+        ("net/ipv6/conf/all/disable_ipv6", "1"),
+        ("net/ipv6/conf/default/disable_ipv6", "1"),
+    ] {
+        if let Err(e) = netns::sysctl_set(ns, k, v) {
+            log::debug!("{ns}: {k}: {e:#} (IPv6 not available, ignored)");
+        }
+    }
+    netns::sysctl_set(ns, "net/ipv4/conf/all/rp_filter", "0")?;
+    netns::sysctl_set(ns, "net/ipv4/conf/default/rp_filter", "0")?;
+    Ok(())
+}
+
 /// Stops every process inside `ns`: SIGTERM, up to 2 s grace, then SIGKILL.
-fn kill_all_in(ns: &str) {
+pub(crate) fn kill_all_in(ns: &str) {
     let signal_all = |sig: libc::c_int| {
         let pids = netns::pids(ns);
         for &p in &pids {

@@ -111,10 +111,25 @@ pub struct HandoffReport {
     pub per_instance: BTreeMap<String, MigrateReport>,
 }
 
+/// A worker whose process ended without being stopped (see [`LocalVnfm::reap_dead`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadWorker {
+    /// Its device.
+    pub device: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The instances it ran (now lost).
+    pub instances: Vec<String>,
+    /// How it ended, when this VNFM started it (`signal: 9 (SIGKILL)`, ...).
+    pub exit: Option<String>,
+}
+
 /// The local VNFM.
 pub struct LocalVnfm {
     cfg: LocalConfig,
     workers: Mutex<BTreeMap<String, Worker>>,
+    /// Exit status of every worker this VNFM started, by pid, once it ended.
+    exits: std::sync::Arc<Mutex<BTreeMap<u32, String>>>,
     /// Where `workers` is recorded, so that a restarted agent finds its workers.
     state: Mutex<StateFile>,
 }
@@ -128,8 +143,55 @@ impl LocalVnfm {
         Ok(LocalVnfm {
             cfg,
             workers: Mutex::new(workers.unwrap_or_default()),
+            exits: Default::default(),
             state: Mutex::new(state),
         })
+    }
+
+    /// Finds the workers whose process has ended although nobody stopped it (killed,
+    /// crashed): forgets them, removes what they left behind — the kernel-isolation
+    /// tables of their ports (nftables, in the worker's namespace) and their control
+    /// socket — and returns them with the instances they ran, which are lost.
+    pub fn reap_dead(&self) -> Vec<DeadWorker> {
+        let mut g = self.lock();
+        let dead: Vec<(String, u32)> = g
+            .iter()
+            .filter_map(|(d, w)| w.pid.filter(|p| !alive(*p)).map(|p| (d.clone(), p)))
+            .collect();
+        if dead.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (device, pid) in dead {
+            let Some(w) = g.remove(&device) else { continue };
+            let _ = std::fs::remove_file(self.socket(&device));
+            let netns = self.cfg.workers.get(&device).and_then(|t| t.netns.clone());
+            let cleaned = std::thread::spawn(move || -> std::io::Result<()> {
+                if let Some(ns) = netns {
+                    nfx_io::netns::enter_netns(&ns)?;
+                }
+                nfx_io::isolate::remove_stale()
+            })
+            .join();
+            if let Ok(Err(e)) = cleaned {
+                log::warn!("worker {device} (pid {pid}) ended; removing its isolation tables: {e}");
+            }
+            let exit = self
+                .exits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&pid);
+            out.push(DeadWorker {
+                device,
+                pid,
+                instances: w.instances.iter().map(|i| i.id.clone()).collect(),
+                exit,
+            });
+        }
+        if let Err(e) = self.save(&g) {
+            log::warn!("recording dead workers: {e}");
+        }
+        out
     }
 
     fn socket(&self, device: &str) -> PathBuf {
@@ -239,7 +301,17 @@ impl LocalVnfm {
         loop {
             if ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok() {
                 let pid = child.id();
-                std::thread::spawn(move || child.wait());
+                let exits = self.exits.clone();
+                std::thread::spawn(move || {
+                    if let Ok(st) = child.wait() {
+                        let mut e = exits.lock().unwrap_or_else(|e| e.into_inner());
+                        // Bounded: entries are taken by `reap_dead`; stopped workers' stay.
+                        if e.len() >= 1024 {
+                            e.pop_first();
+                        }
+                        e.insert(pid, st.to_string());
+                    }
+                });
                 return Ok(pid);
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -453,7 +525,6 @@ fn unavailable(e: impl std::fmt::Display) -> VnfmError {
     VnfmError::Unavailable(e.to_string())
 }
 
-/// One request/response exchange on a worker's control socket.
 /// Whether process `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -519,6 +590,7 @@ fn instance_state(
     }
 }
 
+/// One request/response exchange on a worker's control socket.
 fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
     let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
     let mut s = UnixStream::connect(sock).map_err(io)?;

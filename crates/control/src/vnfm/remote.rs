@@ -1,26 +1,65 @@
 //! Remote VNFM: a client of a host agent's REST API (`/agent/v1/...`, served by
-//! [`crate::agent`]), so the mediator can drive infrastructure on another host through the
-//! same trait.
+//! [`crate::agent`] and [`crate::hostagent::api`]), so the mediator can drive
+//! infrastructure on another host through the same trait; also the agent's heartbeat and
+//! path calls. Over HTTPS it verifies the agent against the CA and presents the
+//! controller's certificate ([`crate::tls`]); with a management namespace every socket is
+//! opened from a thread inside it ([`NetnsExecutor`]).
 
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use crate::hostagent::steering::HostPath;
+use crate::hostagent::Health;
+use crate::netns_exec::NetnsExecutor;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+use zeroize::Zeroizing;
 
-/// A host agent reached over HTTP.
+/// How the controller reaches one agent.
+#[derive(Clone)]
+pub struct AgentLink {
+    /// Base URL, `https://addr:port`.
+    pub base: String,
+    /// Bearer token sent on every call.
+    pub token: Option<Zeroizing<String>>,
+    /// TLS client configuration (required for `https://`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Namespace threads to open the connections from.
+    pub exec: Option<Arc<NetnsExecutor>>,
+    /// Time limit of one call.
+    pub timeout: Duration,
+}
+
+/// A host agent reached over HTTP(S).
 pub struct RemoteVnfm {
     base: String,
-    token: Option<String>,
+    token: Option<Zeroizing<String>>,
     agent: ureq::Agent,
+    exec: Option<Arc<NetnsExecutor>>,
 }
 
 impl RemoteVnfm {
     /// `base` like `http://127.0.0.1:8181`; `token` is sent as a bearer token.
     pub fn new(base: &str, token: Option<String>) -> Self {
+        Self::with_link(AgentLink {
+            base: base.into(),
+            token: token.map(Zeroizing::new),
+            tls: None,
+            exec: None,
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// A client for `link`.
+    pub fn with_link(link: AgentLink) -> Self {
+        let mut b = ureq::AgentBuilder::new().timeout(link.timeout);
+        if let Some(t) = link.tls {
+            b = b.tls_config(t);
+        }
         RemoteVnfm {
-            base: base.trim_end_matches('/').to_string(),
-            token,
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .build(),
+            base: link.base.trim_end_matches('/').to_string(),
+            token: link.token,
+            agent: b.build(),
+            exec: link.exec,
         }
     }
 
@@ -29,9 +68,62 @@ impl RemoteVnfm {
             .agent
             .request(method, &format!("{}/agent/v1{path}", self.base));
         match &self.token {
-            Some(t) => r.set("Authorization", &format!("Bearer {t}")),
+            Some(t) => r.set("Authorization", &format!("Bearer {}", t.as_str())),
             None => r,
         }
+    }
+
+    /// Sends `r` (with a JSON `body`) from the management namespace if there is one.
+    fn send(
+        &self,
+        r: ureq::Request,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, VnfmError> {
+        let go = move || {
+            call(match body {
+                Some(b) => r.send_json(b),
+                None => r.call(),
+            })
+        };
+        match &self.exec {
+            Some(x) => x.run(go).unwrap_or_else(|| {
+                Err(VnfmError::Unavailable(format!(
+                    "no thread left in namespace {}",
+                    x.netns()
+                )))
+            }),
+            None => go(),
+        }
+    }
+
+    /// The agent's heartbeat.
+    pub fn health(&self) -> Result<Health, VnfmError> {
+        decode(self.send(self.req("GET", "/health"), None)?)
+    }
+
+    /// Programs the host's part of `service`'s path.
+    pub fn put_path(&self, service: &str, path: &HostPath) -> Result<(), VnfmError> {
+        let body = serde_json::to_value(path).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        self.send(
+            self.req("PUT", &format!("/paths/{}", seg(service))),
+            Some(body),
+        )
+        .map(|_| ())
+    }
+
+    /// Removes `service`'s path from the host.
+    pub fn delete_path(&self, service: &str) -> Result<(), VnfmError> {
+        self.send(
+            self.req("DELETE", &format!("/paths/{}", seg(service))),
+            None,
+        )
+        .map(|_| ())
+    }
+
+    /// Makes the host's paths exactly `paths`.
+    pub fn sync_paths(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), VnfmError> {
+        let body = serde_json::to_value(paths).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        self.send(self.req("PUT", "/paths"), Some(body)).map(|_| ())
     }
 }
 
@@ -78,15 +170,13 @@ impl Vnfm for RemoteVnfm {
     }
 
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
-        decode(call(self.req("POST", "/instances").send_json(spec))?)
+        let body = serde_json::to_value(spec).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        decode(self.send(self.req("POST", "/instances"), Some(body))?)
     }
 
     fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
-        call(
-            self.req("DELETE", &format!("/instances/{}", seg(id)))
-                .call(),
-        )
-        .map(|_| ())
+        self.send(self.req("DELETE", &format!("/instances/{}", seg(id))), None)
+            .map(|_| ())
     }
 
     fn configure_instance(
@@ -94,9 +184,9 @@ impl Vnfm for RemoteVnfm {
         id: &str,
         config: &serde_json::Value,
     ) -> Result<InstanceState, VnfmError> {
-        decode(call(
-            self.req("PUT", &format!("/instances/{}/config", seg(id)))
-                .send_json(config),
+        decode(self.send(
+            self.req("PUT", &format!("/instances/{}/config", seg(id))),
+            Some(config.clone()),
         )?)
     }
 
@@ -106,19 +196,18 @@ impl Vnfm for RemoteVnfm {
         new: &str,
         flows: &[String],
     ) -> Result<MigrateReport, VnfmError> {
-        decode(call(self.req("POST", "/migrations").send_json(
-            serde_json::json!({"old": old, "new": new, "flows": flows}),
-        ))?)
-    }
-
-    fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
-        decode(call(
-            self.req("GET", &format!("/instances/{}", seg(id))).call(),
+        decode(self.send(
+            self.req("POST", "/migrations"),
+            Some(serde_json::json!({"old": old, "new": new, "flows": flows})),
         )?)
     }
 
+    fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
+        decode(self.send(self.req("GET", &format!("/instances/{}", seg(id))), None)?)
+    }
+
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
-        decode(call(self.req("GET", "/instances").call())?)
+        decode(self.send(self.req("GET", "/instances"), None)?)
     }
 }
 

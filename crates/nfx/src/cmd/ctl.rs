@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context};
 use nfx_control::client::{ensure_token, load_services, load_token, Client};
+use nfx_control::hostagent::AgentConfig as HostAgentConfig;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
@@ -137,6 +138,10 @@ pub struct DestroyArgs {
 /// Arguments of `nfx agent`.
 #[derive(clap::Args)]
 pub struct AgentArgs {
+    /// Run the host agent of this configuration (YAML, written by `nfx testbed up
+    /// --hosts`): workers, steering, heartbeat, TLS.
+    #[arg(long, conflicts_with_all = ["local_config", "infra", "token_file"])]
+    config: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7879")]
     listen: std::net::SocketAddr,
@@ -172,7 +177,7 @@ pub fn run(cmd: CtlCmd) -> anyhow::Result<()> {
 
 fn up(a: UpArgs) -> anyhow::Result<()> {
     let infra = match &a.infra {
-        Some(p) => nfx_model::Infrastructure::load(p)?,
+        Some(p) => with_absolute_paths(nfx_model::Infrastructure::load(p)?, p),
         None => default_infra(),
     };
     let token_file = a
@@ -209,6 +214,25 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         agents,
         ready_file: a.ready_file,
     })
+}
+
+/// The descriptor with its management files taken relative to its own directory.
+fn with_absolute_paths(
+    mut infra: nfx_model::Infrastructure,
+    file: &std::path::Path,
+) -> nfx_model::Infrastructure {
+    let dir = file.parent().map(|d| d.to_path_buf()).unwrap_or_default();
+    if let Some(m) = infra.management.as_mut() {
+        if let Some(t) = m.tls.as_mut() {
+            *t = nfx_control::tls::relative_to(t, &dir);
+        }
+        if let Some(f) = m.token_file.as_mut() {
+            if f.is_relative() {
+                *f = dir.join(&*f);
+            }
+        }
+    }
+    infra
 }
 
 fn client(c: &Conn) -> anyhow::Result<Client> {
@@ -378,6 +402,9 @@ fn destroy(a: DestroyArgs) -> anyhow::Result<()> {
 }
 
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    if let Some(c) = &a.config {
+        return nfx_control::server::run_host_agent(&HostAgentConfig::load(c)?);
+    }
     let Some(token) = load_token(a.token_file.as_deref())? else {
         bail!("nfx agent: give --token-file or NFX_TOKEN (mutating agent calls need a token)");
     };

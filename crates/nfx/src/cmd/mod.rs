@@ -20,5 +20,6 @@ pub mod ssm;
 pub mod stats;
 pub mod table;
 pub mod testbed;
+pub mod testbed_hosts;
 pub mod transcode;
 pub mod tunnel;

@@ -1,7 +1,11 @@
-//! `nfx testbed up|down|status`: the namespace testbed that demos, tests and benchmarks
-//! run on (see crates/testbed).
+//! `nfx testbed up|down|status`: the namespace testbeds that demos, tests and benchmarks
+//! run on (see crates/testbed): the line `src — edge — cloud — dst`, or with `--hosts N`
+//! N hosts run by agents (see `testbed_hosts`).
 
+use super::testbed_hosts;
+use nfx_testbed::hosts::{self, HostsSpec};
 use nfx_testbed::{Spec, Testbed};
+use std::path::PathBuf;
 
 /// Arguments of `nfx testbed`.
 #[derive(clap::Args)]
@@ -20,6 +24,16 @@ pub struct Args {
     /// Print status as JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// Build N hosts run by agents (with `up`) instead of the line.
+    #[arg(long, global = true)]
+    hosts: Option<usize>,
+    /// Endpoints besides src (on h1) and dst (on hN), attached round-robin (with --hosts).
+    #[arg(long, global = true, value_delimiter = ',', requires = "hosts")]
+    endpoints: Vec<String>,
+    /// Where --hosts writes infrastructure.yaml, endpoints.json, the PKI, the token and the
+    /// agents' files (default /run/nfx/testbed/<prefix>out).
+    #[arg(long, global = true, requires = "hosts")]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -47,25 +61,58 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prefix: args.prefix,
         subnet_base: args.subnet_base,
     };
-    match args.action {
-        Action::Up => {
+    match (args.action, args.hosts) {
+        (Action::Up, Some(n)) => {
+            let hs = HostsSpec {
+                prefix: spec.prefix.clone(),
+                subnet_base: spec.subnet_base,
+                hosts: n,
+                extra_endpoints: args.endpoints.clone(),
+            };
+            let out = args
+                .out
+                .clone()
+                .unwrap_or_else(|| testbed_hosts::default_out(&spec.prefix));
+            let lay = testbed_hosts::up(&hs, &out)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&lay)?);
+            } else {
+                println!(
+                    "{} hosts up with their agents; wrote {} and {}",
+                    lay.hosts.len(),
+                    out.join("infrastructure.yaml").display(),
+                    out.join("endpoints.json").display()
+                );
+            }
+            Ok(())
+        }
+        (Action::Up, None) => {
             let tb = Testbed::up(spec)?;
             print_status(&tb, args.json)
         }
-        Action::Down => {
+        (Action::Down, _) => {
+            let h = hosts::down(&spec.prefix)?;
             let rep = Testbed::attach(spec)?.down()?;
-            for ns in &rep.removed {
+            let removed: Vec<&String> = h.removed.iter().chain(&rep.removed).collect();
+            let skipped: Vec<&String> = h.skipped.iter().chain(&rep.skipped).collect();
+            for ns in &removed {
                 println!("removed {ns}");
             }
-            for ns in &rep.skipped {
+            for ns in &skipped {
                 println!("left {ns} alone: not made by nfx");
             }
-            if rep.removed.is_empty() && rep.skipped.is_empty() {
+            if removed.is_empty() && skipped.is_empty() {
                 println!("nothing to remove");
             }
             Ok(())
         }
-        Action::Status => print_status(&Testbed::attach(spec)?, args.json),
+        (Action::Status, _) => match hosts::recorded(&spec.prefix) {
+            Some(lay) => {
+                println!("{}", serde_json::to_string_pretty(&lay)?);
+                Ok(())
+            }
+            None => print_status(&Testbed::attach(spec)?, args.json),
+        },
     }
 }
 

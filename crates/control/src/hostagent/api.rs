@@ -1,0 +1,98 @@
+//! The host agent's REST face: the VNFM calls of [`crate::agent`] plus the heartbeat and
+//! the host's service paths. Calls that change something need the bearer token.
+//!
+//! | method | path | answer |
+//! |---|---|---|
+//! | GET | `/agent/v1/health` | [`Health`] |
+//! | GET | `/agent/v1/paths` | `{service: HostPath}` |
+//! | PUT | `/agent/v1/paths` | replace every path with the body's map (204) |
+//! | PUT | `/agent/v1/paths/{service}` | program one path (204) |
+//! | DELETE | `/agent/v1/paths/{service}` | remove one path (204) |
+
+use super::steering::{HostPath, SteerError};
+use super::HostAgent;
+use crate::api::{parse_body, require_token, ApiError};
+use crate::vnfm::Vnfm;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+struct St {
+    agent: Arc<HostAgent>,
+    token: Zeroizing<String>,
+}
+
+impl From<SteerError> for ApiError {
+    fn from(e: SteerError) -> Self {
+        let code = match e {
+            SteerError::Invalid(_) => StatusCode::BAD_REQUEST,
+            SteerError::Failed(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(code, e.to_string())
+    }
+}
+
+type Res = Result<Response, ApiError>;
+
+/// The agent's routes.
+pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
+    let vnfm: Arc<dyn Vnfm> = agent.clone();
+    let st = Arc::new(St {
+        agent,
+        token: token.clone(),
+    });
+    crate::agent::router(vnfm, token).merge(
+        Router::new()
+            .route("/agent/v1/health", get(health))
+            .route("/agent/v1/paths", get(paths).put(sync))
+            .route(
+                "/agent/v1/paths/{service}",
+                axum::routing::put(program).delete(withdraw),
+            )
+            .with_state(st),
+    )
+}
+
+/// Runs a steering change off the async workers (it runs `nft` and `ip`).
+async fn blocking(f: impl FnOnce() -> Result<(), SteerError> + Send + 'static) -> Res {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn health(State(st): State<Arc<St>>) -> Res {
+    Ok(Json(st.agent.health()).into_response())
+}
+
+async fn paths(State(st): State<Arc<St>>) -> Res {
+    Ok(Json(st.agent.paths()).into_response())
+}
+
+async fn sync(State(st): State<Arc<St>>, h: HeaderMap, body: Bytes) -> Res {
+    require_token(&h, &st.token)?;
+    let paths: BTreeMap<String, HostPath> = parse_body(&body)?;
+    blocking(move || st.agent.sync(&paths)).await
+}
+
+async fn program(
+    State(st): State<Arc<St>>,
+    h: HeaderMap,
+    Path(service): Path<String>,
+    body: Bytes,
+) -> Res {
+    require_token(&h, &st.token)?;
+    let path: HostPath = parse_body(&body)?;
+    blocking(move || st.agent.program(&service, &path)).await
+}
+
+async fn withdraw(State(st): State<Arc<St>>, h: HeaderMap, Path(service): Path<String>) -> Res {
+    require_token(&h, &st.token)?;
+    blocking(move || st.agent.withdraw(&service)).await
+}

@@ -1,0 +1,300 @@
+//! The host agent (`nfx agent --config FILE`): runs inside one host (a testbed
+//! namespace), serves the five VNFM calls for the host's software devices with real
+//! `nfx run` workers, programs the host's part of every service path (nftables and policy
+//! routes, [`steering`]), watches its workers and reports those that died, and answers the
+//! controller's heartbeat. It listens on the host's management address over mutual TLS.
+
+pub mod api;
+pub mod stages;
+pub mod steering;
+
+use crate::tls::TlsFiles;
+use crate::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
+use crate::vnfm::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use stages::Stage;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+use steering::{HostPath, NeighborLink, SteerError, Steering, SystemTools};
+
+/// How often the agent looks for dead workers and ended drains.
+const HOUSEKEEPING: Duration = Duration::from_millis(100);
+/// Most lost-instance reports kept until the controller acts on them.
+const MAX_LOST: usize = 1024;
+
+/// The agent's configuration file (YAML, written by `nfx testbed up --hosts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The host id (as in the infrastructure).
+    pub host: String,
+    /// Address to listen on (the host's management address).
+    pub listen: SocketAddr,
+    /// Server TLS material; absent: plain HTTP (only for loopback tests).
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
+    /// File holding the bearer token the controller must send.
+    pub token_file: PathBuf,
+    /// Directory for worker configs, sockets, logs and state.
+    pub run_dir: PathBuf,
+    /// The `nfx` binary workers run (default: the running executable).
+    #[serde(default)]
+    pub nfx_bin: Option<PathBuf>,
+    /// Software devices: each gets its worker, attached by two veth pairs.
+    #[serde(default)]
+    pub software: Vec<SoftwareDevice>,
+    /// Neighbor hosts: the interface towards each and its next-hop address.
+    #[serde(default)]
+    pub neighbors: BTreeMap<String, NeighborLink>,
+    /// File written with the bound address once the agent listens.
+    #[serde(default)]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// A software device of the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoftwareDevice {
+    /// Device id (as in the infrastructure).
+    pub id: String,
+    /// CPU cores it owns (its capacity).
+    pub cores: u32,
+}
+
+impl AgentConfig {
+    /// Reads the YAML file; errors name the file and the field.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        let c: AgentConfig = serde_yaml_ng::from_str(&text)
+            .with_context(|| format!("{}: invalid agent config", path.display()))?;
+        if c.software.len() > stages::MAX_DEVICES {
+            anyhow::bail!(
+                "{}: software: at most {} devices per agent",
+                path.display(),
+                stages::MAX_DEVICES
+            );
+        }
+        Ok(c)
+    }
+}
+
+/// An instance whose worker died, as reported in the heartbeat until the controller
+/// destroys it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LostInstance {
+    /// Instance id.
+    pub instance: String,
+    /// Its device.
+    pub device: String,
+    /// What happened.
+    pub reason: String,
+    /// When the agent noticed, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+/// The heartbeat answer (`GET /agent/v1/health`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// Host id.
+    pub host: String,
+    /// The agent's process id.
+    pub pid: u32,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// Instances lost since they were deployed.
+    pub lost: Vec<LostInstance>,
+    /// Services with a path through this host.
+    pub paths: usize,
+}
+
+/// One host's agent.
+pub struct HostAgent {
+    host: String,
+    local: LocalVnfm,
+    steering: Mutex<Steering>,
+    lost: Mutex<Vec<LostInstance>>,
+    started: Instant,
+}
+
+impl HostAgent {
+    /// Attaches the software devices, closes the host (every earlier path removed, until
+    /// the controller sends its paths again), reloads the workers recorded in `run_dir`,
+    /// and starts watching them.
+    pub fn start(cfg: &AgentConfig) -> anyhow::Result<Arc<Self>> {
+        let mut tools = SystemTools;
+        let mut stages = BTreeMap::new();
+        let mut workers = BTreeMap::new();
+        for (k, d) in cfg.software.iter().enumerate() {
+            let st = Stage::new(&d.id, k);
+            let ports = st
+                .ensure(&mut tools)
+                .map_err(|e| anyhow::anyhow!("attaching device {}: {e}", d.id))?;
+            workers.insert(
+                d.id.clone(),
+                WorkerTemplate {
+                    netns: None,
+                    ports,
+                    vector: None,
+                    poll: Some("adaptive".into()),
+                    fanout: None,
+                    fast_path: None,
+                },
+            );
+            stages.insert(d.id.clone(), st);
+        }
+        let local = LocalVnfm::new(LocalConfig {
+            run_dir: cfg.run_dir.join("workers"),
+            nfx_bin: cfg.nfx_bin.clone(),
+            workers,
+        })?;
+        let mut steering = Steering::new(Box::new(SystemTools), cfg.neighbors.clone(), stages);
+        steering
+            .reset()
+            .map_err(|e| anyhow::anyhow!("closing the host: {e}"))?;
+        let agent = Arc::new(HostAgent {
+            host: cfg.host.clone(),
+            local,
+            steering: Mutex::new(steering),
+            lost: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        });
+        let weak = Arc::downgrade(&agent);
+        std::thread::Builder::new()
+            .name("agent-housekeeping".into())
+            .spawn(move || housekeeping(weak))?;
+        Ok(agent)
+    }
+
+    fn steering(&self) -> std::sync::MutexGuard<'_, Steering> {
+        self.steering.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lost(&self) -> std::sync::MutexGuard<'_, Vec<LostInstance>> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The heartbeat answer.
+    pub fn health(&self) -> Health {
+        Health {
+            host: self.host.clone(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            lost: self.lost().clone(),
+            paths: self.steering().paths().len(),
+        }
+    }
+
+    /// Programs the host's part of `service`'s path.
+    pub fn program(&self, service: &str, path: &HostPath) -> Result<(), SteerError> {
+        self.steering().program(service, path)
+    }
+
+    /// Removes `service`'s path from this host.
+    pub fn withdraw(&self, service: &str) -> Result<(), SteerError> {
+        self.steering().withdraw(service)
+    }
+
+    /// Makes the host's paths exactly `paths`.
+    pub fn sync(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
+        self.steering().sync(paths)
+    }
+
+    /// The programmed paths.
+    pub fn paths(&self) -> BTreeMap<String, HostPath> {
+        self.steering().paths()
+    }
+
+    /// One housekeeping round: dead workers become lost instances; drains end.
+    fn tick(&self) {
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        for w in self.local.reap_dead() {
+            let reason = format!(
+                "worker of {} (pid {}) ended: {}",
+                w.device,
+                w.pid,
+                w.exit.as_deref().unwrap_or("not by the agent")
+            );
+            log::warn!("{reason}; lost: {:?}", w.instances);
+            let mut lost = self.lost();
+            for i in w.instances {
+                if lost.len() >= MAX_LOST {
+                    lost.remove(0);
+                }
+                lost.push(LostInstance {
+                    instance: i,
+                    device: w.device.clone(),
+                    reason: reason.clone(),
+                    at_unix_ms: now_ms,
+                });
+            }
+        }
+        if let Err(e) = self.steering().expire_drains(Instant::now()) {
+            log::warn!("ending drains: {e}");
+        }
+    }
+}
+
+fn housekeeping(agent: Weak<HostAgent>) {
+    while let Some(a) = agent.upgrade() {
+        a.tick();
+        drop(a);
+        std::thread::sleep(HOUSEKEEPING);
+    }
+}
+
+impl Vnfm for HostAgent {
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+
+    fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
+        self.local.deploy_instance(spec)
+    }
+
+    /// Destroys the instance; for a lost one, forgets the report (the worker is gone).
+    fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
+        let was_lost = {
+            let mut lost = self.lost();
+            let n = lost.len();
+            lost.retain(|l| l.instance != id);
+            lost.len() != n
+        };
+        match self.local.destruct_instance(id) {
+            Err(VnfmError::NotFound(_)) if was_lost => Ok(()),
+            r => r,
+        }
+    }
+
+    fn configure_instance(
+        &self,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<InstanceState, VnfmError> {
+        self.local.configure_instance(id, config)
+    }
+
+    fn migrate_instance(
+        &self,
+        old: &str,
+        new: &str,
+        flows: &[String],
+    ) -> Result<MigrateReport, VnfmError> {
+        self.local.migrate_instance(old, new, flows)
+    }
+
+    fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
+        self.local.get_instance_state(id)
+    }
+
+    fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
+        self.local.list_instances()
+    }
+}

@@ -1,0 +1,623 @@
+//! Real steering on one host: the host's part of every deployed service's path, as
+//! nftables rules and policy routes, in the host's namespace.
+//!
+//! The host forwards IPv4 but its `inet nfx_steer` table's `forward` chain drops
+//! everything (closed by default). For each service the controller sends a
+//! [`HostPath`]: the previous and next host (none at the ingress / egress), the traffic
+//! selector and the software devices whose workers the traffic crosses here, in order.
+//! The path is cut into segments — prev → first worker, worker → next worker, last
+//! worker → next, and the same backwards for replies — and each segment is one
+//! `prerouting` rule: packets of the service arriving on the segment's interface get the
+//! segment's mark; the mark selects a routing table (`ip rule fwmark M lookup M`) whose
+//! default route leads into the next worker's port or to the next host; the `forward`
+//! chain accepts marked packets only. A worker is attached by two veth pairs
+//! ([`super::stages`]): the kernel routes into its inside port and receives its output on
+//! the outside one.
+//!
+//! Every change re-renders the whole table in one nftables transaction, so packets see
+//! either the old or the new paths of the host, never a mix: routes and rules of new marks
+//! are added before the transaction, those of marks no longer used removed after it. When
+//! a worker leaves a path (migration), frames still inside it are carried on for
+//! [`DRAIN`] by drain rules from its outputs into the new path.
+//!
+//! The reply direction is matched on the destination side only (source address =
+//! selector `dst`, source port = selector `dport`): a NAT in the chain changes the other
+//! side's address.
+
+use super::stages::Stage;
+use nfx_model::{Cidr, Proto, Selector};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+/// The table (family inet) holding every path of the host.
+pub const TABLE: &str = "nfx_steer";
+
+/// Marks nfx sets: 0x4e58 ("NX") in the upper half, slot and segment in the lower.
+const MARK_BASE: u32 = 0x4e58_0000;
+/// Mask of the marks nfx owns.
+const MARK_MASK: u32 = 0xffff_0000;
+/// Priority of nfx's `ip rule`s (it owns every rule at this priority in the host).
+pub const RULE_PREF: &str = "1000";
+/// Most workers a path may cross on one host (segments fit in 4 bits per direction).
+pub const MAX_STAGES: usize = 7;
+/// Most path generations in use at once (slots of 16 marks).
+const SLOTS: u32 = 4095;
+/// How long frames still inside a worker that left a path are carried on.
+pub const DRAIN: Duration = Duration::from_secs(2);
+
+/// The host's part of one service's path, as the controller sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPath {
+    /// The service's traffic in its forward direction.
+    pub selector: Selector,
+    /// Host the traffic comes from (none: it enters here from an endpoint).
+    #[serde(default)]
+    pub prev: Option<String>,
+    /// Host the traffic goes to (none: it leaves here to an endpoint).
+    #[serde(default)]
+    pub next: Option<String>,
+    /// Software devices whose workers the traffic crosses on this host, in order.
+    #[serde(default)]
+    pub stages: Vec<String>,
+}
+
+/// A neighbor host as the agent's configuration names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighborLink {
+    /// This host's interface towards the neighbor.
+    pub iface: String,
+    /// The neighbor's address on the link (next hop).
+    pub peer: Ipv4Addr,
+}
+
+/// Where a segment's packets go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// The main routing table (an endpoint is attached here).
+    Main,
+    /// `default via GW dev IFACE onlink` in the mark's own table.
+    Via(Ipv4Addr, String),
+}
+
+/// One segment: packets of the service arriving on `iif` (any interface: `None`) and
+/// matching `expr` get `mark` and go to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Segment {
+    iif: Option<String>,
+    expr: String,
+    mark: u32,
+    target: Target,
+}
+
+/// What the agent programmed for one service.
+#[derive(Debug, Clone)]
+struct Programmed {
+    path: HostPath,
+    segments: Vec<Segment>,
+    /// Drain segments of workers that left the path, with their end.
+    drains: Vec<(Segment, Instant)>,
+    slot: u32,
+}
+
+/// How the steering reaches the host's tools (so rendering is tested without root).
+pub trait HostTools: Send {
+    /// Loads an nftables script in one transaction.
+    fn nft(&mut self, script: &str) -> Result<(), String>;
+    /// Runs `ip ARGS`; returns stdout.
+    fn ip(&mut self, args: &[&str]) -> Result<String, String>;
+}
+
+/// The real tools of the namespace the agent runs in.
+pub struct SystemTools;
+
+impl HostTools for SystemTools {
+    fn nft(&mut self, script: &str) -> Result<(), String> {
+        nfx_io::command::run("nft", &["-f", "-"], Some(script), Duration::from_secs(10))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn ip(&mut self, args: &[&str]) -> Result<String, String> {
+        nfx_io::command::run("ip", args, None, Duration::from_secs(10)).map_err(|e| e.to_string())
+    }
+}
+
+/// The steering of one host.
+pub struct Steering {
+    tools: Box<dyn HostTools>,
+    neighbors: BTreeMap<String, NeighborLink>,
+    stages: BTreeMap<String, Stage>,
+    services: BTreeMap<String, Programmed>,
+    /// Marks whose rule and table are installed.
+    routed: BTreeSet<u32>,
+    next_slot: u32,
+}
+
+/// Why a path cannot be programmed (a bad request: HTTP 400) or the host failed (503).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SteerError {
+    /// The request names something this host does not have.
+    #[error("{0}")]
+    Invalid(String),
+    /// A tool failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Steering {
+    /// Steering over the host's neighbors and worker stages. Call [`Steering::reset`]
+    /// before use.
+    pub fn new(
+        tools: Box<dyn HostTools>,
+        neighbors: BTreeMap<String, NeighborLink>,
+        stages: BTreeMap<String, Stage>,
+    ) -> Self {
+        Steering {
+            tools,
+            neighbors,
+            stages,
+            services: BTreeMap::new(),
+            routed: BTreeSet::new(),
+            next_slot: 1,
+        }
+    }
+
+    /// Forgets every path: removes nfx's rules and tables left by an earlier agent and
+    /// loads the closed table.
+    pub fn reset(&mut self) -> Result<(), SteerError> {
+        let rules = self
+            .tools
+            .ip(&["-j", "rule", "show", "pref", RULE_PREF])
+            .unwrap_or_default();
+        #[derive(Deserialize)]
+        struct Rule {
+            #[serde(default)]
+            table: Option<String>,
+        }
+        let rules: Vec<Rule> = serde_json::from_str(&rules).unwrap_or_default();
+        for r in rules {
+            if let Some(t) = r.table {
+                let _ = self.tools.ip(&["route", "flush", "table", &t]);
+            }
+            let _ = self.tools.ip(&["rule", "del", "pref", RULE_PREF]);
+        }
+        self.services.clear();
+        self.routed.clear();
+        self.commit()
+    }
+
+    /// The programmed paths.
+    pub fn paths(&self) -> BTreeMap<String, HostPath> {
+        self.services
+            .iter()
+            .map(|(s, p)| (s.clone(), p.path.clone()))
+            .collect()
+    }
+
+    /// Programs (or replaces) the path of `service`.
+    pub fn program(&mut self, service: &str, path: &HostPath) -> Result<(), SteerError> {
+        let mut wanted = self.services.clone();
+        self.insert(&mut wanted, service, path)?;
+        self.switch(wanted)
+    }
+
+    /// Removes the path of `service` (no-op when absent).
+    pub fn withdraw(&mut self, service: &str) -> Result<(), SteerError> {
+        if !self.services.contains_key(service) {
+            return Ok(());
+        }
+        let mut wanted = self.services.clone();
+        wanted.remove(service);
+        self.switch(wanted)
+    }
+
+    /// Makes the programmed paths exactly `paths` (the controller's view after a restart
+    /// of either side); unchanged paths keep their marks.
+    pub fn sync(&mut self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
+        let mut wanted: BTreeMap<String, Programmed> = self
+            .services
+            .iter()
+            .filter(|(s, _)| paths.contains_key(*s))
+            .map(|(s, p)| (s.clone(), p.clone()))
+            .collect();
+        for (s, p) in paths {
+            self.insert(&mut wanted, s, p)?;
+        }
+        self.switch(wanted)
+    }
+
+    /// Ends drains whose time is up; returns whether the ruleset changed.
+    pub fn expire_drains(&mut self, now: Instant) -> Result<bool, SteerError> {
+        if !self
+            .services
+            .values()
+            .any(|p| p.drains.iter().any(|(_, end)| *end <= now))
+        {
+            return Ok(false);
+        }
+        let mut wanted = self.services.clone();
+        for p in wanted.values_mut() {
+            p.drains.retain(|(_, end)| *end > now);
+        }
+        self.switch(wanted)?;
+        Ok(true)
+    }
+
+    /// Adds `path` for `service` to `wanted` (same path: kept as is; changed: new marks,
+    /// with drains from the workers it no longer crosses).
+    fn insert(
+        &mut self,
+        wanted: &mut BTreeMap<String, Programmed>,
+        service: &str,
+        path: &HostPath,
+    ) -> Result<(), SteerError> {
+        check_service_id(service)?;
+        if wanted.get(service).is_some_and(|p| p.path == *path) {
+            return Ok(());
+        }
+        let slot = self.free_slot(wanted)?;
+        let segments = self.segments(path, MARK_BASE | (slot << 4))?;
+        let mut drains = Vec::new();
+        if let Some(old) = wanted.get(service) {
+            let end = Instant::now() + DRAIN;
+            for gone in old.path.stages.iter().filter(|d| !path.stages.contains(d)) {
+                drains.extend(
+                    self.drain_segments(gone, path, &segments)
+                        .into_iter()
+                        .map(|s| (s, end)),
+                );
+            }
+        }
+        wanted.insert(
+            service.to_string(),
+            Programmed {
+                path: path.clone(),
+                segments,
+                drains,
+                slot,
+            },
+        );
+        Ok(())
+    }
+
+    fn free_slot(&mut self, wanted: &BTreeMap<String, Programmed>) -> Result<u32, SteerError> {
+        let used: BTreeSet<u32> = wanted
+            .values()
+            .chain(self.services.values())
+            .map(|p| p.slot)
+            .collect();
+        for _ in 0..SLOTS {
+            let s = self.next_slot;
+            self.next_slot = self.next_slot % SLOTS + 1;
+            if !used.contains(&s) {
+                return Ok(s);
+            }
+        }
+        Err(SteerError::Failed(
+            "no free mark slot (too many paths)".into(),
+        ))
+    }
+
+    /// Installs `wanted`: routes of new marks, then the one nftables transaction, then the
+    /// removal of routes no longer used.
+    fn switch(&mut self, wanted: BTreeMap<String, Programmed>) -> Result<(), SteerError> {
+        let needed: BTreeMap<u32, (Ipv4Addr, String)> = wanted
+            .values()
+            .flat_map(|p| p.segments.iter().chain(p.drains.iter().map(|(s, _)| s)))
+            .filter_map(|s| match &s.target {
+                Target::Via(gw, dev) => Some((s.mark, (*gw, dev.clone()))),
+                Target::Main => None,
+            })
+            .collect();
+        for (mark, (gw, dev)) in &needed {
+            if self.routed.contains(mark) {
+                continue;
+            }
+            let (m, gw) = (mark.to_string(), gw.to_string());
+            let fail = |e: String| SteerError::Failed(format!("route for mark {mark:#x}: {e}"));
+            self.tools
+                .ip(&[
+                    "route", "replace", "default", "via", &gw, "dev", dev, "onlink", "table", &m,
+                ])
+                .map_err(fail)?;
+            self.tools
+                .ip(&["rule", "add", "fwmark", &m, "table", &m, "pref", RULE_PREF])
+                .map_err(fail)?;
+            self.routed.insert(*mark);
+        }
+        let previous = std::mem::replace(&mut self.services, wanted);
+        if let Err(e) = self.commit() {
+            self.services = previous;
+            return Err(e);
+        }
+        let stale: Vec<u32> = self
+            .routed
+            .iter()
+            .filter(|m| !needed.contains_key(m))
+            .copied()
+            .collect();
+        for mark in stale {
+            let m = mark.to_string();
+            let _ = self
+                .tools
+                .ip(&["rule", "del", "fwmark", &m, "table", &m, "pref", RULE_PREF]);
+            let _ = self.tools.ip(&["route", "flush", "table", &m]);
+            self.routed.remove(&mark);
+        }
+        Ok(())
+    }
+
+    /// Loads the whole table for the programmed paths in one transaction.
+    fn commit(&mut self) -> Result<(), SteerError> {
+        let script = render(&self.services);
+        self.tools
+            .nft(&script)
+            .map_err(|e| SteerError::Failed(format!("nft: {e}")))
+    }
+
+    fn neighbor(&self, host: &str) -> Result<&NeighborLink, SteerError> {
+        self.neighbors
+            .get(host)
+            .ok_or_else(|| SteerError::Invalid(format!("{host:?} is not a neighbor of this host")))
+    }
+
+    fn stage(&self, device: &str) -> Result<&Stage, SteerError> {
+        self.stages.get(device).ok_or_else(|| {
+            SteerError::Invalid(format!("{device:?} is not a software device of this host"))
+        })
+    }
+
+    /// The interface traffic for `addr` leaves by (main table), for the path's ends.
+    fn route_dev(&mut self, net: Option<&Cidr>) -> Option<String> {
+        let a = net?.addr.to_string();
+        let out = self.tools.ip(&["-j", "route", "get", &a]).ok()?;
+        #[derive(Deserialize)]
+        struct R {
+            dev: String,
+        }
+        let r: Vec<R> = serde_json::from_str(&out).ok()?;
+        r.into_iter().next().map(|r| r.dev)
+    }
+
+    /// The segments of `path` with marks from `base`.
+    fn segments(&mut self, path: &HostPath, base: u32) -> Result<Vec<Segment>, SteerError> {
+        path.selector
+            .validate()
+            .map_err(|e| SteerError::Invalid(format!("selector: {e}")))?;
+        if path.stages.len() > MAX_STAGES {
+            return Err(SteerError::Invalid(format!(
+                "a path crosses at most {MAX_STAGES} workers on one host"
+            )));
+        }
+        let stages: Vec<Stage> = path
+            .stages
+            .iter()
+            .map(|d| self.stage(d).cloned())
+            .collect::<Result<_, _>>()?;
+        let mut seen = BTreeSet::new();
+        if let Some(d) = path.stages.iter().find(|d| !seen.insert(*d)) {
+            return Err(SteerError::Invalid(format!("stage {d:?} appears twice")));
+        }
+        let prev = match &path.prev {
+            Some(h) => Some(self.neighbor(h)?.clone()),
+            None => None,
+        };
+        let next = match &path.next {
+            Some(h) => Some(self.neighbor(h)?.clone()),
+            None => None,
+        };
+        let entry_iif = match &prev {
+            Some(n) => Some(n.iface.clone()),
+            None => self.route_dev(path.selector.src.as_ref()),
+        };
+        let reply_iif = match &next {
+            Some(n) => Some(n.iface.clone()),
+            None => self.route_dev(path.selector.dst.as_ref()),
+        };
+        let to = |n: &Option<NeighborLink>| match n {
+            Some(n) => Target::Via(n.peer, n.iface.clone()),
+            None => Target::Main,
+        };
+        let sel = &path.selector;
+        let s = stages.len();
+        let mut v = Vec::new();
+        for j in 0..=s {
+            v.push(Segment {
+                iif: if j == 0 {
+                    entry_iif.clone()
+                } else {
+                    Some(stages[j - 1].kernel_out.clone())
+                },
+                expr: if j == 0 {
+                    forward_match(sel)
+                } else {
+                    forward_dst_match(sel)
+                },
+                mark: base | j as u32,
+                target: if j < s {
+                    stages[j].in_target()
+                } else {
+                    to(&next)
+                },
+            });
+        }
+        for j in (0..=s).rev() {
+            v.push(Segment {
+                iif: if j == s {
+                    reply_iif.clone()
+                } else {
+                    Some(stages[j].kernel_in.clone())
+                },
+                expr: reply_match(sel),
+                mark: base | (8 + j as u32),
+                target: if j > 0 {
+                    stages[j - 1].out_target()
+                } else {
+                    to(&prev)
+                },
+            });
+        }
+        Ok(v)
+    }
+
+    /// Segments carrying on what is still inside the worker of `gone` into `path`: its
+    /// forward output to where the path's last segment goes, its reply output to where
+    /// the path's reply ends.
+    fn drain_segments(&self, gone: &str, path: &HostPath, new: &[Segment]) -> Vec<Segment> {
+        let Some(st) = self.stages.get(gone) else {
+            return Vec::new();
+        };
+        let n = path.stages.len();
+        let (fwd_last, reply_last) = (&new[n], &new[new.len() - 1]);
+        vec![
+            Segment {
+                iif: Some(st.kernel_out.clone()),
+                expr: forward_dst_match(&path.selector),
+                ..fwd_last.clone()
+            },
+            Segment {
+                iif: Some(st.kernel_in.clone()),
+                expr: reply_match(&path.selector),
+                ..reply_last.clone()
+            },
+        ]
+    }
+}
+
+impl Stage {
+    /// Into the worker's inside port.
+    fn in_target(&self) -> Target {
+        Target::Via(self.gw_in, self.kernel_in.clone())
+    }
+
+    /// Into the worker's outside port (replies).
+    fn out_target(&self) -> Target {
+        Target::Via(self.gw_out, self.kernel_out.clone())
+    }
+}
+
+/// Service ids go into nft comments: letters, digits, `-`, `_`, `.` only.
+fn check_service_id(s: &str) -> Result<(), SteerError> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SteerError::Invalid(format!(
+            "service id {s:?}: use 1-64 of A-Z a-z 0-9 - _ ."
+        )))
+    }
+}
+
+fn family(c: &Cidr) -> &'static str {
+    match c.addr {
+        IpAddr::V4(_) => "ip",
+        IpAddr::V6(_) => "ip6",
+    }
+}
+
+fn proto_match(sel: &Selector) -> String {
+    let v6 = sel.src.or(sel.dst).is_some_and(|c| c.addr.is_ipv6());
+    match sel.proto {
+        None => String::new(),
+        Some(Proto::Icmp) if v6 => " meta l4proto ipv6-icmp".into(),
+        Some(p) => format!(" meta l4proto {p}"),
+    }
+}
+
+/// The whole forward selector.
+fn forward_match(sel: &Selector) -> String {
+    let mut e = String::new();
+    if let Some(c) = &sel.src {
+        let _ = write!(e, " {} saddr {c}", family(c));
+    }
+    if let Some(c) = &sel.dst {
+        let _ = write!(e, " {} daddr {c}", family(c));
+    }
+    e.push_str(&proto_match(sel));
+    if let Some(p) = &sel.sport {
+        let _ = write!(e, " th sport {p}");
+    }
+    if let Some(p) = &sel.dport {
+        let _ = write!(e, " th dport {p}");
+    }
+    e
+}
+
+/// The forward selector's destination side (what a NAT in the chain leaves alone).
+fn forward_dst_match(sel: &Selector) -> String {
+    let mut e = String::new();
+    if let Some(c) = &sel.dst {
+        let _ = write!(e, " {} daddr {c}", family(c));
+    }
+    e.push_str(&proto_match(sel));
+    if let Some(p) = &sel.dport {
+        let _ = write!(e, " th dport {p}");
+    }
+    e
+}
+
+/// Replies: from the selector's destination side.
+fn reply_match(sel: &Selector) -> String {
+    let mut e = String::new();
+    if let Some(c) = &sel.dst {
+        let _ = write!(e, " {} saddr {c}", family(c));
+    }
+    e.push_str(&proto_match(sel));
+    if let Some(p) = &sel.dport {
+        let _ = write!(e, " th sport {p}");
+    }
+    e
+}
+
+/// The table of a host with no path: every forwarded packet is dropped. Loaded when a
+/// host is created, before its kernel forwards anything.
+pub fn closed_ruleset() -> String {
+    render(&BTreeMap::new())
+}
+
+/// The `nfx_steer` table for `services`, replacing the previous one in one transaction.
+fn render(services: &BTreeMap<String, Programmed>) -> String {
+    let mut r = format!(
+        "add table inet {TABLE}\n\
+         delete table inet {TABLE}\n\
+         table inet {TABLE} {{\n\
+         \x20 chain prerouting {{\n\
+         \x20   type filter hook prerouting priority mangle; policy accept;\n"
+    );
+    for (svc, p) in services {
+        let drains = p.drains.iter().map(|(s, _)| (s, "drain "));
+        for (seg, tag) in p.segments.iter().map(|s| (s, "")).chain(drains) {
+            let iif = seg
+                .iif
+                .as_ref()
+                .map(|i| format!(" iifname \"{i}\""))
+                .unwrap_or_default();
+            let _ = writeln!(
+                r,
+                "   {iif}{} meta mark set {:#x} comment \"{tag}{svc}\"",
+                seg.expr, seg.mark
+            );
+        }
+    }
+    let _ = write!(
+        r,
+        "  }}\n\
+         \x20 chain forward {{\n\
+         \x20   type filter hook forward priority filter; policy drop;\n\
+         \x20   meta mark and {MARK_MASK:#x} == {MARK_BASE:#x} accept\n\
+         \x20 }}\n\
+         }}\n"
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests;

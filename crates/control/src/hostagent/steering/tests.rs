@@ -1,0 +1,260 @@
+//! Rendering and switching of host paths, against recorded tools (no root needed); the
+//! namespace end-to-end tests run the same code against the kernel.
+
+use super::*;
+use std::sync::{Arc, Mutex};
+
+/// Records every call; `ip route get` answers with `dev`.
+#[derive(Clone, Default)]
+struct Rec {
+    calls: Arc<Mutex<Vec<String>>>,
+    fail_nft: Arc<Mutex<bool>>,
+}
+
+impl HostTools for Rec {
+    fn nft(&mut self, script: &str) -> Result<(), String> {
+        self.calls.lock().unwrap().push(format!("NFT\n{script}"));
+        if *self.fail_nft.lock().unwrap() {
+            return Err("refused".into());
+        }
+        Ok(())
+    }
+
+    fn ip(&mut self, args: &[&str]) -> Result<String, String> {
+        let line = args.join(" ");
+        self.calls.lock().unwrap().push(format!("ip {line}"));
+        if line.starts_with("-j route get 10.9.1.") {
+            return Ok(r#"[{"dst":"10.9.1.2","dev":"to-src"}]"#.into());
+        }
+        if line.starts_with("-j route get 10.9.2.") {
+            return Ok(r#"[{"dst":"10.9.2.2","dev":"to-dst"}]"#.into());
+        }
+        Ok("[]".into())
+    }
+}
+
+impl Rec {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+fn steering(rec: &Rec) -> Steering {
+    let n = |iface: &str, peer: &str| NeighborLink {
+        iface: iface.into(),
+        peer: peer.parse().unwrap(),
+    };
+    let neighbors = BTreeMap::from([
+        ("h1".to_string(), n("to-h1", "10.9.101.1")),
+        ("h3".to_string(), n("to-h3", "10.9.102.2")),
+    ]);
+    let stages = BTreeMap::from([
+        ("sw0".to_string(), Stage::new("sw0", 0)),
+        ("sw1".to_string(), Stage::new("sw1", 1)),
+    ]);
+    let mut s = Steering::new(Box::new(rec.clone()), neighbors, stages);
+    s.reset().unwrap();
+    rec.take();
+    s
+}
+
+fn sel() -> Selector {
+    serde_json::from_value(serde_json::json!(
+        {"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "tcp", "dport": 5201}
+    ))
+    .unwrap()
+}
+
+fn path(prev: Option<&str>, next: Option<&str>, stages: &[&str]) -> HostPath {
+    HostPath {
+        selector: sel(),
+        prev: prev.map(String::from),
+        next: next.map(String::from),
+        stages: stages.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn nft_scripts(calls: &[String]) -> Vec<&String> {
+    calls.iter().filter(|c| c.starts_with("NFT")).collect()
+}
+
+#[test]
+fn empty_host_is_closed() {
+    let r = closed_ruleset();
+    assert!(r.contains("policy drop"), "{r}");
+    assert!(r.contains("delete table inet nfx_steer"));
+    assert!(!r.contains("mark set"));
+}
+
+#[test]
+fn transit_host_marks_both_directions_and_routes_to_neighbors() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    s.program("web", &path(Some("h1"), Some("h3"), &[]))
+        .unwrap();
+    let calls = rec.take();
+    let nft = nft_scripts(&calls);
+    assert_eq!(nft.len(), 1, "one transaction: {calls:?}");
+    let script = nft[0];
+    assert!(script.contains(
+        "iifname \"to-h1\" ip saddr 10.9.1.2/32 ip daddr 10.9.2.2/32 meta l4proto tcp th dport 5201 meta mark set 0x4e580010 comment \"web\""
+    ), "{script}");
+    assert!(script.contains(
+        "iifname \"to-h3\" ip saddr 10.9.2.2/32 meta l4proto tcp th sport 5201 meta mark set 0x4e580018"
+    ), "{script}");
+    assert!(script.contains("meta mark and 0xffff0000 == 0x4e580000 accept"));
+    // Routes before the transaction, for both directions.
+    let nft_at = calls.iter().position(|c| c.starts_with("NFT")).unwrap();
+    let route = |gw: &str| {
+        calls
+            .iter()
+            .position(|c| c.contains(&format!("route replace default via {gw}")))
+            .unwrap_or_else(|| panic!("no route via {gw}: {calls:?}"))
+    };
+    assert!(route("10.9.102.2") < nft_at);
+    assert!(route("10.9.101.1") < nft_at);
+    assert!(calls
+        .iter()
+        .any(|c| c == "ip rule add fwmark 1314390032 table 1314390032 pref 1000"));
+}
+
+#[test]
+fn worker_host_routes_through_the_worker_and_ends_use_the_main_table() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    s.program("web", &path(None, None, &["sw1"])).unwrap();
+    let calls = rec.take();
+    let script = nft_scripts(&calls)[0];
+    // Ingress from the endpoint's interface, found by a route lookup of the source.
+    assert!(
+        script.contains("iifname \"to-src\" ip saddr 10.9.1.2/32"),
+        "{script}"
+    );
+    // The worker's outputs continue the path.
+    assert!(
+        script.contains("iifname \"sk1o\" ip daddr 10.9.2.2/32"),
+        "{script}"
+    );
+    assert!(
+        script.contains("iifname \"sk1i\" ip saddr 10.9.2.2/32"),
+        "{script}"
+    );
+    assert!(
+        script.contains("iifname \"to-dst\" ip saddr 10.9.2.2/32"),
+        "{script}"
+    );
+    // Into the worker's inside port forwards, its outside port for replies; the ends
+    // (an endpoint attached here) need no table.
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("via 169.254.2.2 dev sk1i onlink")),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("via 169.254.2.6 dev sk1o onlink")),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("ip rule add"))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn migration_switches_once_drains_the_old_worker_then_cleans_up() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    s.program("web", &path(Some("h1"), Some("h3"), &["sw0"]))
+        .unwrap();
+    rec.take();
+    s.program("web", &path(Some("h1"), Some("h3"), &["sw1"]))
+        .unwrap();
+    let calls = rec.take();
+    let nft_at = calls.iter().position(|c| c.starts_with("NFT")).unwrap();
+    let script = &calls[nft_at];
+    assert_eq!(nft_scripts(&calls).len(), 1);
+    assert!(script.contains("iifname \"sk1o\""), "{script}");
+    // The old worker's outputs still lead on (drain), its input is no longer used.
+    assert!(script.contains("iifname \"sk0o\" ip daddr 10.9.2.2/32 meta l4proto tcp th dport 5201 meta mark set 0x4e580021 comment \"drain web\""), "{script}");
+    assert!(
+        !script.contains("0x4e580010"),
+        "old marks are gone: {script}"
+    );
+    // Old rules removed only after the switch.
+    let first_del = calls
+        .iter()
+        .position(|c| c.starts_with("ip rule del"))
+        .unwrap();
+    assert!(first_del > nft_at, "{calls:?}");
+    // Drains end.
+    assert!(!s.expire_drains(Instant::now()).unwrap());
+    assert!(s.expire_drains(Instant::now() + DRAIN).unwrap());
+    let calls = rec.take();
+    assert!(!nft_scripts(&calls)[0].contains("drain"), "{calls:?}");
+}
+
+#[test]
+fn same_path_again_changes_nothing_and_withdraw_closes() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let p = path(Some("h1"), None, &[]);
+    s.program("a", &p).unwrap();
+    rec.take();
+    s.sync(&BTreeMap::from([("a".to_string(), p.clone())]))
+        .unwrap();
+    let calls = rec.take();
+    assert!(!calls.iter().any(|c| c.starts_with("ip ")), "{calls:?}");
+    s.withdraw("a").unwrap();
+    let calls = rec.take();
+    assert!(!nft_scripts(&calls)[0].contains("mark set"));
+    assert!(calls.iter().any(|c| c.starts_with("ip rule del")));
+    s.withdraw("a").unwrap();
+    assert!(rec.take().is_empty(), "withdrawing twice does nothing");
+}
+
+#[test]
+fn bad_requests_are_refused_before_anything_changes() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    for (svc, p, want) in [
+        ("a", path(Some("h9"), None, &[]), "not a neighbor"),
+        ("a", path(None, None, &["gpu"]), "not a software device"),
+        ("a", path(None, None, &["sw0", "sw0"]), "twice"),
+        ("a b", path(None, None, &[]), "service id"),
+        ("a\"x", path(None, None, &[]), "service id"),
+    ] {
+        let e = s.program(svc, &p).unwrap_err();
+        assert!(
+            matches!(e, SteerError::Invalid(_)) && e.to_string().contains(want),
+            "{e}"
+        );
+    }
+    let mut bad = path(None, None, &[]);
+    bad.selector.sport = Some("80".parse().unwrap());
+    bad.selector.proto = None;
+    assert!(s
+        .program("a", &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("selector"));
+    assert!(nft_scripts(&rec.take()).is_empty());
+}
+
+#[test]
+fn a_refused_transaction_keeps_the_previous_paths() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    s.program("a", &path(Some("h1"), Some("h3"), &[])).unwrap();
+    *rec.fail_nft.lock().unwrap() = true;
+    let e = s
+        .program("b", &path(Some("h3"), Some("h1"), &[]))
+        .unwrap_err();
+    assert!(matches!(e, SteerError::Failed(_)), "{e}");
+    assert_eq!(s.paths().keys().collect::<Vec<_>>(), ["a"]);
+}

@@ -1,0 +1,292 @@
+//! `nfx testbed up --hosts N --out DIR`: the multi-host testbed with one `nfx agent` per
+//! host over mutual TLS, and the two files a controller and a test need:
+//! `DIR/infrastructure.yaml` (hosts with their agents, devices per tier, links, the
+//! controller's management settings) and `DIR/endpoints.json`.
+
+use anyhow::{bail, Context};
+use nfx_control::hostagent::steering::{closed_ruleset, NeighborLink};
+use nfx_control::hostagent::{AgentConfig, SoftwareDevice};
+use nfx_control::tls::{self, AgentSubject};
+use nfx_model::{Device, Host, Infrastructure, Link, Management, Tier, TlsFiles};
+use nfx_testbed::hosts::{self, HostInfo, HostsSpec, Layout};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Port every agent listens on (on its host's management address).
+pub const AGENT_PORT: u16 = 7443;
+/// How long an agent may take to listen.
+const AGENT_START: Duration = Duration::from_secs(20);
+/// Functions a software worker runs (crates/vnf).
+const SOFTWARE_FUNCTIONS: [&str; 4] = ["firewall", "nat", "elephant", "dpi"];
+/// Nominal processing latency of a software worker, µs (import `nfx bench dataplane`
+/// figures through the descriptor's `calibration` for measured ones).
+const SOFTWARE_LATENCY_US: f64 = 30.0;
+/// Nominal throughput of a software worker, Gbit/s.
+const SOFTWARE_GBPS: f64 = 10.0;
+
+/// One endpoint in `endpoints.json`.
+#[derive(Serialize)]
+struct EndpointEntry {
+    netns: String,
+    address: String,
+    host: String,
+}
+
+/// Where `up` writes by default for `prefix`.
+pub fn default_out(prefix: &str) -> PathBuf {
+    PathBuf::from(format!("/run/nfx/testbed/{prefix}out"))
+}
+
+/// Builds the testbed, starts its agents and writes the files; returns the layout.
+pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
+    let lay = hosts::up(spec, &closed_ruleset())?;
+    std::fs::create_dir_all(out.join("agents"))
+        .with_context(|| format!("creating {}", out.display()))?;
+    let subjects: Vec<AgentSubject> = lay
+        .hosts
+        .iter()
+        .map(|h| AgentSubject {
+            name: h.id.clone(),
+            ips: vec![h.mgmt.into()],
+        })
+        .collect();
+    // A rebuild keeps the material its running agents hold; anything missing means new
+    // material and restarted agents.
+    let pki_dir = out.join("pki");
+    let token_file = out.join("token");
+    let pki = match tls::existing(&pki_dir, &subjects).filter(|_| token_file.exists()) {
+        Some(p) => p,
+        None => {
+            for h in &lay.hosts {
+                stop_agent(h, &out.join("agents"));
+            }
+            nfx_control::client::write_new_token(&token_file)?;
+            tls::generate(&pki_dir, &subjects)?
+        }
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let mut infra = Infrastructure {
+        hosts: Vec::new(),
+        devices: Vec::new(),
+        links: lay
+            .links
+            .iter()
+            .map(|l| Link {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                latency_us: f64::from(l.latency_us),
+                bandwidth_gbps: None,
+            })
+            .collect(),
+        management: Some(Management {
+            netns: Some(lay.mgmt_netns.clone()),
+            tls: Some(TlsFiles {
+                ca: PathBuf::from("pki").join(tls::CA_FILE),
+                cert: PathBuf::from("pki/controller.pem"),
+                key: PathBuf::from("pki/controller.key"),
+            }),
+            token_file: Some(PathBuf::from("token")),
+        }),
+    };
+    let nfx_bin = std::env::current_exe().context("locating the nfx binary")?;
+    for h in &lay.hosts {
+        let software = software_devices(&h.id, cores);
+        infra.hosts.push(Host {
+            id: h.id.clone(),
+            cores,
+            power: None,
+            agent: Some(format!("https://{}:{AGENT_PORT}", h.mgmt)),
+        });
+        infra
+            .devices
+            .extend(software.iter().map(|d| software_device(&h.id, d)));
+        infra.devices.extend(table_devices(h));
+        let cfg = AgentConfig {
+            host: h.id.clone(),
+            listen: (h.mgmt, AGENT_PORT).into(),
+            tls: Some(pki.agents[&h.id].clone()),
+            token_file: token_file.clone(),
+            run_dir: out.join("agents").join(&h.id),
+            nfx_bin: Some(nfx_bin.clone()),
+            software,
+            neighbors: h
+                .neighbors
+                .iter()
+                .map(|n| {
+                    (
+                        n.host.clone(),
+                        NeighborLink {
+                            iface: n.iface.clone(),
+                            peer: n.peer,
+                        },
+                    )
+                })
+                .collect(),
+            ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
+        };
+        start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
+    }
+    infra
+        .validate("<generated infrastructure>")
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    write(
+        &out.join("infrastructure.yaml"),
+        &serde_yaml_ng::to_string(&infra)?,
+    )?;
+    let eps: BTreeMap<&str, EndpointEntry> = lay
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.name.as_str(),
+                EndpointEntry {
+                    netns: e.netns.clone(),
+                    address: e.address.to_string(),
+                    host: e.host.clone(),
+                },
+            )
+        })
+        .collect();
+    write(
+        &out.join("endpoints.json"),
+        &serde_json::to_string_pretty(&eps)?,
+    )?;
+    Ok(lay)
+}
+
+/// The host's software devices: up to two workers sharing the host's cores, so that an
+/// instance can migrate within the host.
+fn software_devices(host: &str, cores: u32) -> Vec<SoftwareDevice> {
+    let n = cores.clamp(1, 2);
+    (0..n)
+        .map(|k| SoftwareDevice {
+            id: format!("{host}-sw{k}"),
+            cores: cores / n + u32::from(k < cores % n),
+        })
+        .collect()
+}
+
+fn software_device(host: &str, d: &SoftwareDevice) -> Device {
+    Device {
+        id: d.id.clone(),
+        host: host.to_string(),
+        tier: Tier::Software,
+        functions: SOFTWARE_FUNCTIONS.iter().map(|f| f.to_string()).collect(),
+        latency_us: SOFTWARE_LATENCY_US,
+        throughput_gbps: SOFTWARE_GBPS,
+        cost: 1.0,
+        cpu_cores: Some(d.cores),
+        table_entries: None,
+        queue_pairs: None,
+        algorithms: Vec::new(),
+        calibration: None,
+    }
+}
+
+/// Extension point for the table tier: the devices of `host` that its agent runs as
+/// match-action tables. None yet — the table tier's agent API is not settled; when it is,
+/// this lists them (tier `table`, capacity in `table_entries`) and the agent config gains
+/// their settings.
+fn table_devices(_host: &HostInfo) -> Vec<Device> {
+    Vec::new()
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Stops the recorded agent of `h` (SIGTERM), if it runs.
+fn stop_agent(h: &HostInfo, dir: &Path) {
+    let pid_file = dir.join(format!("{}.pid", h.id));
+    if let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        if nfx_testbed::netns::pids(&h.netns).contains(&(pid as u32)) {
+            // SAFETY: kill(2) on the agent this testbed started (checked to run inside
+            // the host's namespace).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+    let _ = std::fs::remove_file(pid_file);
+}
+
+/// Starts `nfx agent --config` inside the host's namespace in its own session (it
+/// outlives this command; `nfx testbed down` stops it), unless it already runs, and
+/// waits until it listens.
+fn start_agent(h: &HostInfo, cfg: &AgentConfig, dir: &Path, nfx_bin: &Path) -> anyhow::Result<()> {
+    let cfg_file = dir.join(format!("{}.yaml", h.id));
+    let pid_file = dir.join(format!("{}.pid", h.id));
+    let ready = cfg.ready_file.clone().context("ready file")?;
+    if let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    {
+        if nfx_testbed::netns::pids(&h.netns).contains(&pid) {
+            write(&cfg_file, &serde_yaml_ng::to_string(cfg)?)?;
+            return Ok(());
+        }
+    }
+    write(&cfg_file, &serde_yaml_ng::to_string(cfg)?)?;
+    let _ = std::fs::remove_file(&ready);
+    let log_file = dir.join(format!("{}.log", h.id));
+    let log = std::fs::File::create(&log_file)
+        .with_context(|| format!("creating {}", log_file.display()))?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &h.netns])
+        .arg(nfx_bin)
+        .arg("agent")
+        .arg("--config")
+        .arg(&cfg_file)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) in the child before exec; async-signal-safe, touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting the agent of {}", h.id))?;
+    write(&pid_file, &child.id().to_string())?;
+    let start = Instant::now();
+    while !ready.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            let tail = std::fs::read_to_string(&log_file).unwrap_or_default();
+            bail!("the agent of {} exited ({st}): {}", h.id, tail.trim());
+        }
+        if start.elapsed() > AGENT_START {
+            let _ = child.kill();
+            bail!(
+                "the agent of {} did not listen within {AGENT_START:?}; see {}",
+                h.id,
+                log_file.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn software_devices_share_the_cores() {
+        let d = software_devices("h1", 3);
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].cores, d[1].cores), (2, 1));
+        assert_eq!(d[1].id, "h1-sw1");
+        assert_eq!(software_devices("h2", 1).len(), 1);
+    }
+}
