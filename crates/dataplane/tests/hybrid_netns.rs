@@ -6,13 +6,12 @@
 //! DPI pattern cross translated, raise events in the software part, and their replies
 //! come back; what the table-tier firewall denies never reaches the worker.
 
-use nfx_dataplane::{build_chain_from, ChainBuilder, Dataplane, RunConfig};
+use nfx_dataplane::{vnf_builder, Dataplane, RunConfig};
 use nfx_fastpath::table::{Placement, TableChain};
 use nfx_vnf::NodeSpec;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 const PUBLIC: &str = "192.0.2.1";
@@ -155,10 +154,7 @@ fn worker(t: &Topo, net: u8, shared: &str, events: &Path) -> Dataplane {
         patterns().display(),
     );
     let cfg = RunConfig::parse(&text, "hybrid.yaml").unwrap();
-    let builder: ChainBuilder = Arc::new(|specs: &[serde_json::Value], skip: usize| {
-        build_chain_from(specs, skip, Path::new("."))
-    });
-    Dataplane::start(&cfg, builder).unwrap()
+    Dataplane::start(&cfg, vnf_builder(".".into())).unwrap()
 }
 
 /// The table tier on m: firewall (UDP 5000 only) + NAT, placed as `placement`.
