@@ -5,6 +5,7 @@
 //! spins, blocks, or adapts; [`cpu`] reads the kernel's per-thread CPU accounting.
 
 pub mod afpacket;
+pub mod confine;
 pub mod cpu;
 pub mod fanout;
 pub mod isolate;
@@ -19,6 +20,7 @@ pub mod txring;
 pub mod udp;
 
 pub use afpacket::{AfPacketOptions, AfPacketPort};
+pub use confine::{ConfineError, FileScope};
 pub use poll::{Notifier, PollMode, Waiter, ADAPTIVE_SPIN};
 pub use port::{Port, PortCounters};
 pub use tun::TunPort;
