@@ -4,17 +4,17 @@
 
 use crate::config::ConfigError;
 use crate::runtime::ChainBuilder;
-use nfx_vnf::{Node, NodeSpec};
+use nfx_vnf::{FileScope, Node, NodeSpec};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Builds every node of `specs`; relative paths in specs resolve against `base_dir`.
+/// Builds every node of `specs`; files the specs name are read within `files` (a
+/// config directory, which relative names start from, and allow-listed directories).
 pub fn build_chain(
     specs: &[serde_json::Value],
-    base_dir: &Path,
+    files: impl Into<FileScope>,
 ) -> Result<Vec<Box<dyn Node>>, ConfigError> {
-    build_chain_from(specs, 0, base_dir)
+    build_chain_from(specs, 0, files)
 }
 
 /// Like [`build_chain`], but builds only `specs[skip..]` (the first `skip` nodes are
@@ -22,8 +22,9 @@ pub fn build_chain(
 pub fn build_chain_from(
     specs: &[serde_json::Value],
     skip: usize,
-    base_dir: &Path,
+    files: impl Into<FileScope>,
 ) -> Result<Vec<Box<dyn Node>>, ConfigError> {
+    let files = files.into();
     let mut seen: HashMap<&'static str, usize> = HashMap::new();
     let mut nodes = Vec::with_capacity(specs.len());
     for (i, v) in specs.iter().enumerate() {
@@ -53,7 +54,7 @@ pub fn build_chain_from(
         if i < skip {
             continue;
         }
-        let node = nfx_vnf::build(&spec, &name, base_dir).map_err(|e| ConfigError {
+        let node = nfx_vnf::build(&spec, &name, &files).map_err(|e| ConfigError {
             file: String::new(),
             field: at(&e.field),
             problem: e.msg,
@@ -63,10 +64,12 @@ pub fn build_chain_from(
     Ok(nodes)
 }
 
-/// The builder `nfx run` uses: [`build_chain`] with paths relative to `base_dir`.
-pub fn vnf_builder(base_dir: PathBuf) -> ChainBuilder {
+/// The builder `nfx run` uses: [`build_chain`] reading files within `files` (see
+/// [`crate::RunConfig::file_scope`]).
+pub fn vnf_builder(files: impl Into<FileScope>) -> ChainBuilder {
+    let files = files.into();
     Arc::new(move |specs: &[serde_json::Value], skip: usize| {
-        build_chain_from(specs, skip, &base_dir)
+        build_chain_from(specs, skip, files.clone())
     })
 }
 
@@ -74,6 +77,7 @@ pub fn vnf_builder(base_dir: PathBuf) -> ChainBuilder {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::path::Path;
 
     fn names(specs: serde_json::Value) -> Vec<String> {
         let specs = specs.as_array().unwrap().clone();

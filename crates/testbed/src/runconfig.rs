@@ -59,9 +59,15 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
             firewall(),
             nat(),
             json!({"elephant": {"min_bytes": elephant_bytes, "min_rate_bps": 1_000_000}}),
-            json!({"dpi": {"patterns": patterns.to_string_lossy()}}),
+            json!({"dpi": {"patterns": resolved(patterns).to_string_lossy()}}),
         ],
     }
+}
+
+/// `p` with symlinks and `..` resolved when it exists (a run config may name files
+/// only inside its allowed directories, by paths without `..`).
+fn resolved(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// The whole run config for a dataplane on edge between `to-src` and `to-cloud`.
@@ -81,6 +87,12 @@ pub fn run_config(tb: &Testbed, spec: &RunSpec) -> anyhow::Result<Value> {
     });
     if let Some(e) = &spec.events {
         v["events"] = json!(e.to_string_lossy());
+    }
+    if let Chain::Full { patterns, .. } = &spec.chain {
+        // The pattern file lives with the repository, not beside the run config.
+        if let Some(dir) = resolved(patterns).parent().filter(|d| d.is_absolute()) {
+            v["allowed_dirs"] = json!([dir.to_string_lossy()]);
+        }
     }
     Ok(v)
 }

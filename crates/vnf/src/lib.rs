@@ -13,5 +13,6 @@ pub mod table;
 mod testutil;
 
 pub use event::{Event, EventSink};
-pub use node::{Node, NodeCtx, StateError};
+pub use nfx_io::FileScope;
+pub use node::{ImportReport, Node, NodeCtx, SkipReason, StateError};
 pub use spec::{build, ConfigError, NodeSpec};

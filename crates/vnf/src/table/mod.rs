@@ -18,6 +18,7 @@
 //! drop.
 
 pub mod blob;
+pub mod counts;
 pub mod hash;
 
 use hash::FlowHasher;
