@@ -134,6 +134,20 @@ impl ImportReport {
     }
 }
 
+/// `{name: count, ...}` for a node's counters per reason (`names[i]` counts
+/// `counts[i]`), as the stateful nodes report their drops.
+pub fn counters_json<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    counts: &[u64],
+) -> serde_json::Value {
+    names
+        .into_iter()
+        .zip(counts)
+        .map(|(n, c)| (n.to_string(), (*c).into()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// A function step of the dataplane graph. `process` sees the packets of one vector,
 /// already parsed (`Packet::meta` valid); it skips packets whose `drop` is set and
 /// marks the ones it drops with a reason. A node that rewrites headers keeps

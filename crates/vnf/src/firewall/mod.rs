@@ -471,14 +471,6 @@ impl Firewall {
         self.created += 1;
         Ok(settled(m.key.proto, &val))
     }
-
-    fn drops_json(&self) -> serde_json::Value {
-        FwDrop::ALL
-            .iter()
-            .map(|d| (d.as_str().to_string(), self.drops[*d as usize].into()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    }
 }
 
 impl Node for Firewall {
@@ -554,7 +546,7 @@ impl Node for Firewall {
             "max_flows_per_source": self.per_source,
             "sources": self.sources.as_ref().map_or(0, CountTable::len),
             "by_state": by_state,
-            "drops": self.drops_json(),
+            "drops": crate::node::counters_json(FwDrop::ALL.map(FwDrop::as_str), &self.drops),
             "import": self.imports.to_json(),
         })
     }

@@ -7,22 +7,7 @@ use crate::SkipReason;
 use nfx_packet::Direction::{Forward as F, Reverse as R};
 use proptest::prelude::*;
 
-const PUB: &str = "10.200.2.100";
-const REM: &str = "10.200.3.2";
-
-fn nat(lo: u16, hi: u16, max: usize) -> Nat {
-    Nat::new(
-        "nat",
-        Some(Snat {
-            public_ip: ip(PUB),
-            lo,
-            hi,
-        }),
-        vec![],
-        max,
-        Timeouts::default(),
-    )
-}
+use super::tests::{nat, PUB, REM};
 
 fn inside(i: u32) -> String {
     std::net::Ipv4Addr::from(ip("10.100.0.0") + i).to_string()

@@ -701,14 +701,6 @@ impl Nat {
             Direction::Reverse => self.reverse(p, now),
         }
     }
-
-    fn drops_json(&self) -> serde_json::Value {
-        NatDrop::ALL
-            .iter()
-            .map(|d| (d.as_str().to_string(), self.drops[*d as usize].into()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    }
 }
 
 impl Node for Nat {
@@ -778,7 +770,7 @@ impl Node for Nat {
             "remotes": self.pool.as_ref().map_or(0, PortPool::remotes),
             "port_probes": self.port_probes(),
             "max_flows_per_source": self.per_source,
-            "drops": self.drops_json(),
+            "drops": crate::node::counters_json(NatDrop::ALL.map(NatDrop::as_str), &self.drops),
             "import": self.imports.to_json(),
         })
     }

@@ -8,10 +8,11 @@ use nfx_packet::Direction::{Forward as F, Reverse as R};
 
 const IN: &str = "10.200.1.1";
 const IN2: &str = "10.200.1.7";
-const REM: &str = "10.200.3.2";
-const PUB: &str = "10.200.2.100";
+pub(super) const REM: &str = "10.200.3.2";
+pub(super) const PUB: &str = "10.200.2.100";
 
-fn nat(lo: u16, hi: u16, max: usize) -> Nat {
+/// A source NAT to PUB with ports `lo..=hi` for `max` mappings.
+pub(super) fn nat(lo: u16, hi: u16, max: usize) -> Nat {
     Nat::new(
         "nat",
         Some(Snat {
