@@ -90,23 +90,79 @@ def vnf_seeds():
         (True, icmp_echo(b, pub, 7, reply=True)),
         (False, udp(a, 5354, b, 53, b"\x16\x03\x01\x00\x10\x01NFX-DPI-DROP-TEST")),
     ]))
-    # Firewall record: canonical key (src, dst, sport, dport, proto), state, flags, 0,
-    # remaining ms. TCP established is state 3 in the firewall's TCP states; UDP new 9.
+    # Firewall record (56 B): canonical key (src, dst, sport, dport, proto), state,
+    # flags, 0, remaining ms, window scales x2, side flags x2, then per side end,
+    # maxend, maxwin, maxack. TCP established is state 3, flags assured + seen reply
+    # (0x0c), side flags MAXACK_SET (2); UDP new is 9, ICMP replied 10.
+    win = struct.pack("<BBBB", 0, 0, 2, 2) + struct.pack(
+        "<IIIIIIII", 1000, 1000 + 65535, 65535, 5000, 5000, 5000 + 65535, 65535, 1000)
+    no_win = bytes(36)
     fw = [
-        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 40000, 5201, 6, 3, 0, 0, 60000),
-        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 5353, 53, 17, 9, 0, 0, 30000),
-        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 7, 7, 1, 10, 0, 0, 30000),
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 40000, 5201, 6, 3, 0x0C, 0, 60000) + win,
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 5353, 53, 17, 9, 0, 0, 30000) + no_win,
+        struct.pack("<IIHHBBBBI", 0x0A000001, 0x0A000102, 7, 7, 1, 10, 0x08, 0, 30000) + no_win,
     ]
     # NAT record: proto, flags, inside (addr, port), public, remote, remaining ms.
     nat = [
         struct.pack("<BBIHIHIHI", 6, 0, 0x0A000001, 40000, 0x0AC80264, 40000, 0x0A000102, 5201, 60000),
         struct.pack("<BBIHIHIHI", 17, 0, 0x0A000001, 5353, 0x0AC80264, 40001, 0x0A000102, 53, 30000),
         struct.pack("<BBIHIHIHI", 1, 0, 0x0A000001, 7, 0x0AC80264, 40002, 0x0A000102, 7, 30000),
+        # A port forward (tcp 40010 -> 10.0.0.9:22), flags DNAT + replied.
+        struct.pack("<BBIHIHIHI", 6, 6, 0x0A000009, 22, 0x0AC80264, 40010, 0xCB007109, 5555, 60000),
     ]
-    # The state target's input: node selector, cut between the first and second blob.
-    fwb, natb = blob(1, 20, fw), blob(2, 24, nat)
-    write("vnf", "state_import", "firewall", bytes([0, len(fwb[:12 + 40])]) + fwb[:12 + 40][:8] + struct.pack("<I", 2) + fwb[12:12 + 40] + fwb)
-    write("vnf", "state_import", "nat", bytes([1, 12 + 48]) + natb[:8] + struct.pack("<I", 2) + natb[12:12 + 48] + natb)
+    # The state target's input: node selector (bits 0..1 node, 2..4 configuration),
+    # cut between the first and second blob; the first blob holds two records.
+    fwb, natb = blob(1, 56, fw), blob(2, 24, nat)
+    two_fw = fwb[:8] + struct.pack("<I", 2) + fwb[12:12 + 112]
+    write("vnf", "state_import", "firewall", bytes([0, len(two_fw)]) + two_fw + fwb)
+    write("vnf", "state_import", "firewall_limits", bytes([4 << 2, len(two_fw)]) + two_fw + fwb)
+    two_nat = natb[:8] + struct.pack("<I", 2) + natb[12:12 + 48]
+    write("vnf", "state_import", "nat", bytes([1, len(two_nat)]) + two_nat + natb)
+    # fw_nat: configuration byte, then a conversation with real sequence numbers
+    # through firewall -> NAT: a handshake, data both ways, a blind RST, an ICMP
+    # error about the flow, FIN both ways; then a mid-stream pickup (loose).
+    conv = conversation([
+        (False, tcp(a, 40000, b, 5201, 100, 0, 0x02)),
+        (True, tcp(b, 5201, pub, 40000, 500, 101, 0x12)),
+        (False, tcp(a, 40000, b, 5201, 101, 501, 0x10)),
+        (False, tcp(a, 40000, b, 5201, 101, 501, 0x18, b"hello")),
+        (True, tcp(b, 5201, pub, 40000, 501, 106, 0x18, b"world")),
+        (True, tcp(b, 5201, pub, 40000, 9999999, 0, 0x04)),
+        (True, icmp_error(b, pub, tcp(pub, 40000, b, 5201, 101, 501, 0x18, b"hello"))),
+        (False, tcp(a, 40000, b, 5201, 106, 506, 0x11)),
+        (True, tcp(b, 5201, pub, 40000, 506, 107, 0x11)),
+        (False, tcp(a, 40000, b, 5201, 107, 507, 0x10)),
+        (False, tcp(a, 40001, b, 80, 7000, 3000, 0x10)),
+        (True, tcp(b, 80, pub, 40001, 3000, 7000, 0x10)),
+        (False, udp(a, 5353, b, 53, b"q")),
+        (True, udp(b, 53, pub, 5353, b"a")),
+        (True, tcp("203.0.113.9", 5555, pub, 40010, 1, 0, 0x02)),
+    ])
+    write("vnf", "fw_nat", "handshake_strict", bytes([0]) + conv)
+    write("vnf", "fw_nat", "handshake_loose_limits", bytes([7]) + conv)
+    # configs: format byte (0 YAML, 1 JSON), then a chain entry.
+    for name, fmt, text in [
+        ("firewall", 0, "firewall: { default: deny, rules: [ {action: allow, proto: tcp, dport: 80} ], rules_file: rules.yaml, max_flows: 64, max_flows_per_source: 4, loose: true, timeouts: {unacknowledged: 60} }"),
+        ("firewall_canary", 0, "firewall: { rules_file: canary.yaml }"),
+        ("firewall_outside", 0, "firewall: { rules_file: out.yaml }"),
+        ("nat", 0, "nat: { snat: { public_ip: 10.200.2.100, port_range: [40000, 40063] }, dnat: [ {proto: tcp, public_port: 8080, to_ip: 10.0.0.1} ], inside_networks: [10.0.0.0/8], max_flows_per_source: 4 }"),
+        ("dpi", 0, "dpi: { patterns: patterns.txt, stream_flows: 16, event_table: 16 }"),
+        ("dpi_canary", 1, '{"dpi": {"patterns": "canary.txt"}}'),
+        ("dpi_passwd", 1, '{"dpi": {"patterns": "passwd"}}'),
+        ("elephant", 1, '{"elephant": {"min_bytes": 1000, "max_flows": 16}}'),
+    ]:
+        write("vnf", "configs", name, bytes([fmt]) + text.encode())
+    # patterns: the fuzz pattern set, and lines that carry the canary.
+    with open(os.path.join(ROOT, "crates", "vnf", "fuzz", "patterns.txt"), "rb") as fh:
+        write("vnf", "patterns", "set", fh.read())
+    write("vnf", "patterns", "canary", b"NFXCANARY\talert\tliteral\tx\nok\tNFXCANARY\tliteral\tx\nr\talert\tregex\t(NFXCANARY\n")
+
+
+def icmp_error(src, dst, quoted):
+    """An ICMP port unreachable from src to dst quoting an Ethernet frame's packet."""
+    ip_pkt = quoted[14:14 + 28]
+    l4 = struct.pack("!BBHI", 3, 3, 0, 0) + ip_pkt
+    return frame(src, dst, 1, l4)
 
 
 def tcp_segment(seq, data, flags=0x10):

@@ -203,7 +203,7 @@ fn config_with(t: &Topo, name: &str, poll: &str, vector: usize, what: &str) -> R
 }
 
 fn builder() -> NodeBuilder {
-    vnf_builder(".".into())
+    vnf_builder(std::path::Path::new("."))
 }
 
 /// 64-byte UDP frames of `flows` flows (source ports 4000…) from `a` towards an address
@@ -281,7 +281,9 @@ fn bench_graph(selectors: Option<Vec<Selector>>, nat: bool) -> Graph {
     };
     let nodes = || {
         let spec = serde_json::json!({"nat": {"snat": {"public_ip": format!("10.{NET}.2.100")}}});
-        let nat = nat.then(|| nfx_dataplane::build_node("nat", &spec, ".".as_ref()).unwrap());
+        let nat = nat.then(|| {
+            nfx_dataplane::build_node("nat", &spec, &std::path::Path::new(".").into()).unwrap()
+        });
         nat.into_iter().collect::<Vec<_>>()
     };
     let Some(sel) = selectors else {

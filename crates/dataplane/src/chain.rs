@@ -7,16 +7,16 @@
 use crate::config::ConfigError;
 use crate::runtime::NodeBuilder;
 use crate::services::Topology;
-use nfx_vnf::{Node, NodeSpec};
-use std::path::{Path, PathBuf};
+use nfx_vnf::{FileScope, Node, NodeSpec};
 use std::sync::Arc;
 
-/// Builds the node of `spec` named `name`; relative paths in the spec resolve against
-/// `base_dir`. Error fields are relative to the spec (`firewall.max_flows`).
+/// Builds the node of `spec` named `name`; files the spec names are read within `files`
+/// (a config directory, which relative names start from, and allow-listed directories).
+/// Error fields are relative to the spec (`firewall.max_flows`).
 pub fn build_node(
     name: &str,
     spec: &serde_json::Value,
-    base_dir: &Path,
+    files: &FileScope,
 ) -> Result<Box<dyn Node>, ConfigError> {
     let at = |field: String| ConfigError {
         file: String::new(),
@@ -30,7 +30,7 @@ pub fn build_node(
             ..at(if path == "." { String::new() } else { path })
         }
     })?;
-    nfx_vnf::build(&parsed, name, base_dir).map_err(|e| ConfigError {
+    nfx_vnf::build(&parsed, name, files).map_err(|e| ConfigError {
         problem: e.msg,
         ..at(e.field)
     })
@@ -40,13 +40,14 @@ pub fn build_node(
 /// name the entry (`chain[1].nat.snat.public_ip`).
 pub fn build_chain(
     specs: &[serde_json::Value],
-    base_dir: &Path,
+    files: impl Into<FileScope>,
 ) -> Result<Vec<Box<dyn Node>>, ConfigError> {
+    let files = files.into();
     let topo = Topology::from_chain(specs)?;
     topo.instances
         .iter()
         .map(|i| {
-            build_node(&i.id, &i.spec, base_dir).map_err(|e| ConfigError {
+            build_node(&i.id, &i.spec, &files).map_err(|e| ConfigError {
                 field: i.field(&e.field),
                 ..e
             })
@@ -54,15 +55,18 @@ pub fn build_chain(
         .collect()
 }
 
-/// The builder `nfx run` uses: [`build_node`] with paths relative to `base_dir`.
-pub fn vnf_builder(base_dir: PathBuf) -> NodeBuilder {
-    Arc::new(move |name: &str, spec: &serde_json::Value| build_node(name, spec, &base_dir))
+/// The builder `nfx run` uses: [`build_node`] reading files within `files` (see
+/// [`crate::RunConfig::file_scope`]).
+pub fn vnf_builder(files: impl Into<FileScope>) -> NodeBuilder {
+    let files = files.into();
+    Arc::new(move |name: &str, spec: &serde_json::Value| build_node(name, spec, &files))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::path::Path;
 
     fn names(specs: serde_json::Value) -> Vec<String> {
         let specs = specs.as_array().unwrap().clone();
@@ -111,12 +115,12 @@ mod tests {
 
     #[test]
     fn a_node_takes_the_name_it_is_given() {
-        let n = build_node("fw-acme", &json!({"firewall": {}}), Path::new(".")).unwrap();
+        let n = build_node("fw-acme", &json!({"firewall": {}}), &Path::new(".").into()).unwrap();
         assert_eq!(n.name(), "fw-acme");
         let e = build_node(
             "x",
             &json!({"nat": {"snat": {"public_ip": "nope"}}}),
-            Path::new("."),
+            &Path::new(".").into(),
         )
         .err()
         .unwrap();

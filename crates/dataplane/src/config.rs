@@ -52,6 +52,11 @@ pub struct RunConfig {
     /// JSON-lines file that receives every event (DPI matches, elephants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<PathBuf>,
+    /// Directories, besides the config file's own, from which chain specs may read
+    /// files (a firewall's `rules_file`, DPI `patterns`). Absolute paths; a file
+    /// anywhere else is refused (see [`nfx_io::FileScope`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_dirs: Vec<PathBuf>,
     /// Node specs in Forward order (`- firewall: {...}`), built by the chain builder:
     /// one implicit service that takes every frame. Not together with `services`.
     #[serde(default)]
@@ -416,6 +421,15 @@ impl RunConfig {
                 ));
             }
         }
+        for (i, d) in self.allowed_dirs.iter().enumerate() {
+            let climbs = d.components().any(|c| c == std::path::Component::ParentDir);
+            if !d.is_absolute() || climbs {
+                return Err(err(
+                    &format!("allowed_dirs[{i}]"),
+                    format!("`{}` must be an absolute path without `..`", d.display()),
+                ));
+            }
+        }
         let c = &self.classifier;
         if !(1..=MAX_CLASSIFIER_FLOWS).contains(&c.flows) {
             return Err(err(
@@ -469,6 +483,12 @@ impl RunConfig {
             .unwrap_or_default()
     }
 
+    /// Where chain specs may read files from: [`Self::base_dir`] (relative names
+    /// start there) and `allowed_dirs`.
+    pub fn file_scope(&self) -> nfx_io::FileScope {
+        nfx_io::FileScope::new(self.base_dir()).with_allowed(self.allowed_dirs.iter().cloned())
+    }
+
     /// The control socket path: `control_socket` or `/run/nfx/<name>.sock`.
     pub fn socket_path(&self) -> PathBuf {
         self.control_socket
@@ -516,6 +536,30 @@ chain:
         assert_eq!(c.chain[0]["firewall"]["default"], "allow");
         assert_eq!(c.socket_path(), PathBuf::from("/run/nfx/edge.sock"));
         assert!(!c.scalar());
+    }
+
+    #[test]
+    fn allowed_dirs_are_absolute_and_widen_the_file_scope() {
+        let c = RunConfig::parse(
+            &format!("{GOOD}allowed_dirs: [/etc/nfx/acl, /usr/share/nfx]\n"),
+            "/etc/nfx/edge.yaml",
+        )
+        .unwrap();
+        let scope = c.file_scope();
+        assert_eq!(scope.base(), Path::new("/etc/nfx"));
+        assert_eq!(
+            scope,
+            nfx_io::FileScope::new("/etc/nfx")
+                .with_allowed([PathBuf::from("/etc/nfx/acl"), "/usr/share/nfx".into()])
+        );
+        for bad in ["[acl]", "['/etc/nfx/../../root']"] {
+            let e = RunConfig::parse(&format!("{GOOD}allowed_dirs: {bad}\n"), "f").unwrap_err();
+            assert_eq!(e.field, "allowed_dirs[0]", "{e}");
+        }
+        assert_eq!(
+            RunConfig::parse(GOOD, "edge.yaml").unwrap().file_scope(),
+            nfx_io::FileScope::new("")
+        );
     }
 
     #[test]

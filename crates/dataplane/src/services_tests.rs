@@ -258,7 +258,7 @@ fn an_empty_service_set_forwards_nothing() {
 }
 
 fn vnf(id: &str, spec: serde_json::Value) -> Box<dyn Node> {
-    crate::chain::build_node(id, &spec, std::path::Path::new(".")).unwrap()
+    crate::chain::build_node(id, &spec, &std::path::Path::new(".").into()).unwrap()
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn a_fast_path_replay_runs_through_its_service_and_counts_there() {
         crate::chain::build_node(
             "fw",
             &serde_json::json!({"firewall": {"default": "allow"}}),
-            std::path::Path::new("."),
+            &std::path::Path::new(".").into(),
         )
         .unwrap()
     };

@@ -244,7 +244,7 @@ fn config(t: &Topo, net: u8, chain: &str) -> RunConfig {
 }
 
 fn builder() -> NodeBuilder {
-    vnf_builder(".".into())
+    vnf_builder(std::path::Path::new("."))
 }
 
 #[test]

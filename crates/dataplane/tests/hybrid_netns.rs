@@ -154,7 +154,10 @@ fn worker(t: &Topo, net: u8, shared: &str, events: &Path) -> Dataplane {
         patterns().display(),
     );
     let cfg = RunConfig::parse(&text, "hybrid.yaml").unwrap();
-    Dataplane::start(&cfg, vnf_builder(".".into())).unwrap()
+    // The pattern file lives with the repository, outside the (inline) config's directory.
+    let dir = patterns().parent().unwrap().canonicalize().unwrap();
+    let files = nfx_vnf::FileScope::new(".").with_allowed([dir]);
+    Dataplane::start(&cfg, vnf_builder(files)).unwrap()
 }
 
 /// The table tier on m: firewall (UDP 5000 only) + NAT, placed as `placement`.

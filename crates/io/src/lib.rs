@@ -9,6 +9,7 @@ pub mod afpacket;
 pub mod bpf;
 pub mod cgroup;
 pub mod command;
+pub mod confine;
 pub mod cpu;
 pub mod cpufreq;
 pub mod fanout;
@@ -25,6 +26,7 @@ pub mod txring;
 pub mod udp;
 
 pub use afpacket::{AfPacketOptions, AfPacketPort};
+pub use confine::{ConfineError, FileScope};
 pub use poll::{Notifier, PollMode, Waiter, ADAPTIVE_SPIN};
 pub use port::{Port, PortCounters};
 pub use tun::TunPort;

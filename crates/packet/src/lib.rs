@@ -9,6 +9,7 @@ pub mod drop;
 pub mod flow;
 pub mod parse;
 pub mod rewrite;
+pub mod tcp;
 pub mod vector;
 
 pub use buf::{PacketBuf, VnetHdr};

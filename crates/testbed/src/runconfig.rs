@@ -68,7 +68,7 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
     let nat = || json!({"nat": {"snat": {"public_ip": tb.nat_ip().to_string()}}});
     let elephant =
         |bytes: u64| json!({"elephant": {"min_bytes": bytes, "min_rate_bps": 1_000_000}});
-    let dpi = |p: &Path| json!({"dpi": {"patterns": p.to_string_lossy()}});
+    let dpi = |p: &Path| json!({"dpi": {"patterns": resolved(p).to_string_lossy()}});
     match chain {
         Chain::Empty => Vec::new(),
         Chain::FirewallNat => vec![firewall(), nat()],
@@ -92,6 +92,12 @@ pub fn chain_nodes(tb: &Testbed, chain: &Chain) -> Vec<Value> {
     }
 }
 
+/// `p` with symlinks and `..` resolved when it exists (a run config may name files
+/// only inside its allowed directories, by paths without `..`).
+fn resolved(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 /// The whole run config for a dataplane on edge between `to-src` and `to-cloud`.
 pub fn run_config(tb: &Testbed, spec: &RunSpec) -> anyhow::Result<Value> {
     let (src_mac, cloud_mac) = tb.edge_peer_macs()?;
@@ -112,6 +118,12 @@ pub fn run_config(tb: &Testbed, spec: &RunSpec) -> anyhow::Result<Value> {
     }
     if matches!(spec.chain, Chain::HybridTail { .. }) {
         v["ports"]["inside"]["table_tier"] = json!(true);
+    }
+    if let Chain::Full { patterns, .. } | Chain::HybridTail { patterns, .. } = &spec.chain {
+        // The pattern file lives with the repository, not beside the run config.
+        if let Some(dir) = resolved(patterns).parent().filter(|d| d.is_absolute()) {
+            v["allowed_dirs"] = json!([dir.to_string_lossy()]);
+        }
     }
     Ok(v)
 }

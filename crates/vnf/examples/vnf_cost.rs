@@ -9,7 +9,6 @@
 
 use nfx_packet::{parse, Direction, Packet, PacketBuf};
 use nfx_vnf::{EventSink, Node, NodeCtx, NodeSpec};
-use std::path::Path;
 
 /// Flow `i`: UDP from an inside host (10.0.x.y) to a remote (10.200.x.y) port 5201,
 /// or its reply (to the NAT's public address when `public`).
@@ -33,7 +32,7 @@ fn frame(i: u32, reply: bool, public: bool) -> Vec<u8> {
 fn node(yaml: &str) -> Box<dyn Node> {
     let v: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("yaml");
     let spec: NodeSpec = serde_json::from_value(v).expect("spec");
-    nfx_vnf::build(&spec, spec.kind(), Path::new(".")).expect("node builds")
+    nfx_vnf::build(&spec, spec.kind(), &nfx_vnf::FileScope::new(".")).expect("node builds")
 }
 
 /// CPU time this thread has run, in ns (CLOCK_THREAD_CPUTIME_ID), so that other load

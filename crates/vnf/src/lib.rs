@@ -15,5 +15,6 @@ mod testutil;
 pub mod transcode;
 
 pub use event::{Event, EventSink};
-pub use node::{Node, NodeCtx, StateError};
+pub use nfx_io::FileScope;
+pub use node::{ImportReport, Node, NodeCtx, SkipReason, StateError};
 pub use spec::{build, ConfigError, NodeSpec};

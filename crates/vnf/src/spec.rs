@@ -10,7 +10,7 @@ use crate::elephant::ElephantConfig;
 use crate::firewall::FirewallConfig;
 use crate::nat::NatConfig;
 use crate::Node;
-use std::path::Path;
+use nfx_io::FileScope;
 
 /// One node of a chain, as written in YAML (the variant name is the node kind).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -67,14 +67,15 @@ impl ConfigError {
     }
 }
 
-/// Builds the node described by `spec`, named `name`; relative paths in the spec
-/// (e.g. a rules file) are taken relative to `base_dir`, the config file's directory.
-pub fn build(spec: &NodeSpec, name: &str, base_dir: &Path) -> Result<Box<dyn Node>, ConfigError> {
+/// Builds the node described by `spec`, named `name`. Files the spec names (a rules
+/// file, a pattern file) are read within `files`: the config file's directory (which
+/// relative names start from) and the directories the operator allow-listed.
+pub fn build(spec: &NodeSpec, name: &str, files: &FileScope) -> Result<Box<dyn Node>, ConfigError> {
     let kind = spec.kind();
     let node: Box<dyn Node> = match spec {
-        NodeSpec::Firewall(c) => Box::new(c.build(name, base_dir).map_err(|e| e.within(kind))?),
+        NodeSpec::Firewall(c) => Box::new(c.build(name, files).map_err(|e| e.within(kind))?),
         NodeSpec::Nat(c) => Box::new(c.build(name).map_err(|e| e.within(kind))?),
-        NodeSpec::Dpi(c) => Box::new(c.build(name, base_dir).map_err(|e| e.within(kind))?),
+        NodeSpec::Dpi(c) => Box::new(c.build(name, files).map_err(|e| e.within(kind))?),
         NodeSpec::Elephant(c) => Box::new(c.build(name).map_err(|e| e.within(kind))?),
     };
     Ok(node)

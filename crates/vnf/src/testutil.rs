@@ -16,14 +16,28 @@ fn b(a: u32) -> [u8; 4] {
 }
 
 pub fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+    tcp_seq(src, sport, dst, dport, flags, (1, 1), payload)
+}
+
+/// A TCP frame with sequence and acknowledgement numbers `(seq, ack)` and a 64000-byte
+/// window.
+pub fn tcp_seq(
+    src: &str,
+    sport: u16,
+    dst: &str,
+    dport: u16,
+    flags: u8,
+    (seq, ack): (u32, u32),
+    payload: &[u8],
+) -> Vec<u8> {
     let mut bl = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(b(ip(src)), b(ip(dst)), 64)
-        .tcp(sport, dport, 1, 64000);
+        .tcp(sport, dport, seq, 64000);
     if flags & 0x02 != 0 {
         bl = bl.syn();
     }
     if flags & 0x10 != 0 {
-        bl = bl.ack(1);
+        bl = bl.ack(ack);
     }
     if flags & 0x01 != 0 {
         bl = bl.fin();
@@ -74,6 +88,28 @@ pub fn icmp_unreachable(from: &str, to: &str, inner: &[u8]) -> Vec<u8> {
         .write(&mut v, &inner[14..])
         .unwrap();
     v
+}
+
+/// Sets a TCP/UDP frame's ports, in the bytes and in `p.meta` (the L4 checksum is
+/// left stale: stateful nodes do not check it).
+pub fn set_ports(p: &mut Packet, sport: u16, dport: u16) {
+    let l4 = p.meta.l4;
+    let f = p.buf.frame_mut();
+    f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+    f[l4 + 2..l4 + 4].copy_from_slice(&dport.to_be_bytes());
+    p.meta.key.sport = sport;
+    p.meta.key.dport = dport;
+    p.drop = None;
+}
+
+/// Runs a vector through `node` at `now`.
+pub fn run_vec(node: &mut dyn Node, pkts: &mut [Packet], now: u64) {
+    let mut sink = EventSink::default();
+    let mut ctx = NodeCtx {
+        now_ns: now,
+        events: &mut sink,
+    };
+    node.process(pkts, &mut ctx);
 }
 
 pub fn pkt(frame: &[u8], dir: Direction) -> Packet {

@@ -4,6 +4,7 @@
 //! capacity in entries, and the translation into the program's rows.
 
 use super::raw::{addr_words, RawDnatKey, RawDnatVal, RawRule};
+use nfx_io::FileScope;
 use nfx_vnf::dpi::DpiConfig;
 use nfx_vnf::elephant::ElephantConfig;
 use nfx_vnf::firewall::config::{read_rules_file, Action, ReverseNew, RuleConfig, TimeoutConfig};
@@ -180,6 +181,17 @@ fn dpi_refusal(c: &DpiConfig) -> Refusal {
     }
 }
 
+/// Per-source flow limits count flows per address in the software node; the table
+/// tier's programs keep no such count, so they are refused rather than ignored.
+fn per_source_refusal(function: &'static str) -> Refusal {
+    Refusal::Unsupported {
+        function,
+        why: "`max_flows_per_source` is not in the table tier's programs; use 0 (no limit) \
+              or run the function in software"
+            .into(),
+    }
+}
+
 fn config_err(function: &'static str) -> impl Fn(ConfigError) -> Refusal {
     move |error| Refusal::Config { function, error }
 }
@@ -277,6 +289,7 @@ fn secs(s: u64) -> u64 {
 }
 
 fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Refusal> {
+    let files = FileScope::from(base_dir);
     let err = config_err("firewall");
     // Every field is named, so that a field added to the software firewall must be
     // decided on here (supported, or refused) before this compiles.
@@ -287,19 +300,24 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         max_flows: flows,
         loose,
         reverse_new,
+        max_flows_per_source,
         timeouts,
     } = c;
+    if *max_flows_per_source != 0 {
+        return Err(per_source_refusal("firewall"));
+    }
     // The software's validation of everything but the rules and the table size.
     FirewallConfig {
         default: *default,
         rules: Vec::new(),
         rules_file: None,
         max_flows: 1,
+        max_flows_per_source: 0,
         loose: *loose,
         reverse_new: *reverse_new,
         timeouts: timeouts.clone(),
     }
-    .build("probe", base_dir)
+    .build("probe", &files)
     .map_err(&err)?;
     let mut raw = rules
         .iter()
@@ -308,11 +326,11 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         .collect::<Result<Vec<_>, _>>()
         .map_err(&err)?;
     if let Some(f) = rules_file {
-        let (shown, more) = read_rules_file(f, base_dir).map_err(&err)?;
+        let more = read_rules_file(f, &files).map_err(&err)?;
         for (i, r) in more.iter().enumerate() {
             raw.push(
                 rule(r, &format!("rules[{i}]"))
-                    .map_err(|e| e.within(&format!("rules_file({shown})")))
+                    .map_err(|e| e.within(&format!("rules_file({f})")))
                     .map_err(&err)?,
             );
         }
@@ -326,6 +344,7 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         last_ack,
         time_wait,
         close,
+        unacknowledged: _,
         udp,
         udp_stream,
         icmp,
@@ -373,8 +392,21 @@ fn plan_nat(c: &NatConfig) -> Result<NatPlan, Refusal> {
         snat,
         dnat,
         max_flows: flows,
+        inside_networks,
+        max_flows_per_source,
         timeouts,
     } = c;
+    if *max_flows_per_source != 0 {
+        return Err(per_source_refusal("nat"));
+    }
+    if !inside_networks.is_empty() {
+        return Err(Refusal::Unsupported {
+            function: "nat",
+            why: "`inside_networks` (source NAT for listed networks only) is not in the \
+                  table tier's NAT program; leave it empty or run the NAT in software"
+                .into(),
+        });
+    }
     // Addresses: parsed here (IPv6 is the table tier's); the rest is validated by the
     // software NAT on a copy whose addresses are distinct IPv4 placeholders.
     let mut addrs: Vec<IpAddr> = Vec::new();
@@ -446,6 +478,8 @@ fn plan_nat(c: &NatConfig) -> Result<NatPlan, Refusal> {
         }),
         dnat: probe_dnat,
         max_flows: 1,
+        inside_networks: Vec::new(),
+        max_flows_per_source: 0,
         timeouts: timeouts.clone(),
     };
     probe.build("probe").map_err(&err)?;

@@ -364,7 +364,7 @@ fn state_moves_between_chains_and_between_tiers() {
     );
     assert_eq!(nfx_packet::parse(&back.frame).unwrap().key.dport, 5004);
     // The software NAT reads the same blob, and its export is read here.
-    let mut soft = nfx_vnf::build(&spec(nat), "nat", Path::new(".")).unwrap();
+    let mut soft = nfx_vnf::build(&spec(nat), "nat", &Path::new(".").into()).unwrap();
     assert_eq!(soft.import_state(&blob).unwrap(), 10);
     let mut sblob = Vec::new();
     soft.export_state(&mut sblob);

@@ -88,7 +88,7 @@ impl Soft {
         Self {
             nodes: specs
                 .iter()
-                .map(|(n, s)| nfx_vnf::build(s, n, Path::new(".")).expect("software node"))
+                .map(|(n, s)| nfx_vnf::build(s, n, &Path::new(".").into()).expect("software node"))
                 .collect(),
             events: EventSink::default(),
         }

@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(d) => anyhow::bail!("--duration {d}: must be a positive number of seconds"),
         None => None,
     };
-    let dp = Dataplane::start(&cfg, vnf_builder(cfg.base_dir()))?;
+    let dp = Dataplane::start(&cfg, vnf_builder(cfg.file_scope()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller())?;
     eprintln!(
         "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s){}); control socket {}",

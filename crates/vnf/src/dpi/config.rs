@@ -3,15 +3,17 @@
 use super::engine::EngineKind;
 use super::{Dpi, DpiError};
 use crate::spec::ConfigError;
+use nfx_io::FileScope;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Which patterns to match, with which engine, and how much per-flow state to keep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DpiConfig {
     /// Pattern file (`id<TAB>action<TAB>kind<TAB>pattern` lines), relative to the
-    /// directory of the config file that names it.
+    /// directory of the config file that names it; it must lie in that directory or
+    /// an allow-listed one (see `nfx_io::FileScope`).
     pub patterns: PathBuf,
     /// Matching engine (default `auto`).
     #[serde(default)]
@@ -104,11 +106,11 @@ impl DpiConfig {
         Ok(())
     }
 
-    /// Builds the node for a chain spec; a relative pattern path is taken from
-    /// `base_dir`. Pattern-file errors come back under field `patterns`, with the
-    /// file, line and pattern id in the message.
-    pub fn build(&self, name: &str, base_dir: &Path) -> Result<Dpi, ConfigError> {
-        Dpi::new(name, self, base_dir).map_err(|e| match e {
+    /// Builds the node for a chain spec; the pattern file is read within `files`.
+    /// Pattern-file errors come back under field `patterns`, with the file and line
+    /// in the message.
+    pub fn build(&self, name: &str, files: &FileScope) -> Result<Dpi, ConfigError> {
+        Dpi::new(name, self, files).map_err(|e| match e {
             DpiError::Config { field, problem } => ConfigError::new(field, problem),
             other => ConfigError::new("patterns", other.to_string()),
         })
@@ -202,17 +204,13 @@ mod tests {
             ..DpiConfig::with_patterns("p.txt")
         };
         assert_eq!(
-            c.build("d", Path::new("/")).unwrap_err().field,
+            c.build("d", &FileScope::new("/")).unwrap_err().field,
             "event_table"
         );
         let e = DpiConfig::with_patterns("missing.txt")
-            .build("d", Path::new("/nonexistent"))
+            .build("d", &FileScope::new("/nonexistent"))
             .unwrap_err();
         assert_eq!(e.field, "patterns");
-        assert!(
-            e.msg.starts_with("/nonexistent/missing.txt: cannot read"),
-            "{}",
-            e.msg
-        );
+        assert!(e.msg.starts_with("`missing.txt`: cannot read"), "{}", e.msg);
     }
 }

@@ -9,6 +9,7 @@ use super::stream::StreamTails;
 use super::DpiError;
 use crate::elephant::FlowTable;
 use crate::{Event, Node, NodeCtx};
+use nfx_io::FileScope;
 use nfx_packet::{DropReason, FlowKey, Packet};
 use regex_automata::{PatternID, PatternSet};
 use std::path::Path;
@@ -16,7 +17,6 @@ use std::path::Path;
 const NS_PER_MS: u64 = 1_000_000;
 const TCP: u8 = 6;
 const TCP_FIN: u8 = 0x01;
-const TCP_SYN: u8 = 0x02;
 const TCP_RST: u8 = 0x04;
 
 /// What the node keeps of each pattern after the engine is built.
@@ -65,24 +65,19 @@ pub struct Dpi {
     out: Reporter,
 }
 
-/// Reads a TCP segment's sequence number and flags; the sequence number of its
-/// first payload byte counts the SYN flag.
+/// A TCP segment's first payload byte's sequence number, and its flags.
 fn tcp_seq(p: &Packet) -> Option<(u32, u8)> {
-    let f = p.buf.frame();
-    let s = f.get(p.meta.l4 + 4..p.meta.l4 + 8)?;
-    let seq = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-    let flags = p.meta.tcp_flags;
-    Some((seq.wrapping_add(u32::from(flags & TCP_SYN != 0)), flags))
+    let seq = nfx_packet::tcp::payload_seq(p.buf.frame(), &p.meta)?;
+    Some((seq, p.meta.tcp_flags))
 }
 
 impl Dpi {
-    /// Builds the node from its config; a relative pattern path is taken from
-    /// `base_dir` (the directory of the config file).
-    pub fn new(name: &str, cfg: &DpiConfig, base_dir: &Path) -> Result<Self, DpiError> {
+    /// Builds the node from its config; the pattern file is read within `files` (the
+    /// config file's directory and the allow-listed ones).
+    pub fn new(name: &str, cfg: &DpiConfig, files: &FileScope) -> Result<Self, DpiError> {
         cfg.validate()?;
-        let path = base_dir.join(&cfg.patterns);
-        let specs = patterns::load(&path)?;
-        Self::from_specs(name, cfg, &specs, &path)
+        let specs = patterns::load(files, &cfg.patterns)?;
+        Self::from_specs(name, cfg, &specs, &cfg.patterns)
     }
 
     /// Builds the node from already parsed patterns (`path` is named in errors).
@@ -96,10 +91,9 @@ impl Dpi {
         let engine =
             Engine::build(specs, cfg.engine).map_err(|BuildError { pattern, problem }| {
                 match pattern {
-                    Some(i) => DpiError::Pattern {
+                    Some(i) => DpiError::Line {
                         path: path.to_path_buf(),
                         line: specs[i].line,
-                        id: specs[i].id.clone(),
                         problem,
                     },
                     None => DpiError::File {

@@ -11,6 +11,7 @@
 //! Blank lines and lines starting with `#` are ignored.
 
 use super::DpiError;
+use nfx_io::FileScope;
 use regex_automata::util::syntax;
 use std::path::Path;
 
@@ -131,7 +132,7 @@ fn unescape(text: &str) -> Result<Vec<u8>, String> {
                 let s = std::str::from_utf8(&digits).map_err(|e| e.to_string())?;
                 out.push(u8::from_str_radix(s, 16).map_err(|e| e.to_string())?);
             }
-            Some(c) => return Err(format!("unknown escape \\{} in literal", char::from(c))),
+            Some(_) => return Err("unknown escape in literal (\\\\ \\t \\r \\n \\xHH)".into()),
             None => return Err("literal ends with a lone backslash".into()),
         }
     }
@@ -156,21 +157,10 @@ fn check_regex(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads and validates a pattern file (at most [`MAX_FILE_BYTES`]).
-pub fn load(path: &Path) -> Result<Vec<PatternSpec>, DpiError> {
-    let read_err = |source| DpiError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let size = std::fs::metadata(path).map_err(read_err)?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(DpiError::File {
-            path: path.to_path_buf(),
-            problem: format!("{size} bytes, more than the {MAX_FILE_BYTES} accepted"),
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(read_err)?;
-    parse(&text, path)
+/// Reads (within `files`, at most [`MAX_FILE_BYTES`]) and validates a pattern file.
+pub fn load(files: &FileScope, name: &Path) -> Result<Vec<PatternSpec>, DpiError> {
+    let text = files.read_text(name, MAX_FILE_BYTES)?;
+    parse(&text, name)
 }
 
 /// Parses pattern-file text; `path` is only used in errors.
@@ -196,43 +186,37 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<PatternSpec>, DpiError> {
             )));
         };
         if id.is_empty() || id.chars().any(char::is_whitespace) {
-            return Err(line_err(format!(
-                "id {id:?} must be non-empty without whitespace"
-            )));
+            return Err(line_err(
+                "the id must be non-empty, without whitespace".into(),
+            ));
         }
-        let pat_err = |problem: String| DpiError::Pattern {
-            path: path.to_path_buf(),
-            line,
-            id: id.to_string(),
-            problem,
-        };
         if let Some(first) = ids.insert(id.to_string(), line) {
-            return Err(pat_err(format!("duplicate id (first on line {first})")));
+            return Err(line_err(format!("duplicate id (first on line {first})")));
         }
         let action = match action {
             "alert" => Action::Alert,
             "drop" => Action::Drop,
-            other => return Err(pat_err(format!("action {other:?}: expected alert or drop"))),
+            _ => return Err(line_err("action: expected alert or drop".into())),
         };
         let kind = match kind {
             "literal" => Kind::Literal,
             "literal_nocase" => Kind::LiteralNocase,
             "regex" => Kind::Regex,
-            other => {
-                return Err(pat_err(format!(
-                    "kind {other:?}: expected literal, literal_nocase or regex"
-                )))
+            _ => {
+                return Err(line_err(
+                    "kind: expected literal, literal_nocase or regex".into(),
+                ))
             }
         };
         if text.is_empty() {
-            return Err(pat_err("empty pattern".into()));
+            return Err(line_err("empty pattern".into()));
         }
         let literal = match kind {
             Kind::Regex => {
-                check_regex(text).map_err(|e| pat_err(format!("bad regex: {e}")))?;
+                check_regex(text).map_err(|e| line_err(format!("bad regex: {e}")))?;
                 Vec::new()
             }
-            Kind::Literal | Kind::LiteralNocase => unescape(text).map_err(pat_err)?,
+            Kind::Literal | Kind::LiteralNocase => unescape(text).map_err(line_err)?,
         };
         if specs.len() == MAX_PATTERNS {
             return Err(line_err(format!("more than {MAX_PATTERNS} patterns")));
@@ -285,43 +269,40 @@ mod tests {
                 "a\talert\tliteral",
                 "pats.txt:1: expected 4 tab-separated fields",
             ),
-            ("\n a\talert\tliteral\tx", "pats.txt:2: id \" a\" must be"),
+            ("\n a\talert\tliteral\tx", "pats.txt:2: the id must be"),
             (
                 "a\tblock\tliteral\tx",
-                "pats.txt:1: pattern a: action \"block\"",
+                "pats.txt:1: action: expected alert or drop",
             ),
-            ("a\talert\tpcre\tx", "pats.txt:1: pattern a: kind \"pcre\""),
+            ("a\talert\tpcre\tx", "pats.txt:1: kind: expected literal"),
             (
                 "a\talert\tregex\t(unclosed",
-                "pats.txt:1: pattern a: bad regex: unclosed group",
+                "pats.txt:1: bad regex: unclosed group",
             ),
             (
                 "a\talert\tregex\t[a-",
-                "pats.txt:1: pattern a: bad regex: unclosed character class",
+                "pats.txt:1: bad regex: unclosed character class",
             ),
             (
                 "a\talert\tregex\tx*",
-                "pats.txt:1: pattern a: bad regex: can match the empty string",
+                "pats.txt:1: bad regex: can match the empty string",
             ),
             (
                 "a\talert\tliteral\t\\q",
-                "pats.txt:1: pattern a: unknown escape \\q",
+                "pats.txt:1: unknown escape in literal",
             ),
             (
                 "a\talert\tliteral\t\\x4",
-                "pats.txt:1: pattern a: \\x must be followed",
+                "pats.txt:1: \\x must be followed",
             ),
             (
                 "a\talert\tliteral\tab\\",
-                "pats.txt:1: pattern a: literal ends with a lone backslash",
+                "pats.txt:1: literal ends with a lone backslash",
             ),
-            (
-                "a\talert\tliteral\t",
-                "pats.txt:1: pattern a: empty pattern",
-            ),
+            ("a\talert\tliteral\t", "pats.txt:1: empty pattern"),
             (
                 "a\talert\tliteral\tx\na\talert\tliteral\ty",
-                "pats.txt:2: pattern a: duplicate id (first on line 1)",
+                "pats.txt:2: duplicate id (first on line 1)",
             ),
             ("# only a comment\n", "pats.txt: no patterns"),
         ];
@@ -333,13 +314,31 @@ mod tests {
 
     #[test]
     fn load_reports_missing_file() {
-        let e = load(Path::new("/nonexistent/nfx-patterns.txt"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("/nonexistent/nfx-patterns.txt: cannot read pattern file"),
-            "{e}"
-        );
+        let e = load(
+            &FileScope::new("/nonexistent"),
+            Path::new("nfx-patterns.txt"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("`nfx-patterns.txt`: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn errors_never_quote_the_file() {
+        // What a config pointed at a file that is not a pattern file would show.
+        let secret = "root:$6$SECRETHASH:19000:0:99999:7:::";
+        for text in [
+            secret.to_string(),
+            format!("{secret} x\talert\tliteral\tx"),
+            format!("a\t{secret}\tliteral\tx"),
+            format!("a\talert\t{secret}\tx"),
+            format!("a\talert\tliteral\t\\q{secret}"),
+            format!("a\talert\tregex\t({secret}"),
+            format!("{secret}\talert\tliteral\tx\n{secret}\talert\tliteral\ty"),
+        ] {
+            let e = p(&text).expect_err(&text).to_string();
+            assert!(!e.contains("SECRET"), "{e}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use super::*;
 use crate::elephant::testpkt::{as_gso, ping, run, tcp, udp, udp_from};
 use crate::Node;
+use nfx_io::FileScope;
 use nfx_packet::{DropReason, Packet};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,15 @@ nocase\talert\tliteral_nocase\tunion select
 
 fn shipped_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/dpi/patterns.txt")
+}
+
+/// The scope of a config file beside the shipped pattern file.
+fn shipped_dir() -> FileScope {
+    FileScope::new(shipped_path().parent().unwrap())
+}
+
+fn shipped_specs() -> Vec<PatternSpec> {
+    patterns::load(&shipped_dir(), Path::new("patterns.txt")).unwrap()
 }
 
 fn dpi_with(text: &str, cfg: DpiConfig) -> Dpi {
@@ -63,7 +73,7 @@ impl Drop for TempFile {
 
 #[test]
 fn shipped_pattern_file_loads_over_100_patterns() {
-    let specs = patterns::load(&shipped_path()).unwrap();
+    let specs = shipped_specs();
     assert!(specs.len() >= 100, "{}", specs.len());
     let test = specs
         .iter()
@@ -73,7 +83,7 @@ fn shipped_pattern_file_loads_over_100_patterns() {
     assert!(specs.iter().any(|s| s.kind == Kind::Regex));
     assert!(specs.iter().any(|s| s.action == Action::Drop));
     let cfg = DpiConfig::with_patterns("patterns.txt");
-    let d = Dpi::new("dpi0", &cfg, shipped_path().parent().unwrap()).unwrap();
+    let d = Dpi::new("dpi0", &cfg, &shipped_dir()).unwrap();
     assert_eq!(d.pattern_len(), specs.len());
     assert_eq!(d.engine_name(), "hybrid");
     // Every shipped pattern has a literal factor or a start anchor.
@@ -84,7 +94,7 @@ fn shipped_pattern_file_loads_over_100_patterns() {
 #[test]
 fn shipped_patterns_pass_random_bulk_data_and_catch_the_test_string() {
     let cfg = DpiConfig::with_patterns("patterns.txt");
-    let mut d = Dpi::new("dpi0", &cfg, shipped_path().parent().unwrap()).unwrap();
+    let mut d = Dpi::new("dpi0", &cfg, &shipped_dir()).unwrap();
     // Pseudo-random bytes like iperf3's payload: no pattern may drop them.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let data: Vec<u8> = (0..64_000)
@@ -314,49 +324,56 @@ fn pattern_file_is_read_relative_to_the_config_directory() {
     let f = TempFile::new("rel", PATTERNS);
     let dir = f.0.parent().unwrap();
     let name = f.0.file_name().unwrap();
-    let d = Dpi::new("dpi0", &DpiConfig::with_patterns(name), dir).unwrap();
+    let d = Dpi::new(
+        "dpi0",
+        &DpiConfig::with_patterns(name),
+        &FileScope::new(dir),
+    )
+    .unwrap();
     assert_eq!(d.pattern_len(), 5);
 }
 
 #[test]
-fn bad_pattern_files_name_file_line_and_id() {
+fn bad_pattern_files_name_file_and_line() {
     let f = TempFile::new("bad", "ok\talert\tliteral\tx\n\nbroken\tdrop\tregex\t[a-\n");
-    let e = Dpi::new("dpi0", &DpiConfig::with_patterns(&f.0), Path::new("/"))
-        .unwrap_err()
-        .to_string();
+    let e = Dpi::new(
+        "dpi0",
+        &DpiConfig::with_patterns(&f.0),
+        &FileScope::new("/"),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
-        e.starts_with(&format!("{}:3: pattern broken: bad regex", f.0.display())),
+        e.starts_with(&format!("{}:3: bad regex", f.0.display())),
         "{e}"
     );
     let e = Dpi::new(
         "d",
         &DpiConfig::with_patterns("missing.txt"),
-        Path::new("/nonexistent"),
+        &FileScope::new("/nonexistent"),
     )
     .unwrap_err()
     .to_string();
-    assert!(
-        e.starts_with("/nonexistent/missing.txt: cannot read pattern file"),
-        "{e}"
-    );
+    assert!(e.starts_with("`missing.txt`: cannot read"), "{e}");
     let mixed = TempFile::new("mixed", "a\talert\tliteral\tx\nr\talert\tregex\tab+\n");
     let cfg = DpiConfig {
         engine: EngineKind::AhoCorasick,
         ..DpiConfig::with_patterns(&mixed.0)
     };
-    let e = Dpi::new("d", &cfg, Path::new("/")).unwrap_err().to_string();
+    let e = Dpi::new("d", &cfg, &FileScope::new("/"))
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.starts_with(&format!(
-            "{}:2: pattern r: engine aho_corasick",
-            mixed.0.display()
-        )),
+        e.starts_with(&format!("{}:2: engine aho_corasick", mixed.0.display())),
         "{e}"
     );
     let cfg = DpiConfig {
         stream_window: 1 << 20,
         ..DpiConfig::with_patterns(&f.0)
     };
-    let e = Dpi::new("d", &cfg, Path::new("/")).unwrap_err().to_string();
+    let e = Dpi::new("d", &cfg, &FileScope::new("/"))
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("dpi.stream_window: "), "{e}");
 }
 
@@ -406,7 +423,7 @@ fn shipped_engines_scan(hay: &[u8], start: usize) -> [Vec<String>; 2] {
     type Built = (Vec<PatternSpec>, Engine, Engine);
     static ENGINES: std::sync::OnceLock<std::sync::Mutex<Built>> = std::sync::OnceLock::new();
     let m = ENGINES.get_or_init(|| {
-        let specs = patterns::load(&shipped_path()).unwrap();
+        let specs = shipped_specs();
         let re = Engine::build(&specs, EngineKind::Regex).unwrap();
         let hy = Engine::build(&specs, EngineKind::Hybrid).unwrap();
         std::sync::Mutex::new((specs, re, hy))
@@ -432,7 +449,7 @@ fn engines_agree_on_every_fragment_together() {
 }
 
 fn literal_subset() -> String {
-    let specs = patterns::load(&shipped_path()).unwrap();
+    let specs = shipped_specs();
     specs
         .iter()
         .filter(|s| s.kind == Kind::Literal)
@@ -555,7 +572,7 @@ fn dpi_engine_throughput() {
 
 #[test]
 fn chain_spec_builds_dpi_and_elephant_nodes() {
-    let dir = shipped_path().parent().unwrap().to_path_buf();
+    let dir = shipped_dir();
     let v = serde_json::json!({"dpi": {"patterns": "patterns.txt", "stream_window": 32}});
     let spec: crate::spec::NodeSpec = serde_json::from_value(v).unwrap();
     let node = crate::spec::build(&spec, "dpi0", &dir).unwrap();
@@ -589,7 +606,7 @@ fn memory_of_default_configs() {
     let d = Dpi::new(
         "dpi0",
         &DpiConfig::with_patterns("patterns.txt"),
-        shipped_path().parent().unwrap(),
+        &shipped_dir(),
     )
     .unwrap();
     let e =

@@ -15,7 +15,8 @@ impl Prefix {
     /// Matches every address.
     pub const ANY: Prefix = Prefix { addr: 0, mask: 0 };
 
-    /// Parses `a.b.c.d/len` or a bare address (`/32`).
+    /// Parses `a.b.c.d/len` or a bare address (`/32`). Errors do not quote the text
+    /// (it may come from a rules file; the caller names the field).
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
         if s == "any" {
@@ -23,11 +24,9 @@ impl Prefix {
         }
         let (a, len) = match s.split_once('/') {
             Some((a, l)) => {
-                let len: u32 = l
-                    .parse()
-                    .map_err(|_| format!("bad prefix length in '{s}'"))?;
+                let len: u32 = l.parse().map_err(|_| "bad prefix length".to_string())?;
                 if len > 32 {
-                    return Err(format!("prefix length {len} > 32 in '{s}'"));
+                    return Err("prefix length above 32".into());
                 }
                 (a, len)
             }
@@ -35,7 +34,7 @@ impl Prefix {
         };
         let addr: std::net::Ipv4Addr = a
             .parse()
-            .map_err(|_| format!("'{s}' is not an IPv4 address or CIDR prefix"))?;
+            .map_err(|_| "not an IPv4 address or CIDR prefix (a.b.c.d/len)".to_string())?;
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
         Ok(Self {
             addr: u32::from(addr) & mask,
@@ -75,14 +74,14 @@ impl PortRange {
         let port = |p: &str| {
             p.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("'{p}' is not a port (0-65535) in '{s}'"))
+                .map_err(|_| "not a port (0-65535), a range `lo-hi` or `any`".to_string())
         };
         let (lo, hi) = match s.split_once('-') {
             Some((a, b)) => (port(a)?, port(b)?),
             None => (port(s)?, port(s)?),
         };
         if lo > hi {
-            return Err(format!("empty port range '{s}' (start above end)"));
+            return Err("empty port range (start above end)".into());
         }
         Ok(Self { lo, hi })
     }

@@ -3,10 +3,15 @@
 use super::acl::{Acl, PortRange, Prefix, Rule};
 use super::{Firewall, Timeouts};
 use crate::spec::{ConfigError, PortField, Proto};
+use nfx_io::FileScope;
 use std::path::Path;
 
-/// Largest `max_flows` accepted (about 640 MB of table).
+/// Largest `max_flows` accepted (about 1.1 GB of table).
 pub const MAX_FLOWS_LIMIT: usize = 16 << 20;
+/// Largest rules file read.
+pub const MAX_RULES_FILE_BYTES: u64 = 4 << 20;
+/// Most rules (inline and from the file together): every new flow scans them.
+pub const MAX_RULES: usize = 65_536;
 
 /// Action of a rule or of the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -70,6 +75,9 @@ pub struct TimeoutConfig {
     pub time_wait: u64,
     /// TCP CLOSE (after RST).
     pub close: u64,
+    /// Cap for an established connection that is not assured, was picked up
+    /// mid-stream or has data outstanding (Linux's `tcp_timeout_unacknowledged`).
+    pub unacknowledged: u64,
     /// UDP flow not yet answered.
     pub udp: u64,
     /// UDP flow that saw a reply.
@@ -91,6 +99,7 @@ impl Default for TimeoutConfig {
             last_ack: 30,
             time_wait: 120,
             close: 10,
+            unacknowledged: 300,
             udp: 30,
             udp_stream: 120,
             icmp: 30,
@@ -118,9 +127,13 @@ pub struct FirewallConfig {
     /// Table capacity (default 262144).
     #[serde(default = "default_max_flows")]
     pub max_flows: usize,
-    /// Pick up TCP connections seen mid-stream as ESTABLISHED (default off).
+    /// Pick up TCP connections seen mid-stream (a bare ACK without state) as an
+    /// unassured, liberal ESTABLISHED entry (default off).
     #[serde(default)]
     pub loose: bool,
+    /// Most flows one address may have opened at once (0, the default: no limit).
+    #[serde(default)]
+    pub max_flows_per_source: u32,
     /// New flows from the outside: drop (default) or acl.
     #[serde(default)]
     pub reverse_new: ReverseNew,
@@ -134,7 +147,7 @@ fn port_range(field: &str, p: &Option<PortField>) -> Result<PortRange, ConfigErr
         None => Ok(PortRange::ANY),
         Some(PortField::Num(n)) => u16::try_from(*n)
             .map(|n| PortRange { lo: n, hi: n })
-            .map_err(|_| ConfigError::new(field, format!("port {n} is above 65535"))),
+            .map_err(|_| ConfigError::new(field, "a port is above 65535")),
         Some(PortField::Text(s)) => PortRange::parse(s).map_err(|m| ConfigError::new(field, m)),
     }
 }
@@ -174,7 +187,7 @@ impl RuleConfig {
 }
 
 impl TimeoutConfig {
-    fn fields(&self) -> [(&'static str, u64); 12] {
+    fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("syn_sent", self.syn_sent),
             ("syn_recv", self.syn_recv),
@@ -184,6 +197,7 @@ impl TimeoutConfig {
             ("last_ack", self.last_ack),
             ("time_wait", self.time_wait),
             ("close", self.close),
+            ("unacknowledged", self.unacknowledged),
             ("udp", self.udp),
             ("udp_stream", self.udp_stream),
             ("icmp", self.icmp),
@@ -210,37 +224,42 @@ impl TimeoutConfig {
     }
 }
 
-/// Reads a rules file (a YAML list of rules, relative to `base_dir`) as written; returns
-/// the path as shown in errors and the rules. Also used by the table tier's firewall.
-pub fn read_rules_file(
-    file: &str,
-    base_dir: &Path,
-) -> Result<(String, Vec<RuleConfig>), ConfigError> {
-    let path = base_dir.join(file);
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| ConfigError::new("rules_file", format!("cannot read {shown}: {e}")))?;
-    let rules: Vec<RuleConfig> = serde_yaml_ng::from_str(&text)
-        .map_err(|e| ConfigError::new("rules_file", format!("{shown}: {e}")))?;
-    Ok((shown, rules))
+/// Reads the rules of a rules file (a YAML list of rules) within `files`, as written.
+/// The file is not the operator's config text and may be anything, so no error quotes
+/// it: errors give the line (YAML) and what is wrong. Also used by the table tier's
+/// firewall.
+pub fn read_rules_file(file: &str, files: &FileScope) -> Result<Vec<RuleConfig>, ConfigError> {
+    let text = files
+        .read_text(Path::new(file), MAX_RULES_FILE_BYTES)
+        .map_err(|e| ConfigError::new("rules_file", e.to_string()))?;
+    let rules: Vec<RuleConfig> = serde_yaml_ng::from_str(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map_or(String::new(), |l| format!(" at line {}", l.line()));
+        ConfigError::new(
+            "rules_file",
+            format!("`{file}`{at}: not a YAML list of rules ({{action, proto, src, dst, sport, dport}})"),
+        )
+    })?;
+    Ok(rules)
 }
 
 /// Reads and validates the rules of a rules file.
-fn load_rules_file(file: &str, base_dir: &Path) -> Result<Vec<Rule>, ConfigError> {
-    let (shown, rules) = read_rules_file(file, base_dir)?;
+fn load_rules_file(file: &str, files: &FileScope) -> Result<Vec<Rule>, ConfigError> {
+    let rules = read_rules_file(file, files)?;
     rules
         .iter()
         .enumerate()
         .map(|(i, r)| {
             r.to_rule(&format!("rules[{i}]"))
-                .map_err(|e| e.within(&format!("rules_file({shown})")))
+                .map_err(|e| e.within(&format!("rules_file({file})")))
         })
         .collect()
 }
 
 impl FirewallConfig {
     /// Validates the configuration and builds the node.
-    pub fn build(&self, name: &str, base_dir: &Path) -> Result<Firewall, ConfigError> {
+    pub fn build(&self, name: &str, files: &FileScope) -> Result<Firewall, ConfigError> {
         if self.max_flows == 0 || self.max_flows > MAX_FLOWS_LIMIT {
             return Err(ConfigError::new(
                 "max_flows",
@@ -254,7 +273,13 @@ impl FirewallConfig {
             .map(|(i, r)| r.to_rule(&format!("rules[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(f) = &self.rules_file {
-            rules.extend(load_rules_file(f, base_dir)?);
+            rules.extend(load_rules_file(f, files)?);
+        }
+        if rules.len() > MAX_RULES {
+            return Err(ConfigError::new(
+                "rules",
+                format!("{} rules, more than the {MAX_RULES} accepted", rules.len()),
+            ));
         }
         let acl = Acl::new(rules, self.default == Action::Allow);
         let timeouts = self.timeouts.to_timeouts()?;
@@ -265,6 +290,7 @@ impl FirewallConfig {
             timeouts,
             self.loose,
             self.reverse_new == ReverseNew::Acl,
-        ))
+        )
+        .with_source_limit(self.max_flows_per_source))
     }
 }

@@ -1,5 +1,5 @@
 //! The TCP connection-tracking state machine, modelled on Linux
-//! `nf_conntrack_proto_tcp` (without window tracking): states, transitions on
+//! `nf_conntrack_proto_tcp` (the window is checked by [`super::window`]): states, transitions on
 //! SYN / SYN-ACK / FIN / ACK / RST seen from the originator or the responder, and
 //! the per-direction FIN bits that tell a retransmitted FIN from the second one.
 
@@ -118,6 +118,12 @@ fn classify(flags: u8) -> Seg {
 /// True for a segment that may open a connection (SYN without ACK, RST or FIN).
 pub fn is_initial_syn(flags: u8) -> bool {
     classify(flags) == Seg::Syn
+}
+
+/// True for a segment that may pick up a connection mid-stream (`loose`): an ACK
+/// without SYN, FIN or RST, as Linux's `nf_conntrack_tcp_loose`.
+pub fn is_bare_ack(flags: u8) -> bool {
+    classify(flags) == Seg::Ack
 }
 
 /// The transition for a segment with `flags`, seen from the originator

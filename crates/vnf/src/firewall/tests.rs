@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::testutil::*;
+use crate::SkipReason;
 use acl::{PortRange, Prefix, Rule};
 use nfx_packet::Direction::{Forward as F, Reverse as R};
 use tcp::{ACK, FIN, RST, SYN};
@@ -244,7 +245,7 @@ fn icmp_echo_and_related_errors() {
 }
 
 #[test]
-fn table_full_evicts_unestablished_then_refuses() {
+fn table_full_evicts_unassured_then_refuses() {
     let mut fw = Firewall::new(
         "fw",
         Acl::new(vec![], true),
@@ -260,26 +261,25 @@ fn table_full_evicts_unestablished_then_refuses() {
         dport: 80,
         proto: 6,
     };
-    let open =
-        |fw: &mut Firewall, sport: u16, now: u64| run1(fw, &mut meta_only(key(sport), SYN, F), now);
+    let open = |fw: &mut Firewall, sport: u16, now: u64| {
+        send(fw, &tcp(C, sport, S, 80, SYN, b""), F, now).drop
+    };
     assert_eq!(open(&mut fw, 1, 1), None);
     assert_eq!(open(&mut fw, 2, 2), None);
     // Full of SYN_SENT entries: the one closest to expiry makes room.
     assert_eq!(open(&mut fw, 3, 3), None);
     assert_eq!(fw.stats()["evictions"], 1);
     assert!(fw.state_of(&key(1)).is_none());
-    // Established connections are never evicted.
+    // Assured (established) connections are never evicted.
     for sport in [2, 3] {
-        run1(
-            &mut fw,
-            &mut meta_only(key(sport).reversed(), SYN | ACK, R),
-            4,
-        );
-        run1(&mut fw, &mut meta_only(key(sport), ACK, F), 5);
+        send(&mut fw, &tcp(S, 80, C, sport, SYN | ACK, b""), R, 4);
+        send(&mut fw, &tcp(C, sport, S, 80, ACK, b""), F, 5);
     }
     assert_eq!(fw.stats()["by_state"]["established"], 2);
     assert_eq!(open(&mut fw, 4, 6), Some(DropReason::TableFull));
     assert_eq!(fw.flows(), 2);
+    assert_eq!(fw.dropped(FwDrop::TableFull), 1);
+    assert_eq!(fw.stats()["drops"]["table_full"], 1);
 }
 
 #[test]
@@ -321,7 +321,7 @@ fn one_million_flows_fit() {
     let s = fw.stats();
     assert_eq!(s["flows"], 1_000_000);
     let bpf = s["bytes_per_flow"].as_u64().unwrap();
-    assert!(bpf <= 40, "{bpf} bytes per flow");
+    assert!(bpf <= 80, "{bpf} bytes per flow");
 }
 
 #[test]
@@ -354,27 +354,39 @@ fn export_import_round_trip_mid_connection() {
 }
 
 #[test]
-fn import_rejects_malformed_blobs_without_change() {
+fn import_refuses_unreadable_blobs_whole_and_skips_bad_records() {
     let mut a = allow_all();
     seg(&mut a, true, SYN, 1);
+    send(&mut a, &udp(C, 9, S, 53, b""), F, 1);
     let mut blob = Vec::new();
-    a.export_state(&mut blob);
+    assert_eq!(a.export_state(&mut blob), 2);
     let mut b = allow_all();
     send(&mut b, &udp(C, 1, S, 2, b""), F, 1);
     let before = b.stats();
-    let mut bad_state = blob.clone();
-    bad_state[crate::table::blob::HEADER_LEN + 13] = 42;
-    let mut bad_flags = blob.clone();
-    bad_flags[crate::table::blob::HEADER_LEN + 14] = 0x40;
-    for bad in [
-        &blob[..blob.len() - 1],
-        &bad_state[..],
-        &bad_flags[..],
-        b"garbage!garbage!",
-    ] {
+    // Header or length wrong: nothing is read.
+    let mut bad_magic = blob.clone();
+    bad_magic[0] = b'X';
+    for bad in [&blob[..blob.len() - 1], &bad_magic[..], b"garbage!garbage!"] {
         assert!(matches!(b.import_state(bad), Err(StateError::Malformed(_))));
     }
     assert_eq!(b.stats(), before);
+    // One record with an unknown state code and one with unknown flag bits: both
+    // left out and counted, nothing else changes.
+    let rec = crate::table::blob::HEADER_LEN;
+    let mut bad = blob.clone();
+    bad[rec + 13] = 42;
+    bad[rec + state::RECORD_LEN + 14] = 0x20;
+    let r = b.import_report(&bad).unwrap();
+    assert_eq!((r.imported, r.skipped(SkipReason::Malformed)), (0, 2));
+    assert_eq!(b.flows(), 1);
+    assert_eq!(b.stats()["import"]["skipped"]["malformed"], 2);
+    // The good blob goes in; offered again, every record is a duplicate.
+    assert_eq!(b.import_state(&blob), Ok(2));
+    let again = b.import_report(&blob).unwrap();
+    assert_eq!(
+        (again.imported, again.skipped(SkipReason::Duplicate)),
+        (0, 2)
+    );
     // Too many flows for the table: all or nothing.
     let mut tiny = Firewall::new(
         "fw",
@@ -386,21 +398,7 @@ fn import_rejects_malformed_blobs_without_change() {
     );
     let mut big = allow_all();
     for p in 0..5 {
-        run1(
-            &mut big,
-            &mut meta_only(
-                FlowKey {
-                    src: 1,
-                    dst: 2,
-                    sport: p,
-                    dport: 9,
-                    proto: 17,
-                },
-                0,
-                F,
-            ),
-            1,
-        );
+        send(&mut big, &udp(C, p, S, 9, b""), F, 1);
     }
     let mut blob = Vec::new();
     big.export_state(&mut blob);
@@ -428,6 +426,10 @@ fn only_established_tcp_and_admitted_udp_may_take_the_fast_path() {
     assert!(fast(&mut fw, false, ACK, 4), "established, reply");
     assert!(!fast(&mut fw, true, FIN | ACK, 5), "closing");
     assert!(fw.offloadable());
-    assert!(settled(17, STATE_NEW) && settled(17, STATE_REPLIED));
-    assert!(!settled(1, STATE_NEW), "ICMP stays in userspace");
+    let v = |state| FwVal {
+        state,
+        ..FwVal::default()
+    };
+    assert!(settled(17, &v(STATE_NEW)) && settled(17, &v(STATE_REPLIED)));
+    assert!(!settled(1, &v(STATE_NEW)), "ICMP stays in userspace");
 }

@@ -1,9 +1,10 @@
 //! NAT configuration (YAML) and its validation.
 
 use super::{Dnat, Nat, Snat, Timeouts};
+use crate::firewall::acl::Prefix;
 use crate::spec::{parse_ipv4, ConfigError, Proto};
 
-/// Largest `max_flows` (mappings) accepted (about 1.5 GB of table).
+/// Largest `max_flows` (mappings) accepted (about 1.9 GB of table).
 pub const MAX_FLOWS_LIMIT: usize = 16 << 20;
 
 /// Source NAT / masquerade: `{public_ip: 10.200.2.100, port_range: [1024, 65535]}`.
@@ -90,6 +91,13 @@ pub struct NatConfig {
     /// Mapping timeouts in seconds.
     #[serde(default)]
     pub timeouts: NatTimeoutConfig,
+    /// Networks (CIDR prefixes) whose hosts source NAT translates; Forward packets
+    /// from other sources get no mapping (`not_inside`). Empty (default): any source.
+    #[serde(default)]
+    pub inside_networks: Vec<String>,
+    /// Most mappings one address may have opened at once (0, the default: no limit).
+    #[serde(default)]
+    pub max_flows_per_source: u32,
 }
 
 fn port(field: &str, v: u64, min: u16) -> Result<u16, ConfigError> {
@@ -214,6 +222,15 @@ impl NatConfig {
             dnat.push(rule);
         }
         let timeouts = self.timeouts.to_timeouts()?;
-        Ok(Nat::new(name, snat, dnat, self.max_flows, timeouts))
+        let inside = self
+            .inside_networks
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Prefix::parse(p).map_err(|m| ConfigError::new(format!("inside_networks[{i}]"), m))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Nat::new(name, snat, dnat, self.max_flows, timeouts)
+            .with_limits(inside, self.max_flows_per_source))
     }
 }

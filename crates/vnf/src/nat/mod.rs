@@ -8,17 +8,23 @@
 //! rewrite to apply and the slot of its twin, so both directions are found with one
 //! lookup and removed together. Mappings are released on FIN both ways or RST (after
 //! `tcp_close`), on idle timeout, or by eviction of unanswered mappings when full.
+//! Public ports come from a [`PortPool`] whose cost stays bounded when it runs out; an
+//! address may hold at most `max_flows_per_source` mappings.
 
 pub mod config;
+pub mod ports;
 mod state;
 
 pub use config::NatConfig;
 
-use crate::table::{FlowTable, Insert, TableValue};
-use crate::{Node, NodeCtx, StateError};
+use crate::firewall::acl::Prefix;
+use crate::table::counts::CountTable;
+use crate::table::{Entry, FlowTable, Insert, TableValue};
+use crate::{ImportReport, Node, NodeCtx, StateError};
 use nfx_packet::parse::{icmp_is_echo, icmp_is_error, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP};
 use nfx_packet::rewrite::{set_addr, set_inner, set_port, End};
 use nfx_packet::{Direction, DropReason, FlowKey, Packet};
+use ports::{has_ports, remote_key, PortPool, MAX_PROBES};
 
 /// Entry flag: this entry translates Forward packets (rewrites the source).
 const FWD: u8 = 1;
@@ -36,8 +42,64 @@ const CLOSING: u8 = 32;
 const PENDING: u8 = 64;
 /// Flags both entries of a mapping share.
 const SHARED: u8 = DNAT | REPLIED | FIN_FWD | FIN_REV | CLOSING;
-/// Most candidate ports tried for one new mapping (bounds per-packet work).
-const MAX_PORT_TRIES: u32 = 1024;
+
+/// Why the NAT dropped a packet: finer than the packet's [`DropReason`], each counted
+/// in the node's stats (`drops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NatDrop {
+    /// Every public port towards the remote endpoint is in use (refused at once).
+    PoolExhausted,
+    /// No free port among the [`MAX_PROBES`] tried for this packet.
+    NoPortFound,
+    /// A reply (or packet to a public address) without a mapping.
+    NoMapping,
+    /// An ICMP error about a mapping whose outer destination is not the quoted source.
+    IcmpMismatch,
+    /// A source-NAT candidate from outside the configured inside networks.
+    NotInside,
+    /// The table is full of answered mappings.
+    TableFull,
+    /// The address already holds `max_flows_per_source` mappings.
+    SourceLimit,
+}
+
+impl NatDrop {
+    /// Every reason, in discriminant order.
+    pub const ALL: [NatDrop; 7] = [
+        NatDrop::PoolExhausted,
+        NatDrop::NoPortFound,
+        NatDrop::NoMapping,
+        NatDrop::IcmpMismatch,
+        NatDrop::NotInside,
+        NatDrop::TableFull,
+        NatDrop::SourceLimit,
+    ];
+
+    /// snake_case name for stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NatDrop::PoolExhausted => "pool_exhausted",
+            NatDrop::NoPortFound => "no_port_found",
+            NatDrop::NoMapping => "no_mapping",
+            NatDrop::IcmpMismatch => "icmp_mismatch",
+            NatDrop::NotInside => "not_inside",
+            NatDrop::TableFull => "table_full",
+            NatDrop::SourceLimit => "source_limit",
+        }
+    }
+
+    /// The packet's drop reason (the runtime's per-node counters).
+    pub fn reason(self) -> DropReason {
+        match self {
+            NatDrop::PoolExhausted | NatDrop::NoPortFound => DropReason::NatNoPort,
+            NatDrop::NoMapping | NatDrop::IcmpMismatch | NatDrop::NotInside => {
+                DropReason::NatNoMapping
+            }
+            NatDrop::TableFull | NatDrop::SourceLimit => DropReason::TableFull,
+        }
+    }
+}
 
 /// Source NAT settings.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +153,7 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
+    /// How long a mapping with shared `flags` lives without traffic.
     fn of(&self, proto: u8, flags: u8) -> u64 {
         let replied = flags & REPLIED != 0;
         match proto {
@@ -140,6 +203,44 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// The mapping an entry (of either direction) belongs to.
+    fn of_entry(e: &Entry<NatVal>) -> Self {
+        let (k, v) = (e.key, e.val);
+        if v.flags & FWD != 0 {
+            Mapping {
+                proto: k.proto,
+                inside: (k.src, k.sport),
+                public: (v.addr, v.port),
+                remote: (k.dst, k.dport),
+            }
+        } else {
+            // ICMP replies carry the public id as both "ports"; the remote's is the
+            // inside id.
+            let rport = if k.proto == IPPROTO_ICMP {
+                v.port
+            } else {
+                k.sport
+            };
+            Mapping {
+                proto: k.proto,
+                inside: (v.addr, v.port),
+                public: (k.dst, k.dport),
+                remote: (k.src, rport),
+            }
+        }
+    }
+
+    /// The address that opened the mapping (per-source quotas count it): the inside
+    /// host of a source-NAT mapping, the remote of a port forward.
+    fn opener(&self, dnat: bool) -> u64 {
+        u64::from(if dnat { self.remote.0 } else { self.inside.0 })
+    }
+
+    /// The remote endpoint's key in the port pool.
+    fn remote_key(&self) -> u64 {
+        remote_key(self.proto, self.remote.0, self.remote.1)
+    }
+
     /// Key of the Forward packets (inside → remote).
     pub fn fwd_key(&self) -> FlowKey {
         FlowKey {
@@ -176,29 +277,19 @@ pub struct Nat {
     dnat: Vec<Dnat>,
     table: FlowTable<NatVal>,
     timeouts: Timeouts,
-    cursor: [u16; 3],
+    pool: Option<PortPool>,
+    inside: Vec<Prefix>,
+    per_source: u32,
+    sources: Option<CountTable>,
     snat_created: u64,
     dnat_created: u64,
     expired: u64,
     evicted: u64,
+    drops: [u64; NatDrop::ALL.len()],
+    imports: ImportReport,
     now_ns: u64,
     clock_seen: bool,
     rebase_pending: bool,
-    /// This node's worker index and the worker count: it hands out only public ports
-    /// (and ICMP ids) `p` with `p % count == index` (see [`Node::shard`]).
-    shard: (u16, u16),
-}
-
-fn proto_index(proto: u8) -> usize {
-    match proto {
-        IPPROTO_TCP => 0,
-        IPPROTO_UDP => 1,
-        _ => 2,
-    }
-}
-
-fn has_ports(proto: u8) -> bool {
-    matches!(proto, IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP)
 }
 
 impl Nat {
@@ -210,23 +301,37 @@ impl Nat {
         max_flows: usize,
         timeouts: Timeouts,
     ) -> Self {
-        let lo = snat.map_or(1024, |s| s.lo);
+        let pool = snat.map(|s| PortPool::new(s.lo, s.hi, s.public_ip, &dnat, max_flows));
         Self {
             name: name.to_string(),
             snat,
             dnat,
             table: FlowTable::new(max_flows.saturating_mul(2)),
             timeouts,
-            cursor: [lo; 3],
+            pool,
+            inside: Vec::new(),
+            per_source: 0,
+            sources: None,
             snat_created: 0,
             dnat_created: 0,
             expired: 0,
             evicted: 0,
+            drops: [0; NatDrop::ALL.len()],
+            imports: ImportReport::default(),
             now_ns: 0,
             clock_seen: false,
             rebase_pending: false,
-            shard: (0, 1),
         }
+    }
+
+    /// The same NAT, translating only sources inside `nets` (empty: any source) and
+    /// holding at most `per_source` mappings per opening address (0: no limit). Call
+    /// before any mapping exists.
+    pub fn with_limits(mut self, nets: Vec<Prefix>, per_source: u32) -> Self {
+        self.inside = nets;
+        self.per_source = per_source;
+        self.sources = (per_source > 0).then(|| CountTable::new(self.table.capacity() / 2));
+        self
     }
 
     /// Number of live mappings.
@@ -238,18 +343,24 @@ impl Nat {
     pub fn mapping_of(&self, k: &FlowKey) -> Option<Mapping> {
         let slot = self.table.find(k)?;
         let e = self.table.get(slot);
-        (e.val.flags & FWD != 0).then(|| self.mapping_at(slot))
+        (e.val.flags & FWD != 0).then(|| Mapping::of_entry(e))
     }
 
-    /// Rebuilds the mapping from its Forward entry in `slot`.
-    fn mapping_at(&self, slot: usize) -> Mapping {
-        let e = self.table.get(slot);
-        Mapping {
-            proto: e.key.proto,
-            inside: (e.key.src, e.key.sport),
-            public: (e.val.addr, e.val.port),
-            remote: (e.key.dst, e.key.dport),
-        }
+    /// Lookups made choosing public ports since creation (each a table lookup).
+    pub fn port_probes(&self) -> u64 {
+        self.pool.as_ref().map_or(0, PortPool::probes)
+    }
+
+    /// Drops counted for `why`.
+    pub fn dropped(&self, why: NatDrop) -> u64 {
+        self.drops[why as usize]
+    }
+
+    /// Mappings opened by `addr` (with a source limit; else 0).
+    pub fn mappings_of_source(&self, addr: u32) -> u32 {
+        self.sources
+            .as_ref()
+            .map_or(0, |t| t.count(u64::from(addr)))
     }
 
     fn tick(&mut self, now_ns: u64) {
@@ -262,9 +373,47 @@ impl Nat {
         self.clock_seen = true;
     }
 
+    /// True when `addr` may be source-translated: inside the inside networks (any
+    /// address when none are configured) and not a public address of this NAT.
+    fn is_inside(&self, addr: u32) -> bool {
+        (self.inside.is_empty() || self.inside.iter().any(|p| p.contains(addr)))
+            && !self.is_public(addr)
+    }
+
+    /// True when `addr` already holds its most mappings.
+    fn at_source_limit(&self, addr: u64) -> bool {
+        self.sources
+            .as_ref()
+            .is_some_and(|t| t.count(addr) >= self.per_source)
+    }
+
+    /// Counts a mapping just inserted: its source and, for source NAT, its remote's
+    /// pool use (the remote's port cursor becomes `cursor`).
+    fn count(&mut self, m: &Mapping, dnat: bool, cursor: u32) {
+        if let Some(t) = &mut self.sources {
+            t.increment(m.opener(dnat), 0);
+        }
+        if let (false, Some(pool)) = (dnat, &mut self.pool) {
+            pool.add(m.remote_key(), cursor);
+        }
+    }
+
+    /// Takes a mapping that left the table (`e`: one of its entries) out of the counts.
+    fn forget(&mut self, e: &Entry<NatVal>) {
+        let m = Mapping::of_entry(e);
+        let dnat = e.val.flags & DNAT != 0;
+        if let Some(t) = &mut self.sources {
+            t.decrement(m.opener(dnat));
+        }
+        if let (false, Some(pool)) = (dnat, &mut self.pool) {
+            pool.remove(m.remote_key());
+        }
+    }
+
     /// Removes the entry in `slot` and its twin.
     fn remove_pair(&mut self, slot: usize) {
         let e = self.table.remove(slot);
+        self.forget(&e);
         self.drop_twin(slot, &e.val);
     }
 
@@ -287,24 +436,31 @@ impl Nat {
         None
     }
 
-    /// Inserts both entries of `m`; `dnat` marks a mapping opened from outside.
-    fn insert_mapping(&mut self, m: &Mapping, dnat: bool, now: u64) -> Result<usize, DropReason> {
-        let shared = if dnat { DNAT } else { 0 };
-        let expires = now + self.timeouts.of(m.proto, shared);
+    /// Inserts both entries of `m` with shared flags `shared` (`DNAT` for a mapping
+    /// opened from outside), expiring at `expires`. `evict`: may replace unanswered
+    /// mappings when full (not for imports). Returns the Forward entry's slot. The
+    /// caller counts the mapping ([`Self::count`]) once it is in.
+    fn insert_mapping(
+        &mut self,
+        m: &Mapping,
+        shared: u8,
+        expires: u64,
+        evict: bool,
+    ) -> Result<usize, NatDrop> {
         let fwd = NatVal {
             addr: m.public.0,
             port: m.public.1,
             flags: FWD | shared | PENDING,
             twin: 0,
         };
-        let a = self.insert_one(m.fwd_key(), expires, fwd, now)?;
+        let a = self.insert_one(m.fwd_key(), expires, fwd, evict)?;
         let rev = NatVal {
             addr: m.inside.0,
             port: m.inside.1,
             flags: shared,
             twin: a as u32,
         };
-        let b = match self.insert_one(m.rev_key(), expires, rev, now) {
+        let b = match self.insert_one(m.rev_key(), expires, rev, evict) {
             Ok(b) => b,
             Err(r) => {
                 self.table.remove(a);
@@ -322,71 +478,70 @@ impl Nat {
         k: FlowKey,
         expires: u64,
         v: NatVal,
-        now: u64,
-    ) -> Result<usize, DropReason> {
-        match self.table.insert(k, expires, v, now) {
+        evict: bool,
+    ) -> Result<usize, NatDrop> {
+        if !evict {
+            return self
+                .table
+                .insert_free(k, expires, v)
+                .ok_or(NatDrop::TableFull);
+        }
+        match self.table.insert(k, expires, v, self.now_ns) {
             Insert::New(s) => Ok(s),
             Insert::Evicted { slot: s, from, old } => {
+                self.forget(&old);
                 self.drop_twin(from, &old.val);
                 self.evicted += 1;
                 Ok(s)
             }
-            Insert::Full => Err(DropReason::TableFull),
+            Insert::Full => Err(NatDrop::TableFull),
         }
     }
 
-    /// True when `port` is reserved by a port forward of `proto` on `ip`.
-    fn reserved(&self, proto: u8, ip: u32, port: u16) -> bool {
-        self.dnat
-            .iter()
-            .any(|d| d.proto == proto && d.public_ip == ip && d.public_port == port)
-    }
-
-    /// Picks a public port for a Forward flow `k`: the original port when it is in
-    /// range and free towards this remote endpoint, else the next free one.
-    fn allocate(&mut self, s: Snat, k: &FlowKey) -> Result<u16, DropReason> {
+    /// Picks a public port for a Forward flow `k` (see [`ports`]): `(port, cursor)`.
+    fn allocate(&mut self, s: Snat, k: &FlowKey) -> Result<(u16, u32), NatDrop> {
         let mut m = Mapping {
             proto: k.proto,
             inside: (k.src, k.sport),
             public: (s.public_ip, 0),
             remote: (k.dst, k.dport),
         };
-        let free = |nat: &Self, m: &Mapping| {
-            !nat.reserved(m.proto, m.public.0, m.public.1) && nat.table.find(&m.rev_key()).is_none()
+        let Some(pool) = &mut self.pool else {
+            return Err(NatDrop::PoolExhausted);
         };
         if !has_ports(k.proto) {
-            return if free(self, &m) {
-                Ok(0)
+            pool.probed();
+            return if self.table.find(&m.rev_key()).is_none() {
+                Ok((0, 0))
             } else {
-                Err(DropReason::NatNoPort)
+                Err(NatDrop::PoolExhausted)
             };
         }
-        let (index, count) = self.shard;
-        let mine = |p: u16| p % count == index;
-        if (s.lo..=s.hi).contains(&k.sport) && mine(k.sport) {
+        let rk = m.remote_key();
+        let (used, cursor) = pool.usage(rk);
+        if used >= pool.capacity(k.proto) {
+            return Err(NatDrop::PoolExhausted);
+        }
+        if pool.contains(k.sport) && !pool.reserved(k.proto, k.sport) {
             m.public.1 = k.sport;
-            if free(self, &m) {
-                return Ok(k.sport);
+            pool.probed();
+            if self.table.find(&m.rev_key()).is_none() {
+                return Ok((k.sport, cursor));
             }
         }
-        let span = u32::from(s.hi - s.lo) + 1;
-        let ci = proto_index(k.proto);
-        let mut p = self.cursor[ci].clamp(s.lo, s.hi);
-        for _ in 0..span.min(MAX_PORT_TRIES * u32::from(count)) {
-            m.public.1 = p;
-            let next = if p == s.hi { s.lo } else { p + 1 };
-            if !mine(p) {
-                p = next;
+        for i in cursor..cursor.wrapping_add(MAX_PROBES) {
+            let port = pool.candidate(rk, i);
+            if pool.reserved(k.proto, port) {
                 continue;
             }
-            if free(self, &m) {
-                self.cursor[ci] = next;
-                return Ok(p);
+            m.public.1 = port;
+            pool.probed();
+            if self.table.find(&m.rev_key()).is_none() {
+                return Ok((port, i.wrapping_add(1)));
             }
-            p = next;
         }
-        self.cursor[ci] = p;
-        Err(DropReason::NatNoPort)
+        pool.set_cursor(rk, cursor.wrapping_add(MAX_PROBES));
+        Err(NatDrop::NoPortFound)
     }
 
     /// Refreshes the mapping of an entry hit by a packet in direction `fwd`.
@@ -413,23 +568,36 @@ impl Nat {
         }
     }
 
-    fn forward(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
+    /// A new source-NAT mapping for Forward packet key `k`.
+    fn open_snat(&mut self, s: Snat, k: &FlowKey, now: u64) -> Result<usize, NatDrop> {
+        if !self.is_inside(k.src) {
+            return Err(NatDrop::NotInside);
+        }
+        if self.at_source_limit(u64::from(k.src)) {
+            return Err(NatDrop::SourceLimit);
+        }
+        let (port, cursor) = self.allocate(s, k)?;
+        let m = Mapping {
+            proto: k.proto,
+            inside: (k.src, k.sport),
+            public: (s.public_ip, port),
+            remote: (k.dst, k.dport),
+        };
+        let expires = now + self.timeouts.of(m.proto, 0);
+        let slot = self.insert_mapping(&m, 0, expires, true)?;
+        self.count(&m, false, cursor);
+        self.snat_created += 1;
+        Ok(slot)
+    }
+
+    fn forward(&mut self, p: &mut Packet, now: u64) -> Result<(), NatDrop> {
         let k = p.meta.key;
         let slot = match self.lookup(&k, now) {
             Some(s) if self.table.get(s).val.flags & FWD != 0 => s,
-            Some(_) => return Err(DropReason::NatNoMapping),
+            Some(_) => return Err(NatDrop::NoMapping),
             None => {
                 let Some(s) = self.snat else { return Ok(()) };
-                let port = self.allocate(s, &k)?;
-                let m = Mapping {
-                    proto: k.proto,
-                    inside: (k.src, k.sport),
-                    public: (s.public_ip, port),
-                    remote: (k.dst, k.dport),
-                };
-                let slot = self.insert_mapping(&m, false, now)?;
-                self.snat_created += 1;
-                slot
+                self.open_snat(s, &k, now)?
             }
         };
         self.touch(slot, true, p.meta.tcp_flags, now);
@@ -439,34 +607,42 @@ impl Nat {
         Ok(())
     }
 
-    fn reverse(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
+    /// A new port-forward mapping for Reverse packet key `k` matching forward `d`;
+    /// returns the slot of its Reverse entry.
+    fn open_dnat(&mut self, d: Dnat, k: &FlowKey, now: u64) -> Result<usize, NatDrop> {
+        let m = Mapping {
+            proto: k.proto,
+            inside: (d.to_ip, d.to_port),
+            public: (d.public_ip, d.public_port),
+            remote: (k.src, k.sport),
+        };
+        if self.table.find(&m.fwd_key()).is_some() {
+            return Err(NatDrop::PoolExhausted);
+        }
+        if self.at_source_limit(u64::from(k.src)) {
+            return Err(NatDrop::SourceLimit);
+        }
+        let expires = now + self.timeouts.of(m.proto, DNAT);
+        let fslot = self.insert_mapping(&m, DNAT, expires, true)?;
+        self.count(&m, true, 0);
+        self.dnat_created += 1;
+        Ok(self.table.get(fslot).val.twin as usize)
+    }
+
+    fn reverse(&mut self, p: &mut Packet, now: u64) -> Result<(), NatDrop> {
         let k = p.meta.key;
         let slot = match self.lookup(&k, now) {
             Some(s) if self.table.get(s).val.flags & FWD == 0 => s,
-            Some(_) => return Err(DropReason::NatNoMapping),
+            Some(_) => return Err(NatDrop::NoMapping),
             None => {
                 let rule = self.dnat.iter().find(|d| {
                     d.proto == k.proto && d.public_ip == k.dst && d.public_port == k.dport
                 });
-                let Some(d) = rule.copied() else {
-                    return if self.is_public(k.dst) {
-                        Err(DropReason::NatNoMapping)
-                    } else {
-                        Ok(())
-                    };
-                };
-                let m = Mapping {
-                    proto: k.proto,
-                    inside: (d.to_ip, d.to_port),
-                    public: (d.public_ip, d.public_port),
-                    remote: (k.src, k.sport),
-                };
-                if self.table.find(&m.fwd_key()).is_some() {
-                    return Err(DropReason::NatNoPort);
+                match rule.copied() {
+                    Some(d) => self.open_dnat(d, &k, now)?,
+                    None if self.is_public(k.dst) => return Err(NatDrop::NoMapping),
+                    None => return Ok(()),
                 }
-                let fslot = self.insert_mapping(&m, true, now)?;
-                self.dnat_created += 1;
-                self.table.get(fslot).val.twin as usize
             }
         };
         self.touch(slot, false, p.meta.tcp_flags, now);
@@ -481,8 +657,9 @@ impl Nat {
     }
 
     /// Translates an ICMP error about a mapped flow: the embedded packet is the
-    /// reverse of the flow it reports on.
-    fn icmp_error(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
+    /// reverse of the flow it reports on, and the error must go back to that packet's
+    /// source (outer destination = quoted source), or it is dropped.
+    fn icmp_error(&mut self, p: &mut Packet, now: u64) -> Result<(), NatDrop> {
         let fwd = p.dir == Direction::Forward;
         let slot = if p.meta.has_inner() {
             self.lookup(&p.meta.inner_key.reversed(), now)
@@ -491,11 +668,14 @@ impl Nat {
         };
         let Some(slot) = slot.filter(|&s| (self.table.get(s).val.flags & FWD != 0) == fwd) else {
             return if !fwd && self.is_public(p.meta.key.dst) {
-                Err(DropReason::NatNoMapping)
+                Err(NatDrop::NoMapping)
             } else {
                 Ok(())
             };
         };
+        if p.meta.key.dst != p.meta.inner_key.src {
+            return Err(NatDrop::IcmpMismatch);
+        }
         let v = self.table.get(slot).val;
         if fwd {
             set_addr(p, End::Src, v.addr);
@@ -507,7 +687,7 @@ impl Nat {
         Ok(())
     }
 
-    fn handle(&mut self, p: &mut Packet, now: u64) -> Result<(), DropReason> {
+    fn handle(&mut self, p: &mut Packet, now: u64) -> Result<(), NatDrop> {
         let m = p.meta;
         if m.key.proto == IPPROTO_ICMP && !icmp_is_echo(m.icmp_type) {
             return if icmp_is_error(m.icmp_type) {
@@ -546,8 +726,9 @@ impl Node for Nat {
             }
         }
         for p in pkts.iter_mut().filter(|p| p.alive()) {
-            if let Err(r) = self.handle(p, now) {
-                p.drop = Some(r);
+            if let Err(why) = self.handle(p, now) {
+                self.drops[why as usize] += 1;
+                p.drop = Some(why.reason());
             }
         }
     }
@@ -574,15 +755,23 @@ impl Node for Nat {
 
     fn stats(&self) -> serde_json::Value {
         let cap = (self.table.capacity() / 2).max(1);
+        let memory = self.table.memory_bytes()
+            + self.pool.as_ref().map_or(0, PortPool::memory_bytes)
+            + self.sources.as_ref().map_or(0, CountTable::memory_bytes);
         serde_json::json!({
             "mappings": self.mappings(),
             "capacity": cap,
-            "memory_bytes": self.table.memory_bytes(),
-            "bytes_per_flow": self.table.memory_bytes() / cap,
+            "memory_bytes": memory,
+            "bytes_per_flow": memory / cap,
             "snat_created": self.snat_created,
             "dnat_created": self.dnat_created,
             "expired": self.expired,
             "evicted": self.evicted,
+            "remotes": self.pool.as_ref().map_or(0, PortPool::remotes),
+            "port_probes": self.port_probes(),
+            "max_flows_per_source": self.per_source,
+            "drops": crate::node::counters_json(NatDrop::ALL.map(NatDrop::as_str), &self.drops),
+            "import": self.imports.to_json(),
         })
     }
 
@@ -608,7 +797,9 @@ impl Node for Nat {
                 self.name
             ));
         }
-        self.shard = (i, c);
+        if let Some(pool) = &mut self.pool {
+            pool.set_shard(i, c);
+        }
         Ok(self.snat.is_some())
     }
 
@@ -616,10 +807,14 @@ impl Node for Nat {
         state::export(self, out)
     }
 
-    fn import_state(&mut self, data: &[u8]) -> Result<usize, StateError> {
-        state::import(self, data)
+    fn import_report(&mut self, data: &[u8]) -> Result<ImportReport, StateError> {
+        let r = state::import(self, data)?;
+        self.imports.add(&r);
+        Ok(r)
     }
 }
 
+#[cfg(test)]
+mod attack_tests;
 #[cfg(test)]
 mod tests;

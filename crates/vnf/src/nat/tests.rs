@@ -3,14 +3,16 @@
 
 use super::*;
 use crate::testutil::*;
+use crate::SkipReason;
 use nfx_packet::Direction::{Forward as F, Reverse as R};
 
 const IN: &str = "10.200.1.1";
 const IN2: &str = "10.200.1.7";
-const REM: &str = "10.200.3.2";
-const PUB: &str = "10.200.2.100";
+pub(super) const REM: &str = "10.200.3.2";
+pub(super) const PUB: &str = "10.200.2.100";
 
-fn nat(lo: u16, hi: u16, max: usize) -> Nat {
+/// A source NAT to PUB with ports `lo..=hi` for `max` mappings.
+pub(super) fn nat(lo: u16, hi: u16, max: usize) -> Nat {
     Nat::new(
         "nat",
         Some(Snat {
@@ -286,11 +288,12 @@ fn one_million_mappings_fit() {
             public: (ip(PUB), 5000),
             remote: (0x0b00_0000 + i, 53),
         };
-        assert!(n.insert_mapping(&m, false, 1).is_ok(), "mapping {i}");
+        assert!(n.insert_mapping(&m, 0, SEC, false).is_ok(), "mapping {i}");
+        n.count(&m, false, 0);
     }
     assert_eq!(n.mappings(), 1_000_000);
     let bpf = n.stats()["bytes_per_flow"].as_u64().unwrap();
-    assert!(bpf <= 100, "{bpf} bytes per mapping");
+    assert!(bpf <= 120, "{bpf} bytes per mapping");
 }
 
 #[test]
@@ -321,12 +324,16 @@ fn export_import_keeps_mappings() {
         go(&mut b, &tcp(REM, 80, PUB, 40000, 0x10, b""), R, 50 * SEC).1,
         (ip(REM), 80, ip(IN), 40000)
     );
-    assert_eq!(b.import_state(&blob), Ok(0), "already present");
+    let again = b.import_report(&blob).unwrap();
+    assert_eq!(
+        (again.imported, again.skipped(SkipReason::Duplicate)),
+        (0, 3)
+    );
     assert_eq!(b.mappings(), 3);
 }
 
 #[test]
-fn import_rejects_bad_blobs_atomically() {
+fn import_refuses_unreadable_blobs_whole_and_skips_bad_records() {
     let mut a = nat(1024, 65535, 100);
     for p in 0..4 {
         go(&mut a, &udp(IN, 3000 + p, REM, 53, b"q"), F, 1);
@@ -339,19 +346,21 @@ fn import_rejects_bad_blobs_atomically() {
         nat(1024, 65535, 10).import_state(&fw_blob),
         Err(StateError::WrongKind { .. })
     ));
-    let mut bad_flags = blob.clone();
-    bad_flags[crate::table::blob::HEADER_LEN + 1] = 0x80;
     let mut small = nat(1024, 65535, 2);
-    assert!(matches!(
-        small.import_state(&bad_flags),
-        Err(StateError::Malformed(_))
-    ));
     assert!(matches!(
         small.import_state(&blob[..20]),
         Err(StateError::Malformed(_))
     ));
+    // A record with unknown flag bits is left out, the rest come in.
+    let mut bad_flags = blob.clone();
+    bad_flags[crate::table::blob::HEADER_LEN + 1] = 0x80;
+    let mut b = nat(1024, 65535, 10);
+    let r = b.import_report(&bad_flags).unwrap();
+    assert_eq!((r.imported, r.skipped(SkipReason::Malformed)), (3, 1));
+    // Too many mappings for the table: all or nothing.
     assert_eq!(small.import_state(&blob), Err(StateError::TableFull(2)));
     assert_eq!(small.table.len(), 0);
+    assert_eq!(small.stats()["remotes"], 0, "no count left behind");
 }
 
 mod fuzz {

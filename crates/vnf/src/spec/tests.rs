@@ -13,7 +13,7 @@ fn spec(yaml: &str) -> NodeSpec {
 }
 
 fn err(yaml: &str) -> ConfigError {
-    match build(&spec(yaml), "n", Path::new(".")) {
+    match build(&spec(yaml), "n", &FileScope::new(".")) {
         Err(e) => e,
         Ok(_) => panic!("expected an error for {yaml}"),
     }
@@ -22,11 +22,14 @@ fn err(yaml: &str) -> ConfigError {
 #[test]
 fn chain_shapes_build() {
     let fw = spec("firewall: { default: deny, rules: [ {action: allow, proto: tcp, dst: 10.0.0.0/8, dport: 5201}, {action: allow, proto: udp, sport: any, dport: 1000-2000}, {action: deny, proto: icmp} ], max_flows: 1000 }");
-    let node = build(&fw, "fw0", Path::new(".")).unwrap();
+    let node = build(&fw, "fw0", &FileScope::new(".")).unwrap();
     assert_eq!(node.name(), "fw0");
     assert_eq!(node.stats()["rules"], 3);
     let nat = spec("nat: { snat: { public_ip: 10.200.2.100, port_range: [1024, 65535] }, dnat: [ {proto: tcp, public_port: 8080, to_ip: 10.200.1.1, to_port: 80} ] }");
-    assert_eq!(build(&nat, "nat0", Path::new(".")).unwrap().name(), "nat0");
+    assert_eq!(
+        build(&nat, "nat0", &FileScope::new(".")).unwrap().name(),
+        "nat0"
+    );
     // The dataplane hands chain entries over as JSON values.
     let v: serde_json::Value = serde_json::json!({"firewall": {"default": "allow", "rules": [{"action": "deny", "proto": "tcp", "dport": 22}]}});
     let s: NodeSpec = serde_json::from_value(v).unwrap();
@@ -45,7 +48,7 @@ fn unknown_fields_and_kinds_are_rejected() {
 fn errors_name_the_field() {
     let e = err("firewall: { rules: [ {action: allow}, {action: allow, dst: 10.0.0/8} ] }");
     assert_eq!(e.field, "firewall.rules[1].dst");
-    assert!(e.msg.contains("10.0.0/8"), "{e}");
+    assert!(e.msg.contains("not an IPv4 address"), "{e}");
     assert_eq!(
         err("firewall: { rules: [ {action: allow, proto: tcp, dport: 70000} ] }").field,
         "firewall.rules[0].dport"
@@ -96,35 +99,101 @@ fn errors_name_the_field() {
     );
 }
 
+/// A config directory `conf/` holding `acl.yaml` (152 rules), `bad.yaml`, a symlink
+/// `link.yaml` to a file outside, and that outside file `secret.yaml` beside `conf/`.
+struct ConfDir(std::path::PathBuf);
+
+const SECRET: &str = "root:$6$NFXSECRETHASH:19000:0:99999:7:::";
+
+impl ConfDir {
+    fn new(tag: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("nfx-vnf-spec-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let conf = root.join("conf");
+        std::fs::create_dir_all(&conf).unwrap();
+        let mut rules = String::new();
+        for i in 0..150 {
+            rules.push_str(&format!(
+                "- {{action: deny, proto: udp, dport: {}}}\n",
+                10000 + i
+            ));
+        }
+        rules.push_str("- {action: allow, proto: tcp, src: 10.0.0.0/8, dport: 5201}\n");
+        std::fs::write(conf.join("acl.yaml"), &rules).unwrap();
+        std::fs::write(
+            conf.join("bad.yaml"),
+            format!("- {{action: allow, proto: tcp, dst: '{SECRET}'}}\n"),
+        )
+        .unwrap();
+        std::fs::write(root.join("secret.yaml"), format!("{SECRET}\n")).unwrap();
+        std::os::unix::fs::symlink(root.join("secret.yaml"), conf.join("link.yaml")).unwrap();
+        Self(root)
+    }
+
+    fn scope(&self) -> FileScope {
+        FileScope::new(self.0.join("conf"))
+    }
+}
+
+impl Drop for ConfDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn build_in(dir: &ConfDir, yaml: &str) -> Result<Box<dyn Node>, ConfigError> {
+    build(&spec(yaml), "fw", &dir.scope())
+}
+
 #[test]
 fn rules_file_relative_to_config_dir() {
-    let dir = std::env::temp_dir().join(format!("nfx-vnf-spec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut rules = String::new();
-    for i in 0..150 {
-        rules.push_str(&format!(
-            "- {{action: deny, proto: udp, dport: {}}}\n",
-            10000 + i
-        ));
-    }
-    rules.push_str("- {action: allow, proto: tcp, src: 10.0.0.0/8, dport: 5201}\n");
-    std::fs::write(dir.join("acl.yaml"), &rules).unwrap();
-    std::fs::write(
-        dir.join("bad.yaml"),
-        "- {action: allow, proto: tcp, dst: nowhere}\n",
-    )
-    .unwrap();
-    let s = spec(
+    let dir = ConfDir::new("rel");
+    let node = build_in(
+        &dir,
         "firewall: { rules: [ {action: deny, proto: tcp, dport: 22} ], rules_file: acl.yaml }",
     );
-    let node = build(&s, "fw", &dir);
-    let bad = build(&spec("firewall: { rules_file: bad.yaml }"), "fw", &dir).err();
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(node.unwrap().stats()["rules"], 152);
-    let bad = bad.expect("bad rules file is an error");
-    assert!(
-        bad.field.starts_with("firewall.rules_file(")
-            && bad.field.ends_with("bad.yaml).rules[0].dst"),
+    let bad = build_in(&dir, "firewall: { rules_file: bad.yaml }")
+        .err()
+        .expect("bad rules file is an error");
+    assert_eq!(
+        bad.field, "firewall.rules_file(bad.yaml).rules[0].dst",
         "{bad}"
     );
+    assert!(!bad.to_string().contains("NFXSECRET"), "{bad}");
+}
+
+#[test]
+fn rules_files_outside_the_config_dir_are_refused_without_content() {
+    let dir = ConfDir::new("out");
+    let outside = dir.0.join("secret.yaml");
+    for (file, want) in [
+        ("../secret.yaml".to_string(), "has a `..` component"),
+        ("./../secret.yaml".to_string(), "has a `..` component"),
+        (outside.display().to_string(), "lies outside"),
+        ("link.yaml".to_string(), "lies outside"),
+        ("/etc/shadow".to_string(), "lies outside"),
+    ] {
+        let e = build_in(&dir, &format!("firewall: {{ rules_file: '{file}' }}"))
+            .err()
+            .expect("refused");
+        assert_eq!(e.field, "firewall.rules_file", "{file}: {e}");
+        assert!(e.msg.contains(want), "{file}: {e}");
+        assert!(!e.to_string().contains("NFXSECRET"), "{file}: {e}");
+    }
+    // Allow-listing the outside directory makes the same file readable: it is then
+    // parsed, and its parse error still quotes nothing of it.
+    let scope = dir.scope().with_allowed([dir.0.clone()]);
+    let e = build(
+        &spec(&format!(
+            "firewall: {{ rules_file: '{}' }}",
+            outside.display()
+        )),
+        "fw",
+        &scope,
+    )
+    .err()
+    .expect("not a rules list");
+    assert!(e.msg.contains("at line 1: not a YAML list of rules"), "{e}");
+    assert!(!e.to_string().contains("NFXSECRET"), "{e}");
 }

@@ -47,6 +47,12 @@ impl FlowHasher {
             ^ self.k1;
         folded_mul(folded_mul(a, b | 1) ^ self.k1, C0)
     }
+
+    /// The 64-bit hash of a packed integer key (per-source and per-remote counts).
+    #[inline]
+    pub fn hash_u64(&self, x: u64) -> u64 {
+        folded_mul(folded_mul(x ^ self.k0, self.k1 | 1) ^ self.k1, C0)
+    }
 }
 
 #[cfg(test)]

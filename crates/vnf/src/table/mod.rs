@@ -18,6 +18,7 @@
 //! drop.
 
 pub mod blob;
+pub mod counts;
 pub mod hash;
 
 use hash::FlowHasher;
@@ -157,9 +158,10 @@ impl<V: TableValue> FlowTable<V> {
     }
 
     /// Slots to examine per 100 ms expiry tick so the whole table is swept about every
-    /// 5 s (at least 4096), the budget both stateful nodes pass to `next_expired`.
+    /// 5 s (at least 4096, at most the whole table once), the budget both stateful
+    /// nodes pass to `next_expired`.
     pub fn sweep_budget(&self) -> usize {
-        (self.slots() / 50).max(4096)
+        (self.slots() / 50).max(4096).min(self.slots())
     }
 
     /// Number of slots (capacity plus headroom); slot indices are below this.
