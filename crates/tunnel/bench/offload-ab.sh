@@ -1,6 +1,6 @@
 #!/bin/bash
 # Offload on/off A/B: two namespaces, one veth, two nfx tunnel endpoints, iperf3 3 s.
-NFX=/work/target-esp/release/nfx
+NFX=${NFX:-$(dirname "$0")/../../../target/release/nfx}
 A=espab-a; B=espab-b; D=/tmp/espab
 cleanup() { kill $P1 $P2 $S 2>/dev/null; wait 2>/dev/null; ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; }
 trap cleanup EXIT
