@@ -59,8 +59,8 @@ pub fn settled(proto: u8, v: &FwVal) -> bool {
         IPPROTO_TCP => {
             v.state == TcpState::Established as u8
                 && v.flags & ASSURED != 0
-                && !v.win.liberal(0)
-                && !v.win.liberal(1)
+                && !v.win.is_picked_up(0)
+                && !v.win.is_picked_up(1)
         }
         IPPROTO_UDP => true,
         _ => false,
@@ -422,6 +422,11 @@ impl Firewall {
             }
             true
         };
+        let settled = settled(proto, &v);
+        if proto == IPPROTO_TCP && p.fast && settled {
+            // The runtime may hand the flow to the fast path after this packet.
+            v.win.offload();
+        }
         self.by_state[usize::from(e.val.state)] -= 1;
         self.by_state[usize::from(v.state)] += 1;
         let ent = self.table.get_mut(slot);
@@ -429,7 +434,7 @@ impl Firewall {
         if refresh {
             ent.expires_ns = now + self.timeouts.of(proto, &v);
         }
-        Ok(settled(proto, &v))
+        Ok(settled)
     }
 
     fn create(&mut self, p: &Packet, ck: FlowKey, swapped: bool, now: u64) -> Result<bool, FwDrop> {

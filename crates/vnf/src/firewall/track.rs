@@ -228,4 +228,27 @@ mod tests {
             Verdict::Reject(FwDrop::InvalidRst)
         );
     }
+
+    #[test]
+    fn offloaded_connections_take_acks_of_unseen_data_but_not_blind_resets() {
+        let mut v = open();
+        let before = v;
+        // The responder acknowledges data the fast path carried past the firewall.
+        assert_eq!(
+            segment(&mut v, &seg(901, 101 + 200_000, 0, ACK), false),
+            Verdict::Reject(FwDrop::OutOfWindow),
+            "without offload the ack is beyond what the opener sent"
+        );
+        assert_eq!(v, before);
+        v.win.offload();
+        assert_eq!(
+            segment(&mut v, &seg(901, 101 + 200_000, 0, ACK), false),
+            Verdict::Pass { refresh: true }
+        );
+        assert_eq!(v.state, TcpState::Established as u8);
+        assert_eq!(
+            segment(&mut v, &seg(80_000_000, 0, 0, RST), true),
+            Verdict::Reject(FwDrop::InvalidRst)
+        );
+    }
 }

@@ -31,8 +31,13 @@ pub const DATA_UNACK: u8 = 4;
 /// Side flag: picked up mid-stream, window scale unknown: only RSTs are held to the
 /// window (Linux's `IP_CT_TCP_FLAG_BE_LIBERAL`).
 pub const LIBERAL: u8 = 8;
+/// Side flag: the fast path may forward this side's segments without the firewall
+/// seeing them, so its view of both sequence spaces can fall behind; like Linux for a
+/// flow it offloads to a flowtable (`nft_flow_offload` sets `IP_CT_TCP_FLAG_BE_LIBERAL`
+/// on both sides), only RSTs are held to the window from then on.
+pub const OFFLOADED: u8 = 16;
 /// Every side flag.
-pub const ALL_FLAGS: u8 = WSCALE | MAXACK_SET | DATA_UNACK | LIBERAL;
+pub const ALL_FLAGS: u8 = WSCALE | MAXACK_SET | DATA_UNACK | LIBERAL | OFFLOADED;
 
 /// Smallest window IV allows acks to lag behind by (Linux's `MAXACKWINCONST`).
 const MAX_ACK_WIN_CONST: u32 = 66_000;
@@ -142,9 +147,21 @@ impl Windows {
         (self.flags[0] | self.flags[1]) & (DATA_UNACK | LIBERAL) != 0
     }
 
-    /// True when side `d` is liberal (only its RSTs are checked).
+    /// True when side `d` is liberal (only its RSTs are checked): picked up mid-stream
+    /// or offloaded.
     pub fn liberal(&self, d: usize) -> bool {
+        self.flags[d] & (LIBERAL | OFFLOADED) != 0
+    }
+
+    /// True when side `d` was picked up mid-stream (its window scale is unknown).
+    pub fn is_picked_up(&self, d: usize) -> bool {
         self.flags[d] & LIBERAL != 0
+    }
+
+    /// Marks both sides [`OFFLOADED`]: the fast path may carry the flow from now on.
+    pub fn offload(&mut self) {
+        self.flags[0] |= OFFLOADED;
+        self.flags[1] |= OFFLOADED;
     }
 
     /// Checks a segment from side `d` against the windows and, when it is in window,
