@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nfx needs (traffic tools, nftables, tshark, ...) when missing.
 set -euo pipefail
-pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev)
+# strongSwan (charon with kernel-libipsec, swanctl): the IKEv2/ESP peer of the tunnel
+# interop tests and of `nfx bench tunnel` (docs/tunnel.md).
+pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev
+      strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-extra-plugins)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -11,5 +14,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "nfx: installing ${missing[*]}" >&2
   $SUDO apt-get update -qq
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  # Packages only: no service of theirs (strongSwan's charon) may start on the host;
+  # the tests start their own daemons in namespaces. An existing policy-rc.d is kept.
+  made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ -n "$made_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
