@@ -4,7 +4,8 @@ set -euo pipefail
 # strongSwan (charon with kernel-libipsec, swanctl): the IKEv2/ESP peer of the tunnel
 # interop tests and of `nfx bench tunnel` (docs/tunnel.md).
 pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev
-      strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-extra-plugins)
+      strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-standard-plugins
+      libstrongswan-extra-plugins)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
