@@ -3,8 +3,8 @@
 //! IPsec needed) runs in one namespace, nfx in another. nfx as initiator and as
 //! responder, PSK and X.509 certificates, AES-GCM-128/256 and AES-CTR +
 //! HMAC-SHA-256-128: the SA comes up, ping and iperf3 pass both ways, CHILD_SA rekeys
-//! (started by either side) under an iperf3 UDP stream lose no datagram, and DPD
-//! notices a killed peer. Root; every process and namespace is removed by a guard.
+//! (started by either side) under an iperf3 UDP stream lose no datagram, nfx rekeys
+//! the IKE SA, and DPD notices a killed peer. Root; every process and namespace is removed by a guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -544,6 +544,28 @@ fn nfx_responder_psk_every_transform_and_strongswan_rekey() {
     }
     let st = b.status().unwrap();
     assert!(st["ike"]["child_rekeys"].as_u64().unwrap() >= 6, "{st}");
+}
+
+#[test]
+fn nfx_rekeys_the_ike_sa_with_strongswan() {
+    if skip() {
+        return;
+    }
+    let mut b = Bed::new("k", 164);
+    b.start_charon(Auth::Psk, GCM128, true);
+    b.start_nfx(Auth::Psk, GCM128, true, "ike_lifetime_s: 1");
+    let first = b.up(GCM128)["ike"]["ike_spi"].clone();
+    // The IKE SA is rekeyed (CREATE_CHILD_SA with a new IKE SPI); its CHILD_SA moves
+    // over and still carries traffic both ways.
+    let st = b.wait_nfx(Duration::from_secs(10), "two IKE rekeys", |st| {
+        st["ike"]["ike_rekeys"].as_u64().unwrap_or(0) >= 2
+    });
+    assert_ne!(st["ike"]["ike_spi"], first, "{st}");
+    assert_eq!(st["ike"]["state"], "established", "{st}");
+    b.ping_both_ways();
+    let st = b.status().unwrap();
+    assert!(st["ike"]["child"].is_object(), "{st}");
+    assert_eq!(st["ike"]["peer_dead"], 0, "{st}");
 }
 
 /// A CA and certificates for a.nfx (nfx) and b.nfx (strongSwan), ECDSA P-256, written
