@@ -1,10 +1,11 @@
 //! Interoperability of `nfx tunnel` (IKEv2 + ESP-in-UDP) with strongSwan: Debian's
 //! charon with the kernel-libipsec plugin (ESP in userspace over its own TUN, no kernel
 //! IPsec needed) runs in one namespace, nfx in another. nfx as initiator and as
-//! responder, PSK and X.509 certificates, AES-GCM-128/256 and AES-CTR +
-//! HMAC-SHA-256-128: the SA comes up, ping and iperf3 pass both ways, CHILD_SA rekeys
-//! (started by either side) under an iperf3 UDP stream lose no datagram, nfx rekeys
-//! the IKE SA, and DPD notices a killed peer. Root; every process and namespace is removed by a guard.
+//! responder, PSK and X.509 certificates, AES-GCM-128/256, ChaCha20-Poly1305 and
+//! AES-CTR + HMAC-SHA-256-128: the SA comes up, ping and iperf3 pass both ways, CHILD_SA
+//! rekeys (started by either side) under an iperf3 UDP stream lose no datagram, nfx
+//! rekeys the IKE SA, and DPD on either side notices a killed peer. Root; every process
+//! and namespace is removed by a guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -53,6 +54,10 @@ const GCM128: Alg = Alg {
 const GCM256: Alg = Alg {
     swan: "aes256gcm16",
     nfx: "aes-256-gcm",
+};
+const CHACHA: Alg = Alg {
+    swan: "chacha20poly1305",
+    nfx: "chacha20-poly1305",
 };
 const CTR: Alg = Alg {
     swan: "aes128ctr-sha256",
@@ -150,7 +155,7 @@ impl Bed {
         let n = self.n;
         let conf = format!(
             "charon {{\n  load_modular = no\n  load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey \
-             curve25519 aes sha1 sha2 hmac gcm ctr kdf kernel-libipsec kernel-netlink socket-default vici\n  \
+             curve25519 aes sha1 sha2 hmac gcm chapoly ctr kdf kernel-libipsec kernel-netlink socket-default vici\n  \
              install_routes = yes\n  retransmit_timeout = 1\n  retransmit_tries = 2\n  \
              plugins {{ vici {{ socket = {} }} }}\n  \
              filelog {{ log {{ path = {} \n time_format = %T\n default = 1\n ike = 2 }} }}\n}}\n",
@@ -450,7 +455,7 @@ fn nfx_initiator_psk_every_transform_rekey_and_dpd() {
         return;
     }
     let mut b = Bed::new("i", 161);
-    for alg in [GCM128, GCM256, CTR] {
+    for alg in [GCM128, GCM256, CHACHA, CTR] {
         b.start_charon(Auth::Psk, alg, true);
         b.start_nfx(Auth::Psk, alg, true, "");
         let st = b.up(alg);
@@ -566,6 +571,40 @@ fn nfx_rekeys_the_ike_sa_with_strongswan() {
     let st = b.status().unwrap();
     assert!(st["ike"]["child"].is_object(), "{st}");
     assert_eq!(st["ike"]["peer_dead"], 0, "{st}");
+}
+
+#[test]
+fn strongswan_dpd_notices_a_killed_nfx() {
+    if skip() {
+        return;
+    }
+    let mut b = Bed::new("d", 165);
+    b.start_charon(Auth::Psk, GCM128, true);
+    b.start_nfx(Auth::Psk, GCM128, true, "");
+    b.up(GCM128);
+    let has_sa = |b: &Bed| {
+        let o = b.swanctl(&["--list-sas"]);
+        String::from_utf8_lossy(&o.stdout).contains("nfx:")
+    };
+    assert!(has_sa(&b), "strongSwan lists no SA\n{}", b.log());
+    // nfx dies without a Delete (SIGKILL); strongSwan's DPD (1 s, 2 retransmissions of
+    // 1 s · 1.8^n) must tear its SAs down.
+    let mut c = b.nfx.take().unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    let t0 = Instant::now();
+    while has_sa(&b) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "strongSwan still lists the SA\n{}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "strongSwan dropped the SA {:?} after nfx was killed",
+        t0.elapsed()
+    );
 }
 
 /// A CA and certificates for a.nfx (nfx) and b.nfx (strongSwan), ECDSA P-256, written
