@@ -17,12 +17,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
   # Packages only: no service of theirs (strongSwan's charon) may start on the host;
   # the tests start their own daemons in namespaces. An existing policy-rc.d is kept.
-  made_policy=""
+  # The file is removed again however the install ends (a failed install included).
   if [ ! -e /usr/sbin/policy-rc.d ]; then
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
     $SUDO chmod 755 /usr/sbin/policy-rc.d
-    made_policy=1
   fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-  if [ -n "$made_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
