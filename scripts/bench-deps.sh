@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the tunnel peers that `nfx bench tunnel` measures next to nfx, when missing:
 # WireGuard tools, wireguard-go, boringtun, OpenVPN, OpenSSH client/server, Dropbear,
-# plus the traffic tools. Idempotent. Not part of deps.sh/test.sh (CI stays fast).
+# plus the traffic tools (strongSwan, also a peer, comes from deps.sh: the interop tests
+# need it). Idempotent. Not part of deps.sh/test.sh (CI stays fast).
 # Run as root (or with sudo available). Binaries land in /usr/local/bin.
 set -euo pipefail
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

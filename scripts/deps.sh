@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nfx needs (traffic tools, nftables, tshark, ...) when missing.
 set -euo pipefail
-pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev ffmpeg)
+# strongSwan (charon with kernel-libipsec, swanctl): the IKEv2/ESP peer of the tunnel
+# interop tests and of `nfx bench tunnel` (docs/tunnel.md).
+pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev ffmpeg
+      strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-standard-plugins
+      libstrongswan-extra-plugins)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -11,5 +15,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "nfx: installing ${missing[*]}" >&2
   $SUDO apt-get update -qq
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  # Packages only: no service of theirs (strongSwan's charon) may start on the host;
+  # the tests start their own daemons in namespaces. An existing policy-rc.d is kept.
+  # The file is removed again however the install ends (a failed install included).
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

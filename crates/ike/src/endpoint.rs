@@ -35,7 +35,9 @@ pub struct Stats {
     pub cookies_sent: u64,
     /// IKE_SA_INIT requests dropped because `half_open.max` SAs were half open.
     pub half_open_refused: u64,
-    /// Time from our first IKE_SA_INIT to the first CHILD_SA installed (µs), last SA.
+    /// Time to set up the last IKE SA and its CHILD_SA (µs): initiator, from our first
+    /// IKE_SA_INIT to the IKE_AUTH answer processed (a full exchange with the peer);
+    /// responder, from the IKE_SA_INIT request to our IKE_AUTH answer.
     pub setup_us: Option<u64>,
 }
 
@@ -238,7 +240,10 @@ impl Endpoint {
                 self.on_create_response(i, now, task, payloads)
             }
             Task::DeleteChildren(spis) => self.on_delete_children_done(i, now, &spis),
-            Task::DeleteIke => self.kill_sa(i, now, "deleted by us", false),
+            Task::DeleteIke => {
+                let restart = self.sas[i].restart_on_close;
+                self.kill_sa(i, now, "deleted by us", restart)
+            }
             Task::Dpd => {}
             Task::Init => debug_assert!(false, "IKE_SA_INIT answers are plaintext: {h:?}"),
         }

@@ -519,6 +519,7 @@ impl Endpoint {
         }
         let msg = self.sas[i].respond(exchange::IKE_AUTH, h.msg_id, &out);
         self.out.push(msg);
+        self.stats.setup_us = Some(now.duration_since(self.sas[i].started).as_micros() as u64);
         self.established(i, now);
     }
 
@@ -592,6 +593,7 @@ impl Endpoint {
             Err(why) => {
                 self.last_error = Some(format!("no CHILD_SA: {why}"));
                 log::warn!("IKE SA without CHILD_SA: {why}; closing it");
+                self.sas[i].restart_on_close = true;
                 self.sas[i].queue.push_back(crate::sa::Queued::DeleteIke);
             }
         }

@@ -226,6 +226,9 @@ pub struct IkeSa {
     pub last_heard: Instant,
     /// Deadline of a half-open or rekeyed SA.
     pub expires: Option<Instant>,
+    /// Start over (initiator) once our Delete of this SA is answered: it failed to
+    /// give us a CHILD_SA.
+    pub restart_on_close: bool,
 }
 
 impl IkeSa {
@@ -255,6 +258,7 @@ impl IkeSa {
             rekey_at: None,
             last_heard: now,
             expires: None,
+            restart_on_close: false,
         }
     }
 

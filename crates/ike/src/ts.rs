@@ -59,10 +59,9 @@ impl TrafficSelector {
                 .ok_or_else(|| format!("`{s}`: bad prefix length"))?,
             None => bits,
         };
-        let host = if len == bits {
-            0
-        } else {
-            (1u128 << (bits - len)) - 1
+        let host = match bits - len {
+            128 => u128::MAX,
+            h => (1u128 << h) - 1,
         };
         let n = ip_num(ip) & !host;
         let (start, end) = match ip {
@@ -254,6 +253,11 @@ mod tests {
         assert_eq!(
             TrafficSelector::cidr("0.0.0.0/0").unwrap().end.to_string(),
             "255.255.255.255"
+        );
+        let all6 = TrafficSelector::cidr("::/0").unwrap();
+        assert_eq!(
+            all6.end.to_string(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
         );
     }
 

@@ -120,6 +120,7 @@ fn other_installed_peers_carry_iperf_and_sockperf() {
         &[
             Peer::Boringtun,
             Peer::Openvpn,
+            Peer::Strongswan,
             Peer::OpensshAes128Ctr,
             Peer::DropbearAes128Ctr,
         ],

@@ -25,6 +25,8 @@ alg: aes-128-gcm
 offload: $off
 tun: {name: espab, address: 192.168.233.$s/24}
 underlay: {local: '10.233.0.$s:4500', peer: '10.233.0.$p:4500'}
+insecure_static_keys: true
+seq_state: t$s.seq
 outbound: {spi: $o, key: '$ok'}
 inbound: {spi: $i, key: '$ik'}
 Y

@@ -7,6 +7,7 @@ use nfx_accel::{Alg, AlgFamily, EngineKind, SecretBytes};
 use serde::Deserialize;
 
 use crate::esp::SaKeys;
+use crate::ike_config::{self, RawIke};
 
 /// Errors of a configuration file, naming the file and the field.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +116,8 @@ struct RawConfig {
     engine: Option<String>,
     #[serde(default)]
     lookaside: Option<PathBuf>,
-    alg: String,
+    #[serde(default)]
+    alg: Option<String>,
     #[serde(default)]
     esn: bool,
     #[serde(default = "default_window")]
@@ -126,8 +128,46 @@ struct RawConfig {
     offload: bool,
     tun: TunConfig,
     underlay: UnderlayConfig,
-    outbound: RawSa,
-    inbound: RawSa,
+    #[serde(default)]
+    ike: Option<RawIke>,
+    #[serde(default)]
+    insecure_static_keys: bool,
+    #[serde(default)]
+    seq_state: Option<PathBuf>,
+    #[serde(default = "default_seq_block")]
+    seq_block: u64,
+    #[serde(default)]
+    outbound: Option<RawSa>,
+    #[serde(default)]
+    inbound: Option<RawSa>,
+}
+
+fn default_seq_block() -> u64 {
+    1 << 22
+}
+
+/// Keys typed into the configuration (`insecure_static_keys: true`).
+pub struct StaticKeys {
+    /// The transform.
+    pub alg: Alg,
+    /// 64-bit extended sequence numbers.
+    pub esn: bool,
+    /// Outbound SA.
+    pub outbound: SaKeys,
+    /// Inbound SA.
+    pub inbound: SaKeys,
+    /// Where the outbound sequence reservation is kept across restarts.
+    pub seq_state: PathBuf,
+    /// Sequence numbers reserved per write of the state file.
+    pub seq_block: u64,
+}
+
+/// Where the SA keys come from.
+pub enum Keying {
+    /// IKEv2 negotiates them (the default).
+    Ike(Box<nfx_ike::Config>),
+    /// Typed into the file, sequence numbers persisted.
+    Static(StaticKeys),
 }
 
 /// A validated endpoint configuration.
@@ -142,8 +182,6 @@ pub struct Config {
     pub engine: EngineKind,
     /// A lookaside device socket to attach at start.
     pub lookaside: Option<PathBuf>,
-    /// 64-bit extended sequence numbers.
-    pub esn: bool,
     /// Anti-replay window size.
     pub replay_window: u64,
     /// Packets per crypto batch.
@@ -155,10 +193,8 @@ pub struct Config {
     pub tun: TunConfig,
     /// Underlay settings.
     pub underlay: UnderlayConfig,
-    /// Outbound SA.
-    pub outbound: SaKeys,
-    /// Inbound SA.
-    pub inbound: SaKeys,
+    /// SA keys: IKE or static.
+    pub keying: Keying,
 }
 
 /// Decodes a hex string into zeroized key bytes (`None` on a bad digit or odd length).
@@ -175,6 +211,80 @@ pub fn parse_hex(s: &str) -> Option<SecretBytes> {
         out.push((hi * 16 + lo) as u8);
     }
     Some(SecretBytes::new(out))
+}
+
+/// Validates the static-key part of a file without an `ike:` block.
+fn static_keys(
+    raw: &RawConfig,
+    path: &Path,
+    field: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<StaticKeys, ConfigError> {
+    if !raw.insecure_static_keys {
+        return Err(field(
+            "ike",
+            "missing: SAs are negotiated with IKE; typed-in keys need `insecure_static_keys: true` \
+             and `seq_state: FILE` (a restart would repeat AES-GCM/ChaCha20 nonces otherwise)"
+                .into(),
+        ));
+    }
+    let seq_state = raw.seq_state.as_ref().ok_or_else(|| {
+        field(
+            "seq_state",
+            "required with insecure_static_keys: the file that keeps sequence numbers (nonces) from repeating across restarts".into(),
+        )
+    })?;
+    let seq_state = path.parent().unwrap_or(Path::new(".")).join(seq_state);
+    if !(1..=1 << 32).contains(&raw.seq_block) {
+        return Err(field(
+            "seq_block",
+            format!("{} is not in 1..=2^32", raw.seq_block),
+        ));
+    }
+    let alg_name = raw
+        .alg
+        .as_deref()
+        .ok_or_else(|| field("alg", "required with static keys".into()))?;
+    let alg: Alg = alg_name.parse().map_err(|e| field("alg", format!("{e}")))?;
+    if matches!(alg.family(), AlgFamily::Digest | AlgFamily::Cipher) {
+        return Err(field(
+            "alg",
+            format!("{alg} is not an ESP transform (it has no integrity check)"),
+        ));
+    }
+    if raw.esn && alg.family() == AlgFamily::CtrHmac {
+        return Err(field(
+            "esn",
+            format!("{alg}: extended sequence numbers are supported with the AEAD transforms only"),
+        ));
+    }
+    let sa = |name: &str, r: Option<&RawSa>| -> Result<SaKeys, ConfigError> {
+        let r = r.ok_or_else(|| field(name, "required with static keys".into()))?;
+        if r.spi < 256 {
+            return Err(field(
+                &format!("{name}.spi"),
+                format!("{} is reserved (SPIs 0..=255)", r.spi),
+            ));
+        }
+        let key = parse_hex(&r.key)
+            .ok_or_else(|| field(&format!("{name}.key"), "not a hex string".into()))?;
+        let auth = match &r.auth_key {
+            Some(h) => Some(
+                parse_hex(h)
+                    .ok_or_else(|| field(&format!("{name}.auth_key"), "not a hex string".into()))?,
+            ),
+            None => None,
+        };
+        SaKeys::new(alg, r.spi, &key, auth.as_ref())
+            .map_err(|why| field(&format!("{name}.key"), why))
+    };
+    Ok(StaticKeys {
+        alg,
+        esn: raw.esn,
+        outbound: sa("outbound", raw.outbound.as_ref())?,
+        inbound: sa("inbound", raw.inbound.as_ref())?,
+        seq_state,
+        seq_block: raw.seq_block,
+    })
 }
 
 impl Config {
@@ -198,21 +308,6 @@ impl Config {
             field: field.into(),
             why,
         };
-        let alg: Alg = raw.alg.parse().map_err(|e| field("alg", format!("{e}")))?;
-        if matches!(alg.family(), AlgFamily::Digest | AlgFamily::Cipher) {
-            return Err(field(
-                "alg",
-                format!("{alg} is not an ESP transform (it has no integrity check)"),
-            ));
-        }
-        if raw.esn && alg.family() == AlgFamily::CtrHmac {
-            return Err(field(
-                "esn",
-                format!(
-                    "{alg}: extended sequence numbers are supported with the AEAD transforms only"
-                ),
-            ));
-        }
         let engine = match raw.engine.as_deref().unwrap_or("cpu") {
             "soft" => EngineKind::Soft,
             "cpu" => EngineKind::Cpu,
@@ -247,40 +342,42 @@ impl Config {
                 format!("{} is not in 576..=65535", raw.underlay.mtu),
             ));
         }
-        let sa = |name: &str, r: &RawSa| -> Result<SaKeys, ConfigError> {
-            if r.spi < 256 {
-                return Err(field(
-                    &format!("{name}.spi"),
-                    format!("{} is reserved (SPIs 0..=255)", r.spi),
-                ));
+        let keying = if let Some(ike) = &raw.ike {
+            for (set, name) in [
+                (raw.alg.is_some(), "alg"),
+                (raw.outbound.is_some(), "outbound"),
+                (raw.inbound.is_some(), "inbound"),
+                (raw.insecure_static_keys, "insecure_static_keys"),
+                (raw.seq_state.is_some(), "seq_state"),
+                (raw.esn, "esn"),
+            ] {
+                if set {
+                    return Err(field(
+                        name,
+                        "static-key settings do not go with an `ike:` block (IKE negotiates the SAs; ESN: `ike.esn`)".into(),
+                    ));
+                }
             }
-            let key = parse_hex(&r.key)
-                .ok_or_else(|| field(&format!("{name}.key"), "not a hex string".into()))?;
-            let auth = match &r.auth_key {
-                Some(h) => Some(parse_hex(h).ok_or_else(|| {
-                    field(&format!("{name}.auth_key"), "not a hex string".into())
-                })?),
-                None => None,
-            };
-            SaKeys::new(alg, r.spi, &key, auth.as_ref())
-                .map_err(|why| field(&format!("{name}.key"), why))
+            let dir = path.parent().unwrap_or(Path::new("."));
+            Keying::Ike(Box::new(
+                ike_config::build(ike, dir, &raw.underlay)
+                    .map_err(|(f, why)| field(&format!("ike.{f}"), why))?,
+            ))
+        } else {
+            Keying::Static(static_keys(&raw, path, &field)?)
         };
-        let outbound = sa("outbound", &raw.outbound)?;
-        let inbound = sa("inbound", &raw.inbound)?;
         let cfg = Config {
             name: raw.name,
             netns: raw.netns,
             em_listen: raw.em_listen,
             engine,
             lookaside: raw.lookaside,
-            esn: raw.esn,
             replay_window: raw.replay_window,
             batch: raw.batch,
             offload: raw.offload,
             tun: raw.tun,
             underlay: raw.underlay,
-            outbound,
-            inbound,
+            keying,
         };
         let mtu = cfg.inner_mtu();
         if mtu < 68 {
@@ -330,6 +427,8 @@ tun: {name: esp0, address: 192.168.77.1/30}
 underlay: {local: '10.0.0.1:4500', peer: '10.0.0.2:4500'}
 outbound: {spi: 0x1001, key: '000102030405060708090a0b0c0d0e0f10111213'}
 inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
+insecure_static_keys: true
+seq_state: t.seq
 ";
 
     fn err(text: &str) -> String {
@@ -381,6 +480,111 @@ inbound: {spi: 0x1002, key: '000102030405060708090a0b0c0d0e0f10111213'}
             "'zz'}\ninbound",
         ));
         assert!(e.contains("hex"), "{e}");
+    }
+
+    #[test]
+    fn static_keys_need_the_flag_and_a_sequence_state() {
+        let e = err(&OK.replace("insecure_static_keys: true\n", ""));
+        assert!(
+            e.contains("`ike`") && e.contains("insecure_static_keys"),
+            "{e}"
+        );
+        let e = err(&OK.replace("seq_state: t.seq\n", ""));
+        assert!(e.contains("seq_state"), "{e}");
+        let c = Config::parse(Path::new("/etc/nfx/t.yaml"), OK).unwrap();
+        match c.keying {
+            Keying::Static(k) => assert_eq!(k.seq_state, Path::new("/etc/nfx/t.seq")),
+            Keying::Ike(_) => panic!("static expected"),
+        }
+    }
+
+    fn ike_dir(tag: &str, psk: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("nfx-ikecfg-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("t.psk");
+        std::fs::write(&p, psk).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        d
+    }
+
+    const IKE: &str = "
+name: t1
+tun: {name: esp0, address: 192.168.77.1/30}
+underlay: {local: '10.0.0.1:4500', peer: '10.0.0.2:4500'}
+ike: {role: initiator, local_id: a.nfx, remote_id: b.nfx, psk_file: t.psk}
+";
+
+    #[test]
+    fn ike_block_reads_the_psk_next_to_the_file() {
+        let d = ike_dir("ok", "a-long-enough-secret-key\n", 0o600);
+        let c = Config::parse(&d.join("t.yaml"), IKE).unwrap();
+        let Keying::Ike(ike) = c.keying else {
+            panic!("IKE expected")
+        };
+        assert!(ike.initiator);
+        assert_eq!(ike.esp_proposals.len(), 4);
+        assert!(format!("{:?}", ike.creds).contains("redacted"));
+        // Static-key fields do not mix with IKE.
+        let e = Config::parse(&d.join("t.yaml"), &format!("{IKE}alg: aes-128-gcm\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("`alg`"), "{e}");
+        let e = Config::parse(&d.join("t.yaml"), &IKE.replace("initiator", "boss"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("ike.role"), "{e}");
+        let e = Config::parse(
+            &d.join("t.yaml"),
+            &IKE.replace(
+                "psk_file: t.psk",
+                "psk_file: t.psk, esp: [present-80-ctr-hmac-sha256]",
+            ),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("ike.esp") && e.contains("static keys only"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn psk_file_errors_never_show_the_key() {
+        let d = ike_dir("short", "short-SECRET", 0o600);
+        let e = Config::parse(&d.join("t.yaml"), IKE)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("ike.psk_file") && e.contains("16 bytes") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let d = ike_dir("mode", "a-long-enough-SECRET-key", 0o644);
+        let e = Config::parse(&d.join("t.yaml"), IKE)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("chmod 600") && !e.contains("SECRET"), "{e}");
+        let e = Config::parse(&d.join("t.yaml"), &IKE.replace("t.psk", "missing.psk"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("missing.psk"), "{e}");
+    }
+
+    #[test]
+    fn example_configs_parse() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tunnel");
+        let d = ike_dir("examples", "an-example-pre-shared-key-0123", 0o600);
+        std::fs::rename(d.join("t.psk"), d.join("tunnel.psk")).unwrap();
+        for f in ["edge.yaml", "cloud.yaml", "present.yaml"] {
+            let text = std::fs::read_to_string(root.join(f)).unwrap();
+            Config::parse(&d.join(f), &text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
     }
 
     #[test]

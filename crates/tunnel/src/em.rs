@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use nfx_accel::{AccelError, EngineKind, LookasideEngine};
 use serde_json::{json, Value};
 
+use crate::ike::IkeShared;
 use crate::stats::Counters;
 use crate::sys::{poll_readable, thread_cpu_s};
 use crate::worker::{SwitchCmd, Switched, Target};
@@ -41,6 +42,8 @@ pub struct EmState {
     pub counters: Arc<Counters>,
     /// Switch requests to the worker.
     pub cmds: Sender<SwitchCmd>,
+    /// IKE state, when the SAs are negotiated.
+    pub ike: Option<Arc<IkeShared>>,
     sample: Mutex<Sample>,
 }
 
@@ -59,6 +62,7 @@ impl EmState {
             base,
             counters,
             cmds,
+            ike: None,
             sample: Mutex::new(Sample::default()),
         }
     }
@@ -243,7 +247,8 @@ fn status(st: &EmState) -> Value {
         "name": st.name,
         "ready": c.ready.load(Relaxed),
         "engine": c.engine().as_str(),
-        "alg": st.alg,
+        "alg": st.ike.as_ref().map_or(st.alg.as_str(), |i| i.alg().unwrap_or("none")),
+        "ike": st.ike.as_ref().map_or(Value::Null, |i| i.json()),
         "cpu_pct": r2(s.cpu_pct),
         "workers": [{"id": 0, "cpu_pct": r2(s.cpu_pct)}],
         "tx_gbps": r2(s.tx_gbps * 1000.0) / 1000.0,

@@ -8,12 +8,17 @@ use std::time::{Duration, Instant};
 use nfx_accel::{open_local, Engine, EngineKind, LookasideEngine};
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::config::{Config, Keying};
 use crate::em::{self, EmState};
 use crate::esp::{Inbound, Outbound};
+use crate::ike::{IkeParts, IkeShared};
+use crate::seqstate::SeqState;
 use crate::stats::Counters;
 use crate::sys::{enter_netns, gettid, set_timer_slack_ns, Tun, Underlay};
-use crate::worker::{Worker, WorkerParts};
+use crate::worker::{IkeLink, Worker, WorkerParts};
+
+/// IKE messages queued between the worker and the IKE thread.
+const IKE_QUEUE: usize = 256;
 
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
 pub fn run(
@@ -22,6 +27,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Value> {
     let counters = Arc::new(Counters::default());
+    let mtu = cfg.inner_mtu();
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let listener = cfg.em_listen.map(em::bind).transpose()?;
     let first: (Box<dyn Engine>, EngineKind) = match &cfg.lookaside {
@@ -34,13 +40,49 @@ pub fn run(
         ),
         None => (open_local(cfg.engine)?, cfg.engine),
     };
-    let st = Arc::new(EmState::new(
-        cfg.name.clone(),
-        cfg.outbound.alg.as_str().to_string(),
-        cfg.engine,
-        Arc::clone(&counters),
-        cmd_tx,
-    ));
+    // Static keys: the outbound SA continues where the state file says (refusing
+    // to start if it cannot), so no sequence number is used twice across restarts.
+    let Config {
+        name,
+        netns,
+        engine,
+        replay_window,
+        batch,
+        offload,
+        tun: tun_cfg,
+        underlay,
+        keying,
+        ..
+    } = cfg;
+    let (sas, ike_cfg, alg) = match keying {
+        Keying::Static(k) => {
+            let (state, start) = SeqState::open(&k.seq_state, k.seq_block)?;
+            log::warn!(
+                "tunnel {}: static keys (insecure_static_keys); outbound sequence continues at {start}",
+                name
+            );
+            let alg = k.alg.as_str().to_string();
+            let out = Outbound::persisted(k.outbound, k.esn, state, start);
+            let inb = Inbound::new(k.inbound, k.esn, replay_window);
+            ((Some(out), vec![inb]), None, alg)
+        }
+        Keying::Ike(c) => ((None, Vec::new()), Some(*c), "ike".to_string()),
+    };
+    let ike_shared = ike_cfg.as_ref().map(|_| Arc::new(IkeShared::default()));
+    let (ike_link, ike_ends) = match &ike_cfg {
+        Some(_) => {
+            let (to_ike, from_worker) = mpsc::sync_channel(IKE_QUEUE);
+            let (to_worker, cmds) = mpsc::channel();
+            (
+                Some(IkeLink { to_ike, cmds }),
+                Some((from_worker, to_worker)),
+            )
+        }
+        None => (None, None),
+    };
+    let mut st = EmState::new(name.clone(), alg, engine, Arc::clone(&counters), cmd_tx);
+    st.ike = ike_shared.clone();
+    let st = Arc::new(st);
     let mut helpers = Vec::new();
     if let Some(l) = listener {
         let (s, st2) = (Arc::clone(&stop), Arc::clone(&st));
@@ -48,34 +90,36 @@ pub fn run(
         let (s, st2) = (Arc::clone(&stop), Arc::clone(&st));
         helpers.push(std::thread::spawn(move || em::sampler(st2, s)));
     }
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<std::net::UdpSocket, String>>();
     let wc = Arc::clone(&counters);
     let wstop = Arc::clone(&stop);
     let worker = std::thread::Builder::new()
-        .name(format!("tunnel-{}", cfg.name))
+        .name(format!("tunnel-{name}"))
         .spawn(move || {
-            let setup = || -> anyhow::Result<Worker> {
-                if let Some(ns) = &cfg.netns {
+            let setup = || -> anyhow::Result<(Worker, std::net::UdpSocket)> {
+                if let Some(ns) = &netns {
                     enter_netns(ns)?;
                 }
-                let mtu = cfg.inner_mtu();
-                let tun = Tun::open(&cfg.tun, mtu, cfg.offload)?;
-                let udp = Underlay::bind(cfg.underlay.local, cfg.underlay.peer)?;
-                Worker::new(WorkerParts {
+                let tun = Tun::open(&tun_cfg, mtu, offload)?;
+                let udp = Underlay::bind(underlay.local, underlay.peer)?;
+                let sock = udp.sock.try_clone()?;
+                let w = Worker::new(WorkerParts {
                     engine: first,
-                    base: cfg.engine,
-                    out: Outbound::new(cfg.outbound, cfg.esn),
-                    inb: Inbound::new(cfg.inbound, cfg.esn, cfg.replay_window),
-                    batch: cfg.batch,
+                    base: engine,
+                    out: sas.0,
+                    inb: sas.1,
+                    ike: ike_link,
+                    batch,
                     mtu: mtu as usize,
                     tun,
                     udp,
                     counters: Arc::clone(&wc),
-                    offload: cfg.offload,
+                    offload,
                 })
-                .map_err(anyhow::Error::msg)
+                .map_err(anyhow::Error::msg)?;
+                Ok((w, sock))
             };
-            let mut w = match setup() {
+            let (mut w, sock) = match setup() {
                 Ok(w) => w,
                 Err(e) => {
                     let _ = ready_tx.send(Err(format!("{e:#}")));
@@ -87,18 +131,51 @@ pub fn run(
             }
             wc.worker_tid.store(gettid(), Relaxed);
             wc.ready.store(true, Relaxed);
-            let _ = ready_tx.send(Ok(()));
+            let _ = ready_tx.send(Ok(sock));
             w.run(&cmd_rx, &wstop, duration.map(|d| Instant::now() + d));
         })?;
     let setup = ready_rx
         .recv()
         .unwrap_or_else(|_| Err("worker thread ended during setup".into()));
-    if let Err(e) = setup {
-        stop.store(true, Relaxed);
-        let _ = worker.join();
-        anyhow::bail!("tunnel {}: {e}", st.name);
-    }
+    let sock = match setup {
+        Ok(s) => s,
+        Err(e) => {
+            stop.store(true, Relaxed);
+            let _ = worker.join();
+            anyhow::bail!("tunnel {}: {e}", st.name);
+        }
+    };
+    // The IKE thread stops before the worker: its last step deletes the SAs at the
+    // peer, which needs the socket, and removes them from the data path.
+    let ike_stop = Arc::new(AtomicBool::new(false));
+    let ike = match (ike_cfg, ike_ends, ike_shared) {
+        (Some(cfg), Some((from_worker, to_worker)), Some(shared)) => {
+            let parts = IkeParts {
+                sock,
+                from_worker,
+                to_worker,
+                counters: Arc::clone(&counters),
+                shared,
+                replay_window,
+            };
+            let s = Arc::clone(&ike_stop);
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("ike-{}", st.name))
+                    .spawn(move || crate::ike::run(cfg, parts, &s))?,
+            )
+        }
+        _ => None,
+    };
     log::info!("tunnel {} up", st.name);
+    if let Some(h) = ike {
+        // Wait for the worker's end (duration or stop), then close IKE first.
+        while !worker.is_finished() && !stop.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ike_stop.store(true, Relaxed);
+        let _ = h.join();
+    }
     let joined = worker.join();
     stop.store(true, Relaxed);
     for h in helpers {

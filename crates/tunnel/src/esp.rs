@@ -14,6 +14,7 @@ use nfx_accel::{Alg, AlgFamily, Buf, Direction, Iv, Layout, SecretBytes, Session
 use zeroize::Zeroize;
 
 use crate::replay::ReplayWindow;
+use crate::seqstate::SeqState;
 
 /// ESP header: SPI + sequence number.
 pub const HDR: usize = 8;
@@ -39,7 +40,8 @@ pub enum EspError {
     Replay,
     /// ICV check failed.
     AuthFailed,
-    /// The 32-bit sequence space is used up (the SA must be rekeyed).
+    /// The 32-bit sequence space is used up (the SA must be rekeyed), or the next
+    /// block of a persisted sequence could not be reserved: nothing is sent.
     SeqExhausted,
     /// A dummy packet (next header 59), discarded per RFC 4303 §2.6.
     Dummy,
@@ -197,21 +199,46 @@ pub struct Outbound {
     pub keys: SaKeys,
     esn: bool,
     next_seq: u64,
+    /// A static key's persisted reservation: no sequence number beyond it is used
+    /// before the file says so.
+    reservation: Option<SeqState>,
 }
 
 impl Outbound {
-    /// A fresh outbound SA (first sequence number 1).
+    /// A fresh outbound SA with new keys (first sequence number 1).
     pub fn new(keys: SaKeys, esn: bool) -> Self {
         Outbound {
             keys,
             esn,
             next_seq: 1,
+            reservation: None,
         }
     }
 
-    /// Sequence numbers used so far.
+    /// An SA whose keys outlive the process: it starts at `start` (the first number
+    /// the state file had not handed out) and reserves further blocks as it goes.
+    pub fn persisted(keys: SaKeys, esn: bool, state: SeqState, start: u64) -> Self {
+        Outbound {
+            keys,
+            esn,
+            next_seq: start,
+            reservation: Some(state),
+        }
+    }
+
+    /// The highest sequence number used so far (0: none).
     pub fn sent(&self) -> u64 {
         self.next_seq - 1
+    }
+
+    /// The SPI.
+    pub fn spi(&self) -> u32 {
+        self.keys.spi
+    }
+
+    /// Whether the SA uses 64-bit sequence numbers.
+    pub fn esn(&self) -> bool {
+        self.esn
     }
 
     /// Lays out the inner packet at `buf[HEAD..HEAD + inner_len]` as an ESP packet
@@ -235,6 +262,11 @@ impl Outbound {
         let seq = self.next_seq;
         if !self.esn && seq > u32::MAX as u64 {
             return Err(EspError::SeqExhausted);
+        }
+        if let Some(r) = &mut self.reservation {
+            if seq >= r.until() && r.reserve_from(seq).is_err() {
+                return Err(EspError::SeqExhausted);
+            }
         }
         self.next_seq += 1;
         s[..4].copy_from_slice(&self.keys.spi.to_be_bytes());
@@ -288,6 +320,11 @@ impl Inbound {
             esn,
             window: ReplayWindow::new(window),
         }
+    }
+
+    /// The SPI.
+    pub fn spi(&self) -> u32 {
+        self.keys.spi
     }
 
     /// Checks the header of the ESP packet in `buf` (its length is the packet length),
@@ -536,6 +573,39 @@ mod tests {
         assert_eq!(tx.prepare(&mut buf, 30).unwrap_err(), EspError::BadEncap);
         assert_eq!(tx.prepare(&mut buf, 60).unwrap_err(), EspError::TooBig);
         assert_eq!(tx.sent(), 0);
+    }
+
+    /// A static key's SA refuses to send once the 32-bit space is used, and its
+    /// persisted sequence resumes past the reservation after a "restart".
+    #[test]
+    fn persisted_sequence_stops_at_2_32_and_resumes_past_reservations() {
+        let dir = std::env::temp_dir().join(format!("nfx-esp-seq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        std::fs::write(&path, format!("nfx-esp-seq-v1 next={}\n", u32::MAX)).unwrap();
+        let (st, start) = SeqState::open(&path, 10).unwrap();
+        let mut tx = Outbound::persisted(keys(Alg::Aes128Gcm, 1), false, st, start);
+        let mut e = cpu_engine();
+        let w = seal(e.as_mut(), &mut tx, &inner(40, 1));
+        assert_eq!(u32::from_be_bytes(w[4..8].try_into().unwrap()), u32::MAX);
+        let mut buf = Buf::heap(256);
+        buf.set_len(HEAD + 40).unwrap();
+        buf.as_mut_slice()[HEAD] = 0x45;
+        assert_eq!(
+            tx.prepare(&mut buf, 40).unwrap_err(),
+            EspError::SeqExhausted
+        );
+        // With ESN the same state goes on past 2^32, reserving as it goes; a new
+        // process starts after everything the old one reserved.
+        std::fs::write(&path, format!("nfx-esp-seq-v1 next={}\n", u32::MAX)).unwrap();
+        let (st, start) = SeqState::open(&path, 10).unwrap();
+        let mut tx = Outbound::persisted(keys(Alg::Aes128Gcm, 1), true, st, start);
+        for _ in 0..25 {
+            seal(e.as_mut(), &mut tx, &inner(40, 1));
+        }
+        let used = tx.sent();
+        let (_, restart) = SeqState::open(&path, 10).unwrap();
+        assert!(restart > used, "restart at {restart}, used up to {used}");
     }
 
     /// RFC 3686 §6 test vector #1 through this module's counter-block construction.

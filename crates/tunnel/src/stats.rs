@@ -25,11 +25,19 @@ pub enum DropCause {
     /// A TUN read whose virtio_net_hdr contradicts the packet (unknown GSO type,
     /// zero segment size, headers out of bounds).
     BadVnet,
+    /// No outbound SA (IKE has not established one yet, or the peer is gone).
+    NoSa,
+    /// The outbound SA has no sequence number left (32-bit space used up, or a
+    /// static key's next block could not be reserved on disk): nothing is sent.
+    SeqExhausted,
+    /// An IKE datagram the IKE thread could not take (its queue was full), or one
+    /// arriving at an endpoint keyed statically.
+    Ike,
 }
 
 impl DropCause {
     /// Every reason, in report order.
-    pub const ALL: [DropCause; 7] = [
+    pub const ALL: [DropCause; 10] = [
         DropCause::AuthFailed,
         DropCause::Replay,
         DropCause::BadEncap,
@@ -37,6 +45,9 @@ impl DropCause {
         DropCause::TxError,
         DropCause::Dummy,
         DropCause::BadVnet,
+        DropCause::NoSa,
+        DropCause::SeqExhausted,
+        DropCause::Ike,
     ];
 
     /// Name in JSON.
@@ -49,6 +60,9 @@ impl DropCause {
             DropCause::TxError => "tx_error",
             DropCause::Dummy => "dummy",
             DropCause::BadVnet => "bad_vnet",
+            DropCause::NoSa => "no_sa",
+            DropCause::SeqExhausted => "seq_exhausted",
+            DropCause::Ike => "ike",
         }
     }
 }
@@ -60,7 +74,7 @@ impl From<EspError> for DropCause {
             EspError::BadEncap => DropCause::BadEncap,
             EspError::Replay => DropCause::Replay,
             EspError::AuthFailed => DropCause::AuthFailed,
-            EspError::SeqExhausted => DropCause::TxError,
+            EspError::SeqExhausted => DropCause::SeqExhausted,
             EspError::Dummy => DropCause::Dummy,
         }
     }
@@ -86,7 +100,7 @@ pub struct Counters {
     pub rx_packets: AtomicU64,
     /// Inner bytes of those packets.
     pub rx_bytes: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; 10],
     /// Live engine switches done.
     pub engine_switches: AtomicU64,
     /// Lookaside device failures survived (fallback engine took over).
@@ -115,6 +129,12 @@ pub struct Counters {
     /// Super-packets read from the TUN scattered straight into engine buffers, one per
     /// segment (no payload copy in the worker).
     pub tun_scattered: AtomicU64,
+    /// SPI of the outbound SA in use (0: none).
+    pub out_spi: AtomicU32,
+    /// Highest sequence number used on it.
+    pub out_seq: AtomicU64,
+    /// Inner bytes sent on it.
+    pub out_sa_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -202,7 +222,8 @@ mod tests {
         let j = c.drops_json();
         assert_eq!(j["replay"], 1);
         assert_eq!(j["auth_failed"], 1);
-        assert_eq!(j["tx_error"], 1);
+        assert_eq!(j["seq_exhausted"], 1);
+        assert_eq!(j["tx_error"], 0);
         assert_eq!(j["too_big"], 0);
         c.count(DropCause::BadVnet);
         assert_eq!(c.drops_json()["bad_vnet"], 1);

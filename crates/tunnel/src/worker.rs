@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use nfx_accel::{
     open_local, Buf, Completion, Direction, Engine, EngineKind, Op, SessionId, Status,
 };
 
-use crate::esp::{wire_len, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
+use crate::esp::{wire_len, EspError, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
 use crate::gro::{Gro, Piece, MAX_SEGS};
 use crate::offload::{read_vnet, Plan, SegError, VnetHdr};
 use crate::stats::{Counters, DropCause};
@@ -46,6 +46,38 @@ pub struct Switched {
     pub switch_us: u64,
 }
 
+/// A change of the SAs the data path uses, made by the IKE thread.
+pub enum SaChange {
+    /// Start accepting ESP for this SA.
+    InstallInbound(Inbound),
+    /// Send with this SA from now on (the previous outbound SA is dropped).
+    InstallOutbound(Outbound),
+    /// Stop accepting ESP with this SPI.
+    RemoveInbound(u32),
+    /// Stop sending with this SA (packets are dropped as `no_sa` until another one is
+    /// installed).
+    RemoveOutbound(u32),
+}
+
+/// SA changes to apply in order between two batches; `done` is answered once they
+/// are in place (the IKE thread sends its messages only then, so the peer never uses
+/// an SA before it is installed here).
+pub struct SaCmd {
+    /// The changes.
+    pub changes: Vec<SaChange>,
+    /// Answered when they are applied.
+    pub done: Sender<()>,
+}
+
+/// The worker's side of the IKE thread: where received IKE messages go and where SA
+/// changes come from.
+pub struct IkeLink {
+    /// IKE messages (non-ESP marker removed) for the IKE thread.
+    pub to_ike: SyncSender<Vec<u8>>,
+    /// SA changes from the IKE thread.
+    pub cmds: Receiver<SaCmd>,
+}
+
 /// A switch request with its reply channel.
 pub struct SwitchCmd {
     /// Where to go.
@@ -59,8 +91,10 @@ pub struct SwitchCmd {
 struct Crypto {
     engine: Box<dyn Engine>,
     kind: EngineKind,
-    enc: SessionId,
-    dec: SessionId,
+    /// Session of the outbound SA.
+    enc: Option<SessionId>,
+    /// Sessions of the inbound SAs, in the worker's order.
+    dec: Vec<SessionId>,
     /// Completions in submission order, polled early (ring full) or beyond the batch
     /// being finished; the next batches take them from the front.
     ready: Vec<Completion>,
@@ -68,24 +102,40 @@ struct Crypto {
 
 impl Crypto {
     fn new(
-        mut engine: Box<dyn Engine>,
+        engine: Box<dyn Engine>,
         kind: EngineKind,
-        out: &Outbound,
-        inb: &Inbound,
+        out: Option<&Outbound>,
+        inb: &[Inbound],
     ) -> Result<Crypto, String> {
-        let enc = engine
-            .create_session(out.keys.spec(Direction::Encrypt))
-            .map_err(|e| format!("create outbound session on {kind}: {e}"))?;
-        let dec = engine
-            .create_session(inb.keys.spec(Direction::Decrypt))
-            .map_err(|e| format!("create inbound session on {kind}: {e}"))?;
-        Ok(Crypto {
+        let mut c = Crypto {
             engine,
             kind,
-            enc,
-            dec,
+            enc: None,
+            dec: Vec::new(),
             ready: Vec::new(),
-        })
+        };
+        if let Some(o) = out {
+            c.enc = Some(c.session(o.keys.spec(Direction::Encrypt))?);
+        }
+        for i in inb {
+            let s = c.session(i.keys.spec(Direction::Decrypt))?;
+            c.dec.push(s);
+        }
+        Ok(c)
+    }
+
+    fn session(&mut self, spec: nfx_accel::SessionSpec) -> Result<SessionId, String> {
+        let dir = spec.dir;
+        self.engine
+            .create_session(spec)
+            .map_err(|e| format!("create {dir:?} session on {}: {e}", self.kind))
+    }
+
+    /// Destroys every session (their key copies are zeroized now, not later).
+    fn destroy_sessions(&mut self) {
+        for s in self.enc.take().into_iter().chain(self.dec.drain(..)) {
+            let _ = self.engine.destroy_session(s);
+        }
     }
 
     /// Submits the whole vector as one batch without waiting for it and returns how
@@ -162,8 +212,9 @@ impl Crypto {
 enum Flight {
     /// Outbound ESP packets: this many ops, each op's `user` is its inner length.
     Out(usize),
-    /// Inbound ESP packets: one record per op (the op's `user` indexes it).
-    In(Vec<Prepared>),
+    /// Inbound ESP packets: one record per op (the op's `user` indexes it): the
+    /// inbound SA's index and the prepared operation.
+    In(Vec<(usize, Prepared)>),
 }
 
 /// How long the worker busy-polls a lookaside batch before it sleeps (a small batch or
@@ -184,8 +235,13 @@ const WAIT_STEP: Duration = Duration::from_millis(1);
 pub struct Worker {
     crypto: Crypto,
     base: EngineKind,
-    out: Outbound,
-    inb: Inbound,
+    /// The SA we send with (none until IKE installs one).
+    out: Option<Outbound>,
+    /// The SAs we accept (more than one while a rekey's old SA drains).
+    inb: Vec<Inbound>,
+    ike: Option<IkeLink>,
+    /// The outbound SA ran out of sequence numbers and the operator was told.
+    told_exhausted: bool,
     free: Vec<Buf>,
     cap: usize,
     batch: usize,
@@ -236,10 +292,12 @@ pub struct WorkerParts {
     pub engine: (Box<dyn Engine>, EngineKind),
     /// Configured software engine (target of `Release`).
     pub base: EngineKind,
-    /// Outbound SA.
-    pub out: Outbound,
-    /// Inbound SA.
-    pub inb: Inbound,
+    /// Outbound SA (static keys), or none until IKE installs one.
+    pub out: Option<Outbound>,
+    /// Inbound SAs (static keys), or none until IKE installs them.
+    pub inb: Vec<Inbound>,
+    /// The IKE thread, when SAs are negotiated.
+    pub ike: Option<IkeLink>,
     /// Packets per batch.
     pub batch: usize,
     /// Inner MTU.
@@ -257,7 +315,10 @@ pub struct WorkerParts {
 impl Worker {
     /// Builds the worker and creates its sessions on the first engine.
     pub fn new(p: WorkerParts) -> Result<Worker, String> {
-        let crypto = Crypto::new(p.engine.0, p.engine.1, &p.out, &p.inb)?;
+        let crypto = Crypto::new(p.engine.0, p.engine.1, p.out.as_ref(), &p.inb)?;
+        if let Some(o) = &p.out {
+            p.counters.out_spi.store(o.spi(), Relaxed);
+        }
         p.counters.set_engine(crypto.kind);
         let udp_gso = p.offload && p.udp.probe_gso();
         let udp_gro = p.offload && p.udp.enable_gro();
@@ -279,6 +340,8 @@ impl Worker {
             base: p.base,
             out: p.out,
             inb: p.inb,
+            ike: p.ike,
+            told_exhausted: false,
             free: Vec::new(),
             cap: (p.mtu + HEAD + ICV + 8 + ESN_AAD).max(2048),
             batch: p.batch,
@@ -332,6 +395,13 @@ impl Worker {
                 }
                 // The requester may have given up waiting; nothing else to do then.
                 let _ = c.reply.send(r);
+            }
+            while let Some(c) = self.ike.as_ref().and_then(|l| l.cmds.try_recv().ok()) {
+                self.finish_all();
+                for ch in c.changes {
+                    self.apply(ch);
+                }
+                let _ = c.done.send(());
             }
             if stop.load(Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 self.finish_all();
@@ -454,7 +524,7 @@ impl Worker {
         let mut wires: Vec<&[u8]> = Vec::with_capacity(done.len());
         let mut inner: Vec<u64> = Vec::with_capacity(done.len());
         for c in done.iter() {
-            if c.status == Status::Ok && c.op.session == self.crypto.enc {
+            if c.status == Status::Ok && Some(c.op.session) == self.crypto.enc {
                 wires.push(&c.op.buf.as_slice()[..wire_len(c.op.user as usize)]);
                 inner.push(c.op.user);
             } else {
@@ -489,20 +559,42 @@ impl Worker {
         self.counters.tx_packets.fetch_add(sent as u64, Relaxed);
         let bytes: u64 = inner[..sent].iter().sum();
         self.counters.tx_bytes.fetch_add(bytes, Relaxed);
+        self.counters.out_sa_bytes.fetch_add(bytes, Relaxed);
         self.free.extend(done.drain(..).map(|c| c.op.buf));
     }
 
     /// Lays out inner packet `n` bytes long at `buf[HEAD..]` as ESP and queues it.
     fn queue(&mut self, mut buf: Buf, n: usize, ops: &mut Vec<Op>) {
-        match self.out.prepare(&mut buf, n) {
-            Ok(p) => ops.push(Op {
-                session: self.crypto.enc,
-                iv: p.iv,
-                layout: p.layout,
-                buf,
-                user: n as u64,
-            }),
+        let (Some(out), Some(session)) = (self.out.as_mut(), self.crypto.enc) else {
+            self.counters.count(DropCause::NoSa);
+            self.free.push(buf);
+            return;
+        };
+        match out.prepare(&mut buf, n) {
+            Ok(p) => {
+                self.counters.out_seq.store(p.seq, Relaxed);
+                ops.push(Op {
+                    session,
+                    iv: p.iv,
+                    layout: p.layout,
+                    buf,
+                    user: n as u64,
+                })
+            }
             Err(e) => {
+                if e == EspError::SeqExhausted && !self.told_exhausted {
+                    self.told_exhausted = true;
+                    log::error!(
+                        "outbound SA {:#x}: no sequence number left ({}); refusing to send \
+                         rather than repeat a nonce: it must be rekeyed (IKE) or given a new key",
+                        out.spi(),
+                        if out.esn() {
+                            "the persisted reservation could not be extended"
+                        } else {
+                            "the 32-bit sequence space is used up"
+                        }
+                    );
+                }
                 self.counters.count(e.into());
                 self.free.push(buf);
             }
@@ -759,7 +851,7 @@ impl Worker {
     fn inbound_batch(&mut self) {
         let bufs = self.receive();
         let mut ops = Vec::with_capacity(bufs.len());
-        let mut preps: Vec<Prepared> = Vec::with_capacity(bufs.len());
+        let mut preps: Vec<(usize, Prepared)> = Vec::with_capacity(bufs.len());
         for mut buf in bufs {
             let s = buf.as_slice();
             if s.len() == 1 && s[0] == 0xff {
@@ -768,21 +860,29 @@ impl Worker {
                 continue;
             }
             if s.len() >= 4 && s[..4] == [0, 0, 0, 0] {
-                // Non-ESP marker (IKE on port 4500): this endpoint is manually keyed.
-                self.counters.count(DropCause::BadEncap);
+                // Non-ESP marker: an IKE message on port 4500 (RFC 3948 §2.2).
+                self.pass_to_ike(&s[4..]);
                 self.free.push(buf);
                 continue;
             }
-            match self.inb.prepare(&mut buf) {
+            let spi = s
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            let Some(k) = self.inb.iter().position(|i| Some(i.spi()) == spi) else {
+                self.counters.count(DropCause::BadEncap);
+                self.free.push(buf);
+                continue;
+            };
+            match self.inb[k].prepare(&mut buf) {
                 Ok(p) => {
                     ops.push(Op {
-                        session: self.crypto.dec,
+                        session: self.crypto.dec[k],
                         iv: p.iv,
                         layout: p.layout,
                         buf,
                         user: preps.len() as u64,
                     });
-                    preps.push(p);
+                    preps.push((k, p));
                 }
                 Err(e) => {
                     self.counters.count(e.into());
@@ -799,8 +899,7 @@ impl Worker {
     }
 
     /// Checks and writes to the TUN the packets of one finished inbound batch.
-    fn deliver_in(&mut self, done: &mut Vec<Completion>, preps: &[Prepared]) {
-        let dec = self.crypto.dec;
+    fn deliver_in(&mut self, done: &mut Vec<Completion>, preps: &[(usize, Prepared)]) {
         // First every packet is checked (replay window, padding, inner header): the
         // range of the inner packet in its buffer, or nothing if it was dropped.
         let mut inner = std::mem::take(&mut self.inner);
@@ -808,9 +907,11 @@ impl Worker {
         for c in done.iter() {
             let prep = preps
                 .get(c.op.user as usize)
-                .filter(|_| c.op.session == dec);
+                .filter(|(k, _)| self.crypto.dec.get(*k) == Some(&c.op.session));
             let r = match (c.status, prep) {
-                (Status::Ok, Some(prep)) => self.inb.finish(prep, &c.op.buf).map_err(Into::into),
+                (Status::Ok, Some((k, prep))) => {
+                    self.inb[*k].finish(prep, &c.op.buf).map_err(Into::into)
+                }
                 (Status::AuthFailed, Some(_)) => Err(DropCause::AuthFailed),
                 _ => Err(DropCause::TxError),
             };
@@ -858,6 +959,65 @@ impl Worker {
         self.free.extend(done.drain(..).map(|c| c.op.buf));
     }
 
+    /// Hands an IKE message to the IKE thread (dropped, and counted, if there is
+    /// none or its queue is full: IKE retransmits).
+    fn pass_to_ike(&mut self, msg: &[u8]) {
+        let sent = match &self.ike {
+            Some(l) => match l.to_ike.try_send(msg.to_vec()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+            },
+            None => false,
+        };
+        if !sent {
+            self.counters.count(DropCause::Ike);
+        }
+    }
+
+    /// Applies one SA change from the IKE thread (no batch is in flight): the engine
+    /// sessions follow the SAs; a removed SA's session is destroyed, its keys zeroized.
+    fn apply(&mut self, ch: SaChange) {
+        let c = &mut self.crypto;
+        match ch {
+            SaChange::InstallInbound(i) => match c.session(i.keys.spec(Direction::Decrypt)) {
+                Ok(s) => {
+                    c.dec.push(s);
+                    self.inb.push(i);
+                }
+                Err(e) => log::error!("inbound SA {:#x}: {e}", i.spi()),
+            },
+            SaChange::InstallOutbound(o) => match c.session(o.keys.spec(Direction::Encrypt)) {
+                Ok(s) => {
+                    if let Some(old) = c.enc.replace(s) {
+                        let _ = c.engine.destroy_session(old);
+                    }
+                    self.counters.out_spi.store(o.spi(), Relaxed);
+                    self.counters.out_seq.store(0, Relaxed);
+                    self.counters.out_sa_bytes.store(0, Relaxed);
+                    self.out = Some(o);
+                    self.told_exhausted = false;
+                }
+                Err(e) => log::error!("outbound SA {:#x}: {e}", o.spi()),
+            },
+            SaChange::RemoveInbound(spi) => {
+                if let Some(k) = self.inb.iter().position(|i| i.spi() == spi) {
+                    self.inb.remove(k);
+                    let s = c.dec.remove(k);
+                    let _ = c.engine.destroy_session(s);
+                }
+            }
+            SaChange::RemoveOutbound(spi) => {
+                if self.out.as_ref().is_some_and(|o| o.spi() == spi) {
+                    self.out = None;
+                    if let Some(s) = c.enc.take() {
+                        let _ = c.engine.destroy_session(s);
+                    }
+                    self.counters.out_spi.store(0, Relaxed);
+                }
+            }
+        }
+    }
+
     /// Moves both sessions to another engine between two batches. `run` finishes every
     /// batch in flight before it serves a command, so the old engine has nothing in
     /// flight here: no packet is lost or reordered by the switch.
@@ -875,11 +1035,9 @@ impl Worker {
         let t0 = Instant::now();
         debug_assert!(self.flights.is_empty() && self.crypto.ready.is_empty());
         debug_assert_eq!(self.crypto.engine.in_flight(), 0);
-        let new = Crypto::new(engine, kind, &self.out, &self.inb)?;
+        let new = Crypto::new(engine, kind, self.out.as_ref(), &self.inb)?;
         let mut old = std::mem::replace(&mut self.crypto, new);
-        // Old sessions are destroyed so their key copies are zeroized now, not later.
-        let _ = old.engine.destroy_session(old.enc);
-        let _ = old.engine.destroy_session(old.dec);
+        old.destroy_sessions();
         // Buffers come from the old engine's pool: the new engine hands out its own.
         self.free.clear();
         self.rx_slots.clear();

@@ -1,7 +1,7 @@
 //! `nfx bench tunnel`: iperf3 TCP (1 and 4 streams), CPU per GB and sockperf latency
 //! through a tunnel between the testbed's `src` and `dst` namespaces (underlay routed
 //! by the kernels of `edge` and `cloud`), in one run: no tunnel, each nfx engine, and
-//! the peers (wireguard-go, boringtun, OpenVPN, OpenSSH and Dropbear port forwards).
+//! the peers (wireguard-go, boringtun, OpenVPN, strongSwan, OpenSSH and Dropbear port forwards).
 //! Peers that are not installed are reported as skipped, peers that fail as failed,
 //! each with the reason; none is faked.
 
@@ -63,8 +63,6 @@ const NFX_CASES: [&str; 5] = [
 /// The references every case is compared with in the printed table.
 const REF_WG: &str = "wireguard-go";
 const REF_SSH: &str = "openssh-aes128-gcm";
-const KEY_1: &str = "0x000102030405060708090a0b0c0d0e0f10111213";
-const KEY_2: &str = "0x202122232425262728292a2b2c2d2e2f30313233";
 
 /// Kills child processes on drop (benchmark endpoints and the device).
 struct Children(Vec<Child>);
@@ -114,10 +112,8 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// Waits until endpoint `child` serves its EM on `port`; fails at once if it exits.
-/// True when the endpoint's EM on `port` answers `/status` with `"ready": true` (TUN up
-/// with its address, underlay bound): the EM itself answers before that.
-fn em_ready(port: u16) -> bool {
+/// True when the endpoint's EM on `port` answers `/status` and `ok` holds for it.
+fn em_status(port: u16, ok: impl Fn(&Value) -> bool) -> bool {
     use std::io::{Read, Write};
     let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -134,22 +130,32 @@ fn em_ready(port: u16) -> bool {
     }
     text.split_once("\r\n\r\n")
         .and_then(|(_, body)| serde_json::from_str::<Value>(body).ok())
-        .is_some_and(|st| st["ready"] == true)
+        .is_some_and(|st| ok(&st))
 }
 
-fn em_up(child: &mut Child, port: u16, limit: Duration) -> anyhow::Result<()> {
+/// Waits until endpoint `child`'s EM on `port` reports what `ok` wants (`what` names
+/// it in the error); fails at once if the endpoint exits.
+fn em_up(
+    child: &mut Child,
+    port: u16,
+    limit: Duration,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> anyhow::Result<()> {
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait()? {
-            anyhow::bail!("tunnel endpoint exited ({st}) before its EM on port {port} was ready");
+            anyhow::bail!(
+                "tunnel endpoint exited ({st}) before its EM on port {port} reported {what}"
+            );
         }
-        if em_ready(port) {
+        if em_status(port, &ok) {
             return Ok(());
         }
         if t0.elapsed() > limit {
-            anyhow::bail!("tunnel endpoint EM on port {port} did not report ready");
+            anyhow::bail!("tunnel endpoint EM on port {port} did not report {what}");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -165,25 +171,24 @@ fn start_tunnel(
     let exe = std::env::current_exe()?;
     let (src, dst) = (tb.src_ip(), tb.dst_ip());
     let mut kids = Children(Vec::new());
-    for (i, ns, local, peer, inner, okey, ikey) in [
-        (1u16, tb.ns(Host::Src), src, dst, INNER_SRC, KEY_1, KEY_2),
-        (2u16, tb.ns(Host::Dst), dst, src, INNER_DST, KEY_2, KEY_1),
+    write_psk(dir)?;
+    let mut ports = Vec::new();
+    for (i, ns, local, peer, inner, role) in [
+        (1u16, tb.ns(Host::Src), src, dst, INNER_SRC, "initiator"),
+        (2u16, tb.ns(Host::Dst), dst, src, INNER_DST, "responder"),
     ] {
         let port = free_port()?;
-        let (ospi, ispi) = if i == 1 {
-            (0x2001, 0x2002)
-        } else {
-            (0x2002, 0x2001)
-        };
         let dev = device
             .map(|d| format!("lookaside: '{}'\n", d.display()))
             .unwrap_or_default();
         let cfg = format!(
             "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nengine: {engine}\n{dev}\
              offload: {offload}\n\
-             alg: aes-128-gcm\ntun: {{name: nfxesp{i}, address: {inner}/24}}\n\
+             tun: {{name: nfxesp{i}, address: {inner}/24}}\n\
              underlay: {{local: '{local}:4500', peer: '{peer}:4500'}}\n\
-             outbound: {{spi: {ospi}, key: '{okey}'}}\ninbound: {{spi: {ispi}, key: '{ikey}'}}\n"
+             ike: {{role: {role}, local_id: bench{i}.nfx, remote_id: bench{peer_i}.nfx, \
+             psk_file: bench.psk, esp: [aes-128-gcm]}}\n",
+            peer_i = 3 - i
         );
         let path = dir.join(format!("bench{i}.yaml"));
         std::fs::write(&path, cfg)?;
@@ -195,9 +200,32 @@ fn start_tunnel(
                 .spawn()?,
         );
         let child = kids.0.last_mut().context("endpoint just started")?;
-        em_up(child, port, Duration::from_secs(15))?;
+        em_up(child, port, Duration::from_secs(15), "ready", |st| {
+            st["ready"] == true
+        })?;
+        ports.push(port);
+    }
+    // Traffic starts once IKE has installed the CHILD_SA on both ends.
+    for (k, port) in kids.0.iter_mut().zip(ports) {
+        em_up(k, port, Duration::from_secs(15), "an IKE CHILD_SA", |st| {
+            st["ike"]["child"].is_object()
+        })?;
     }
     Ok(kids)
+}
+
+/// Writes a fresh random pre-shared key for the two endpoints (0600).
+fn write_psk(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let hex = crate::cmd::experiment::hex_random(32)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join("bench.psk"))?;
+    std::io::Write::write_all(&mut f, hex.as_bytes())?;
+    Ok(())
 }
 
 /// Starts `nfx accel serve` (the lookaside device) and waits for its socket.
@@ -548,6 +576,7 @@ mod tests {
                 "wireguard-go",
                 "boringtun",
                 "openvpn",
+                "strongswan",
                 "openssh-aes128-gcm",
                 "openssh-aes128-ctr",
                 "dropbear-aes128-ctr"
@@ -557,7 +586,7 @@ mod tests {
 
     #[test]
     fn case_selection_keeps_run_order_and_rejects_unknown_names() {
-        assert_eq!(select(&[]).unwrap().len(), 11);
+        assert_eq!(select(&[]).unwrap().len(), 12);
         let s = select(&["openvpn".into(), " nfx-cpu".into(), String::new()]).unwrap();
         assert_eq!(s, ["nfx-cpu", "openvpn"]);
         let e = select(&["nfx-gpu".into()]).unwrap_err().to_string();
@@ -616,7 +645,7 @@ mod tests {
         assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         let mut child = Command::new("true").spawn().unwrap();
         let t0 = Instant::now();
-        let e = em_up(&mut child, port, Duration::from_secs(10)).unwrap_err();
+        let e = em_up(&mut child, port, Duration::from_secs(10), "ready", |_| true).unwrap_err();
         assert!(e.to_string().contains("exited"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5));
     }

@@ -111,7 +111,8 @@ const TUNNELS: [Tunnel; 2] = [
 
 const ALG: &str = "aes-128-ctr-hmac-sha256";
 
-fn hex_random(n: usize) -> anyhow::Result<String> {
+/// `n` random bytes from /dev/urandom as hex (keys of test and benchmark endpoints).
+pub(crate) fn hex_random(n: usize) -> anyhow::Result<String> {
     use std::io::Read;
     let mut b = vec![0u8; n];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
@@ -152,6 +153,7 @@ fn write_configs(
             "name: {n}-{side}\nnetns: {ns}\nem_listen: 127.0.0.1:{em}\nengine: {engine}\nalg: {ALG}\n\
              tun:\n  name: {n}{side}\n  address: {inner}/30\n\
              underlay:\n  local: {local}:{p}\n  peer: {peer}:{p}\n\
+             insecure_static_keys: true\nseq_state: {n}-{side}.seq\n\
              outbound:\n  spi: {}\n  key: {}\n  auth_key: {}\n\
              inbound:\n  spi: {}\n  key: {}\n  auth_key: {}\n",
             out.2, out.0, out.1, inb.2, inb.0, inb.1,

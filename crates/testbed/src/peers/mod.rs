@@ -1,11 +1,12 @@
 //! Third-party tunnels that nfx's own tunnel is measured against (wireguard-go,
-//! boringtun, OpenVPN, OpenSSH and Dropbear port forwards), each started between the
+//! boringtun, OpenVPN, strongSwan, OpenSSH and Dropbear port forwards), each started between the
 //! testbed's `src` and `dst` namespaces with fresh keys in a private temp dir, checked
 //! to pass traffic, and torn down by a guard.
 
 mod boringtun;
 mod openvpn;
 mod ssh;
+mod strongswan;
 mod wireguard;
 
 use crate::process::ChildGuard;
@@ -40,6 +41,8 @@ pub enum Peer {
     Boringtun,
     /// OpenVPN 2.6 in TLS mode with AES-256-GCM.
     Openvpn,
+    /// strongSwan (charon, kernel-libipsec) with IKEv2 and AES-128-GCM ESP in UDP.
+    Strongswan,
     /// OpenSSH local port forward with aes128-gcm@openssh.com.
     OpensshAes128Gcm,
     /// OpenSSH local port forward with aes128-ctr + hmac-sha2-256.
@@ -50,10 +53,11 @@ pub enum Peer {
 
 impl Peer {
     /// Every peer, in the order the benchmark runs them.
-    pub const ALL: [Peer; 6] = [
+    pub const ALL: [Peer; 7] = [
         Peer::WireguardGo,
         Peer::Boringtun,
         Peer::Openvpn,
+        Peer::Strongswan,
         Peer::OpensshAes128Gcm,
         Peer::OpensshAes128Ctr,
         Peer::DropbearAes128Ctr,
@@ -65,6 +69,7 @@ impl Peer {
             Peer::WireguardGo => "wireguard-go",
             Peer::Boringtun => "boringtun",
             Peer::Openvpn => "openvpn",
+            Peer::Strongswan => "strongswan",
             Peer::OpensshAes128Gcm => "openssh-aes128-gcm",
             Peer::OpensshAes128Ctr => "openssh-aes128-ctr",
             Peer::DropbearAes128Ctr => "dropbear-aes128-ctr",
@@ -82,6 +87,7 @@ impl Peer {
             Peer::WireguardGo => &["wireguard-go", "wg"],
             Peer::Boringtun => &["boringtun-cli", "wg"],
             Peer::Openvpn => &["openvpn", "openssl"],
+            Peer::Strongswan => &["charon-systemd", "swanctl", "openssl"],
             Peer::OpensshAes128Gcm | Peer::OpensshAes128Ctr => &["sshd", "ssh", "ssh-keygen"],
             Peer::DropbearAes128Ctr => &["dropbear", "dbclient", "dropbearkey"],
         }
@@ -106,6 +112,7 @@ impl Peer {
             Peer::WireguardGo => wireguard::start(&ep, &wireguard::go_daemon()?),
             Peer::Boringtun => wireguard::start(&ep, &boringtun::daemon()?),
             Peer::Openvpn => openvpn::start(&ep),
+            Peer::Strongswan => strongswan::start(&ep),
             Peer::OpensshAes128Gcm => ssh::start(&ep, ssh::Flavor::OpensshAes128Gcm),
             Peer::OpensshAes128Ctr => ssh::start(&ep, ssh::Flavor::OpensshAes128Ctr),
             Peer::DropbearAes128Ctr => ssh::start(&ep, ssh::Flavor::DropbearAes128Ctr),
@@ -207,6 +214,8 @@ pub struct PeerGuard {
     links: Vec<(String, String)>,
     /// Files outside the temp dir to remove (e.g. UAPI sockets).
     files: Vec<PathBuf>,
+    /// Addresses to delete: (namespace, address/prefix, device).
+    addrs: Vec<(String, String, String)>,
     traffic: Traffic,
     dir: tempfile::TempDir,
 }
@@ -217,6 +226,7 @@ impl PeerGuard {
             children: Vec::new(),
             links: Vec::new(),
             files: Vec::new(),
+            addrs: Vec::new(),
             traffic,
             dir,
         }
@@ -356,6 +366,11 @@ impl Drop for PeerGuard {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
+        for (ns, addr, dev) in &self.addrs {
+            if netns::exists(ns) {
+                let _ = netns::ip(ns, &["addr", "del", addr, "dev", dev]);
+            }
+        }
     }
 }
 
@@ -465,6 +480,7 @@ mod tests {
                 "wireguard-go",
                 "boringtun",
                 "openvpn",
+                "strongswan",
                 "openssh-aes128-gcm",
                 "openssh-aes128-ctr",
                 "dropbear-aes128-ctr"
