@@ -121,7 +121,10 @@ fn spec(yaml: &str) -> NodeSpec {
 }
 
 fn patterns() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/dpi/patterns.txt")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/dpi/patterns.txt")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The worker on m: DPI only, with the port the table tier shares marked.
@@ -155,7 +158,7 @@ fn worker(t: &Topo, net: u8, shared: &str, events: &Path) -> Dataplane {
     );
     let cfg = RunConfig::parse(&text, "hybrid.yaml").unwrap();
     // The pattern file lives with the repository, outside the (inline) config's directory.
-    let dir = patterns().parent().unwrap().canonicalize().unwrap();
+    let dir = patterns().parent().unwrap().to_path_buf();
     let files = nfx_vnf::FileScope::new(".").with_allowed([dir]);
     Dataplane::start(&cfg, vnf_builder(files)).unwrap()
 }
