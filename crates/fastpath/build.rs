@@ -26,24 +26,8 @@ fn compile(src: &str, out: &str, extra: &[&str], deps: &[&str]) {
     assert!(status.success(), "clang failed on {src}");
 }
 
-/// Tests that load BPF programs are ignored (`cfg(nfx_no_root)`) when the build does not
-/// run as root: they would fail, not pass silently.
-fn root_cfg() {
-    println!("cargo::rustc-check-cfg=cfg(nfx_no_root)");
-    let euid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        });
-    if euid.as_deref() != Some("0") {
-        println!("cargo::rustc-cfg=nfx_no_root");
-    }
-}
-
 fn main() {
-    root_cfg();
+    nfx_buildcfg::root_cfg();
     compile("bpf/fastpath.bpf.c", "fastpath.bpf.o", &[], &[]);
     // BPF ISA v3: 32-bit atomics and compare-and-swap (connection-tracking transitions).
     compile(

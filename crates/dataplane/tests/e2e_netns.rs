@@ -248,6 +248,7 @@ fn builder() -> NodeBuilder {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn udp_and_tcp_pass_only_through_nfx() {
     let net = 251;
     let t = Topo::new("fwd", net);
@@ -287,6 +288,7 @@ fn udp_and_tcp_pass_only_through_nfx() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn chain_with_firewall_drops_denied_udp_and_counts_it() {
     let net = 252;
     let t = Topo::new("acl", net);
@@ -386,6 +388,7 @@ fn assert_whole_and_translated(seen: &[(u64, std::net::IpAddr)], len: usize, net
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn two_workers_share_tcp_through_firewall_and_nat() {
     let net = 253;
     let t = Topo::new("2w", net);
@@ -469,6 +472,7 @@ fn isolation_tables(ns: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn kernel_of_m_sees_no_forwarded_frame_unless_kept() {
     let net = 254;
     let t = Topo::new("iso", net);
@@ -518,6 +522,7 @@ fn kernel_of_m_sees_no_forwarded_frame_unless_kept() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn fast_path_carries_settled_flows_and_the_chain_stays_exact() {
     let net = 248;
     let t = Topo::new("fp", net);
@@ -663,6 +668,7 @@ fn services_of(text: &str) -> nfx_dataplane::ServiceSet {
 /// address, a third subnet is nobody's (`no_service`), and adding a service while B's
 /// traffic flows loses none of it.
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn two_services_on_one_worker_stay_apart() {
     let net = 247;
     let t = Topo::new("svc", net);
@@ -810,6 +816,7 @@ fn two_services_on_one_worker_stay_apart() {
 /// every frame (one copy un-NATed, unfiltered): the second is refused at start, naming
 /// the interface and the process that serves it, and the first keeps forwarding alone.
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_second_worker_on_the_same_interfaces_is_refused() {
     let net = 246;
     let t = Topo::new("dup", net);

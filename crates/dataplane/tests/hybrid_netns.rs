@@ -260,6 +260,7 @@ fn check(t: &Topo, net: u8, table: &TableChain, dp: Dataplane, events: &Path, wo
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn table_tier_first_then_software_dpi() {
     let net = 157;
     let t = Topo::new("tfirst", net);
@@ -271,6 +272,7 @@ fn table_tier_first_then_software_dpi() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn software_dpi_first_then_table_tier() {
     let net = 158;
     let t = Topo::new("sfirst", net);

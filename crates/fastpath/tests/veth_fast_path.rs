@@ -134,22 +134,17 @@ fn nat_flow(m0: u32, m1: u32) -> (FlowKey4, Action) {
     (key, action)
 }
 
-/// The line of test `tag` and the indexes of m0 and m1, or None (skipped) without root.
-fn line_as_root(tag: &str) -> Option<(Line, u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
-        return None;
-    }
+/// The line of test `tag` and the indexes of m0 and m1.
+fn line_with_middle(tag: &str) -> (Line, u32, u32) {
     let line = Line::new(tag);
     let (m0, m1) = (line.ifindex(1, "m0"), line.ifindex(1, "m1"));
-    Some((line, m0, m1))
+    (line, m0, m1)
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
-    let Some((line, m0, m1)) = line_as_root("nat") else {
-        return;
-    };
+    let (line, m0, m1) = line_with_middle("nat");
     let mid = line.ns[1].clone();
     let mut fp = std::thread::spawn(move || {
         nfx_io::netns::enter_netns(&mid).unwrap();
@@ -207,11 +202,8 @@ fn armed_entries_forward_with_nat_and_pending_ones_hand_up() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_full_table_says_so() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut fp = FastPath::load(2).unwrap();
     let action = Action {
         out_ifindex: 1,
@@ -259,10 +251,9 @@ fn take(port: &mut AfPacketPort, want: u64) {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn deliveries_to_the_port_socket_are_counted_from_its_first_frame() {
-    let Some((line, m0, m1)) = line_as_root("count") else {
-        return;
-    };
+    let (line, m0, m1) = line_with_middle("count");
     let (mid, a) = (line.ns[1].clone(), line.ns[0].clone());
     // Bound, so that b answers the redirected datagrams with no ICMP error onto m1.
     let rx = receiver_in_b(&line.ns[2]);

@@ -374,11 +374,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn flow_programs_keep_flows_together_and_steer_replies_by_port() {
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root");
-            return;
-        }
         let ns = Ns(format!("nfxio-flows-{}", std::process::id()));
         assert!(ip(&["netns", "add", &ns.0]));
         assert!(ip(&[
@@ -459,11 +456,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn steering_moves_every_frame_to_one_member_in_order() {
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root");
-            return;
-        }
         let ns = Ns(format!("nfxio-fanout-{}", std::process::id()));
         assert!(ip(&["netns", "add", &ns.0]));
         assert!(ip(&[

@@ -191,17 +191,20 @@ fn rx_opts(rx: Rx) -> AfPacketOptions {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn batched_frames_cross_in_order_with_their_bytes() {
     batched_frames(MMSG, None, "batch");
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn batched_frames_cross_a_receive_ring_in_order() {
     // 128 slots for 300 frames: the ring wraps while the sender is still sending.
     batched_frames(ring(128), None, "ring");
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn batched_frames_cross_a_receive_ring_in_place() {
     let rx = Rx {
         in_place: true,
@@ -218,6 +221,7 @@ fn batched_frames_cross_a_receive_ring_in_place() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn batched_frames_cross_a_transmit_ring_in_order() {
     // 15 slots for sends of 100 frames: the ring wraps within every send.
     batched_frames(MMSG, Some(15), "txring");
@@ -282,16 +286,19 @@ fn batched_frames(how: Rx, tx_ring: Option<usize>, tag: &str) {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn gso_super_packet_crosses_unsegmented() {
     gso_super_packet(MMSG, None, "gso");
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn gso_super_packet_crosses_a_receive_ring_in_order() {
     gso_super_packet(ring(64), None, "gsoring");
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn gso_super_packet_lands_in_a_gso_slot_ring_in_place() {
     let rx = Rx {
         slot: nfx_io::ring::GSO_SLOT,
@@ -313,6 +320,7 @@ fn gso_super_packet_lands_in_a_gso_slot_ring_in_place() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn gso_super_packet_crosses_a_transmit_ring_unsegmented() {
     gso_super_packet(MMSG, Some(15), "gsotx");
 }
@@ -369,6 +377,7 @@ fn gso_super_packet(rx: Rx, tx_ring: Option<usize>, tag: &str) -> Vec<(Vec<u8>, 
 /// whose header the receiver rewrote, and another small frame go back whole, in order,
 /// with the rewritten header.
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn frames_lent_from_the_ring_are_sent_back_whole_with_their_header() {
     let pair = Pair::new("lentback");
     let b = pair.b.clone();
@@ -433,6 +442,7 @@ fn frames_lent_from_the_ring_are_sent_back_whole_with_their_header() {
 /// 32-slot ring held, 20 more frames fill the 12 free slots (8 dropped by the kernel),
 /// the held frames keep their bytes, and after the release the 12 come out in order.
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn held_ring_slots_are_not_overwritten_before_release() {
     let pair = Pair::new("held");
     let (a, b) = (pair.a.clone(), pair.b.clone());
@@ -507,6 +517,7 @@ fn held_ring_slots_are_not_overwritten_before_release() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn port_does_not_read_its_own_transmissions() {
     let pair = Pair::new("own");
     let a = pair.a.clone();
@@ -535,6 +546,7 @@ fn port_does_not_read_its_own_transmissions() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn missing_interface_is_a_clear_error() {
     let err = AfPacketPort::open("nfx-nope0", AfPacketOptions::default())
         .err()
@@ -568,6 +580,7 @@ fn udp_to_b(fill: u8, len: usize) -> Vec<u8> {
 /// ring wrapped and rewrote that slot four times: the kernel copied the zero-copy
 /// fragments when the skb crossed the veth (crates/io/src/txring.rs).
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn tx_ring_slot_is_not_reused_under_a_reader() {
     let pair = Pair::new("txhold");
     ip(&["-n", &pair.b, "addr", "add", "10.99.0.2/24", "dev", "veth0"]);
@@ -647,6 +660,7 @@ fn netdev_tables(ns: &str) -> Vec<String> {
 /// ingress drop), while the namespace's IP stack gets none; the table goes with the port,
 /// and then the kernel receives again.
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn isolating_port_receives_what_the_kernel_no_longer_sees() {
     let pair = Pair::new("iso");
     ip(&["-n", &pair.b, "addr", "add", "10.99.0.2/24", "dev", "veth0"]);

@@ -42,6 +42,7 @@ fn recv_one(
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn tun_carries_packets_both_ways() {
     let ns = Ns(format!("nfxio-tun-{}", std::process::id()));
     ip(&["netns", "add", &ns.0]);

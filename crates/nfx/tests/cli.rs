@@ -10,14 +10,6 @@ const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 /// Tests that move traffic share two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn root() -> bool {
-    let ok = nfx_testbed::root::effective_uid() == 0;
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
-
 fn nfx(args: &[&str]) -> Output {
     Command::new(NFX).args(args).output().expect("running nfx")
 }
@@ -48,10 +40,8 @@ fn ours(prefix: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn testbed_up_twice_then_down_leaves_nothing() {
-    if !root() {
-        return;
-    }
     let prefix = "nfxe2e-cli-";
     let _down = Down(Spec {
         prefix: prefix.into(),
@@ -78,7 +68,7 @@ fn testbed_up_twice_then_down_leaves_nothing() {
 #[test]
 fn not_root_gets_a_clear_message() {
     let want = nfx_testbed::root::NEED_ROOT;
-    if !root() {
+    if nfx_testbed::root::effective_uid() != 0 {
         let o = nfx(&["testbed", "up", "--prefix", "nfxe2e-nr-"]);
         assert!(!o.status.success());
         assert!(text(&o).contains(want), "{}", text(&o));
@@ -133,10 +123,8 @@ fn wrong_config_names_file_and_field() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn bench_dataplane_writes_the_agreed_json() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _down = Down(Spec {
         prefix: "nfxe2e-bench-".into(),
@@ -196,10 +184,8 @@ fn bench_dataplane_writes_the_agreed_json() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn demo_runs_and_cleans_up() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _down = Down(Spec {
         prefix: "nfxe2e-demo-".into(),

@@ -28,14 +28,6 @@ const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 const TOKEN: &str = "controller-e2e-token-0123456789";
 const DEVICES: [&str; 2] = ["w0", "w1"];
 
-fn root() -> bool {
-    let ok = nfx_testbed::root::effective_uid() == 0;
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
-
 /// Kills the controller, then stops every worker its agent recorded.
 struct Controller {
     child: Child,
@@ -90,10 +82,8 @@ fn tx_packets(sock: &Path) -> u64 {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn rest_deploy_migrate_destroy_under_traffic() {
-    if !root() {
-        return;
-    }
     let tb = TestbedGuard::up(Spec {
         prefix: "nfxctl-".into(),
         subnet_base: 239,

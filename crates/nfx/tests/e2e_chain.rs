@@ -23,14 +23,6 @@ const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 /// Traffic tests share two cores: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn root() -> bool {
-    let ok = nfx_testbed::root::effective_uid() == 0;
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
-
 fn patterns() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/dpi/patterns.txt")
 }
@@ -40,10 +32,8 @@ fn is_flow(e: &Value, proto: u64, port: u16) -> bool {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn chain_carries_traffic_translates_and_enforces() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tb = TestbedGuard::up(Spec {
         prefix: "nfxe2e-chain-".into(),
@@ -163,10 +153,8 @@ fn chain_carries_traffic_translates_and_enforces() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn edge_kernel_forwards_nothing_without_nfx() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tb = TestbedGuard::up(Spec {
         prefix: "nfxe2e-off-".into(),

@@ -33,14 +33,6 @@ const BASE: &str = "236";
 const TOKEN: &str = "hosts-e2e-api-token-0123456789";
 const PORT: u16 = 5201;
 
-fn root() -> bool {
-    let ok = nfx_testbed::root::effective_uid() == 0;
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
-
 /// Runs `nfx ARGS`, bounded; returns stdout or fails with stderr.
 fn nfx(args: &[&str]) -> String {
     let mut cmd = Command::new(NFX);
@@ -155,10 +147,8 @@ fn pid_file(dir: &Path, host: &str) -> u32 {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn three_hosts_deploy_fail_over_and_tear_down() {
-    if !root() {
-        return;
-    }
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     let out_s = out.to_str().unwrap();

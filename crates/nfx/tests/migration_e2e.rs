@@ -32,14 +32,6 @@ const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 /// Traffic tests share two cores: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn root() -> bool {
-    let ok = nfx_testbed::root::effective_uid() == 0;
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
-
 /// Shuts the local VNFM's workers down (and kills them if they do not go) on drop, so a
 /// failing test leaves no dataplane process behind.
 struct Workers {
@@ -170,10 +162,8 @@ impl Rig {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn tcp_transfer_survives_migration_with_same_nat_mapping() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rig = Rig::up("nfxmig-tcp-", 246, 3100);
     let (src, dst_ns, dst) = (rig.tb.ns(Host::Src), rig.tb.ns(Host::Dst), rig.tb.dst_ip());
@@ -307,10 +297,8 @@ fn udp_receiver(ns: String, port: u16, stop: Arc<AtomicBool>) -> std::thread::Jo
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn udp_sequence_arrives_complete_and_in_order_across_migration() {
-    if !root() {
-        return;
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rig = Rig::up("nfxmig-udp-", 247, 3200);
     let port = UDPGEN_PORT + 3;

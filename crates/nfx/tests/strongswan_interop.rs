@@ -36,10 +36,6 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn root() -> bool {
-    String::from_utf8_lossy(&sh(&["id", "-u"]).stdout).trim() == "0"
-}
-
 /// strongSwan's ESP proposal and nfx's name of the same transform.
 #[derive(Clone, Copy)]
 struct Alg {
@@ -437,23 +433,18 @@ fn udp_lost(v: &Value) -> u64 {
     s["lost_packets"].as_u64().unwrap()
 }
 
-fn skip() -> bool {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
+/// Fails unless strongSwan is installed (scripts/deps.sh installs it).
+fn require_strongswan() {
     assert!(
         Path::new("/usr/sbin/charon-systemd").exists(),
         "strongSwan is missing: run scripts/deps.sh"
     );
-    false
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn nfx_initiator_psk_every_transform_rekey_and_dpd() {
-    if skip() {
-        return;
-    }
+    require_strongswan();
     let mut b = Bed::new("i", 161);
     for alg in [GCM128, GCM256, CHACHA, CTR] {
         b.start_charon(Auth::Psk, alg, true);
@@ -503,10 +494,9 @@ fn nfx_initiator_psk_every_transform_rekey_and_dpd() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn nfx_responder_psk_every_transform_and_strongswan_rekey() {
-    if skip() {
-        return;
-    }
+    require_strongswan();
     let mut b = Bed::new("r", 162);
     for alg in [GCM128, GCM256, CTR] {
         b.start_charon(Auth::Psk, alg, false);
@@ -552,10 +542,9 @@ fn nfx_responder_psk_every_transform_and_strongswan_rekey() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn nfx_rekeys_the_ike_sa_with_strongswan() {
-    if skip() {
-        return;
-    }
+    require_strongswan();
     let mut b = Bed::new("k", 164);
     b.start_charon(Auth::Psk, GCM128, true);
     b.start_nfx(Auth::Psk, GCM128, true, "ike_lifetime_s: 1");
@@ -574,10 +563,9 @@ fn nfx_rekeys_the_ike_sa_with_strongswan() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn strongswan_dpd_notices_a_killed_nfx() {
-    if skip() {
-        return;
-    }
+    require_strongswan();
     let mut b = Bed::new("d", 165);
     b.start_charon(Auth::Psk, GCM128, true);
     b.start_nfx(Auth::Psk, GCM128, true, "");
@@ -635,10 +623,9 @@ fn write_certs(dir: &Path) {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn certificates_both_roles() {
-    if skip() {
-        return;
-    }
+    require_strongswan();
     let mut b = Bed::new("c", 163);
     write_certs(&b.dir);
     b.start_charon(Auth::Cert, GCM128, true);

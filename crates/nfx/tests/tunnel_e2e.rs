@@ -295,10 +295,6 @@ fn in_ns<T: Send + 'static>(
     })
 }
 
-fn root() -> bool {
-    String::from_utf8_lossy(&sh(&["id", "-u"]).stdout).trim() == "0"
-}
-
 fn nfx() -> &'static str {
     env!("CARGO_BIN_EXE_nfx")
 }
@@ -353,11 +349,8 @@ fn udp_stream(p: &Pair, until: Arc<AtomicBool>) -> (u32, Vec<u32>) {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn ping_tcp_and_tshark_decrypt() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("p", 151);
     // The endpoints send UDP GSO super-datagrams; the capture turns the veths' UDP
     // segmentation off so the kernel cuts them before the capture point, as a NIC
@@ -474,11 +467,8 @@ fn ping_tcp_and_tshark_decrypt() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn udp_stream_survives_20_engine_switches() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("s", 152);
     let cap = Capture::start(&p);
     p.start(nfx(), Keys::Ike("aes-128-gcm", ""), "");
@@ -516,11 +506,8 @@ fn udp_stream_survives_20_engine_switches() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn lookaside_device_killed_mid_stream_loses_nothing() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("l", 153);
     // A runs the per-packet path, B the offload path: they interoperate.
     let sock = p.dir.join("accel.sock");
@@ -584,11 +571,8 @@ impl Drop for DeviceGuard {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn udp_stream_survives_20_lookaside_grants_and_releases() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("g", 154);
     let sock = p.dir.join("accel.sock");
     let _dev = DeviceGuard(
@@ -796,11 +780,8 @@ fn blast(p: &Pair, dur: Duration) -> std::thread::JoinHandle<u32> {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn ike_child_rekeys_under_traffic_lose_nothing() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("r", 155);
     let cap = Capture::start(&p);
     p.start(nfx(), Keys::Ike("aes-128-gcm", "child_lifetime_s: 0.8"), "");
@@ -851,11 +832,8 @@ fn restart_under_traffic(p: &mut Pair, keys: Keys<'_>) -> Vec<Esp> {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn restart_with_ike_repeats_no_nonce() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("i", 156);
     let a = restart_under_traffic(&mut p, Keys::Ike("aes-128-gcm", ""));
     let spis: HashSet<u32> = a.iter().map(|e| e.spi).collect();
@@ -863,11 +841,8 @@ fn restart_with_ike_repeats_no_nonce() {
 }
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn restart_with_static_keys_repeats_no_nonce() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let mut p = Pair::new("k", 157);
     let a = restart_under_traffic(&mut p, Keys::Static("aes-128-gcm"));
     assert!(a.iter().all(|e| e.spi == 0x1001));

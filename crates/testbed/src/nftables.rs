@@ -148,10 +148,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn applies_twice_and_removes_cleanly() {
-        if crate::root::effective_uid() != 0 {
-            return;
-        }
         let tb = TestbedGuard::up(Spec {
             prefix: "nfxut-nft-".into(),
             subnet_base: 233,

@@ -288,10 +288,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn loopback_echo_and_probe() {
-        if crate::root::effective_uid() != 0 {
-            return;
-        }
         let ns = "nfxut-probe-ns";
         let _ = crate::process::run(&["ip", "netns", "del", ns], Duration::from_secs(5));
         crate::process::run(&["ip", "netns", "add", ns], Duration::from_secs(5)).unwrap();

@@ -584,10 +584,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn testbed_up_twice_status_down() {
-        if root::effective_uid() != 0 {
-            return;
-        }
         let spec = Spec {
             prefix: "nfxut-tb-".into(),
             subnet_base: 231,
@@ -615,10 +613,8 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn down_leaves_foreign_namespaces_alone() {
-        if root::effective_uid() != 0 {
-            return;
-        }
         let spec = Spec {
             prefix: "nfxut-foreign-".into(),
             subnet_base: 232,

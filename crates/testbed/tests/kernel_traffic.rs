@@ -13,11 +13,8 @@ use nfx_testbed::{Host, Spec, TestbedGuard};
 use std::time::Duration;
 
 #[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn kernel_forwarding_and_nftables_carry_measured_traffic() {
-    if nfx_testbed::root::effective_uid() != 0 {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let tb = TestbedGuard::up(Spec {
         prefix: "nfxit-kern-".into(),
         subnet_base: 236,
