@@ -194,17 +194,23 @@ impl TableChain {
         Ok(rows)
     }
 
-    fn export_nat(&self, now: u64, out: &mut Vec<u8>) -> Result<usize, TableError> {
+    /// Every live NAT mapping at `now`: its Forward key and entry, and its expiry (the
+    /// later of its two entries').
+    pub(super) fn nat_live(&self, now: u64) -> Result<Vec<(RawKey, RawNatVal, u64)>, TableError> {
         let all = self.nat_map.entries::<RawKey, RawNatVal>()?;
         let expiry: HashMap<RawKey, u64> = all.iter().map(|(k, v)| (*k, v.expires_ns)).collect();
-        let live: Vec<(RawKey, RawNatVal, u64)> = all
+        Ok(all
             .iter()
             .filter(|(_, v)| v.flags & NAT_FWD != 0)
             .filter_map(|(k, v)| {
                 let exp = v.expires_ns.max(expiry.get(&v.twin).copied().unwrap_or(0));
                 (exp > now && expiry.contains_key(&v.twin)).then_some((*k, *v, exp))
             })
-            .collect();
+            .collect())
+    }
+
+    fn export_nat(&self, now: u64, out: &mut Vec<u8>) -> Result<usize, TableError> {
+        let live = self.nat_live(now)?;
         let wide = live.iter().any(|(k, _, _)| k.family == 6);
         let (kind, len) = if wide {
             (BlobKind::NatWide, 64)
