@@ -5,7 +5,8 @@
 // `firewall::tcp::step` and the entry flags of `firewall::track::segment` (opened from
 // the Reverse side, reply seen, assured; a RST before any reply ends the tracking),
 // UDP / ICMP echo / other pseudo-states, per-state timeouts, related ICMP errors
-// checked for their addresses and direction. Without TCP window tracking (the software
+// checked for their addresses and direction, the `unacknowledged` cap for connections
+// not assured yet. Without TCP window tracking (the software
 // checks sequence and acknowledgement numbers, RSTs against the peer's last ack and
 // the sequence number an ICMP error quotes; this tier does not), and a full table
 // refuses new flows (`table_full`) instead of evicting. docs/dataplane.md lists the
@@ -117,10 +118,16 @@ static __always_inline int tcp_step(__u32 st, __u32 fins, __u8 flags, int orig)
 	return STEP_INVALID;
 }
 
-static __always_inline __u64 fw_timeout(struct hv_cfg *c, __u8 proto, __u8 family, __u32 st)
+// A TCP connection not assured yet gets at most `unacknowledged`, as in the software
+// (which also caps one with data outstanding or picked up mid-stream: window state this
+// tier does not keep).
+static __always_inline __u64 fw_timeout(struct hv_cfg *c, __u8 proto, __u8 family, __u32 st,
+					__u32 flags)
 {
-	if (proto == IPPROTO_TCP)
-		return c->fw_timeouts[st > 8 ? 8 : st];
+	if (proto == IPPROTO_TCP) {
+		__u64 t = c->fw_timeouts[st > 8 ? 8 : st];
+		return (flags & FW_ASSURED) || t < c->fw_unack ? t : c->fw_unack;
+	}
 	if (proto == IPPROTO_UDP)
 		return c->fw_timeouts[st == ST_NEW ? 9 : 10];
 	if (proto == icmp_proto(family))
@@ -276,7 +283,7 @@ static __always_inline int fw_update(struct meta *m, struct hv_cfg *c, struct fw
 		__u32 nsf = ns | (nflags << 8);
 		if (nsf == sf || __sync_val_compare_and_swap(&v->sf, sf, nsf) == sf) {
 			if (refresh)
-				v->expires_ns = m->now + fw_timeout(c, proto, m->key.family, ns);
+				v->expires_ns = m->now + fw_timeout(c, proto, m->key.family, ns, nflags);
 			return 0;
 		}
 	}
@@ -303,7 +310,7 @@ static __always_inline int fw_create(struct meta *m, struct hv_cfg *c, int swapp
 	if (!acl_allows(c, k))
 		return R_ACL_DENY + 1;
 	struct fw_val v = {
-		.expires_ns = m->now + fw_timeout(c, k->proto, k->family, st),
+		.expires_ns = m->now + fw_timeout(c, k->proto, k->family, st, 0),
 		.sf = st | (((swapped ? FW_SWAPPED : 0) | (m->dir == DIR_REV ? FW_REV_OPEN : 0)) << 8),
 	};
 	if (!occupancy_reserve(0, 1, c->limits[0]))

@@ -418,6 +418,7 @@ impl TableChain {
         raw.fw_loose = u8::from(p.loose);
         raw.fw_reverse_acl = u8::from(p.reverse_acl);
         raw.fw_timeouts = p.timeouts;
+        raw.fw_unacknowledged = p.unacknowledged;
         Ok(())
     }
 

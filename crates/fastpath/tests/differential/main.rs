@@ -633,3 +633,26 @@ fn nat_port_choice_differs_but_stays_in_pool() {
         }
     }
 }
+
+/// Both tiers cap a connection that is not assured (here picked up mid-stream by
+/// `loose`) at `unacknowledged`, below its state's timeout.
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn unassured_connections_get_the_unacknowledged_cap() {
+    let fw = fw_loose().replace("established: 30,", "established: 30, unacknowledged: 5,");
+    let (_, mut soft, mut table) = tiers(&[fw]);
+    let (c, s) = (([10, 0, 0, 1], 40000), ([198, 51, 100, 7], 80));
+    let ack = traffic::tcp(c, s, 0x10, (1000, 5000), b"mid-stream");
+    assert!(matches!(
+        soft.run(Direction::Forward, &ack, 0, T0),
+        SoftOut::Pass(_)
+    ));
+    let r = table.run_frame(raw::HOOK_INGRESS, IN, &ack, 0).unwrap();
+    assert_eq!(r.verdict, Verdict::Pass);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    soft.nodes[0].export_state(&mut a);
+    table.export_state(0, &mut b).unwrap();
+    let at = blob::HEADER_LEN;
+    assert_eq!(blob::le32(&a, at + 16), 5000, "software: capped");
+    assert_eq!(a[at..at + 20], b[at..at + 20], "same record, same lifetime");
+}
