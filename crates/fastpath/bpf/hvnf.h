@@ -130,6 +130,7 @@ struct hv_cfg {
 	__u64 ele_min_window_bytes;
 	__u64 ele_window_ns;
 	__u64 limits[3]; // entries each table may hold: firewall, NAT (2 per mapping), elephant
+	__u64 fw_unack; // cap for a TCP connection not assured yet (ns)
 };
 
 // Connection tracking: canonical key -> this. `sf` = state | flags << 8.

@@ -2,10 +2,15 @@
 // nfx H-VNF: the stateful firewall. The same semantics as the software firewall
 // (crates/vnf/src/firewall): an ordered ACL consulted for packets that create state,
 // connection tracking keyed by the canonical 5-tuple, the TCP state machine of
-// `firewall::tcp::step` (nf_conntrack_proto_tcp without window tracking), UDP / ICMP
-// echo / other pseudo-states, per-state timeouts, related ICMP errors. The differences
-// are of the table: a full table refuses new flows (`table_full`) instead of evicting,
-// and the ACL is a bounded array of rules.
+// `firewall::tcp::step` and the entry flags of `firewall::track::segment` (opened from
+// the Reverse side, reply seen, assured; a RST before any reply ends the tracking),
+// UDP / ICMP echo / other pseudo-states, per-state timeouts, related ICMP errors
+// checked for their addresses and direction, the `unacknowledged` cap for connections
+// not assured yet. Without TCP window tracking (the software
+// checks sequence and acknowledgement numbers, RSTs against the peer's last ack and
+// the sequence number an ICMP error quotes; this tier does not), and a full table
+// refuses new flows (`table_full`) instead of evicting. docs/dataplane.md lists the
+// differences.
 #ifndef NFX_HVNF_FW_H
 #define NFX_HVNF_FW_H
 
@@ -24,6 +29,9 @@
 #define ST_REPLIED 10
 
 #define FW_SWAPPED 0x80
+#define FW_REV_OPEN 0x40
+#define FW_SEEN_REPLY 0x08
+#define FW_ASSURED 0x04
 #define FIN_ORIG 1
 #define FIN_REPLY 2
 #define FW_FINS (FIN_ORIG | FIN_REPLY)
@@ -110,10 +118,16 @@ static __always_inline int tcp_step(__u32 st, __u32 fins, __u8 flags, int orig)
 	return STEP_INVALID;
 }
 
-static __always_inline __u64 fw_timeout(struct hv_cfg *c, __u8 proto, __u8 family, __u32 st)
+// A TCP connection not assured yet gets at most `unacknowledged`, as in the software
+// (which also caps one with data outstanding or picked up mid-stream: window state this
+// tier does not keep).
+static __always_inline __u64 fw_timeout(struct hv_cfg *c, __u8 proto, __u8 family, __u32 st,
+					__u32 flags)
 {
-	if (proto == IPPROTO_TCP)
-		return c->fw_timeouts[st > 8 ? 8 : st];
+	if (proto == IPPROTO_TCP) {
+		__u64 t = c->fw_timeouts[st > 8 ? 8 : st];
+		return (flags & FW_ASSURED) || t < c->fw_unack ? t : c->fw_unack;
+	}
 	if (proto == IPPROTO_UDP)
 		return c->fw_timeouts[st == ST_NEW ? 9 : 10];
 	if (proto == icmp_proto(family))
@@ -202,10 +216,18 @@ static __always_inline int acl_allows(struct hv_cfg *c, struct hv_key *k)
 static __always_inline int fw_icmp_other(struct meta *m, struct hv_cfg *c)
 {
 	if (icmp_is_error(m->key.family, m->icmp_type) && m->has_inner) {
-		canonical(&m->tk, &m->inner);
+		int swapped = canonical(&m->tk, &m->inner);
 		struct fw_val *v = bpf_map_lookup_elem(&fw_ct, &m->tk);
-		if (v && v->expires_ns > m->now)
-			return 0;
+		if (v && v->expires_ns > m->now) {
+			// As the software: the error travels back towards the quoted packet's
+			// sender, against the direction that packet went.
+			__u32 flags = (READ_ONCE_U32(v->sf) >> 8) & 0xff;
+			int quoted_from_orig = swapped == ((flags & FW_SWAPPED) != 0);
+			int opener_forward = !(flags & FW_REV_OPEN);
+			int quoted_went_forward = opener_forward == quoted_from_orig;
+			int goes_back = (m->dir == DIR_FWD) != quoted_went_forward;
+			return goes_back && addr_eq(m->key.dst, m->inner.src) ? 0 : R_INVALID_STATE + 1;
+		}
 	}
 	if (m->dir == DIR_REV && !c->fw_reverse_acl)
 		return R_INVALID_STATE + 1;
@@ -221,7 +243,8 @@ static __always_inline int fw_update(struct meta *m, struct hv_cfg *c, struct fw
 		__u32 sf = READ_ONCE_U32(v->sf);
 		__u32 st = sf & 0xff, flags = (sf >> 8) & 0xff;
 		int orig = swapped == ((flags & FW_SWAPPED) != 0);
-		__u32 ns, fins;
+		__u32 ns, nflags = flags;
+		int refresh = 1;
 		if (proto == IPPROTO_TCP) {
 			if (st > ST_CLOSE)
 				return R_INVALID_STATE + 1;
@@ -231,14 +254,36 @@ static __always_inline int fw_update(struct meta *m, struct hv_cfg *c, struct fw
 			if (r == STEP_INVALID)
 				return R_INVALID_STATE + 1;
 			ns = r & 0xff;
-			fins = (r >> 8) & FW_FINS;
+			int rst = m->tcp_flags & TCP_RST;
+			// In SYN_SENT the responder's RST must acknowledge the SYN (its ack
+			// number is the software's to check).
+			if (rst && st == ST_SYN_SENT && !orig && !(m->tcp_flags & TCP_ACK))
+				return R_INVALID_STATE + 1;
+			if (rst && !(flags & FW_SEEN_REPLY)) {
+				// Nothing was established: the tracking ends.
+				if (bpf_map_delete_elem(&fw_ct, &m->tk) == 0)
+					occupancy_add(0, -1);
+				return 0;
+			}
+			nflags = (flags & ~FW_FINS) | ((r >> 8) & FW_FINS);
+			if ((st == ST_TIME_WAIT || st == ST_CLOSE) && ns == ST_SYN_SENT)
+				nflags &= ~(FW_ASSURED | FW_SEEN_REPLY); // a new connection
+			else if (!orig)
+				nflags |= FW_SEEN_REPLY;
+			if (ns == ST_ESTABLISHED && (st == ST_SYN_RECV || st == ST_ESTABLISHED) &&
+			    (nflags & FW_SEEN_REPLY))
+				nflags |= FW_ASSURED;
+			// A retransmitted SYN does not keep a half-open connection alive.
+			refresh = !(st == ST_SYN_SENT && ns == ST_SYN_SENT && orig);
 		} else {
 			ns = orig ? st : ST_REPLIED;
-			fins = 0;
+			if (!orig)
+				nflags |= FW_SEEN_REPLY | (is_icmp(&m->key) ? 0 : FW_ASSURED);
 		}
-		__u32 nsf = ns | (((flags & FW_SWAPPED) | fins) << 8);
+		__u32 nsf = ns | (nflags << 8);
 		if (nsf == sf || __sync_val_compare_and_swap(&v->sf, sf, nsf) == sf) {
-			v->expires_ns = m->now + fw_timeout(c, proto, m->key.family, ns);
+			if (refresh)
+				v->expires_ns = m->now + fw_timeout(c, proto, m->key.family, ns, nflags);
 			return 0;
 		}
 	}
@@ -255,7 +300,7 @@ static __always_inline int fw_create(struct meta *m, struct hv_cfg *c, int swapp
 		__u8 f = m->tcp_flags;
 		if (classify(f) == SEG_SYN)
 			st = ST_SYN_SENT;
-		else if (c->fw_loose && (f & TCP_ACK) && !(f & (TCP_SYN | TCP_RST)))
+		else if (c->fw_loose && classify(f) == SEG_ACK)
 			st = ST_ESTABLISHED;
 		else
 			return R_INVALID_STATE + 1;
@@ -265,8 +310,8 @@ static __always_inline int fw_create(struct meta *m, struct hv_cfg *c, int swapp
 	if (!acl_allows(c, k))
 		return R_ACL_DENY + 1;
 	struct fw_val v = {
-		.expires_ns = m->now + fw_timeout(c, k->proto, k->family, st),
-		.sf = st | ((swapped ? FW_SWAPPED : 0) << 8),
+		.expires_ns = m->now + fw_timeout(c, k->proto, k->family, st, 0),
+		.sf = st | (((swapped ? FW_SWAPPED : 0) | (m->dir == DIR_REV ? FW_REV_OPEN : 0)) << 8),
 	};
 	if (!occupancy_reserve(0, 1, c->limits[0]))
 		return R_TABLE_FULL + 1;

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{is_root, Namespaces};
+use nfx_fastpath::table::testrun::Verdict;
 use nfx_fastpath::table::{Placement, PortSpec, TableChain};
 use nfx_vnf::NodeSpec;
 use std::net::{SocketAddr, UdpSocket};
@@ -248,4 +249,138 @@ fn a_full_table_refuses_new_flows_with_a_counted_reason_and_keeps_the_old_ones()
     let st = chain.stats().unwrap();
     assert_eq!(st.nodes[1].drops["table_full"], 5, "{st:?}");
     assert_eq!((st.functions[0].flows, st.functions[0].capacity), (3, 3));
+}
+
+/// Flows the migration test installs before its stream (through the program itself).
+const INSTALLED: u32 = 20_000;
+
+/// A UDP frame a → mid of installed flow `i`: 10.93.1.1:(1024 + i % 50000) → 10.77.x.y:53.
+fn installed_flow(i: u32) -> Vec<u8> {
+    let dst = [10, 77, (i / 250) as u8, (i % 250 + 1) as u8];
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ethernet2(mac(MAC_A), mac(MAC_M0))
+        .ipv4([10, 93, 1, 1], dst, 64)
+        .udp(1024 + (i % 50_000) as u16, 53)
+        .write(&mut v, b"flow")
+        .unwrap();
+    v
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_nat_migrates_under_traffic_without_a_lost_datagram_or_a_changed_mapping() {
+    let g = line("migrate");
+    let nat = format!(
+        "nat: {{snat: {{public_ip: {PUBLIC}, port_range: [20000, 20100]}}, max_flows: 32768}}"
+    );
+    let fns = [
+        ("firewall", "firewall: {default: allow, max_flows: 32768}"),
+        ("nat", nat.as_str()),
+    ];
+    let mut old = attach(&g, &fns);
+    // Fill the tables through the old chain's own program: a migration of many flows.
+    let m0 = g.ifindex(1, "m0");
+    for i in 0..INSTALLED {
+        let run = old
+            .run_frame(
+                nfx_fastpath::table::raw::HOOK_INGRESS,
+                m0,
+                &installed_flow(i),
+                0,
+            )
+            .unwrap();
+        assert_eq!(run.verdict, Verdict::Redirect, "flow {i}");
+    }
+    // The new chain is programmed and installed ahead, not attached.
+    let specs: Vec<(String, NodeSpec)> =
+        fns.iter().map(|(n, s)| (n.to_string(), spec(s))).collect();
+    let mut new = TableChain::deploy(&specs, Path::new(".")).unwrap();
+    const N: u32 = 3000;
+    let rx = socket_in(&g, 2, "10.93.2.1:9000");
+    let echo = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        while let Ok((n, from)) = rx.recv_from(&mut buf) {
+            got.push((u32::from_be_bytes(buf[..4].try_into().unwrap()), from));
+            rx.send_to(&buf[..n], from).unwrap();
+            if got.len() == N as usize {
+                break;
+            }
+        }
+        got
+    });
+    let tx = socket_in(&g, 0, "10.93.1.1:4000");
+    let (third_tx, third) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        let mut echoed = 0;
+        let mut buf = [0u8; 64];
+        tx.set_nonblocking(true).unwrap();
+        for i in 0..N {
+            tx.send_to(&i.to_be_bytes(), "10.93.2.1:9000").unwrap();
+            if i == N / 3 {
+                third_tx.send(()).unwrap();
+            }
+            while tx.recv(&mut buf).is_ok() {
+                echoed += 1;
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        tx.set_nonblocking(false).unwrap();
+        tx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        while echoed < N && tx.recv(&mut buf).is_ok() {
+            echoed += 1;
+        }
+        echoed
+    });
+    third.recv().unwrap();
+    let m = old.migrate_to(&mut new).unwrap();
+    eprintln!(
+        "migrated {} records ({} after the switch) in {:?} (copy {:?}, switch {:?}): {:.0} records/s",
+        m.flows,
+        m.after_switch,
+        m.total,
+        m.copy,
+        m.switch,
+        m.flows_per_s()
+    );
+    assert!(!old.is_attached() && new.is_attached());
+    assert_eq!(
+        m.flows,
+        2 * (INSTALLED as usize + 1),
+        "each flow's firewall state and NAT mapping: {m:?}"
+    );
+    assert_eq!(m.remapped, 0, "{m:?}");
+    let echoed = sender.join().unwrap();
+    let got = echo.join().unwrap();
+    let seqs: Vec<u32> = got.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        seqs,
+        (0..N).collect::<Vec<_>>(),
+        "every datagram arrived, in order"
+    );
+    let from: std::collections::BTreeSet<SocketAddr> = got.iter().map(|(_, f)| *f).collect();
+    assert_eq!(from.len(), 1, "one mapping from start to end: {from:?}");
+    assert_eq!(from.iter().next().unwrap().ip().to_string(), PUBLIC);
+    assert_eq!(echoed, N, "every echo came back through the NAT");
+    let (before, after) = (old.stats().unwrap(), new.stats().unwrap());
+    let by_old = before.nodes[2].packets - u64::from(INSTALLED);
+    let by_new = after.nodes[2].packets;
+    assert!(
+        by_old > 0 && by_new > 0 && by_old + by_new == 2 * u64::from(N),
+        "each datagram and echo crossed one chain, both chains carried some: {before:?} {after:?}"
+    );
+    assert_eq!(
+        after.functions[1].created, 0,
+        "no mapping of its own: {after:?}"
+    );
+    assert_eq!(after.functions[1].flows, u64::from(INSTALLED) + 1);
+    assert!(
+        after
+            .nodes
+            .iter()
+            .all(|n| n.drops.values().all(|&d| d == 0)),
+        "{after:?}"
+    );
 }

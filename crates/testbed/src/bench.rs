@@ -37,8 +37,11 @@ pub const DEFAULT_CASES: [&str; 8] = [
 /// the `nfx-fastpath` chain without its fast path), which run only when `--cases`
 /// names them. `nfx-table-fw-nat` runs the firewall and NAT on the table tier alone
 /// (`nfx table run`, eBPF); `nfx-hybrid` runs them there and elephant + DPI in a
-/// software worker behind it (docs/dataplane.md, "Hybrid chains").
-pub const CASES: [&str; 10] = [
+/// software worker behind it (docs/dataplane.md, "Hybrid chains"). HYPER's Fig. 4
+/// cases (`nfx experiment hyper`): `nfx-fw` / `nfx-table-fw` (the firewall alone, in a
+/// software worker / on the table tier) and `nfx-fw-nat-ele` / `nfx-table-fw-nat-ele`
+/// (firewall → NAT → elephant).
+pub const CASES: [&str; 14] = [
     "kernel-forward",
     "kernel-nftables",
     "nfx-forward",
@@ -49,7 +52,26 @@ pub const CASES: [&str; 10] = [
     "nfx-fastpath",
     "nfx-table-fw-nat",
     "nfx-hybrid",
+    "nfx-fw",
+    "nfx-table-fw",
+    "nfx-fw-nat-ele",
+    "nfx-table-fw-nat-ele",
 ];
+
+/// The elephant threshold (bytes) of every case's elephant node.
+const ELEPHANT_BYTES: u64 = 1_000_000;
+
+/// The table-tier chain of a `nfx-table-*` case.
+fn table_chain(case: &str) -> Option<Chain> {
+    match case {
+        "nfx-table-fw-nat" => Some(Chain::FirewallNat),
+        "nfx-table-fw" => Some(Chain::Firewall),
+        "nfx-table-fw-nat-ele" => Some(Chain::FirewallNatElephant {
+            elephant_bytes: ELEPHANT_BYTES,
+        }),
+        _ => None,
+    }
+}
 
 /// Flow-table entries of the `nfx-fastpath` case's fast path.
 pub const FAST_PATH_CAPACITY: u32 = 65536;
@@ -81,6 +103,9 @@ pub struct BenchOpts {
     /// Let edge's kernel stack see the frames nfx forwards (`nfx run --kernel-stack
     /// keep`); by default nfx keeps it off its ports (`kernel_stack: isolate`).
     pub keep_edge_stack: bool,
+    /// Throughput as 1-stream TCP only: no 4-stream run, no 64-byte flood and no
+    /// adaptive-mode checks (what HYPER's Fig. 4 reports, in a fraction of the time).
+    pub tcp1_only: bool,
 }
 
 /// One row of the result, as written to JSON. A measurement that failed is `null`.
@@ -199,7 +224,7 @@ pub fn run(opts: &BenchOpts, log: &mut dyn FnMut(&str)) -> anyhow::Result<BenchR
         let lat = latency_rounds(&names, &tb, opts, dir.path(), log)?;
         apply_latency(&mut rep.cases, &lat);
     }
-    if want("nfx-chain") && !crate::stop::requested() {
+    if want("nfx-chain") && !opts.tcp1_only && !crate::stop::requested() {
         tb.set_edge_forwarding(false)?;
         match adaptive_checks(opts, &tb, dir.path(), log) {
             Ok((idle, ratio)) => {
@@ -247,7 +272,7 @@ pub fn median(v: &[f64]) -> Option<f64> {
 fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
     let full = Chain::Full {
         patterns: opts.patterns.clone(),
-        elephant_bytes: 1_000_000,
+        elephant_bytes: ELEPHANT_BYTES,
     };
     let mut extra: Vec<String> = match &opts.io {
         Some(io) => vec!["--io".into(), io.clone()],
@@ -267,6 +292,13 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
             (full, extra)
         }
         "nfx-fw-nat" => (Chain::FirewallNat, extra),
+        "nfx-fw" => (Chain::Firewall, extra),
+        "nfx-fw-nat-ele" => (
+            Chain::FirewallNatElephant {
+                elephant_bytes: ELEPHANT_BYTES,
+            },
+            extra,
+        ),
         "nfx-fastpath" => {
             extra.extend(["--fast-path".into(), FAST_PATH_CAPACITY.to_string()]);
             (Chain::FirewallNat, extra)
@@ -274,7 +306,7 @@ fn chain_of(case: &str, opts: &BenchOpts) -> (Chain, Vec<String>) {
         "nfx-hybrid" => (
             Chain::HybridTail {
                 patterns: opts.patterns.clone(),
-                elephant_bytes: Some(1_000_000),
+                elephant_bytes: Some(ELEPHANT_BYTES),
             },
             extra,
         ),
@@ -323,6 +355,9 @@ fn measure(
                 per_gb.push(x);
             }
         }
+        if opts.tcp1_only {
+            continue;
+        }
         let four = iperf::client(&ClientSpec::tcp(&src_ns, tb.dst_ip(), IPERF_PORT, secs, 4));
         tcp4.extend(note(log, "tcp4 Gbit/s", four.map(|x| x.gbps)));
     }
@@ -344,6 +379,9 @@ fn measure(
                 per.join(" / ")
             ));
         }
+    }
+    if opts.tcp1_only {
+        return r;
     }
     let (mut runs, mut cpu, mut gen_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..opts.flood.repeat.max(1) {
@@ -398,6 +436,14 @@ fn with_case<T>(
     name: &str,
     f: impl FnOnce(Option<&NfxRun>) -> T,
 ) -> anyhow::Result<T> {
+    if let Some(chain) = table_chain(case) {
+        tb.set_edge_forwarding(false)?;
+        let cfg = table_config(tb, name, &chain, TablePlace::Alone, None)?;
+        let table = TableRun::start(&opts.nfx_bin, &cfg, dir)?;
+        let r = f(None);
+        table.stop()?;
+        return Ok(r);
+    }
     match case {
         "kernel-forward" | "kernel-nftables" => {
             tb.set_edge_forwarding(true)?;
@@ -407,14 +453,6 @@ fn with_case<T>(
                 None
             };
             Ok(f(None))
-        }
-        "nfx-table-fw-nat" => {
-            tb.set_edge_forwarding(false)?;
-            let cfg = table_config(tb, name, &Chain::FirewallNat, TablePlace::Alone, None)?;
-            let table = TableRun::start(&opts.nfx_bin, &cfg, dir)?;
-            let r = f(None);
-            table.stop()?;
-            Ok(r)
         }
         "nfx-hybrid" => {
             tb.set_edge_forwarding(false)?;

@@ -70,6 +70,8 @@ pub struct FirewallPlan {
     pub reverse_acl: bool,
     /// TCP states 0..=8, udp, udp_stream, icmp, generic, in ns.
     pub timeouts: [u64; 13],
+    /// Cap for a TCP connection not assured yet, in ns.
+    pub unacknowledged: u64,
     /// Connection-tracking entries.
     pub max_flows: u32,
 }
@@ -344,7 +346,7 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         last_ack,
         time_wait,
         close,
-        unacknowledged: _,
+        unacknowledged,
         udp,
         udp_stream,
         icmp,
@@ -371,6 +373,7 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         loose: *loose,
         reverse_acl: *reverse_new == ReverseNew::Acl,
         timeouts: t.map(secs),
+        unacknowledged: secs(*unacknowledged),
         max_flows: max_flows(
             "firewall",
             *flows,

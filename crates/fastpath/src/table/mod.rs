@@ -16,6 +16,8 @@
 //!   migration, moved with batch map operations, in the software nodes' blob format
 //!   (IPv4 state is interchangeable with the software firewall and NAT);
 //! - [`TableChain::take_over`] — replace another chain's program on its hooks atomically;
+//! - [`TableChain::migrate_to`] — move traffic and flow state to a new chain on the same
+//!   host (bulk copy, atomic switch, copy of what was created meanwhile);
 //! - [`TableChain::stats`], [`TableChain::events`], [`TableChain::expire`];
 //! - [`TableChain::detach`] (and drop).
 //!
@@ -23,6 +25,7 @@
 
 mod function;
 mod maps;
+mod migrate;
 pub mod raw;
 pub mod runconfig;
 mod state;
@@ -30,6 +33,7 @@ mod stats;
 pub mod testrun;
 
 pub use function::{check, ElephantPlan, FirewallPlan, Function, NatPlan, Need, Refusal};
+pub use migrate::Migration;
 pub use stats::{FunctionStats, NodeCounters, TableEvent, TableStats};
 
 use crate::mapping::Mapping;
@@ -414,6 +418,7 @@ impl TableChain {
         raw.fw_loose = u8::from(p.loose);
         raw.fw_reverse_acl = u8::from(p.reverse_acl);
         raw.fw_timeouts = p.timeouts;
+        raw.fw_unacknowledged = p.unacknowledged;
         Ok(())
     }
 

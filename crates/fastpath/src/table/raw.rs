@@ -156,6 +156,7 @@ pub struct RawCfg {
     pub ele_min_window_bytes: u64,
     pub ele_window_ns: u64,
     pub limits: [u64; 3],
+    pub fw_unacknowledged: u64,
 }
 
 /// `struct fw_val`.
@@ -349,7 +350,7 @@ mod tests {
         assert_eq!(offset_of!(RawCfg, nat_public), 36);
         assert_eq!(offset_of!(RawCfg, fw_timeouts), 56);
         assert_eq!(offset_of!(RawCfg, nat_timeouts), 160);
-        assert_eq!(size_of::<RawCfg>(), 264);
+        assert_eq!(size_of::<RawCfg>(), 272);
         assert_eq!(size_of::<RawFwVal>(), 16);
         assert_eq!(size_of::<RawNatVal>(), 72);
         assert_eq!(offset_of!(RawNatVal, flags), 64);

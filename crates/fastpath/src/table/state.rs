@@ -6,11 +6,18 @@
 //!
 //! | kind | record | bytes |
 //! |---|---|---|
-//! | firewall (1) | software format: canonical key, state, flags, 0, remaining ms | 20 |
+//! | firewall (1) | software format: canonical key, state, flags, 0, remaining ms, TCP windows | 56 |
 //! | firewall-wide (3) | family, proto, state, flags, src\[16\], dst\[16\], sport, dport, remaining ms, 0 | 48 |
 //! | nat (2) | software format: proto, flags, inside, public, remote (addr u32, port), remaining ms | 24 |
 //! | nat-wide (4) | proto, flags, family, 0, inside, public, remote (addr\[16\], port), remaining ms, 0 | 64 |
 //! | elephant (5) | family, proto, elephant, 0, src\[16\], dst\[16\], sport, dport, bytes, packets, window bytes, window age ms, idle ms | 72 |
+//!
+//! The table tier does not track TCP windows: it writes the software record's 36
+//! window bytes as zero ("side not seen yet"), and the software firewall re-learns
+//! each side's window from that side's next segment, as for a flow it picked up. It
+//! reads a software record's first 20 bytes and ignores the windows. The entry flags
+//! are the software's own (`SWAPPED`, `REV_OPEN`, `SEEN_REPLY`, `ASSURED`, the FIN
+//! bits): the eBPF firewall keeps them as the software does.
 //!
 //! Integers little endian, addresses as in the frame (wide) or as host-order integers
 //! (software formats); lifetimes are remaining milliseconds, so clocks need not agree.
@@ -27,6 +34,13 @@ use std::sync::atomic::Ordering;
 const FW_STATES: u8 = 11;
 const FW_SWAPPED: u8 = 0x80;
 const FW_FINS: u8 = 3;
+/// The software firewall's other entry flags: opened by a Reverse packet (0x40),
+/// reply seen (0x08), assured (0x04).
+const FW_TRACKED: u8 = 0x40 | 0x08 | 0x04;
+/// The software firewall's record: 20 bytes of key, state, flags and lifetime, then
+/// 36 bytes of TCP windows.
+const FW_RECORD: usize = nfx_vnf::firewall::STATE_RECORD_LEN;
+const FW_WINDOWS: usize = FW_RECORD - 20;
 const NAT_FWD: u32 = 1;
 const NAT_SHARED: u32 = 2 | 4 | 8 | 16 | 32;
 const MS: u64 = 1_000_000;
@@ -73,7 +87,7 @@ fn check_fw(i: usize, k: &RawKey, state: u8, flags: u8) -> Result<(), StateError
             &format!("state code {state} for protocol {}", k.proto),
         ));
     }
-    if flags & !(FW_SWAPPED | FW_FINS) != 0 {
+    if flags & !(FW_SWAPPED | FW_TRACKED | FW_FINS) != 0 {
         return Err(malformed(i, "unknown flag bits"));
     }
     if !k.is_canonical() {
@@ -115,7 +129,7 @@ impl TableChain {
         let (kind, len) = if wide {
             (BlobKind::FirewallWide, 48)
         } else {
-            (BlobKind::Firewall, 20)
+            (BlobKind::Firewall, FW_RECORD)
         };
         let at = blob::write_header(out, kind, len);
         for (k, v) in &live {
@@ -136,6 +150,7 @@ impl TableChain {
                 out.extend_from_slice(&k.dport().to_le_bytes());
                 out.extend_from_slice(&[k.proto, state, flags, 0]);
                 out.extend_from_slice(&ms.to_le_bytes());
+                out.extend_from_slice(&[0; FW_WINDOWS]);
             }
         }
         blob::patch_count(out, at, live.len());
@@ -147,7 +162,7 @@ impl TableChain {
         let (kind, len) = if wide {
             (BlobKind::FirewallWide, 48)
         } else {
-            (BlobKind::Firewall, 20)
+            (BlobKind::Firewall, FW_RECORD)
         };
         let recs = blob::records(data, kind, len)?;
         let mut rows = Vec::with_capacity(recs.len());
@@ -194,17 +209,23 @@ impl TableChain {
         Ok(rows)
     }
 
-    fn export_nat(&self, now: u64, out: &mut Vec<u8>) -> Result<usize, TableError> {
+    /// Every live NAT mapping at `now`: its Forward key and entry, and its expiry (the
+    /// later of its two entries').
+    pub(super) fn nat_live(&self, now: u64) -> Result<Vec<(RawKey, RawNatVal, u64)>, TableError> {
         let all = self.nat_map.entries::<RawKey, RawNatVal>()?;
         let expiry: HashMap<RawKey, u64> = all.iter().map(|(k, v)| (*k, v.expires_ns)).collect();
-        let live: Vec<(RawKey, RawNatVal, u64)> = all
+        Ok(all
             .iter()
             .filter(|(_, v)| v.flags & NAT_FWD != 0)
             .filter_map(|(k, v)| {
                 let exp = v.expires_ns.max(expiry.get(&v.twin).copied().unwrap_or(0));
                 (exp > now && expiry.contains_key(&v.twin)).then_some((*k, *v, exp))
             })
-            .collect();
+            .collect())
+    }
+
+    fn export_nat(&self, now: u64, out: &mut Vec<u8>) -> Result<usize, TableError> {
+        let live = self.nat_live(now)?;
         let wide = live.iter().any(|(k, _, _)| k.family == 6);
         let (kind, len) = if wide {
             (BlobKind::NatWide, 64)

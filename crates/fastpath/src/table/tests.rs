@@ -434,3 +434,28 @@ fn expired_flows_are_swept_and_elephants_report_once() {
     assert_eq!((st.functions[0].flows, st.functions[1].flows), (0, 0));
     assert_eq!(st.functions[0].expired, 1);
 }
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn migration_refuses_other_functions_and_a_detached_source() {
+    let fw = || {
+        (
+            "fw".to_string(),
+            spec("firewall: {default: allow, max_flows: 8}"),
+        )
+    };
+    let nat = || {
+        (
+            "nat".to_string(),
+            spec("nat: {snat: {public_ip: 192.0.2.1}, max_flows: 8}"),
+        )
+    };
+    let mut old = TableChain::deploy(&[fw(), nat()], Path::new(".")).unwrap();
+    let mut other = TableChain::deploy(&[nat(), fw()], Path::new(".")).unwrap();
+    let e = old.migrate_to(&mut other).unwrap_err().to_string();
+    assert!(e.contains("same functions in the same order"), "{e}");
+    let mut same = TableChain::deploy(&[fw(), nat()], Path::new(".")).unwrap();
+    let e = old.migrate_to(&mut same).unwrap_err().to_string();
+    assert!(e.contains("from an attached chain"), "{e}");
+    assert!(!old.is_attached() && !same.is_attached());
+}

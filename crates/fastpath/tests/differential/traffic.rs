@@ -6,6 +6,14 @@
 //! fragments, TTL 0, VLAN tags, other EtherTypes, bad TCP offsets and UDP lengths), with
 //! the IP checksum repaired half of the time so that the mutations reach the deeper
 //! checks.
+//!
+//! TCP sequence and acknowledgement numbers are consistent: each side sends from where
+//! its last passed segment ended and acknowledges everything the other side got
+//! through, and a RST carries the sequence number the other side last acknowledged (an
+//! exact reset). The software firewall tracks TCP windows and the table tier does not
+//! (docs/dataplane.md, "Table tier: differences"), so only in-window TCP keeps the
+//! comparison exact; tests/differential/main.rs checks the out-of-window difference
+//! separately. Mutated frames still carry any flags.
 
 use etherparse::{icmpv4, Icmpv4Type, PacketBuilder};
 use nfx_packet::Direction;
@@ -57,6 +65,50 @@ pub struct Conv {
     pub inside: ([u8; 4], u16),
     pub remote: ([u8; 4], u16),
     pub public: Option<([u8; 4], u16)>,
+    /// TCP: the next sequence number of the inside (0) and remote (1) side.
+    pub next: [u32; 2],
+    /// TCP: the highest ack each side sent in a segment that got through.
+    pub acked: [Option<u32>; 2],
+    /// TCP: the right edge each side may send up to (the other side's ack plus
+    /// window), when a window tracker knows it.
+    pub limit: [Option<u32>; 2],
+    /// TCP: which sides a window tracker knows (`None`: it tracks no such flow).
+    pub tracked: Option<[bool; 2]>,
+}
+
+/// What a window tracker knows of one side of a TCP conversation (see
+/// [`Traffic::sync_tcp`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SideView {
+    /// End of what it sent.
+    pub end: u32,
+    /// The right edge it may send up to.
+    pub maxend: u32,
+    /// The last ack it sent, if any.
+    pub ack: Option<u32>,
+}
+
+impl Conv {
+    /// The sequence and acknowledgement numbers side `d` sends a segment with `flags`
+    /// with: a RST carries the ack the other side last sent (an exact reset), other
+    /// segments go on from where the side stopped; the ack is all the other side sent.
+    pub fn numbers(&self, d: usize, flags: u8) -> (u32, u32) {
+        let seq = if flags & RST != 0 {
+            self.acked[1 - d].unwrap_or(self.send_seq(d))
+        } else {
+            self.send_seq(d)
+        };
+        (seq, self.next[1 - d])
+    }
+
+    /// The sequence number side `d` sends from: where it stopped, but not beyond the
+    /// right edge the other side allows (as a sender holds back what does not fit).
+    pub fn send_seq(&self, d: usize) -> u32 {
+        match self.limit[d] {
+            Some(l) if (self.next[d].wrapping_sub(l) as i32) > 0 => l,
+            _ => self.next[d],
+        }
+    }
 }
 
 /// What the harness does next.
@@ -68,6 +120,9 @@ pub enum Step {
         frame: Vec<u8>,
         gso: u16,
         conv: Option<usize>,
+        /// The conversation a frame was made from, mutated or not (for following its
+        /// TCP sequence spaces).
+        from: Option<usize>,
     },
     /// Time passes (ns).
     Advance(u64),
@@ -90,8 +145,9 @@ pub struct Traffic {
     pub rng: Rng,
     pub convs: Vec<Conv>,
     mix: Mix,
-    /// Recent frames as they left (for ICMP errors quoting them), by direction.
-    recent: [Vec<Vec<u8>>; 2],
+    /// Recent frames as they left (for ICMP errors quoting them), by direction, with
+    /// the conversation they belong to.
+    recent: [Vec<(Vec<u8>, usize)>; 2],
 }
 
 fn eth(
@@ -102,13 +158,20 @@ fn eth(
     PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(src, dst, ttl)
 }
 
-pub fn tcp(src: ([u8; 4], u16), dst: ([u8; 4], u16), flags: u8, payload: &[u8]) -> Vec<u8> {
-    let mut b = eth(src.0, dst.0, 64).tcp(src.1, dst.1, 1000, 64000);
+/// A TCP segment with sequence number `seq` acknowledging `ack` (when it has ACK).
+pub fn tcp(
+    src: ([u8; 4], u16),
+    dst: ([u8; 4], u16),
+    flags: u8,
+    (seq, ack): (u32, u32),
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut b = eth(src.0, dst.0, 64).tcp(src.1, dst.1, seq, 64000);
     if flags & SYN != 0 {
         b = b.syn();
     }
     if flags & ACK != 0 {
-        b = b.ack(1);
+        b = b.ack(ack);
     }
     if flags & FIN != 0 {
         b = b.fin();
@@ -238,24 +301,48 @@ impl Traffic {
         } else {
             remote
         };
+        if let Some(j) = self.same(proto, inside, remote) {
+            return j;
+        }
         let public = (!self.mix.nat).then_some(inside);
+        let next = [self.rng.next() as u32, self.rng.next() as u32];
         self.convs.push(Conv {
             proto,
             inside,
             remote,
             public,
+            next,
+            acked: [None; 2],
+            limit: [None; 2],
+            tracked: None,
         });
         self.convs.len() - 1
+    }
+
+    /// The conversation between these endpoints, if there is one already: one flow,
+    /// one sequence space.
+    fn same(&self, proto: u8, inside: ([u8; 4], u16), remote: ([u8; 4], u16)) -> Option<usize> {
+        self.convs
+            .iter()
+            .position(|c| c.proto == proto && c.inside == inside && c.remote == remote)
     }
 
     /// A port-forward conversation: opened from outside to 192.0.2.1:8080.
     fn new_dnat_conv(&mut self) -> usize {
         let remote = (self.rng.pick(&REMOTE), 30000 + self.rng.below(3) as u16);
+        if let Some(j) = self.same(6, (INSIDE[0], 80), remote) {
+            return j;
+        }
+        let next = [self.rng.next() as u32, self.rng.next() as u32];
         self.convs.push(Conv {
             proto: 6,
             inside: (INSIDE[0], 80),
             remote,
             public: Some((PUBLIC, 8080)),
+            next,
+            acked: [None; 2],
+            limit: [None; 2],
+            tracked: None,
         });
         self.convs.len() - 1
     }
@@ -273,14 +360,21 @@ impl Traffic {
             Direction::Reverse => {
                 let to = c
                     .public
-                    .unwrap_or_else(|| (PUBLIC, 1000 + self.rng.below(20) as u16));
+                    // Never the pool's port 1000, so that an unknown mapping is not
+                    // hit by chance.
+                    .unwrap_or_else(|| (PUBLIC, 1001 + self.rng.below(19) as u16));
                 (c.remote, to)
             }
         };
         match c.proto {
             6 => {
-                let f = self.flags();
-                tcp(src, dst, f, &payload)
+                let mut f = self.flags();
+                let d = usize::from(dir == Direction::Reverse);
+                if c.tracked.is_some_and(|t| t[d] && !t[1 - d]) {
+                    // The peer has not spoken yet: there is nothing to acknowledge.
+                    f &= !ACK;
+                }
+                tcp(src, dst, f, c.numbers(d, f), &payload)
             }
             17 => udp(src, dst, &payload),
             1 => {
@@ -306,19 +400,71 @@ impl Traffic {
         }
     }
 
-    /// Records where the software sent a conversation's forward frame.
+    /// Records which conversation owns the NAT mapping a Forward frame (`input`, which
+    /// the software passed as `out`) used: the one whose inside endpoint sent it. A
+    /// mapping is exclusive per public and remote endpoint, so any other conversation
+    /// that held it has lost it (its mapping expired and the port went to this one).
+    pub fn learn_mapping(&mut self, input: &[u8], out: &[u8]) {
+        if !self.mix.nat {
+            return;
+        }
+        let (Ok(i), Ok(o)) = (nfx_packet::parse(input), nfx_packet::parse(out)) else {
+            return;
+        };
+        let (ik, ok) = (i.key, o.key);
+        let public = (ok.src.to_be_bytes(), ok.sport);
+        let sender = (ik.src.to_be_bytes(), ik.sport);
+        let remote = (ok.dst.to_be_bytes(), ok.dport);
+        for c in &mut self.convs {
+            let same_remote = c.remote == remote || (ok.proto == 1 && c.remote.0 == remote.0);
+            if c.proto != ok.proto || !same_remote {
+                continue;
+            }
+            if c.inside == sender {
+                c.public = Some(public);
+            } else if c.public == Some(public) {
+                c.public = None;
+            }
+        }
+    }
+
+    /// Records how far a TCP segment that got through moved its side's sequence space.
     pub fn learn(&mut self, conv: usize, dir: Direction, out: &[u8]) {
         if let Ok(m) = nfx_packet::parse(out) {
-            let k = m.key;
-            if dir == Direction::Forward && self.convs[conv].public.is_none() {
-                self.convs[conv].public = Some((k.src.to_be_bytes(), k.sport));
+            if let Some(seg) = nfx_packet::tcp::segment(out, &m) {
+                let d = usize::from(dir == Direction::Reverse);
+                let c = &mut self.convs[conv];
+                let end = seg.end();
+                if (end.wrapping_sub(c.next[d]) as i32) > 0 {
+                    c.next[d] = end;
+                }
+                if seg.flags & ACK != 0 {
+                    c.acked[d] = Some(seg.ack);
+                }
             }
         }
         let slot = &mut self.recent[usize::from(dir == Direction::Reverse)];
         if slot.len() > 16 {
             slot.remove(0);
         }
-        slot.push(out.to_vec());
+        slot.push((out.to_vec(), conv));
+    }
+
+    /// Takes a TCP conversation's sequence spaces from a window tracker (the software
+    /// firewall's view after a segment got through), per side (inside, remote) when
+    /// that side is known. A segment the tracker ignored (a SYN on an established
+    /// connection, ...) moves nothing there, so the generator does not move either.
+    /// `None`: the tracker has no such flow.
+    pub fn sync_tcp(&mut self, conv: usize, sides: Option<[Option<SideView>; 2]>) {
+        let c = &mut self.convs[conv];
+        c.tracked = sides.map(|s| s.map(|v| v.is_some()));
+        for (d, v) in sides.into_iter().flat_map(|s| s.into_iter().enumerate()) {
+            if let Some(v) = v {
+                c.next[d] = v.end;
+            }
+            c.limit[d] = v.map(|v| v.maxend);
+            c.acked[d] = v.and_then(|v| v.ack);
+        }
     }
 
     fn mutate(&mut self, f: &mut Vec<u8>) {
@@ -382,6 +528,25 @@ impl Traffic {
         }
     }
 
+    /// Named relaxation: a mutation that leaves a TCP header where the parsers look for
+    /// it gets the conversation's sequence and acknowledgement numbers for its (possibly
+    /// mutated) flags back, since out-of-window segments are a documented difference
+    /// between the tiers (the software firewall tracks windows, the table tier does
+    /// not; tests/differential/main.rs checks that difference on its own).
+    fn keep_in_window(&self, f: &mut [u8], conv: usize, dir: Direction) {
+        let Some(l3) = l3_of(f) else { return };
+        if f.len() < l3 + 20 || f[l3 + 9] != 6 || ethertype(f) != Some(0x0800) {
+            return;
+        }
+        let th = l3 + usize::from(f[l3] & 15) * 4;
+        let Some(h) = f.get_mut(th..th + 14) else {
+            return;
+        };
+        let (seq, ack) = self.convs[conv].numbers(usize::from(dir == Direction::Reverse), h[13]);
+        h[4..8].copy_from_slice(&seq.to_be_bytes());
+        h[8..12].copy_from_slice(&ack.to_be_bytes());
+    }
+
     fn insert_options(&mut self, f: &mut Vec<u8>, l3: usize) {
         let opts: Vec<u8> = match self.rng.below(5) {
             0 => vec![1, 1, 1, 0],
@@ -427,6 +592,7 @@ impl Traffic {
                     frame,
                     gso: 0,
                     conv: Some(i),
+                    from: Some(i),
                 }
             }
             18..=21 => {
@@ -435,7 +601,7 @@ impl Traffic {
                 // A test run takes at most about 3.5 KB (one page less head and tail room).
                 let big: Vec<u8> = vec![0x5a; 1500 + self.rng.below(1800) as usize];
                 let frame = if c.proto == 6 {
-                    tcp(c.inside, c.remote, ACK, &big)
+                    tcp(c.inside, c.remote, ACK, (c.send_seq(0), c.next[1]), &big)
                 } else {
                     udp(c.inside, c.remote, &big)
                 };
@@ -444,6 +610,7 @@ impl Traffic {
                     frame,
                     gso: if c.proto == 6 { 1448 } else { 0 },
                     conv: Some(i),
+                    from: Some(i),
                 }
             }
             22..=31 => {
@@ -455,11 +622,13 @@ impl Traffic {
                 let i = self.any_conv();
                 let mut frame = self.conv_frame(i, dir);
                 self.mutate(&mut frame);
+                self.keep_in_window(&mut frame, i, dir);
                 Step::Frame {
                     dir,
                     frame,
                     gso: 0,
                     conv: None,
+                    from: Some(i),
                 }
             }
             _ => {
@@ -479,6 +648,7 @@ impl Traffic {
                     frame,
                     gso: 0,
                     conv: Some(i),
+                    from: Some(i),
                 }
             }
         }
@@ -503,12 +673,40 @@ impl Traffic {
         // A frame that went the other way, quoted by an error travelling back.
         let other = usize::from(dir == Direction::Forward);
         let kind = self.rng.below(3) as u8;
-        let Some(quoted) = (!self.recent[other].is_empty()).then(|| {
+        let Some((mut quoted, conv)) = (!self.recent[other].is_empty()).then(|| {
             let i = self.rng.below(self.recent[other].len() as u64) as usize;
             self.recent[other][i].clone()
         }) else {
             return Step::Advance(1_000_000);
         };
+        // A TCP segment is quoted with a sequence number its sender may still have in
+        // flight (the end of what it sent), as the software firewall requires (RFC 5927
+        // §4.1); older quotes are the software's to refuse (docs/dataplane.md).
+        let l3 = l3_of(&quoted).unwrap_or(14);
+        if quoted.get(l3 + 9) == Some(&6) {
+            let at = l3 + usize::from(quoted[l3] & 15) * 4 + 4;
+            // A forward frame after NAT names its mapping, which may belong to another
+            // conversation by now (the port went to it).
+            let owner = match nfx_packet::parse(&quoted) {
+                Ok(m) if other == 0 && self.mix.nat => {
+                    let (public, remote) = (
+                        (m.key.src.to_be_bytes(), m.key.sport),
+                        (m.key.dst.to_be_bytes(), m.key.dport),
+                    );
+                    self.convs
+                        .iter()
+                        .position(|c| {
+                            c.proto == 6 && c.public == Some(public) && c.remote == remote
+                        })
+                        .unwrap_or(conv)
+                }
+                _ => conv,
+            };
+            let seq = self.convs[owner].next[other];
+            if let Some(b) = quoted.get_mut(at..at + 4) {
+                b.copy_from_slice(&seq.to_be_bytes());
+            }
+        }
         let Ok(m) = nfx_packet::parse(&quoted) else {
             return Step::Advance(1_000_000);
         };
@@ -520,6 +718,7 @@ impl Traffic {
             frame,
             gso: 0,
             conv: None,
+            from: None,
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct Args {
     /// on two workers, and `nfx-fw-nat`, firewall + NAT without the fast path).
     /// `nfx-table-fw-nat`: firewall + NAT on the table tier (eBPF) alone; `nfx-hybrid`:
     /// firewall + NAT on the table tier, elephant + DPI in a software worker.
+    /// `nfx-fw`, `nfx-table-fw`, `nfx-fw-nat-ele`, `nfx-table-fw-nat-ele`: HYPER Fig. 4's
+    /// single firewall and firewall → NAT → elephant, in software and on the table tier.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// DPI pattern file of the chain.
@@ -124,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         lat_repeat: args.lat_repeat,
         io: args.io,
         keep_edge_stack: args.keep_edge_stack,
+        tcp1_only: false,
     };
     nfx_testbed::stop::install();
     let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;

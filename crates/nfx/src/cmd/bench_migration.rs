@@ -50,9 +50,9 @@ pub struct Args {
 }
 
 /// HYPER's figures (hyper-hybrid-nfv.txt §VI-C and the issue).
-const PAPER_FLOWS_PER_S: f64 = 9_000.0;
+pub(crate) const PAPER_FLOWS_PER_S: f64 = 9_000.0;
 const PAPER_BYTES_PER_FLOW: f64 = 32.0;
-const PAPER_DEPLOY_MS: f64 = 6.1;
+pub(crate) const PAPER_DEPLOY_MS: f64 = 6.1;
 
 /// One table's export + import.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -198,7 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Firewall (allow by default) and NAT specs with room for `flows` entries.
-fn table_specs(flows: usize) -> [Value; 2] {
+pub(crate) fn table_specs(flows: usize) -> [Value; 2] {
     let room = flows * 2;
     [
         json!({"firewall": {"default": "allow", "max_flows": room}}),
@@ -207,7 +207,7 @@ fn table_specs(flows: usize) -> [Value; 2] {
 }
 
 /// A 60-byte UDP frame of flow `i`: 10.1.x.x → 10.3.x.x, distinct 5-tuple per `i`.
-fn flow_frame(i: usize, out: &mut [u8]) {
+pub(crate) fn flow_frame(i: usize, out: &mut [u8]) {
     let (hi, lo) = ((i / 50_000) as u32, (i % 50_000) as u16);
     out[..60].fill(0);
     out[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
@@ -304,10 +304,10 @@ fn in_process(spec: &Value, flows: usize) -> anyhow::Result<(Rate, Vec<u8>)> {
 
 /// A namespace with idle interfaces for dataplane processes that need ports but no
 /// traffic; deleted on drop.
-struct ScratchNs(String);
+pub(crate) struct ScratchNs(pub(crate) String);
 
 impl ScratchNs {
-    fn new(name: &str) -> anyhow::Result<Self> {
+    pub(crate) fn new(name: &str) -> anyhow::Result<Self> {
         let _ = ip(&["netns", "del", name]);
         ip(&["netns", "add", name])?;
         let ns = ScratchNs(name.to_string());
@@ -334,7 +334,11 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Starts `nfx run` with `cfg` (JSON written as YAML) and waits for its socket.
-fn start_run(nfx: &Path, dir: &Path, cfg: &Value) -> anyhow::Result<(ChildGuard, PathBuf)> {
+pub(crate) fn start_run(
+    nfx: &Path,
+    dir: &Path,
+    cfg: &Value,
+) -> anyhow::Result<(ChildGuard, PathBuf)> {
     let name = cfg["name"].as_str().context("config without name")?;
     let file = dir.join(format!("{name}.yaml"));
     nfx_testbed::runconfig::write_yaml(&file, cfg)?;
@@ -405,7 +409,7 @@ fn between_processes(
 
 /// The paper's 16-entry table: 16 ACL rules; `max_flows` sizes the flow table (None:
 /// the firewall's default of 262,144 flows, whose allocation dominates the deploy).
-fn acl16(max_flows: Option<usize>) -> Value {
+pub(crate) fn acl16(max_flows: Option<usize>) -> Value {
     let rules: Vec<Value> = (0..16)
         .map(|i| json!({"action": "allow", "proto": "tcp", "dport": 1000 + i}))
         .collect();

@@ -1,5 +1,6 @@
 //! `nfx experiment accel-switch`: the SSH-tunnel paper's demonstration rerun on the testbed
-//! (`nfx experiment energy` lives in `experiment_energy`).
+//! (`nfx experiment energy` lives in `experiment_energy`, `nfx experiment hyper` in
+//! `experiment_hyper`).
 //! Two ESP tunnels src→dst on the `soft` engine (as Dropbear was), one lookaside queue
 //! pair, and the SSM; tunnel 1 carries 10 Mbit/s then saturates, later tunnel 2 saturates
 //! and tunnel 1 drops back. Writes timeseries.csv, chart.png and summary.json.
@@ -32,6 +33,9 @@ enum What {
     /// The energy paper: NAT and transcoding boxes under a video load ramp, four
     /// dataplanes (kernel, busy poll, adaptive, adaptive + power manager).
     Energy(super::experiment_energy::Args),
+    /// HYPER Fig. 4: one VNF, a 3-VNF chain and a hybrid chain, software vs table tier;
+    /// deploy time per tier and the table tier's migration rate.
+    Hyper(super::experiment_hyper::Args),
 }
 
 /// Arguments of `nfx experiment accel-switch`.
@@ -74,6 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.what {
         What::AccelSwitch(a) => accel_switch(&a),
         What::Energy(a) => super::experiment_energy::run(a),
+        What::Hyper(a) => super::experiment_hyper::run(a),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod ctl;
 pub mod demo;
 pub mod experiment;
 pub mod experiment_energy;
+pub mod experiment_hyper;
 pub mod place;
 pub mod run;
 pub mod ssm;

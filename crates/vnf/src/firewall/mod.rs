@@ -19,6 +19,8 @@ pub mod track;
 pub mod window;
 
 pub use config::FirewallConfig;
+/// Bytes per exported firewall flow (the table tier writes and reads this format).
+pub use state::RECORD_LEN as STATE_RECORD_LEN;
 
 use crate::table::counts::CountTable;
 use crate::table::{Entry, FlowTable, Insert, TableValue};
