@@ -15,6 +15,7 @@ pub mod data;
 pub mod demo;
 pub mod experiment;
 pub mod experiment_energy;
+pub mod metrics_http;
 pub mod output;
 pub mod place;
 pub mod run;
