@@ -289,6 +289,14 @@ fn answer(
 /// simulated hosts and times each plan and commit (and, with `opts.baseline`, the
 /// unrestricted plan of the same service in the same state).
 pub fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
+    run_with_progress(opts, &mut |_| {})
+}
+
+/// [`run`], calling `done(n)` after the n-th service (for a progress bar).
+pub fn run_with_progress(
+    opts: &ScaleOptions,
+    done: &mut dyn FnMut(usize),
+) -> anyhow::Result<ScaleReport> {
     anyhow::ensure!(opts.hosts >= 2, "hosts must be >= 2, got {}", opts.hosts);
     anyhow::ensure!(opts.services >= 1, "services must be >= 1");
     let t0 = Instant::now();
@@ -357,6 +365,7 @@ pub fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
                 _ => agreement.capped_better += 1,
             }
         }
+        done(s + 1);
     }
     let plan = plan_t.times();
     let unrestricted_plan = opts.baseline.then(|| base_t.times());

@@ -243,6 +243,7 @@ fn serve(
         if let Some(f) = ready {
             std::fs::write(f, addr.to_string()).with_context(|| format!("{}", f.display()))?;
         }
+        nfx_io::notify::ready().context("notifying systemd ($NOTIFY_SOCKET)")?;
         match tls {
             Some(cfg) => axum::serve(crate::tls::TlsListener::new(l, cfg)?, app)
                 .with_graceful_shutdown(shutdown_signal())

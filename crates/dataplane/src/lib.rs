@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod fastpath;
 pub mod graph;
+pub mod metrics;
 pub mod runtime;
 pub mod services;
 pub mod signals;

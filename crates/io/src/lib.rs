@@ -16,6 +16,7 @@ pub mod fanout;
 pub mod isolate;
 mod mmsg;
 pub mod netns;
+pub mod notify;
 pub mod peer;
 pub mod poll;
 pub mod port;

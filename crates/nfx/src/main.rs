@@ -4,7 +4,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// nfx — a hybrid hardware/software NFV platform.
 #[derive(Parser)]
@@ -45,6 +45,10 @@ enum Cmd {
     /// Controller and host-agent commands (up, plan, deploy, status, migrate, destroy, agent).
     #[command(flatten)]
     Ctl(cmd::ctl::CtlCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::shell::CompletionsArgs),
+    /// Print the nfx(1) man page (roff).
+    Man,
 }
 
 /// Keeps every allocation of 256 KiB or more on its own fresh `mmap` pages. glibc
@@ -77,6 +81,8 @@ fn main() {
         Cmd::Ssm(a) => cmd::ssm::run(a),
         Cmd::Experiment(a) => cmd::experiment::run(a),
         Cmd::Ctl(c) => cmd::ctl::run(c),
+        Cmd::Completions(a) => cmd::shell::completions(a, Cli::command()),
+        Cmd::Man => cmd::shell::man(Cli::command()),
     };
     if let Err(e) = res {
         eprintln!("nfx: error: {e:#}");

@@ -219,3 +219,49 @@ fn demo_runs_and_cleans_up() {
     }
     assert!(ours("nfxe2e-demo-").is_empty());
 }
+
+#[test]
+fn json_dash_keeps_stdout_for_the_json_alone() {
+    let o = Command::new(NFX)
+        .args([
+            "bench",
+            "placement",
+            "--sets",
+            "",
+            "--generated",
+            "1",
+            "--time-limit",
+            "1",
+            "--json",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(v["sets"].as_array().unwrap().len(), 3, "{v}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("hyper_n30"),
+        "the table moved to stderr: {err}"
+    );
+
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let file = dir.path().join("chain.json");
+    let o = nfx(&[
+        "chain",
+        "--input",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/examples/chain-workload.json"
+        ),
+        "--json",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(v["answers"].is_array(), "{v}");
+}

@@ -396,7 +396,13 @@ pub fn serve(cfg: DeviceConfig) -> Result<(), AccelError> {
     if let Some(core) = cfg.core {
         pin_to_core(core)?;
     }
-    Device::start(cfg)?.wait();
+    let dev = Device::start(cfg)?;
+    // Listening now: tell systemd (`Type=notify`) when it started this process.
+    nfx_io::notify::ready().map_err(|source| AccelError::Io {
+        context: "notifying systemd ($NOTIFY_SOCKET)".into(),
+        source,
+    })?;
+    dev.wait();
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! (normal and with AES-NI/PCLMUL/SHA-NI masked off) measured in the same run, like
 //! dpdk-test-crypto-perf; writes JSON records and a calibration file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,9 @@ use nfx_accel::{
 };
 use serde::Serialize;
 
+use super::output::{JsonOut, Progress};
+use crate::say;
+
 /// The `OPENSSL_ia32cap` mask that turns off AES-NI, PCLMULQDQ, SHA-NI, VAES, VPCLMULQDQ.
 pub const OPENSSL_MASK: &str = "~0x200000200000000:~0x60020000000";
 
@@ -24,9 +27,9 @@ const QUICK_SIZES: [usize; 2] = [64, 1420];
 /// Arguments of `nfx bench accel`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write `{"records": [...]}` here.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Write `{"records": [...]}` to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Write the calibration file (engine, alg, bytes → MB/s, ns/op) here.
     #[arg(long)]
     calibration: Option<PathBuf>,
@@ -189,7 +192,7 @@ fn openssl_record(alg: Alg, bytes: usize, masked: bool) -> anyhow::Result<Option
 }
 
 fn print_table(records: &[Record]) {
-    println!(
+    say!(
         "{:<15} {:<28} {:>6} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "engine",
         "alg",
@@ -206,7 +209,7 @@ fn print_table(records: &[Record]) {
     );
     let ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
     for r in records {
-        println!(
+        say!(
             "{:<15} {:<28} {:>6} {:>10.1} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
             r.engine,
             r.alg,
@@ -230,12 +233,6 @@ fn print_table(records: &[Record]) {
     }
 }
 
-fn write_json(path: &Path, records: &[Record]) -> anyhow::Result<()> {
-    let v = serde_json::json!({ "records": records });
-    std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
-        .with_context(|| format!("write {}", path.display()))
-}
-
 /// Runs the benchmark.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let kinds: Vec<EngineKind> = args
@@ -252,6 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The benchmark runs on core 0, the device on its own core.
     let _ = pin_to_core(0);
     let mut records = Vec::new();
+    let progress = Progress::spinner("accel");
     for kind in kinds {
         let mut dev = None;
         let mut local;
@@ -278,6 +276,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .collect();
         for alg in algs {
             for &bytes in sizes {
+                progress.message(format!("{kind} {alg} {bytes} B"));
                 let m = measure(engine, alg, bytes, &spec)
                     .with_context(|| format!("{kind} {alg} {bytes} B"))?;
                 records.push(Record {
@@ -315,6 +314,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for &alg in algs {
             for &bytes in osizes {
                 for masked in [false, true] {
+                    progress.message(format!("openssl {alg} {bytes} B"));
                     if let Some(r) = openssl_record(alg, bytes, masked)? {
                         records.push(r);
                     }
@@ -344,13 +344,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         r.ratio_openssl_masked = b;
         r.ratio_soft = c;
     }
-    println!(
+    drop(progress);
+    say!(
         "PRESENT on the cpu, bitsliced and lookaside engines: bitsliced, {}",
         present_isa()
     );
     print_table(&records);
-    if let Some(p) = &args.json {
-        write_json(p, &records)?;
+    if let Some(out) = &args.json {
+        out.write(&serde_json::json!({ "records": records }))?;
     }
     if let Some(p) = &args.calibration {
         let mut cal = Calibration {

@@ -1,17 +1,18 @@
 //! `nfx bench chaining`: exact chaining DP against the function-only strawman and HYPER's
 //! loop (marking instances / marking nodes), on 20-instance and 1,000-instance workloads.
 
-use anyhow::Context;
 use nfx_chaining::bench::{run_case, Case, Method};
 use nfx_chaining::generate::Shape;
-use std::path::PathBuf;
+
+use super::output::{JsonOut, Progress};
+use crate::say;
 
 /// Arguments of `nfx bench chaining`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Also write the results as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Instances of the small case.
     #[arg(long, default_value_t = 20)]
     instances: usize,
@@ -37,7 +38,7 @@ pub struct Args {
 
 fn row(name: &str, m: &Method) {
     let e = m.errors;
-    println!(
+    say!(
         "  {name:<22} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>6.2}",
         m.batch_mean_us,
         m.batch_best_us,
@@ -52,7 +53,7 @@ fn row(name: &str, m: &Method) {
 }
 
 fn print(c: &Case) {
-    println!(
+    say!(
         "{} (seed {}): {} nodes, {} instances, {} SLAs; exact answers: ok {:.1} %, \
          infeasible_latency {:.1} %, infeasible_resources {:.1} %",
         c.name,
@@ -64,7 +65,7 @@ fn print(c: &Case) {
         c.mix.infeasible_latency_pct,
         c.mix.infeasible_resources_pct
     );
-    println!(
+    say!(
         "  {:<22} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>6}",
         "method",
         "cpu µs",
@@ -90,7 +91,7 @@ fn summary(name: &str, cases: &[&Case]) {
     let mean =
         |f: &dyn Fn(&Case) -> f64| cases.iter().map(|c| f(c)).sum::<f64>() / cases.len() as f64;
     let max = |f: &dyn Fn(&Case) -> f64| cases.iter().map(|c| f(c)).fold(0.0, f64::max);
-    println!(
+    say!(
         "{name} over {} topologies: exact DP {:.3} µs mean (worst topology {:.3}); wrong answers: \
          strawman {:.2} %, HYPER mark-node {:.2} % (worst {:.2} %), HYPER mark-instance {:.2} %",
         cases.len(),
@@ -125,23 +126,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         shapes.push(("large", large));
     }
     let mut cases = Vec::new();
+    let progress = Progress::bar("chaining", shapes.len() as u64 * args.topologies);
     for (name, shape) in &shapes {
         for seed in args.seed..args.seed + args.topologies {
+            progress.message(format!("{name} seed {seed}"));
             let c = run_case(name, shape, seed);
+            progress.inc();
             print(&c);
             cases.push(c);
         }
         let mine: Vec<&Case> = cases.iter().filter(|c| c.name == *name).collect();
         summary(name, &mine);
     }
-    println!(
+    say!(
         "cpu µs = mean per SLA in thread CPU time over a whole pass (median of 5 passes), \
          best µs = best pass; wall µs and p99 µs = each SLA timed alone (wall clock)"
     );
-    if let Some(path) = &args.json {
-        let v = serde_json::json!({ "cases": cases });
-        std::fs::write(path, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+    drop(progress);
+    if let Some(out) = &args.json {
+        out.write(&serde_json::json!({ "cases": cases }))?;
     }
     Ok(())
 }

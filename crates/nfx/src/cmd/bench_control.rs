@@ -3,9 +3,10 @@
 //! the nearest candidate hosts, widened when that answer is not certified), against the unrestricted chaining network in the same run,
 //! with the two planners' answers compared service by service.
 
-use anyhow::Context;
-use nfx_control::scale::{run as measure, PlannerTimes, ScaleOptions, ScaleReport};
-use std::path::PathBuf;
+use nfx_control::scale::{run_with_progress, PlannerTimes, ScaleOptions, ScaleReport};
+
+use super::output::{JsonOut, Progress};
+use crate::say;
 
 /// Arguments of `nfx bench control`.
 #[derive(clap::Args)]
@@ -24,21 +25,25 @@ pub struct Args {
     /// Skip the unrestricted baseline (no ratio, no answer comparison).
     #[arg(long)]
     no_baseline: bool,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Also write the results as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
 }
 
 fn row(name: &str, t: &PlannerTimes) {
     let w = &t.wall_ms;
-    println!(
+    say!(
         "  {name:<34} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-        w.mean, w.p50, w.p99, w.max, t.cpu_ms_mean
+        w.mean,
+        w.p50,
+        w.p99,
+        w.max,
+        t.cpu_ms_mean
     );
 }
 
 fn print(r: &ScaleReport) {
-    println!(
+    say!(
         "{} hosts, {} devices, {} {} services of 6 functions; chaining network first capped at {} hosts, widened for {} services whose capped answer was not certified",
         r.hosts,
         r.devices,
@@ -47,11 +52,12 @@ fn print(r: &ScaleReport) {
         r.max_chain_nodes,
         r.widened
     );
-    println!(
+    say!(
         "setup: infrastructure {:.1} ms, mediator (host latencies, resource model) {:.1} ms",
-        r.build_infra_ms, r.mediator_setup_ms
+        r.build_infra_ms,
+        r.mediator_setup_ms
     );
-    println!(
+    say!(
         "answers: {} deployed, {} refused with an explanation; placements by tier: {}",
         r.feasible,
         r.infeasible,
@@ -61,9 +67,14 @@ fn print(r: &ScaleReport) {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!(
+    say!(
         "  {:<34} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "per service (ms)", "mean", "p50", "p99", "max", "cpu mean"
+        "per service (ms)",
+        "mean",
+        "p50",
+        "p99",
+        "max",
+        "cpu mean"
     );
     row("place + chain (plan + commit)", &r.place_and_chain);
     row("  plan", &r.plan);
@@ -72,26 +83,32 @@ fn print(r: &ScaleReport) {
         row("baseline: plan, unrestricted", b);
     }
     if let (Some(w), Some(c), Some(a)) = (r.speedup_wall, r.speedup_cpu, r.agreement) {
-        println!(
+        say!(
             "unrestricted baseline / plan time: {w:.1}x (wall), {c:.1}x (cpu); answers: \
              {} same, {} better unrestricted, {} better capped",
-            a.same, a.unrestricted_better, a.capped_better
+            a.same,
+            a.unrestricted_better,
+            a.capped_better
         );
     }
 }
 
 /// Runs the measurement, prints the table, optionally writes JSON.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let r = measure(&ScaleOptions {
-        hosts: args.hosts,
-        services: args.services,
-        mixed: args.mixed,
-        baseline: !args.no_baseline,
-    })?;
+    let progress = Progress::bar("control: services", args.services as u64);
+    let r = run_with_progress(
+        &ScaleOptions {
+            hosts: args.hosts,
+            services: args.services,
+            mixed: args.mixed,
+            baseline: !args.no_baseline,
+        },
+        &mut |n| progress.set(n as u64),
+    )?;
+    drop(progress);
     print(&r);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&r)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(out) = &args.json {
+        out.write(&r)?;
     }
     Ok(())
 }

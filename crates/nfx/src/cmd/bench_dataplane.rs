@@ -4,16 +4,18 @@
 
 use anyhow::Context;
 use nfx_testbed::bench::{self, BenchOpts, FloodOpts, Generator, SinkKind};
-use nfx_testbed::runconfig::locate;
 use nfx_testbed::Spec;
 use std::path::PathBuf;
+
+use super::output::{JsonOut, Progress};
+use crate::{note, say};
 
 /// Arguments of `nfx bench dataplane`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write the results as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Write the results as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Seconds per measurement (each case runs TCP×1, TCP×4, UDP 64 B and latency).
     #[arg(long, default_value_t = 5)]
     duration: u32,
@@ -111,6 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             anyhow::bail!("unknown case {c:?}; cases are {}", bench::CASES.join(", "));
         }
     }
+    let data = nfx_testbed::tempfile::tempdir()?;
     let opts = BenchOpts {
         nfx_bin: std::env::current_exe().context("locating the nfx binary")?,
         spec: Spec {
@@ -118,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             subnet_base: args.subnet_base,
         },
         secs: args.duration,
-        patterns: locate(&args.patterns)?,
+        patterns: super::data::resolve(&args.patterns, data.path())?,
         poll: args.poll,
         only: args.cases,
         flood,
@@ -129,12 +132,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tcp1_only: false,
     };
     nfx_testbed::stop::install();
-    let rep = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
-    print!("{}", bench::table(&rep));
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&rep)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+    let progress = Progress::spinner("dataplane");
+    let rep = bench::run(&opts, &mut |line| {
+        note!("{line}");
+        progress.message(line);
+    })?;
+    drop(progress);
+    say!("{}", bench::table(&rep).trim_end());
+    if let Some(out) = &args.json {
+        out.write(&rep)?;
     }
     Ok(())
 }

@@ -23,15 +23,18 @@ use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use nfx_testbed::{Host, Spec, TestbedGuard};
 use nfx_vnf::{EventSink, Node, NodeCtx};
 use serde_json::{json, Value};
+
+use super::output::{JsonOut, Progress};
+use crate::say;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Arguments of `nfx bench migration`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write the results as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Write the results as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Flows in each table for the rate measurement (1,000..=4,000,000).
     #[arg(long, default_value_t = 1_000_000)]
     flows: usize,
@@ -101,10 +104,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let nfx = std::env::current_exe()?;
     let dir = nfx_testbed::tempfile::tempdir()?;
 
-    eprintln!(
-        "filling firewall and NAT tables with {} flows each ...",
+    let progress = Progress::bar("migration", 4);
+    progress.message(format!(
+        "filling firewall and NAT tables with {} flows each",
         args.flows
-    );
+    ));
     let specs = table_specs(args.flows);
     let mut blobs = Vec::new();
     let mut local = Vec::new();
@@ -115,13 +119,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let scratch = ScratchNs::new(&format!("{}pp", args.prefix))?;
-    eprintln!("moving them between two nfx processes ...");
+    progress.inc();
+    progress.message("moving them between two nfx processes");
     let p2p = between_processes(&nfx, dir.path(), &scratch.0, &specs, &blobs)?;
     drop(blobs);
-    eprintln!("deploying 16-entry firewalls into a running worker ...");
+    progress.inc();
+    progress.message("deploying 16-entry firewalls into a running worker");
     let deploy = deploy_samples(&nfx, dir.path(), &scratch.0, args.deploy_repeat)?;
-    eprintln!("handing off live traffic on a private testbed ...");
+    progress.inc();
+    progress.message("handing off live traffic on a private testbed");
     let live = under_traffic(&nfx, dir.path(), &args)?;
+    drop(progress);
 
     let p2p_all = Rate::sum(p2p[0], p2p[1]);
     let local_all = Rate::sum(local[0], local[1]);
@@ -149,8 +157,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "paper": {"flows_per_s": PAPER_FLOWS_PER_S, "bytes_per_flow": PAPER_BYTES_PER_FLOW, "deploy_ms": PAPER_DEPLOY_MS},
         "loadavg_1m": load1,
     });
-    println!("{:<34} {:>16} {:>14}", "metric", "nfx", "HYPER paper");
-    let row = |m: &str, v: String, p: &str| println!("{m:<34} {v:>16} {p:>14}");
+    say!("{:<34} {:>16} {:>14}", "metric", "nfx", "HYPER paper");
+    let row = |m: &str, v: String, p: &str| say!("{m:<34} {v:>16} {p:>14}");
     row(
         "flows_per_s (process to process)",
         format!("{:.0}", p2p_all.flows_per_s()),
@@ -189,10 +197,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         format!("{deploy_small_ms:.3}"),
         "",
     );
-    println!("load average {}", load.trim());
-    if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&out)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    say!("load average {}", load.trim());
+    if let Some(o) = &args.json {
+        o.write(&out)?;
     }
     Ok(())
 }

@@ -7,12 +7,14 @@ use nfx_placement::{bpp, generator};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::output::{JsonOut, Progress};
+
 /// Arguments of `nfx bench placement`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write per-set summaries and per-instance rows to this JSON file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Write per-set summaries and per-instance rows as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Public sets to run (folders of the data directory), comma-separated.
     #[arg(
         long,
@@ -51,12 +53,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .cloned()
         .collect();
+    let progress = Progress::bar("placement", 0);
     if !sets.is_empty() {
         let dir = match args.data.clone().or_else(bpp::data_dir) {
             Some(d) => d,
             None => anyhow::bail!("bin-packing data not found: set --data or NFX_BPP_DIR (expected ../shared/data/bpp)"),
         };
         let optima = bpp::read_optima(&dir)?;
+        progress.set_len(planned(&optima, &sets, args.max_per_set, args.generated));
         for set in &sets {
             let mut entries: Vec<_> = optima.iter().filter(|e| &e.set == set).collect();
             if entries.is_empty() {
@@ -70,15 +74,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let mut rows = Vec::new();
             for e in entries {
+                progress.message(e.name.clone());
                 let b = bpp::read_bpp(&e.file)?;
                 let row = run_instance(set, &b.to_instance(), Some(e.optimum), limit)
                     .with_context(|| format!("instance {}", e.name))?;
                 rows.push(row);
+                progress.inc();
             }
             report(&summarize(set, &rows));
             summaries.push(summarize(set, &rows));
             all_rows.extend(rows);
         }
+    }
+    if sets.is_empty() {
+        progress.set_len(3 * args.generated as u64);
     }
     for n in [30usize, 60, 120] {
         if args.generated == 0 {
@@ -88,25 +97,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         for seed in 0..args.generated as u64 {
             let inst = generator::generate(n, seed);
+            progress.message(inst.name.clone());
             rows.push(
                 run_instance(&set, &inst, None, limit)
                     .with_context(|| format!("instance {}", inst.name))?,
             );
+            progress.inc();
         }
         report(&summarize(&set, &rows));
         summaries.push(summarize(&set, &rows));
         all_rows.extend(rows);
     }
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
+    drop(progress);
+    if let Some(out) = &args.json {
+        out.write(&serde_json::json!({
             "time_limit_s": args.time_limit,
             "sets": summaries,
             "rows": all_rows,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        }))?;
     }
     Ok(())
+}
+
+/// Instances the run will solve: the chosen public sets (capped) and the generated ones.
+fn planned(optima: &[bpp::OptimumEntry], sets: &[String], cap: usize, generated: usize) -> u64 {
+    let public: usize = sets
+        .iter()
+        .map(|s| {
+            let n = optima.iter().filter(|e| &e.set == s).count();
+            if cap > 0 {
+                n.min(cap)
+            } else {
+                n
+            }
+        })
+        .sum();
+    (public + 3 * generated) as u64
 }
 
 fn report(s: &SetSummary) {
@@ -114,7 +140,7 @@ fn report(s: &SetSummary) {
         .reached_known_optimum
         .map(|k| format!(" known-opt {k}/{}", s.instances))
         .unwrap_or_default();
-    println!(
+    crate::say!(
         "{:<14} proven {}/{}{known}  exact mean {:.3} s max {:.3} s  cost exact {} ffd {} (+{:.2} %) online {} (+{:.2} %)  gap mean {:.2} % max {:.2} %  worse-than-ffd {}",
         s.set,
         s.proven_optimal,

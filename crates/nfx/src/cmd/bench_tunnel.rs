@@ -6,7 +6,7 @@
 //! each with the reason; none is faked.
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,9 +21,9 @@ use serde_json::{json, Value};
 /// Arguments of this subcommand.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write the results as JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    /// Write the results as JSON to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<super::output::JsonOut>,
     /// Seconds per iperf3 / sockperf run.
     #[arg(long, default_value_t = 5)]
     pub duration: u32,
@@ -489,28 +489,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut others = Vec::new();
     let (mut failed, mut skipped) = (Vec::new(), Vec::new());
     let mut rounds: Vec<Vec<Value>> = Vec::new();
+    let progress = super::output::Progress::bar(
+        "tunnel",
+        (selected.len() as u32 * args.repeat.max(1)).into(),
+    );
     for round in 1..=args.repeat.max(1) {
         let mut measured = Vec::new();
         for &name in &selected {
-            eprintln!("{name} (round {round}) ...");
+            progress.message(format!("{name} (round {round})"));
+            crate::note!("{name} (round {round}) ...");
             match run_case(&tb, &dir, name, secs) {
                 Outcome::Measured(v) => measured.push(v),
                 Outcome::Skipped(why) => {
-                    eprintln!("{name}: skipped: {why}");
+                    crate::note!("{name}: skipped: {why}");
                     if round == 1 {
                         skipped.push(json!({"name": name, "reason": why}));
                         others.push((name.to_string(), "skipped".to_string(), why));
                     }
                 }
                 Outcome::Failed(e) => {
-                    eprintln!("{name}: failed: {e}");
+                    crate::note!("{name}: failed: {e}");
                     failed.push(json!({"name": name, "round": round, "error": e}));
                     others.push((name.to_string(), format!("failed (round {round})"), e));
                 }
             }
+            progress.inc();
         }
         rounds.push(measured);
     }
+    drop(progress);
     let cases: Vec<Value> = selected
         .iter()
         .filter_map(|&name| {
@@ -525,11 +532,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let load_end = loadavg();
     let ratios = ratios(&cases);
-    print!("{}", table(&cases, &ratios, &others));
+    crate::say!("{}", table(&cases, &ratios, &others).trim_end());
     if rounds.len() > 1 {
-        print!("{}", round_lines(&rounds));
+        crate::say!("{}", round_lines(&rounds).trim_end());
     }
-    println!(
+    crate::say!(
         "load average (1 min): {} at start, {} at end",
         load_start.map_or("?".into(), |l| l.to_string()),
         load_end.map_or("?".into(), |l| l.to_string())
@@ -547,8 +554,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "loadavg_start": load_start,
             "loadavg_end": load_end,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&out)?)
-            .with_context(|| format!("write {}", path.display()))?;
+        path.write(&out)?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

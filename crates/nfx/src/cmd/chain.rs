@@ -4,15 +4,18 @@ use anyhow::Context;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::output::JsonOut;
+
 /// Arguments of `nfx chain`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Workload file: {"nodes", "transfer_latency_us", "instances", "slas"}.
     #[arg(long)]
     input: PathBuf,
-    /// Print `{"answers": [...], "timing": {...}}` as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    /// Write `{"answers": [...], "timing": {...}}` as JSON to FILE instead of the table
+    /// (`-` or no FILE: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
 }
 
 /// Reads the workload, answers every SLA, prints the answers and the timing.
@@ -20,12 +23,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let file = args.input.display().to_string();
     let w = nfx_chaining::Workload::load(&args.input)?;
     let report = nfx_chaining::answer_workload(&file, &w)?;
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut out, &report).context("writing the answers")?;
-        writeln!(out)?;
-        return Ok(());
+    if let Some(json) = &args.json {
+        return json.write(&report).context("writing the answers");
     }
+    let mut out = std::io::stdout().lock();
     for a in &report.answers {
         let lat = a
             .latency_us

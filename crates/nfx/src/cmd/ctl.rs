@@ -10,6 +10,8 @@ use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
 use nfx_control::vnfm::Vnfm;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use super::output::JsonOut;
 use std::time::Duration;
 
 /// Controller subcommands.
@@ -40,9 +42,9 @@ pub struct Conn {
     /// File holding the bearer token (env NFX_TOKEN takes precedence).
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Print raw JSON answers.
-    #[arg(long)]
-    json: bool,
+    /// Write the raw JSON answers to FILE (`-` or no FILE: stdout, one line each).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
 }
 
 /// Arguments of `nfx up`.
@@ -247,10 +249,10 @@ fn client(c: &Conn) -> anyhow::Result<Client> {
 /// Prints an answer; a closed stdout (e.g. `| head`) is not an error.
 fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
     use std::io::Write;
-    let text = if c.json {
-        v.to_string()
-    } else {
-        serde_json::to_string_pretty(v)?
+    let text = match &c.json {
+        Some(f @ JsonOut::File(_)) => return f.write(v),
+        Some(JsonOut::Stdout) => v.to_string(),
+        None => serde_json::to_string_pretty(v)?,
     };
     match writeln!(std::io::stdout(), "{text}") {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
@@ -343,12 +345,10 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
     let services = expect(cl.get("/api/v1/services")?, &[200], "services")?;
     let instances = expect(cl.get("/api/v1/instances")?, &[200], "instances")?;
     let ops = expect(cl.get("/api/v1/operations")?, &[200], "operations")?;
-    if a.conn.json {
-        println!(
-            "{}",
-            serde_json::json!({"services": services, "instances": instances, "operations": ops})
-        );
-        return Ok(());
+    if a.conn.json.is_some() {
+        let all =
+            serde_json::json!({"services": services, "instances": instances, "operations": ops});
+        return show(&a.conn, &all);
     }
     println!("services:");
     for s in services.as_array().into_iter().flatten() {

@@ -8,7 +8,7 @@ use nfx_testbed::acl::{DENIED_PORT, IPERF_PORT, UDPGEN_PORT};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::nfxrun::{read_events, NfxRun};
 use nfx_testbed::probe::{self, EchoResult, TcpOutcome};
-use nfx_testbed::runconfig::{locate, Chain, RunSpec};
+use nfx_testbed::runconfig::{Chain, RunSpec};
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use nfx_testbed::{control, Host, Spec, TestbedGuard};
 use serde_json::Value;
@@ -55,7 +55,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--duration must be 5..=600 seconds");
     }
     nfx_testbed::stop::install();
-    let patterns = locate(&args.patterns)?;
+    let dir = nfx_testbed::tempfile::Builder::new()
+        .prefix("nfx-demo-")
+        .tempdir()?;
+    let patterns = super::data::resolve(&args.patterns, dir.path())?;
     let spec = Spec {
         prefix: args.prefix.clone(),
         subnet_base: args.subnet_base,
@@ -65,9 +68,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         spec.prefix, spec.subnet_base
     );
     let tb = TestbedGuard::up(spec)?;
-    let dir = nfx_testbed::tempfile::Builder::new()
-        .prefix("nfx-demo-")
-        .tempdir()?;
     let res = demo(&args, &tb, &patterns, dir.path());
     if args.keep {
         let kept = dir.keep();

@@ -443,8 +443,10 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
         })
         .collect();
     let mut next = Instant::now();
+    let progress = super::output::Progress::bar("accel-switch: seconds", d as u64);
     while t0.elapsed().as_secs_f64() < d {
         let t_s = t0.elapsed().as_secs_f64();
+        progress.set(t_s as u64);
         for (s, em) in series.iter_mut().zip(&probes) {
             match em.status() {
                 Ok(st) => s.points.push(Point {
@@ -453,7 +455,7 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
                     gbps: st.tx_gbps,
                     engine: st.engine,
                 }),
-                Err(e) => eprintln!("accel-switch: {} status: {e}", s.name),
+                Err(e) => crate::note!("accel-switch: {} status: {e}", s.name),
             }
         }
         next += period;
@@ -461,6 +463,7 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
             std::thread::sleep(w);
         }
     }
+    drop(progress);
     stop.store(true, Ordering::Relaxed);
     for h in drivers {
         let _ = h.join();

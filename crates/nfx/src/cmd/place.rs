@@ -21,9 +21,9 @@ pub struct Args {
     /// Read `--input` as a BPPLIB text file (n, C, weights) instead of JSON.
     #[arg(long)]
     bpp: bool,
-    /// Print the answer as one JSON object.
-    #[arg(long)]
-    json: bool,
+    /// Write the answer as one JSON object to FILE (`-` or no FILE: stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<super::output::JsonOut>,
 }
 
 /// Runs `nfx place`.
@@ -45,8 +45,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Duration::from_secs_f64(args.time_limit),
     )
     .with_context(|| format!("placing {}", args.input.display()))?;
-    if args.json {
-        println!("{}", serde_json::to_string(&p)?);
+    if let Some(json) = &args.json {
+        json.write(&p)?;
     } else {
         println!(
             "objective {} ({}; bound {}) in {:.3} s",

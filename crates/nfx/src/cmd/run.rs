@@ -3,6 +3,7 @@
 //! prints the final stats JSON on stdout. Counters are readable meanwhile through the
 //! control socket (`nfx stats`).
 
+use super::metrics_http;
 use anyhow::Context;
 use nfx_dataplane::signals::TerminationSignals;
 use nfx_dataplane::{vnf_builder, ControlServer, Dataplane, RunConfig};
@@ -40,6 +41,10 @@ pub struct Args {
     /// Stop after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
+    /// Serve the counters in the Prometheus text format on http://ADDR/metrics (bound in
+    /// the namespace nfx run starts in, before it opens the ports).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Runs the dataplane and prints its final stats.
@@ -77,8 +82,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(d) => anyhow::bail!("--duration {d}: must be a positive number of seconds"),
         None => None,
     };
+    let metrics = args.metrics_listen.map(metrics_http::bind).transpose()?;
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.file_scope()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller())?;
+    if let Some(listener) = metrics {
+        let ctl = dp.controller();
+        let render =
+            move || -> anyhow::Result<String> { Ok(nfx_dataplane::metrics::render(&ctl.stats()?)) };
+        let addr = metrics_http::serve(listener, std::sync::Arc::new(render))?;
+        eprintln!("nfx run: metrics on http://{addr}/metrics");
+    }
     eprintln!(
         "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s){}); control socket {}",
         cfg.name,

@@ -9,6 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::output::JsonOut;
+
 /// Directory where instances put their control sockets by default.
 const SOCKET_DIR: &str = "/run/nfx";
 
@@ -21,9 +23,10 @@ pub struct Args {
     /// Control socket path.
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Print JSON (one document; one line per sample with --watch).
-    #[arg(long)]
-    json: bool,
+    /// Write JSON to FILE (`-` or no FILE: stdout; one line per sample with --watch, a
+    /// file then holds the latest sample).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Print a new sample every SECS seconds until interrupted.
     #[arg(long, value_name = "SECS")]
     watch: Option<f64>,
@@ -57,13 +60,17 @@ fn socket_of(args: &Args) -> anyhow::Result<PathBuf> {
 }
 
 /// Writes one sample to stdout; a closed pipe (`| head`) ends the output quietly.
-fn print(stats: &Stats, prev: Option<&Stats>, json: bool, watch: bool) -> anyhow::Result<()> {
-    let text = if json && watch {
-        serde_json::to_string(stats)?
-    } else if json {
-        serde_json::to_string_pretty(stats)?
-    } else {
-        render_table(stats, prev)
+fn print(
+    stats: &Stats,
+    prev: Option<&Stats>,
+    json: Option<&JsonOut>,
+    watch: bool,
+) -> anyhow::Result<()> {
+    let text = match json {
+        Some(f @ JsonOut::File(_)) => return f.write(stats),
+        Some(JsonOut::Stdout) if watch => serde_json::to_string(stats)?,
+        Some(JsonOut::Stdout) => serde_json::to_string_pretty(stats)?,
+        None => render_table(stats, prev),
     };
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {
@@ -80,7 +87,7 @@ fn fetch(path: &Path) -> anyhow::Result<Stats> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let path = socket_of(&args)?;
     let Some(secs) = args.watch else {
-        return print(&fetch(&path)?, None, args.json, false);
+        return print(&fetch(&path)?, None, args.json.as_ref(), false);
     };
     if !(secs.is_finite() && secs > 0.0) {
         bail!("--watch {secs}: must be a positive number of seconds");
@@ -88,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut prev: Option<Stats> = None;
     loop {
         let cur = fetch(&path)?;
-        print(&cur, prev.as_ref(), args.json, true)?;
+        print(&cur, prev.as_ref(), args.json.as_ref(), true)?;
         prev = Some(cur);
         std::thread::sleep(Duration::from_secs_f64(secs));
     }

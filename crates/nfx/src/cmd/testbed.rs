@@ -7,6 +7,8 @@ use nfx_testbed::hosts::{self, HostsSpec};
 use nfx_testbed::{Spec, Testbed};
 use std::path::PathBuf;
 
+use super::output::JsonOut;
+
 /// Arguments of `nfx testbed`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,9 +23,9 @@ pub struct Args {
     /// The b of the 10.b.x.x subnets (use a different one per parallel testbed).
     #[arg(long, global = true, default_value_t = 200)]
     subnet_base: u8,
-    /// Print status as JSON.
-    #[arg(long, global = true)]
-    json: bool,
+    /// Write the status (or the hosts' layout) as JSON to FILE (`-` or no FILE: stdout).
+    #[arg(long, global = true, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<JsonOut>,
     /// Build N hosts run by agents (with `up`) instead of the line.
     #[arg(long, global = true)]
     hosts: Option<usize>,
@@ -74,8 +76,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| testbed_hosts::default_out(&spec.prefix));
             let lay = testbed_hosts::up(&hs, &out)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&lay)?);
+            if let Some(json) = &args.json {
+                json.write(&lay)?;
             } else {
                 println!(
                     "{} hosts up with their agents; wrote {} and {}",
@@ -88,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         (Action::Up, None) => {
             let tb = Testbed::up(spec)?;
-            print_status(&tb, args.json)
+            print_status(&tb, args.json.as_ref())
         }
         (Action::Down, _) => {
             let h = hosts::down(&spec.prefix)?;
@@ -107,19 +109,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         (Action::Status, _) => match hosts::recorded(&spec.prefix) {
-            Some(lay) => {
-                println!("{}", serde_json::to_string_pretty(&lay)?);
-                Ok(())
-            }
-            None => print_status(&Testbed::attach(spec)?, args.json),
+            Some(lay) => args.json.unwrap_or(JsonOut::Stdout).write(&lay),
+            None => print_status(&Testbed::attach(spec)?, args.json.as_ref()),
         },
     }
 }
 
-fn print_status(tb: &Testbed, json: bool) -> anyhow::Result<()> {
+fn print_status(tb: &Testbed, json: Option<&JsonOut>) -> anyhow::Result<()> {
     let st = tb.status()?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+    if let Some(json) = json {
+        json.write(&st)?;
     } else {
         print!("{st}");
     }

@@ -119,7 +119,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
     let work = a.out.join("work");
     std::fs::create_dir_all(&work)?;
-    let infra_path = nfx_testbed::runconfig::locate(&a.infrastructure)?;
+    let infra_path = super::data::resolve(&a.infrastructure, &work)?;
     let infra = nfx_model::Infrastructure::load(&infra_path)?;
     let host = infra
         .hosts
@@ -164,10 +164,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
     };
     let mut runs = Vec::new();
+    let progress = super::output::Progress::bar("energy: cases", Case::ALL.len() as u64);
     for case in Case::ALL {
-        eprintln!("energy: case {} ...", case.name());
+        progress.message(case.name());
+        crate::note!("energy: case {} ...", case.name());
         runs.push(run_case(&bench, case)?);
+        progress.inc();
     }
+    drop(progress);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     report::write(
         &a.out,

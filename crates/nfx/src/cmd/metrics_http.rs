@@ -1,0 +1,117 @@
+//! `/metrics` over HTTP for the long-running `nfx` processes that have no HTTP server of
+//! their own (`nfx run`): a thread with a small tokio runtime serving axum, answering each
+//! scrape with the text a component's renderer returns (e.g.
+//! `nfx_dataplane::metrics::render`). Unknown paths get 404.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+/// The content type of the OpenMetrics text that prometheus-client writes.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Renders the metrics of one scrape, or says why it cannot.
+pub type Render = dyn Fn() -> anyhow::Result<String> + Send + Sync;
+
+/// Binds the endpoint's socket now, in the caller's network namespace (before a worker
+/// enters its ports' namespace).
+pub fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(listen).with_context(|| format!("--metrics-listen {listen}"))
+}
+
+/// Serves `render` on `GET /metrics` of `listener` from a background thread until the
+/// process exits; returns the address.
+pub fn serve(std_listener: TcpListener, render: Arc<Render>) -> anyhow::Result<SocketAddr> {
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the metrics runtime")?;
+    std::thread::Builder::new()
+        .name("nfx-metrics".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("nfx: metrics endpoint: {e}");
+                        return;
+                    }
+                };
+                let app = axum::Router::new().route(
+                    "/metrics",
+                    get(move || {
+                        let render = render.clone();
+                        async move { scrape(&*render) }
+                    }),
+                );
+                if let Err(e) = axum::serve(listener, app).await {
+                    eprintln!("nfx: metrics endpoint: {e}");
+                }
+            });
+        })
+        .context("starting the metrics thread")?;
+    Ok(addr)
+}
+
+fn scrape(render: &Render) -> axum::response::Response {
+    match render() {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn serves_the_rendered_text_and_404_elsewhere() {
+        let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let m = n.clone();
+        let addr = serve(
+            bind("127.0.0.1:0".parse().unwrap()).unwrap(),
+            Arc::new(move || {
+                let k = m.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(format!("x_total {k}\n# EOF\n"))
+            }),
+        )
+        .unwrap();
+        let a = get(addr, "/metrics");
+        assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+        assert!(a.contains("openmetrics-text"), "{a}");
+        assert!(a.ends_with("x_total 0\n# EOF\n"), "{a}");
+        assert!(get(addr, "/metrics").ends_with("x_total 1\n# EOF\n"));
+        assert!(get(addr, "/other").starts_with("HTTP/1.1 404"));
+    }
+
+    #[test]
+    fn a_failing_renderer_answers_503() {
+        let addr = serve(
+            bind("127.0.0.1:0".parse().unwrap()).unwrap(),
+            Arc::new(|| anyhow::bail!("worker gone")),
+        )
+        .unwrap();
+        let a = get(addr, "/metrics");
+        assert!(a.starts_with("HTTP/1.1 503"), "{a}");
+        assert!(a.contains("worker gone"), "{a}");
+    }
+}
