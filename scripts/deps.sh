@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nfx needs (traffic tools, nftables, tshark, ...) when missing.
 set -euo pipefail
+command -v cargo >/dev/null || { echo "nfx: needs a Rust toolchain (1.88 or newer) with cargo on the PATH: https://rustup.rs" >&2; exit 1; }
 # strongSwan (charon with kernel-libipsec, swanctl): the IKEv2/ESP peer of the tunnel
 # interop tests and of `nfx bench tunnel` (docs/tunnel.md).
 pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev ffmpeg
