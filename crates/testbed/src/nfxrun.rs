@@ -81,28 +81,46 @@ impl NfxRun {
 
     /// The last lines of its stderr log (for error messages).
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(15);
-        format!(
-            "--- nfx run log ({}) ---\n{}",
-            self.log.display(),
-            lines[from..].join("\n")
-        )
+        log_tail("nfx run", &self.log)
     }
 
     /// Stops it with SIGINT (bounded) and returns the final stats JSON it printed.
-    pub fn stop(mut self) -> anyhow::Result<Value> {
-        let status = self.child.interrupt(Duration::from_secs(10))?;
-        let out = self.child.take().wait_with_output()?;
-        if !status.success() {
-            bail!("nfx run exited with {status}\n{}", self.log_tail());
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let start = text.find('{').context("nfx run printed no final stats")?;
-        serde_json::from_str(text[start..].trim())
-            .with_context(|| format!("final stats of nfx run are not JSON: {text}"))
+    pub fn stop(self) -> anyhow::Result<Value> {
+        stop_for_json(self.child, "nfx run", &self.log, "final stats")
     }
+}
+
+/// The last 15 lines of the stderr log `log` of the nfx process `what`.
+pub(crate) fn log_tail(what: &str, log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(15);
+    format!(
+        "--- {what} log ({}) ---\n{}",
+        log.display(),
+        lines[from..].join("\n")
+    )
+}
+
+/// Stops the nfx process `what` with SIGINT (bounded) and parses the JSON object
+/// (`output`, e.g. its final stats) it printed last on stdout.
+pub(crate) fn stop_for_json(
+    mut child: ChildGuard,
+    what: &str,
+    log: &Path,
+    output: &str,
+) -> anyhow::Result<Value> {
+    let status = child.interrupt(Duration::from_secs(10))?;
+    let out = child.take().wait_with_output()?;
+    if !status.success() {
+        bail!("{what} exited with {status}\n{}", log_tail(what, log));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = text
+        .find('{')
+        .with_context(|| format!("{what} printed no {output}"))?;
+    serde_json::from_str(text[start..].trim())
+        .with_context(|| format!("{output} of {what} are not JSON: {text}"))
 }
 
 /// Reads a JSON-lines event file (missing file = no events; bad lines are skipped

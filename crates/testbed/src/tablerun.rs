@@ -95,28 +95,11 @@ impl TableRun {
     }
 
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(15);
-        format!(
-            "--- nfx table run log ({}) ---\n{}",
-            self.log.display(),
-            lines[from..].join("\n")
-        )
+        crate::nfxrun::log_tail("nfx table run", &self.log)
     }
 
     /// Stops it with SIGINT (bounded) and returns the final counters it printed.
-    pub fn stop(mut self) -> anyhow::Result<Value> {
-        let status = self.child.interrupt(Duration::from_secs(10))?;
-        let out = self.child.take().wait_with_output()?;
-        if !status.success() {
-            bail!("nfx table run exited with {status}\n{}", self.log_tail());
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let start = text
-            .find('{')
-            .context("nfx table run printed no final counters")?;
-        serde_json::from_str(text[start..].trim())
-            .with_context(|| format!("final counters of nfx table run are not JSON: {text}"))
+    pub fn stop(self) -> anyhow::Result<Value> {
+        crate::nfxrun::stop_for_json(self.child, "nfx table run", &self.log, "final counters")
     }
 }

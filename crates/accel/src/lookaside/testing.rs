@@ -278,7 +278,7 @@ mod tests {
     use super::*;
     use crate::Layout;
 
-    /// A well-formed entry: AES-128-GCM (session 0) sealing 48 bytes in slot `slot`.
+    /// A well-formed entry: AES-128-GCM under session id 0 sealing 48 bytes in slot `slot`.
     fn gcm_entry(slot: u32) -> [u8; ENTRY] {
         let l = Layout::packed(0, 48);
         let e = SqEntry {
