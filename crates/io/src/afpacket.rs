@@ -196,7 +196,12 @@ impl AfPacketPort {
         if let Some(group) = opts.fanout {
             crate::fanout::join(raw, group).map_err(|e| with("PACKET_FANOUT", e))?;
             // Between bind and join the socket received copies of frames that another
-            // member owns; discard them, or a standby would forward them a second time.
+            // member owns, and a receive that began before the join may still be queueing
+            // one (the kernel unhooks the socket without waiting): wait for those to land,
+            // then discard them all, or a standby would forward them a second time when it
+            // takes over. Until the group's program points here, nothing else arrives.
+            crate::sys::rcu_grace_period()
+                .map_err(|e| with("waiting for receives in flight before the fanout join", e))?;
             discard_queued(raw);
             if let Some(r) = &mut ring {
                 r.discard();

@@ -69,6 +69,26 @@ pub(crate) fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
     Ok(req)
 }
 
+/// `MEMBARRIER_CMD_GLOBAL` (linux/membarrier.h): returns after an RCU grace period.
+const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+
+/// Waits until every kernel receive path that was running when it was called has
+/// finished (an RCU grace period, through membarrier(2)). Socket code calls it after
+/// changing where frames go (e.g. joining a fanout group) so that a frame already on
+/// its way by the old route has landed and can be dealt with.
+pub fn rcu_grace_period() -> io::Result<()> {
+    // SAFETY: membarrier(MEMBARRIER_CMD_GLOBAL, 0) takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("membarrier(MEMBARRIER_CMD_GLOBAL): {e} (nohz_full kernels refuse it)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Index of interface `iface` in the calling thread's network namespace.
 pub fn ifindex(iface: &str) -> io::Result<u32> {
     let name = CString::new(iface).map_err(|_| {
