@@ -7,7 +7,7 @@ use crate::mediator::{InstanceRow, Mediator, PathRow, PlacementRecord, Plan, Pla
 use crate::ops::{OpKind, OpState, Operation, Step, StepStatus};
 use crate::store::{EventRecord, Store, StoreError, Table, Write};
 use crate::vnfm::{InstanceState, VnfmError};
-use nfx_model::service::Service;
+use nfx_model::service::{ChainFunction, Service};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -788,6 +788,32 @@ fn step_touches(step: &Step, instance: &str) -> bool {
 }
 
 /// Request checks the descriptor's YAML validation would make (ids, SLA ranges).
+/// Checks the configuration of a function nfx's workers run (firewall, NAT, DPI,
+/// elephant) against that VNF's schema — field names, types, enum values — so that a
+/// wrong descriptor is refused when it is planned, not by a worker after placement.
+/// Values that need the worker (files it reads, addresses against its ports) are
+/// still checked there. Other functions' configurations stay opaque.
+fn check_vnf_config(k: usize, c: &ChainFunction) -> Result<(), CtlError> {
+    if !nfx_vnf::NodeSpec::KINDS.contains(&c.function.as_str()) {
+        return Ok(());
+    }
+    let config = if c.config.is_null() {
+        serde_json::json!({})
+    } else {
+        serde_json::to_value(&c.config).map_err(|e| {
+            CtlError::BadRequest(format!("chain[{k}].config: not representable: {e}"))
+        })?
+    };
+    serde_json::from_value::<nfx_vnf::NodeSpec>(serde_json::json!({ c.function.as_str(): config }))
+        .map(drop)
+        .map_err(|e| {
+            CtlError::BadRequest(format!(
+                "chain[{k}].config: not a valid {} configuration: {e}",
+                c.function
+            ))
+        })
+}
+
 fn check_service(s: &Service) -> Result<(), CtlError> {
     let ident = |f: &str, v: &str| {
         if v.is_empty()
@@ -811,6 +837,7 @@ fn check_service(s: &Service) -> Result<(), CtlError> {
                 "chain[{k}].capacity_need: must be finite and >= 0"
             )));
         }
+        check_vnf_config(k, c)?;
     }
     if !(s.sla.max_latency_us.is_finite() && s.sla.max_latency_us > 0.0) {
         return Err(CtlError::BadRequest(
@@ -823,4 +850,52 @@ fn check_service(s: &Service) -> Result<(), CtlError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfx_model::{Infrastructure, ServiceSet};
+    use std::path::PathBuf;
+
+    fn example(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs/examples")
+            .join(name)
+    }
+
+    #[test]
+    fn shipped_example_services_pass_the_vnf_checks() {
+        let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
+        let set = ServiceSet::load(&example("services.yaml"), &infra).unwrap();
+        for s in &set.services {
+            check_service(s).unwrap_or_else(|e| panic!("{}: {e}", s.id));
+        }
+    }
+
+    #[test]
+    fn vnf_configs_the_workers_would_reject_are_refused_with_the_field() {
+        let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
+        let mut s = ServiceSet::load(&example("services.yaml"), &infra)
+            .unwrap()
+            .services
+            .remove(0);
+        let cases = [
+            (1, "{ public: 10.200.2.100 }", "unknown field `public`"),
+            (0, "{ default: drop }", "unknown variant `drop`"),
+            (2, "{ patterns: [a, b] }", "invalid type"),
+            (2, "{}", "missing field `patterns`"),
+        ];
+        for (k, yaml, why) in cases {
+            let mut bad = s.clone();
+            bad.chain[k].config = serde_yaml_ng::from_str(yaml).unwrap();
+            let e = check_service(&bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("chain[{k}].config")), "{e}");
+            assert!(e.contains(why), "{yaml}: {e}");
+        }
+        // Functions the workers do not run keep an opaque configuration.
+        s.chain[0].function = "lb".into();
+        s.chain[0].config = serde_yaml_ng::from_str("{ anything: 1 }").unwrap();
+        check_service(&s).unwrap();
+    }
 }

@@ -90,7 +90,10 @@ pub fn chain6_service(
 ) -> anyhow::Result<Service> {
     let chain = CHAIN6
         .iter()
-        .map(|f| format!("{{ function: {f} }}"))
+        .map(|f| match *f {
+            "dpi" => "{ function: dpi, config: { patterns: patterns.txt } }".to_string(),
+            f => format!("{{ function: {f} }}"),
+        })
         .collect::<Vec<_>>()
         .join(", ");
     Ok(serde_yaml_ng::from_str(&format!(

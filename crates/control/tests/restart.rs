@@ -76,7 +76,7 @@ fn sigkill_mid_deploy_then_restart_ends_consistent() {
     svc["chain"]
         .as_array_mut()
         .unwrap()
-        .push(serde_json::json!({"function": "dpi"}));
+        .push(serde_json::json!({"function": "dpi", "config": {"patterns": "patterns.txt"}}));
     let op = c.post("/api/v1/services", &svc).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
     let op_id = op.body["id"].as_str().unwrap().to_string();

@@ -74,6 +74,7 @@ impl Rig {
             poll: Some("adaptive".into()),
             fanout: Some(group),
             fast_path: None,
+            allowed_dirs: Vec::new(),
         };
         let cfg = LocalConfig {
             run_dir: dir.path().to_path_buf(),

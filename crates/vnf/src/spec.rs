@@ -27,6 +27,9 @@ pub enum NodeSpec {
 }
 
 impl NodeSpec {
+    /// Every node kind, as written in YAML.
+    pub const KINDS: [&'static str; 4] = ["firewall", "nat", "dpi", "elephant"];
+
     /// The node kind as written in YAML (default instance name).
     pub fn kind(&self) -> &'static str {
         match self {

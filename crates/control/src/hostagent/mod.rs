@@ -53,6 +53,10 @@ pub struct AgentConfig {
     /// File written with the bound address once the agent listens.
     #[serde(default)]
     pub ready_file: Option<PathBuf>,
+    /// Absolute directories the host's workers may read files from that a VNF
+    /// configuration names (e.g. `/etc/nfx/dpi` for DPI pattern files).
+    #[serde(default)]
+    pub allowed_dirs: Vec<PathBuf>,
 }
 
 /// A software device of the host.
@@ -143,6 +147,7 @@ impl HostAgent {
                     poll: Some("adaptive".into()),
                     fanout: None,
                     fast_path: None,
+                    allowed_dirs: cfg.allowed_dirs.clone(),
                 },
             );
             stages.insert(d.id.clone(), st);

@@ -57,6 +57,11 @@ pub struct WorkerTemplate {
     /// flows are forwarded from the table and its capacity is counted in entries.
     #[serde(default)]
     pub fast_path: Option<u32>,
+    /// Absolute directories the worker may read files from that a VNF configuration
+    /// names (DPI `patterns`, a firewall's `rules_file`), besides its run directory:
+    /// the run config's `allowed_dirs`.
+    #[serde(default)]
+    pub allowed_dirs: Vec<PathBuf>,
 }
 
 impl LocalConfig {
@@ -278,6 +283,9 @@ impl LocalVnfm {
         }
         if let Some(capacity) = t.fast_path {
             rc["fast_path"] = serde_json::json!({ "capacity": capacity });
+        }
+        if !t.allowed_dirs.is_empty() {
+            rc["allowed_dirs"] = serde_json::json!(t.allowed_dirs);
         }
         let file = self.cfg.run_dir.join(format!("{device}.yaml"));
         let yaml = serde_yaml_ng::to_string(&rc).map_err(unavailable)?;

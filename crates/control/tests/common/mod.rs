@@ -80,7 +80,7 @@ pub fn service(id: &str, ingress: &str, egress: &str, max_latency_us: f64) -> se
         "id": id, "tenant": "acme", "ingress": ingress, "egress": egress,
         "chain": [
             {"function": "firewall", "config": {"rules": [{"action": "allow", "dport": 80}]}},
-            {"function": "nat", "config": {"public_ip": "10.200.2.100"}}
+            {"function": "nat", "config": {"snat": {"public_ip": "10.200.2.100"}}}
         ],
         "sla": {"max_latency_us": max_latency_us, "min_throughput_gbps": 1.0}
     })

@@ -454,6 +454,7 @@ fn deploy_samples(
                 poll: Some("interrupt".into()),
                 fanout: None,
                 fast_path: None,
+                allowed_dirs: Vec::new(),
             },
         )]
         .into(),
@@ -527,6 +528,7 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         poll: Some("adaptive".into()),
         fanout: Some(4000),
         fast_path: None,
+        allowed_dirs: Vec::new(),
     };
     let run_dir = dir.join("handoff");
     let cfg = LocalConfig {

@@ -128,6 +128,7 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
                 })
                 .collect(),
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
+            allowed_dirs: Vec::new(),
         };
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
