@@ -260,8 +260,15 @@ impl Vnfm for HostAgent {
         "agent"
     }
 
+    /// Deploys through the local VNFM; the answer's `detail.agent_ms` is how long the
+    /// agent took (a new worker process included when one was started).
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
-        self.local.deploy_instance(spec)
+        let t = Instant::now();
+        let mut st = self.local.deploy_instance(spec)?;
+        if let Some(d) = st.detail.as_object_mut() {
+            d.insert("agent_ms".into(), (t.elapsed().as_secs_f64() * 1e3).into());
+        }
+        Ok(st)
     }
 
     /// Destroys the instance; for a lost one, forgets the report (the worker is gone).

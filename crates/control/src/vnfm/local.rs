@@ -335,7 +335,8 @@ impl LocalVnfm {
                     sock.display()
                 )));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Short: a worker's start is on the deploy's critical path.
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 

@@ -1,7 +1,8 @@
 //! `nfx bench control`: the control plane at scale — N simulated hosts, 6-function services
 //! chained and placed one after the other by the mediator (chaining network first capped at
 //! the nearest candidate hosts, widened when that answer is not certified), against the unrestricted chaining network in the same run,
-//! with the two planners' answers compared service by service.
+//! with the two planners' answers compared service by service. With `--real`, the control
+//! plane on a 3-host testbed run by agents instead (`bench_control_real`).
 
 use nfx_control::scale::{run_with_progress, PlannerTimes, ScaleOptions, ScaleReport};
 
@@ -28,6 +29,18 @@ pub struct Args {
     /// Also write the results as JSON to FILE (`-`: stdout).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<JsonOut>,
+    /// Measure the real control plane on a 3-host testbed run by agents (root).
+    #[arg(long)]
+    real: bool,
+    /// Namespace prefix of the --real testbed.
+    #[arg(long, default_value = "nfxbc-")]
+    prefix: String,
+    /// Subnet base of the --real testbed.
+    #[arg(long, default_value_t = 235)]
+    subnet_base: u8,
+    /// sockperf seconds per steering sample (--real).
+    #[arg(long, default_value_t = 3)]
+    sockperf_secs: u32,
 }
 
 fn row(name: &str, t: &PlannerTimes) {
@@ -95,6 +108,18 @@ fn print(r: &ScaleReport) {
 
 /// Runs the measurement, prints the table, optionally writes JSON.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.real {
+        let r = super::bench_control_real::run(&super::bench_control_real::RealOptions {
+            prefix: args.prefix,
+            subnet_base: args.subnet_base,
+            sockperf_secs: args.sockperf_secs.clamp(1, 60),
+        })?;
+        super::bench_control_real::print(&r);
+        if let Some(out) = &args.json {
+            out.write(&r)?;
+        }
+        return Ok(());
+    }
     let progress = Progress::bar("control: services", args.services as u64);
     let r = run_with_progress(
         &ScaleOptions {

@@ -465,7 +465,7 @@ fn round_lines(rounds: &[Vec<Value>]) -> String {
 }
 
 /// The 1-minute load average (the machine is shared; results depend on it).
-fn loadavg() -> Option<f64> {
+pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_accel;
 pub mod bench_chaining;
 pub mod bench_control;
+pub mod bench_control_real;
 pub mod bench_dataplane;
 pub mod bench_migration;
 pub mod bench_placement;

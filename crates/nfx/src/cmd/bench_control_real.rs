@@ -1,0 +1,583 @@
+//! `nfx bench control --real`: the control plane on real hosts. Builds a 3-host testbed
+//! with its agents (`nfx testbed up --hosts 3`), starts the controller (`nfx up`) on it and
+//! measures, in one run:
+//! * steering overhead: sockperf TCP ping-pong from `src` to `dst` across the three hosts,
+//!   with plain kernel forwarding (every host's `forward` accepting everything) against a
+//!   transit path programmed by the agents (marks, policy routes, closed forwarding),
+//!   alternated twice; the p50 difference per host hop;
+//! * deploy to first packet: a paced UDP stream runs (and is dropped at h1) while two
+//!   services are submitted; the time from the first submit to the first datagram at `dst`;
+//! * a new instance on a running worker and a new worker process, as the agent times them
+//!   (and as the controller's HTTPS call sees them);
+//! * a migration under a paced UDP stream: datagrams sent − received;
+//! * the middle host's agent killed with SIGKILL: time to the controller's `agent.down`,
+//!   and from it to the end of the re-placements.
+
+use super::bench_tunnel::loadavg;
+use super::testbed_hosts;
+use anyhow::{bail, Context};
+use nfx_control::client::{read_token_file, Client};
+use nfx_control::hostagent::steering::HostPath;
+use nfx_control::netns_exec::NetnsExecutor;
+use nfx_control::tls;
+use nfx_control::vnfm::remote::{AgentLink, RemoteVnfm};
+use nfx_control::vnfm::{InstanceSpec, Vnfm};
+use nfx_testbed::hosts::{HostsSpec, Layout};
+use nfx_testbed::udpgen::{self, GenSpec, Sink};
+use nfx_testbed::{netns, sockperf};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// UDP port of the measured stream (service A).
+const UDP_PORT: u16 = 9000;
+/// TCP port of service B.
+const TCP_PORT: u16 = 5201;
+/// sockperf port (the transit path of the steering measurement).
+const SOCKPERF_PORT: u16 = 11111;
+/// Rate of the paced streams, packets/s.
+const PPS: u64 = 10_000;
+/// Deploys on a running worker measured (median reported).
+const RUNNING_DEPLOYS: usize = 20;
+
+/// Options of the real run.
+pub struct RealOptions {
+    /// Namespace prefix of its testbed.
+    pub prefix: String,
+    /// Subnet base of its testbed.
+    pub subnet_base: u8,
+    /// sockperf seconds per steering sample.
+    pub sockperf_secs: u32,
+}
+
+/// What `--real` measures (the first seven fields are the agreed JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct RealReport {
+    /// From the first of two service submits to the first datagram at `dst`, s.
+    pub deploy_to_first_packet_s: f64,
+    /// Agent's time for a new instance on a running worker (median), ms.
+    pub instance_on_running_worker_ms: f64,
+    /// Agent's time for a new instance that starts a worker process, ms.
+    pub new_worker_ms: f64,
+    /// From SIGKILL of an agent to the controller's `agent.down`, s.
+    pub agent_failure_detect_s: f64,
+    /// From `agent.down` to the end of the last re-placement it caused, s.
+    pub replace_after_detect_s: f64,
+    /// Datagrams of a paced stream lost across a migration.
+    pub migration_lost_packets: u64,
+    /// sockperf p50 (half round trip) added per host hop by the agents' steering, µs.
+    pub steering_added_p50_us_per_hop: f64,
+    /// sockperf p50 with plain forwarding, µs (mean of the samples).
+    pub plain_p50_us: f64,
+    /// sockperf p50 through the steered transit path, µs (mean of the samples).
+    pub steered_p50_us: f64,
+    /// Host hops of the measured path.
+    pub hops: u32,
+    /// From the first submit until both services' operations completed, s.
+    pub both_services_completed_s: f64,
+    /// The controller-side round trip (HTTPS) of the running-worker deploy (median), ms.
+    pub instance_on_running_worker_rtt_ms: f64,
+    /// The controller-side round trip of the new-worker deploy, ms.
+    pub new_worker_rtt_ms: f64,
+    /// Datagrams sent / received across the migration.
+    pub migration_sent: u64,
+    /// Datagrams received across the migration.
+    pub migration_received: u64,
+    /// 1-minute load average at start and end.
+    pub load_avg: (Option<f64>, Option<f64>),
+}
+
+/// The testbed, the controller and the clients; torn down on drop.
+struct Bed {
+    prefix: String,
+    out: PathBuf,
+    ctl: Option<Child>,
+    api: Client,
+    lay: Layout,
+    agents: BTreeMap<String, RemoteVnfm>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.ctl.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Err(e) = nfx_testbed::hosts::down(&self.prefix) {
+            eprintln!("bench control --real: teardown: {e:#}");
+        }
+        let _ = std::fs::remove_dir_all(&self.out);
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn up(o: &RealOptions) -> anyhow::Result<Bed> {
+    let out = std::env::temp_dir().join(format!("{}bench-control", o.prefix));
+    let _ = std::fs::remove_dir_all(&out);
+    let spec = HostsSpec {
+        prefix: o.prefix.clone(),
+        subnet_base: o.subnet_base,
+        hosts: 3,
+        extra_endpoints: Vec::new(),
+    };
+    // The guard exists before anything is built, so a failure half-way is cleaned up.
+    let mut bed = Bed {
+        prefix: o.prefix.clone(),
+        out: out.clone(),
+        ctl: None,
+        api: Client::new("http://127.0.0.1:1", None),
+        lay: spec.layout(),
+        agents: BTreeMap::new(),
+    };
+    bed.lay = testbed_hosts::up(&spec, &out)?;
+    let api_token = out.join("api-token");
+    nfx_control::client::write_new_token(&api_token)?;
+    let ready = out.join("ready");
+    let log = std::fs::File::create(out.join("controller.log"))?;
+    bed.ctl = Some(
+        Command::new(std::env::current_exe()?)
+            .args(["up", "--listen", "127.0.0.1:0"])
+            .arg("--db")
+            .arg(out.join("state.db"))
+            .arg("--infra")
+            .arg(out.join("infrastructure.yaml"))
+            .arg("--token-file")
+            .arg(&api_token)
+            .arg("--ready-file")
+            .arg(&ready)
+            .env_remove("NFX_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting the controller")?,
+    );
+    let t = Instant::now();
+    let addr = loop {
+        if let Ok(a) = std::fs::read_to_string(&ready) {
+            if !a.is_empty() {
+                break a;
+            }
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            bail!(
+                "the controller did not listen; see {}",
+                out.join("controller.log").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    bed.api = Client::new(
+        &format!("http://{}", addr.trim()),
+        Some(read_token_file(&api_token)?),
+    );
+    let exec = NetnsExecutor::start(&bed.lay.mgmt_netns, 2)?;
+    let ctl_tls = tls::client_config(&tls::TlsFiles {
+        ca: out.join("pki").join(tls::CA_FILE),
+        cert: out.join("pki/controller.pem"),
+        key: out.join("pki/controller.key"),
+    })?;
+    let token = read_token_file(&out.join("token"))?;
+    for h in &bed.lay.hosts {
+        bed.agents.insert(
+            h.id.clone(),
+            RemoteVnfm::with_link(AgentLink {
+                base: format!("https://{}:{}", h.mgmt, testbed_hosts::AGENT_PORT),
+                token: Some(token.clone()),
+                tls: Some(ctl_tls.clone()),
+                exec: Some(exec.clone()),
+                timeout: Duration::from_secs(30),
+            }),
+        );
+    }
+    Ok(bed)
+}
+
+impl Bed {
+    fn endpoint(&self, name: &str) -> anyhow::Result<&nfx_testbed::hosts::EndpointInfo> {
+        self.lay.endpoint(name).context("endpoint")
+    }
+
+    fn host_ns(&self, host: &str) -> String {
+        format!("{}{host}", self.prefix)
+    }
+
+    /// Waits for operation `id`; fails unless it completed.
+    fn wait_op(&self, id: &str) -> anyhow::Result<Value> {
+        let op = self.api.wait_operation(id, Duration::from_secs(60))?;
+        if op["state"] != "COMPLETED" {
+            bail!("operation {id} ended {}: {}", op["state"], op["error"]);
+        }
+        Ok(op)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> anyhow::Result<String> {
+        let a = self.api.post(path, body)?;
+        if a.status != 202 {
+            bail!("POST {path}: HTTP {}: {}", a.status, a.body);
+        }
+        a.body["id"]
+            .as_str()
+            .map(String::from)
+            .context("operation id")
+    }
+}
+
+/// A service of the bench between `src` and `dst`: a firewall allowing `proto`/`port`.
+fn service(bed: &Bed, id: &str, proto: &str, port: u16) -> anyhow::Result<Value> {
+    let (src, dst) = (bed.endpoint("src")?, bed.endpoint("dst")?);
+    Ok(json!({
+        "id": id, "tenant": "bench", "ingress": src.host, "egress": dst.host,
+        "selector": {"src": format!("{}/32", src.address), "dst": format!("{}/32", dst.address),
+                     "proto": proto, "dport": port},
+        "chain": [{"function": "firewall", "capacity_need": 0.25,
+                   "config": {"default": "deny", "rules": [{"action": "allow", "proto": proto, "dport": port}]}}],
+        "sla": {"max_latency_us": 1000, "min_throughput_gbps": 1},
+    }))
+}
+
+/// Loads `script` with `nft -f -` inside `ns`.
+fn nft_in(ns: &str, script: &str) -> anyhow::Result<()> {
+    let script = script.to_string();
+    netns::in_netns(ns, move || {
+        nfx_io::command::run("nft", &["-f", "-"], Some(&script), Duration::from_secs(10))
+            .map(|_| ())
+            .map_err(Into::into)
+    })
+}
+
+/// sockperf p50 with plain forwarding and through the agents' transit path (µs).
+fn steering(bed: &Bed, secs: u32) -> anyhow::Result<(f64, f64, u32)> {
+    let (src, dst) = (bed.endpoint("src")?, bed.endpoint("dst")?);
+    let _srv = sockperf::SockperfServer::start(&dst.netns, dst.address, SOCKPERF_PORT)?;
+    let route = ["h1", "h2", "h3"];
+    let selector = serde_json::from_value(json!({
+        "src": format!("{}/32", src.address), "dst": format!("{}/32", dst.address),
+        "proto": "tcp", "dport": SOCKPERF_PORT}))?;
+    let open = "add table inet nfx_steer\ndelete table inet nfx_steer\n\
+                table inet nfx_steer {\n\
+                \x20 chain forward {\n\
+                \x20   type filter hook forward priority filter; policy accept;\n\
+                \x20 }\n\
+                }\n";
+    let (mut plain, mut steered) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        for h in route {
+            nft_in(&bed.host_ns(h), open)?;
+        }
+        plain.push(sockperf::ping_pong(&src.netns, dst.address, SOCKPERF_PORT, secs)?.p50_us);
+        for (i, h) in route.iter().enumerate() {
+            let hp = HostPath {
+                selector: Clone::clone(&selector),
+                prev: i.checked_sub(1).map(|k| route[k].to_string()),
+                next: route.get(i + 1).map(|s| s.to_string()),
+                stages: Vec::new(),
+            };
+            bed.agents[*h].put_path("bench-steer", &hp)?;
+        }
+        steered.push(sockperf::ping_pong(&src.netns, dst.address, SOCKPERF_PORT, secs)?.p50_us);
+        for h in route {
+            bed.agents[h].delete_path("bench-steer")?;
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    Ok((mean(&plain), mean(&steered), route.len() as u32))
+}
+
+/// A paced UDP stream from `src` to `dst:UDP_PORT` on its own thread.
+fn stream(
+    bed: &Bed,
+    secs: f64,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<udpgen::GenReport>>> {
+    let (src, dst) = (bed.endpoint("src")?, bed.endpoint("dst")?);
+    let spec = GenSpec {
+        ns: src.netns.clone(),
+        dst: dst.address,
+        port: UDP_PORT,
+        payload: 64,
+        pattern: Vec::new(),
+        flows: 1,
+        duration: Duration::from_secs_f64(secs),
+        batch: 1,
+        pps: Some(PPS),
+    };
+    Ok(std::thread::spawn(move || udpgen::generate(spec)))
+}
+
+/// Deploys two services while a stream is dropped at the ingress; returns (first packet,
+/// both completed) seconds after the first submit, and the services' ids.
+fn deploy_to_first_packet(bed: &Bed) -> anyhow::Result<(f64, f64)> {
+    let dst = bed.endpoint("dst")?;
+    let sink = Sink::start(&dst.netns, UDP_PORT, b"")?;
+    let gen = stream(bed, 6.0)?;
+    std::thread::sleep(Duration::from_millis(500));
+    if sink.packets() != 0 {
+        bail!("datagrams crossed the testbed before any deploy");
+    }
+    let t0 = Instant::now();
+    let a = bed.post(
+        "/api/v1/services",
+        &service(bed, "bench-udp", "udp", UDP_PORT)?,
+    )?;
+    let b = bed.post(
+        "/api/v1/services",
+        &service(bed, "bench-tcp", "tcp", TCP_PORT)?,
+    )?;
+    let mut first = None;
+    while first.is_none() && t0.elapsed() < Duration::from_secs(5) {
+        if sink.packets() > 0 {
+            first = Some(t0.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    bed.wait_op(&a)?;
+    bed.wait_op(&b)?;
+    let both = t0.elapsed().as_secs_f64();
+    gen.join()
+        .map_err(|_| anyhow::anyhow!("generator panicked"))??;
+    sink.finish()?;
+    Ok((
+        first.context("no datagram crossed within 5 s of the deploy")?,
+        both,
+    ))
+}
+
+/// (agent ms, round-trip ms) of a deploy through `agent`.
+fn timed_deploy(agent: &RemoteVnfm, spec: &InstanceSpec) -> anyhow::Result<(f64, f64)> {
+    let t = Instant::now();
+    let st = agent.deploy_instance(spec)?;
+    let rtt = t.elapsed().as_secs_f64() * 1e3;
+    let ms = st.detail["agent_ms"]
+        .as_f64()
+        .context("the agent's answer has no agent_ms")?;
+    Ok((ms, rtt))
+}
+
+/// New worker, then instances on the running worker, on a device no service uses.
+fn deploy_times(bed: &Bed) -> anyhow::Result<((f64, f64), (f64, f64))> {
+    let used: Vec<String> = bed
+        .api
+        .get("/api/v1/instances")?
+        .body
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["spec"]["device"].as_str().map(String::from))
+        .collect();
+    let dev = ["h2-sw0", "h2-sw1", "h3-sw0", "h3-sw1"]
+        .into_iter()
+        .find(|d| !used.iter().any(|u| u == d))
+        .context("no idle device")?;
+    let host = &dev[..2];
+    let agent = &bed.agents[host];
+    let spec = |k: usize| -> anyhow::Result<InstanceSpec> {
+        Ok(serde_json::from_value(json!({
+            "id": format!("bench-x{k}"), "function": "firewall", "device": dev,
+            "config": {"default": "allow"}, "throughput_gbps": 0.1, "capacity": 0.1}))?)
+    };
+    let new = timed_deploy(agent, &spec(0)?)?;
+    let mut running = Vec::new();
+    for k in 1..=RUNNING_DEPLOYS {
+        running.push(timed_deploy(agent, &spec(k)?)?);
+    }
+    for k in (0..=RUNNING_DEPLOYS).rev() {
+        agent.destruct_instance(&format!("bench-x{k}"))?;
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let run = (
+        median(running.iter().map(|r| r.0).collect()),
+        median(running.iter().map(|r| r.1).collect()),
+    );
+    Ok((new, run))
+}
+
+/// Migrates bench-udp's instance under a paced stream; (sent, received).
+fn migration(bed: &Bed) -> anyhow::Result<(u64, u64)> {
+    let dst = bed.endpoint("dst")?;
+    let inst = bed.api.get("/api/v1/services/bench-udp")?.body;
+    let id = inst["path"]["hops"][0]["instance"]
+        .as_str()
+        .context("bench-udp has no hop")?
+        .to_string();
+    let sink = Sink::start(&dst.netns, UDP_PORT, b"")?;
+    let gen = stream(bed, 4.0)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let op = bed.post(&format!("/api/v1/instances/{id}/migrate"), &json!({}))?;
+    bed.wait_op(&op)?;
+    let sent = gen
+        .join()
+        .map_err(|_| anyhow::anyhow!("generator panicked"))??
+        .sent;
+    std::thread::sleep(Duration::from_millis(500));
+    let got = sink.finish()?.packets;
+    Ok((sent, got))
+}
+
+/// Kills the agent of `host`; (detection s, re-placement s after detection).
+fn agent_failure(bed: &Bed, out: &Path, host: &str) -> anyhow::Result<(f64, f64)> {
+    let pid: i32 = std::fs::read_to_string(out.join("agents").join(format!("{host}.pid")))?
+        .trim()
+        .parse()?;
+    let killed = now_ms();
+    // SAFETY: kill(2) of the agent this bench's testbed started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let t = Instant::now();
+    let down_ms = loop {
+        let ev = bed.api.get("/api/v1/events?limit=200")?.body;
+        if let Some(e) = ev
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["kind"] == "agent.down" && e["detail"]["host"] == host)
+        {
+            break e["ts_ms"].as_i64().unwrap_or(0);
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            bail!("the controller did not notice the agent of {host} die");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Every re-placement started after the detection, to its end.
+    let done_ms = loop {
+        let ops = bed.api.get("/api/v1/operations")?.body;
+        let replaces: Vec<&Value> = ops
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["kind"] == "replace" && o["created_ms"].as_i64().unwrap_or(0) >= down_ms)
+            .collect();
+        let finished = replaces.iter().all(|o| {
+            matches!(
+                o["state"].as_str(),
+                Some("COMPLETED" | "ROLLED_BACK" | "FAILED")
+            )
+        });
+        if !replaces.is_empty() && finished {
+            break replaces
+                .iter()
+                .filter_map(|o| o["updated_ms"].as_i64())
+                .max()
+                .unwrap_or(down_ms);
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            bail!("no re-placement finished after the agent of {host} died");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok((
+        (down_ms - killed) as f64 / 1e3,
+        (done_ms - down_ms) as f64 / 1e3,
+    ))
+}
+
+/// Runs the whole measurement.
+pub fn run(o: &RealOptions) -> anyhow::Result<RealReport> {
+    nfx_testbed::root::require_root()?;
+    let load_start = loadavg();
+    let bed = up(o)?;
+    crate::note!("steering: sockperf plain vs steered ...");
+    let (plain, steered, hops) = steering(&bed, o.sockperf_secs)?;
+    crate::note!("deploy to first packet ...");
+    let (first, both) = deploy_to_first_packet(&bed)?;
+    crate::note!("deploys on the agent ...");
+    let (new, running) = deploy_times(&bed)?;
+    crate::note!("migration under a stream ...");
+    let (sent, received) = migration(&bed)?;
+    crate::note!("agent failure ...");
+    let (detect, replace) = agent_failure(&bed, &bed.out, "h2")?;
+    Ok(RealReport {
+        deploy_to_first_packet_s: first,
+        instance_on_running_worker_ms: running.0,
+        new_worker_ms: new.0,
+        agent_failure_detect_s: detect,
+        replace_after_detect_s: replace,
+        migration_lost_packets: sent.saturating_sub(received),
+        steering_added_p50_us_per_hop: (steered - plain) / f64::from(hops),
+        plain_p50_us: plain,
+        steered_p50_us: steered,
+        hops,
+        both_services_completed_s: both,
+        instance_on_running_worker_rtt_ms: running.1,
+        new_worker_rtt_ms: new.1,
+        migration_sent: sent,
+        migration_received: received,
+        load_avg: (load_start, loadavg()),
+    })
+}
+
+/// Prints the report with the targets.
+pub fn print(r: &RealReport) {
+    let row = |name: &str, v: String, target: &str| crate::say!("  {name:<36} {v:>12}   {target}");
+    crate::say!(
+        "real control plane on 3 hosts (load {:?} → {:?})",
+        r.load_avg.0,
+        r.load_avg.1
+    );
+    row(
+        "deploy → first packet (2 services)",
+        format!("{:.3} s", r.deploy_to_first_packet_s),
+        "≤ 2 s",
+    );
+    row(
+        "  both operations completed",
+        format!("{:.3} s", r.both_services_completed_s),
+        "",
+    );
+    row(
+        "instance on a running worker (agent)",
+        format!("{:.3} ms", r.instance_on_running_worker_ms),
+        "≤ 1 ms",
+    );
+    row(
+        "  round trip over HTTPS",
+        format!("{:.3} ms", r.instance_on_running_worker_rtt_ms),
+        "",
+    );
+    row(
+        "new worker process (agent)",
+        format!("{:.1} ms", r.new_worker_ms),
+        "≤ 50 ms",
+    );
+    row(
+        "  round trip over HTTPS",
+        format!("{:.1} ms", r.new_worker_rtt_ms),
+        "",
+    );
+    row(
+        "agent failure detected",
+        format!("{:.3} s", r.agent_failure_detect_s),
+        "≤ 3 s",
+    );
+    row(
+        "re-placed after detection",
+        format!("{:.3} s", r.replace_after_detect_s),
+        "≤ 1 s",
+    );
+    row(
+        "migration lost packets",
+        format!("{} of {}", r.migration_lost_packets, r.migration_sent),
+        "0",
+    );
+    row(
+        "steering added p50 per hop",
+        format!("{:.2} µs", r.steering_added_p50_us_per_hop),
+        "≤ 5 µs",
+    );
+    row(
+        "  sockperf p50 plain / steered",
+        format!("{:.1} / {:.1}", r.plain_p50_us, r.steered_p50_us),
+        &format!("µs over {} hosts", r.hops),
+    );
+}
