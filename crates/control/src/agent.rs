@@ -1,21 +1,20 @@
 //! The host agent's REST face: the five VNFM calls of one local [`Vnfm`] over HTTP
 //! (`/agent/v1/...`), so a controller elsewhere can drive it with
-//! [`crate::vnfm::remote::RemoteVnfm`]. Mutating calls need the bearer token.
+//! [`crate::vnfm::remote::RemoteVnfm`]. The caller puts the routes behind the bearer token
+//! ([`crate::api::protect`]).
 
-use crate::api::{parse_body, require_token, ApiError};
+use crate::api::{parse_body, ApiError};
 use crate::vnfm::{InstanceSpec, Vnfm, VnfmError};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use std::sync::Arc;
-use zeroize::Zeroizing;
 
 struct AgentState {
     vnfm: Arc<dyn Vnfm>,
-    token: Zeroizing<String>,
 }
 
 impl From<VnfmError> for ApiError {
@@ -52,12 +51,10 @@ async fn run<T: serde::Serialize + Send + 'static>(
     Ok((code, Json(v)).into_response())
 }
 
-/// The agent routes for `vnfm`.
-pub fn router<S: Clone + Send + Sync + 'static>(
-    vnfm: Arc<dyn Vnfm>,
-    token: Zeroizing<String>,
-) -> Router<S> {
-    let st = Arc::new(AgentState { vnfm, token });
+/// The agent routes for `vnfm`, not yet authenticated (wrap them in
+/// [`crate::api::protect`]).
+pub fn router<S: Clone + Send + Sync + 'static>(vnfm: Arc<dyn Vnfm>) -> Router<S> {
+    let st = Arc::new(AgentState { vnfm });
     Router::new()
         .route("/agent/v1/instances", get(list).post(deploy))
         .route("/agent/v1/instances/{id}", get(state).delete(destruct))
@@ -70,8 +67,7 @@ async fn list(State(st): State<Arc<AgentState>>) -> AgentResult {
     run(StatusCode::OK, move || st.vnfm.list_instances()).await
 }
 
-async fn deploy(State(st): State<Arc<AgentState>>, h: HeaderMap, body: Bytes) -> AgentResult {
-    require_token(&h, &st.token)?;
+async fn deploy(State(st): State<Arc<AgentState>>, body: Bytes) -> AgentResult {
     let spec: InstanceSpec = parse_body(&body)?;
     run(StatusCode::CREATED, move || st.vnfm.deploy_instance(&spec)).await
 }
@@ -80,12 +76,7 @@ async fn state(State(st): State<Arc<AgentState>>, Path(id): Path<String>) -> Age
     run(StatusCode::OK, move || st.vnfm.get_instance_state(&id)).await
 }
 
-async fn destruct(
-    State(st): State<Arc<AgentState>>,
-    h: HeaderMap,
-    Path(id): Path<String>,
-) -> AgentResult {
-    require_token(&h, &st.token)?;
+async fn destruct(State(st): State<Arc<AgentState>>, Path(id): Path<String>) -> AgentResult {
     tokio::task::spawn_blocking(move || st.vnfm.destruct_instance(&id))
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
@@ -94,11 +85,9 @@ async fn destruct(
 
 async fn configure(
     State(st): State<Arc<AgentState>>,
-    h: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> AgentResult {
-    require_token(&h, &st.token)?;
     let cfg: serde_json::Value = parse_body(&body)?;
     run(StatusCode::OK, move || {
         st.vnfm.configure_instance(&id, &cfg)
@@ -106,8 +95,7 @@ async fn configure(
     .await
 }
 
-async fn migrate(State(st): State<Arc<AgentState>>, h: HeaderMap, body: Bytes) -> AgentResult {
-    require_token(&h, &st.token)?;
+async fn migrate(State(st): State<Arc<AgentState>>, body: Bytes) -> AgentResult {
     let b: MigrateBody = parse_body(&body)?;
     run(StatusCode::OK, move || {
         st.vnfm.migrate_instance(&b.old, &b.new, &b.flows)

@@ -100,15 +100,7 @@ pub fn load_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Zeroi
 
 /// The token in `file` (trimmed, not empty); errors name the file.
 pub fn read_token_file(f: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {
-    let t = Zeroizing::new(
-        std::fs::read_to_string(f)
-            .map_err(|e| anyhow::anyhow!("token file {}: {e}", f.display()))?,
-    );
-    let t = Zeroizing::new(t.trim().to_string());
-    if t.is_empty() {
-        anyhow::bail!("token file {}: is empty", f.display());
-    }
-    Ok(t)
+    nfx_io::token::read_file(f).map_err(anyhow::Error::msg)
 }
 
 /// Reads a service descriptor file (`services: [...]`) as JSON values ready to POST;
@@ -130,9 +122,14 @@ pub fn ensure_token(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>
     if let Some(t) = load_token(None)? {
         return Ok((t, "NFX_TOKEN".into()));
     }
+    token_file_or_new(file)
+}
+
+/// The token in `file`, or a new random one written there (mode 0600) when `file` does not
+/// exist. Returns the token and where it came from.
+pub fn token_file_or_new(file: &std::path::Path) -> anyhow::Result<(Zeroizing<String>, String)> {
     if file.exists() {
-        let t = load_token(Some(file))?.unwrap_or_default();
-        return Ok((t, file.display().to_string()));
+        return Ok((read_token_file(file)?, file.display().to_string()));
     }
     let t = write_new_token(file)?;
     Ok((t, format!("{} (new)", file.display())))

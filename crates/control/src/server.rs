@@ -25,8 +25,10 @@ pub struct UpConfig {
     pub db: PathBuf,
     /// Address to serve on.
     pub listen: SocketAddr,
-    /// Bearer token for mutating calls.
+    /// Admin bearer token (every route but `/healthz`; also sent to the agents).
     pub token: Zeroizing<String>,
+    /// Read-only bearer token (GET/HEAD and the dry-run plan), if any.
+    pub read_token: Option<Zeroizing<String>>,
     /// Infrastructure descriptor.
     pub infra: Infrastructure,
     /// Simulated VNFM settings (serves every host not otherwise mapped).
@@ -196,7 +198,10 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
     }
     let state = Arc::new(ApiState {
         ctl,
-        token: cfg.token.clone(),
+        tokens: crate::api::Tokens {
+            admin: cfg.token.clone(),
+            read: cfg.read_token.clone(),
+        },
         metrics: Default::default(),
     });
     let app = router(state, Some(agent_vnfm));
@@ -210,7 +215,7 @@ pub fn run_agent(
     token: Zeroizing<String>,
     ready_file: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
-    let app = crate::agent::router(vnfm, token);
+    let app = crate::api::protect(crate::agent::router(vnfm), crate::api::Tokens::admin(token));
     serve(app, listen, None, ready_file)
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{authed, service, start, tmp, TOKEN};
+use common::{authed, reader, service, start, tmp, TOKEN};
 use nfx_control::api::openapi::ROUTES;
 use nfx_control::client::Client;
 use std::time::Duration;
@@ -21,11 +21,16 @@ fn err(a: &nfx_control::client::Answer) -> String {
 fn openapi_document_validates_and_covers_every_route() {
     let dir = tmp("openapi");
     let base = start(&dir, Duration::ZERO);
-    let anon = Client::new(&base, None);
-    let a = anon.get("/openapi.json").unwrap();
+    let c = authed(&base);
+    let a = c.get("/openapi.json").unwrap();
     assert_eq!(a.status, 200);
     let doc: openapiv3::OpenAPI = serde_json::from_value(a.body.clone()).unwrap();
     assert!(doc.openapi.starts_with("3.0"));
+    assert!(doc
+        .components
+        .unwrap()
+        .security_schemes
+        .contains_key("bearer"));
     for (method, path, _, _) in ROUTES {
         let item = doc
             .paths
@@ -40,47 +45,68 @@ fn openapi_document_validates_and_covers_every_route() {
             "delete" => &item.delete,
             m => panic!("method {m}"),
         };
-        assert!(op.is_some(), "{method} {path} undocumented");
+        let op = op
+            .as_ref()
+            .unwrap_or_else(|| panic!("{method} {path} undocumented"));
+        let secured = op.security.as_ref().is_some_and(|s| {
+            s.iter().any(|req| req.contains_key("bearer")) && op.responses.responses.len() > 1
+        });
+        assert_eq!(secured, *path != "/healthz", "{method} {path}: security");
         let concrete = path.replace("{id}", "nope");
-        let ans = anon.send(&method.to_uppercase(), &concrete, None).unwrap();
+        let ans = c.send(&method.to_uppercase(), &concrete, None).unwrap();
         let msg = ans.body["error"].as_str().unwrap_or_default();
         assert!(
             !msg.contains("no such route"),
             "{method} {path} is not served: {msg}"
         );
     }
-    let a = anon.get("/api/v2/nothing").unwrap();
+    let a = c.get("/api/v2/nothing").unwrap();
     assert_eq!(a.status, 404);
     assert!(err(&a).contains("no such route"));
 }
 
 #[test]
-fn mutating_calls_need_the_token() {
+fn every_route_but_healthz_needs_a_token_and_the_read_token_only_reads() {
     let dir = tmp("auth");
     let base = start(&dir, Duration::ZERO);
-    let svc = service("web", "edge", "cloud", 500.0);
-    for c in [
-        Client::new(&base, None),
-        Client::new(&base, Some(Zeroizing::new("wrong".into()))),
-        Client::new(&base, Some(Zeroizing::new(format!("{TOKEN}x")))),
-    ] {
-        for a in [
-            c.post("/api/v1/services", &svc).unwrap(),
-            c.delete("/api/v1/services/web").unwrap(),
-            c.post("/api/v1/instances/x/migrate", &serde_json::json!({}))
-                .unwrap(),
-            c.post("/agent/v1/instances", &serde_json::json!({}))
-                .unwrap(),
-            c.delete("/agent/v1/instances/x").unwrap(),
-            c.send("PUT", "/agent/v1/instances/x/config", Some("{}"))
-                .unwrap(),
-            c.post("/agent/v1/migrations", &serde_json::json!({}))
-                .unwrap(),
+    let send = |c: &Client, method: &str, path: &str| {
+        let body = (method != "get" && method != "delete").then_some("{}");
+        c.send(&method.to_uppercase(), &path.replace("{id}", "nope"), body)
+            .unwrap()
+    };
+    for (method, path, _, _) in ROUTES {
+        for c in [
+            Client::new(&base, None),
+            Client::new(&base, Some(Zeroizing::new("wrong".into()))),
+            Client::new(&base, Some(Zeroizing::new(format!("{TOKEN}x")))),
         ] {
-            assert_eq!(a.status, 401, "{a:?}");
-            assert!(err(&a).contains("bearer token"));
+            let a = send(&c, method, path);
+            if *path == "/healthz" {
+                assert_eq!(a.status, 200, "{method} {path}: {a:?}");
+                continue;
+            }
+            assert_eq!(a.status, 401, "{method} {path}: {a:?}");
+            assert!(err(&a).contains("bearer token"), "{a:?}");
         }
-        assert_eq!(c.get("/api/v1/services").unwrap().status, 200);
+        let a = send(&reader(&base), method, path);
+        if *method == "get" || *path == "/api/v1/plan" {
+            assert!(
+                a.status != 401 && a.status != 403,
+                "{method} {path} with the read token: {a:?}"
+            );
+        } else {
+            assert_eq!(a.status, 403, "{method} {path} with the read token: {a:?}");
+            assert!(err(&a).contains("read-only token"), "{a:?}");
+        }
+    }
+    let r = reader(&base);
+    for path in [
+        "/api/v1/services",
+        "/api/v1/events",
+        "/openapi.json",
+        "/metrics",
+    ] {
+        assert_eq!(r.get(path).unwrap().status, 200, "{path}");
     }
     assert!(authed(&base)
         .get("/api/v1/services")

@@ -41,6 +41,7 @@ fn child_server() {
             state_file: Some(dir.join("sim.json")),
         },
         local: None,
+        read_token: None,
         agents: Vec::new(),
         ready_file: Some(dir.join("ready")),
     })

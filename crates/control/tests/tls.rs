@@ -39,8 +39,10 @@ fn serve(pki: &Pki) -> SocketAddr {
         rt.block_on(async move {
             let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(tcp.local_addr().unwrap()).unwrap();
-            let app: axum::Router =
-                nfx_control::agent::router(vnfm, Zeroizing::new(TOKEN.to_string()));
+            let app: axum::Router = nfx_control::api::protect(
+                nfx_control::agent::router(vnfm),
+                nfx_control::api::Tokens::admin(Zeroizing::new(TOKEN.to_string())),
+            );
             let l = tls::TlsListener::new(tcp, cfg).unwrap();
             axum::serve(l, app).await.unwrap();
         });
@@ -66,7 +68,7 @@ fn spec() -> InstanceSpec {
 }
 
 #[test]
-fn mutual_tls_refuses_other_cas_and_keeps_the_token_check() {
+fn mutual_tls_refuses_other_cas_and_every_route_needs_the_token() {
     let dir = tmp("tls");
     let subject = [AgentSubject {
         name: "h1".into(),
@@ -99,7 +101,19 @@ fn mutual_tls_refuses_other_cas_and_keeps_the_token_check() {
     };
     assert!(client(good, &mixed, Some(TOKEN)).list_instances().is_err());
 
-    // Inside TLS the token is still required for changes.
+    // Inside TLS the token is still required, for reads as for changes.
+    for token in [None, Some("wrong-token")] {
+        let anon = client(good, &ours.controller, token);
+        for e in [
+            anon.list_instances().unwrap_err(),
+            anon.get_instance_state("i1").unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e, VnfmError::Invalid(m) if m.contains("bearer token")),
+                "{e}"
+            );
+        }
+    }
     let e = client(good, &ours.controller, None)
         .destruct_instance("i1")
         .unwrap_err();

@@ -22,6 +22,7 @@ pub mod poll;
 pub mod port;
 pub mod ring;
 pub mod sys;
+pub mod token;
 pub mod tun;
 pub mod txring;
 pub mod udp;

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The nfx endpoint's element-manager bearer token.
+const EM_TOKEN: &str = "swan-interop-em-token";
+
 const PSK: &str = "nfx-strongswan-interop-psk-0123456789";
 
 fn sh(args: &[&str]) -> std::process::Output {
@@ -249,8 +252,9 @@ impl Bed {
             Auth::Cert => "cert: a.crt, key: a.key, ca: x509ca/ca.crt".to_string(),
         };
         let n = self.n;
+        std::fs::write(self.dir.join("em-token"), EM_TOKEN).unwrap();
         let cfg = format!(
-            "name: swan-interop\nnetns: {}\nem_listen: '127.0.0.1:{}'\n\
+            "name: swan-interop\nnetns: {}\nem_listen: '127.0.0.1:{}'\nem_token_file: em-token\n\
              tun: {{name: nfxsw{n}, address: 192.168.{n}.1/24}}\n\
              underlay: {{local: '10.{n}.0.1:4500', peer: '10.{n}.0.2:4500'}}\n\
              ike: {{role: {}, local_id: a.nfx, remote_id: b.nfx, {creds}, esp: [{}], \
@@ -284,7 +288,8 @@ impl Bed {
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(
             s,
-            "GET /status HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            "GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {EM_TOKEN}\r\n\
+             Connection: close\r\nContent-Length: 0\r\n\r\n"
         )
         .ok()?;
         let mut r = String::new();

@@ -130,8 +130,9 @@ impl Pair {
                 )
             }
         };
+        std::fs::write(self.dir.join("em-token"), EM_TOKEN).unwrap();
         let cfg = format!(
-            "name: t{side}\nnetns: {ns}\nem_listen: '127.0.0.1:{em}'\nengine: cpu\n\
+            "name: t{side}\nnetns: {ns}\nem_listen: '127.0.0.1:{em}'\nem_token_file: em-token\nengine: cpu\n\
              tun: {{name: esp{n}, address: 192.168.{n}.{side}/24}}\n\
              underlay: {{local: '10.{n}.0.{side}:4500', peer: '10.{n}.0.{peer}:4500'}}\n{keying}{extra}",
             em = self.em_port(side)
@@ -260,18 +261,36 @@ impl Drop for Pair {
     }
 }
 
-/// One HTTP/1.1 request to the EM on 127.0.0.1:port; returns (status, JSON body).
+/// The endpoints' element-manager bearer token.
+const EM_TOKEN: &str = "nfx-e2e-em-token";
+
+/// One HTTP/1.1 request to the EM on 127.0.0.1:port with the token; returns (status,
+/// JSON body).
 fn http(
     port: u16,
     method: &str,
     path: &str,
     body: &str,
 ) -> std::io::Result<(u16, serde_json::Value)> {
+    http_as(port, Some(EM_TOKEN), method, path, body)
+}
+
+/// One HTTP/1.1 request to the EM, with `token` if any.
+fn http_as(
+    port: u16,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, serde_json::Value)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )?;
     let mut r = String::new();
@@ -531,6 +550,10 @@ fn lookaside_device_killed_mid_stream_loses_nothing() {
     p.start(nfx(), Keys::Ike("aes-128-gcm", ""), "offload: false\n");
     let port = p.em_port(1);
     let body = format!("{{\"device\":\"{}\"}}", sock.display());
+    for token in [None, Some("not-the-token")] {
+        let (code, v) = http_as(port, token, "POST", "/accelerator/use", &body).unwrap();
+        assert_eq!(code, 401, "{v}");
+    }
     let (code, v) = http(port, "POST", "/accelerator/use", &body).unwrap();
     assert_eq!(
         (code, v["engine"].as_str()),

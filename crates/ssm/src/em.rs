@@ -1,9 +1,11 @@
 //! Client of a VNF's element manager (EM): the HTTP/1.1 JSON API every tunnel endpoint
-//! serves (`GET /status`, `POST /accelerator/use`, `POST /accelerator/release`).
+//! serves (`GET /status`, `POST /accelerator/use`, `POST /accelerator/release`), every call
+//! with the EM's bearer token.
 
 use std::time::Duration;
 
 use serde::Deserialize;
+use zeroize::Zeroizing;
 
 /// What an EM reports in `GET /status` (only the fields the SSM uses; others are ignored).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -85,20 +87,28 @@ pub struct SwitchReply {
 /// cannot stall the SSM loop.
 pub struct EmClient {
     base: String,
+    token: Zeroizing<String>,
     agent: ureq::Agent,
 }
 
 impl EmClient {
-    /// A client for the EM at `base` (e.g. `http://127.0.0.1:7301`).
-    pub fn new(base: &str, timeout: Duration) -> EmClient {
+    /// A client for the EM at `base` (e.g. `http://127.0.0.1:7301`) sending `token`.
+    pub fn new(base: &str, token: Zeroizing<String>, timeout: Duration) -> EmClient {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(timeout)
             .timeout(timeout)
             .build();
         EmClient {
             base: base.trim_end_matches('/').to_string(),
+            token,
             agent,
         }
+    }
+
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        self.agent
+            .request(method, &format!("{}{path}", self.base))
+            .set("Authorization", &format!("Bearer {}", self.token.as_str()))
     }
 
     /// The EM's base URL.
@@ -108,7 +118,7 @@ impl EmClient {
 
     /// `GET /status`.
     pub fn status(&self) -> Result<EmStatus, EmError> {
-        let r = self.agent.get(&format!("{}/status", self.base)).call();
+        let r = self.request("GET", "/status").call();
         self.json(r)
     }
 
@@ -116,8 +126,7 @@ impl EmClient {
     pub fn use_accelerator(&self, device: &str) -> Result<SwitchReply, EmError> {
         let body = serde_json::json!({ "device": device }).to_string();
         let r = self
-            .agent
-            .post(&format!("{}/accelerator/use", self.base))
+            .request("POST", "/accelerator/use")
             .set("Content-Type", "application/json")
             .send_string(&body);
         self.json(r)
@@ -126,8 +135,7 @@ impl EmClient {
     /// `POST /accelerator/release`.
     pub fn release_accelerator(&self) -> Result<SwitchReply, EmError> {
         let r = self
-            .agent
-            .post(&format!("{}/accelerator/release", self.base))
+            .request("POST", "/accelerator/release")
             .set("Content-Type", "application/json")
             .send_string("{}");
         self.json(r)

@@ -9,6 +9,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nfx_ssm::{EmClient, Kind, Policy, PolicyConfig, Ssm};
+use zeroize::Zeroizing;
+
+/// The bearer token the fake EMs require (as a real EM does).
+const TOKEN: &str = "fake-em-token";
+
+fn client(url: &str, timeout: Duration) -> EmClient {
+    EmClient::new(url, Zeroizing::new(TOKEN.into()), timeout)
+}
 
 struct Shared {
     free_qps: usize,
@@ -81,6 +89,7 @@ fn serve(
         return;
     }
     let mut len = 0usize;
+    let mut authorized = false;
     loop {
         let mut h = String::new();
         if r.read_line(&mut h).is_err() || h.trim().is_empty() {
@@ -89,6 +98,7 @@ fn serve(
         if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
             len = v.trim().parse().unwrap_or(0);
         }
+        authorized |= h.trim_end() == format!("Authorization: Bearer {TOKEN}");
     }
     let mut body = vec![0u8; len];
     let _ = r.read_exact(&mut body);
@@ -97,6 +107,10 @@ fn serve(
     let mut sh = shared.lock().unwrap();
     let mut eng = engine.lock().unwrap();
     let (code, reply) = match (method, path) {
+        _ if !authorized => (
+            401,
+            r#"{"error":"missing or wrong bearer token"}"#.to_string(),
+        ),
         ("GET", "/status") => (
             200,
             serde_json::json!({"name": name, "engine": *eng, "alg": "aes-128-gcm",
@@ -160,8 +174,8 @@ fn moves_the_queue_pair_revoking_first() {
     let t2 = FakeEm::start("t2", shared.clone());
     let to = Duration::from_secs(2);
     let ems = vec![
-        ("t1".to_string(), EmClient::new(&t1.url, to)),
-        ("t2".to_string(), EmClient::new(&t2.url, to)),
+        ("t1".to_string(), client(&t1.url, to)),
+        ("t2".to_string(), client(&t2.url, to)),
     ];
     let events = Arc::new(Mutex::new(Vec::<u8>::new()));
     struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -225,8 +239,8 @@ fn unreachable_em_and_refused_grant_are_events_not_panics() {
     drop(gone);
     let to = Duration::from_millis(500);
     let ems = vec![
-        ("t1".to_string(), EmClient::new(&t1.url, to)),
-        ("dead".to_string(), EmClient::new(&dead, to)),
+        ("t1".to_string(), client(&t1.url, to)),
+        ("dead".to_string(), client(&dead, to)),
     ];
     let mut ssm = Ssm::new(Policy::new(cfg(1), None), ems, "/run/nfx/test.sock");
     t1.set_cpu(99.0);
@@ -250,7 +264,7 @@ fn em_client_reports_status_and_errors() {
     }));
     let t1 = FakeEm::start("t1", shared);
     t1.set_cpu(42.5);
-    let em = EmClient::new(&format!("{}/", t1.url), Duration::from_secs(2));
+    let em = client(&format!("{}/", t1.url), Duration::from_secs(2));
     let s = em.status().unwrap();
     assert_eq!((s.engine.as_str(), s.cpu_pct), ("soft", 42.5));
     assert_eq!(s.mean_packet_bytes, 1380.0);
@@ -261,4 +275,11 @@ fn em_client_reports_status_and_errors() {
         "lookaside"
     );
     assert_eq!(em.release_accelerator().unwrap().switch_us, 50);
+    let stranger = EmClient::new(
+        &t1.url,
+        Zeroizing::new("other".into()),
+        Duration::from_secs(2),
+    );
+    let e = stranger.status().unwrap_err().to_string();
+    assert!(e.contains("401"), "{e}");
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use nfx_accel::{Alg, AlgFamily, EngineKind, SecretBytes};
 use serde::Deserialize;
+use zeroize::Zeroizing;
 
 use crate::esp::SaKeys;
 use crate::ike_config::{self, RawIke};
@@ -113,9 +114,13 @@ struct RawConfig {
     #[serde(default)]
     em_listen: Option<SocketAddr>,
     #[serde(default)]
+    em_token_file: Option<PathBuf>,
+    #[serde(default)]
     engine: Option<String>,
     #[serde(default)]
     lookaside: Option<PathBuf>,
+    #[serde(default)]
+    lookaside_dir: Option<PathBuf>,
     #[serde(default)]
     alg: Option<String>,
     #[serde(default)]
@@ -178,10 +183,15 @@ pub struct Config {
     pub netns: Option<String>,
     /// Where the EM HTTP endpoint listens (bound before entering `netns`).
     pub em_listen: Option<SocketAddr>,
+    /// The EM's bearer token (from `em_token_file`; required with `em_listen`).
+    pub em_token: Option<Zeroizing<String>>,
     /// The software engine (`soft` or `cpu`), also the lookaside fallback.
     pub engine: EngineKind,
     /// A lookaside device socket to attach at start.
     pub lookaside: Option<PathBuf>,
+    /// The directory lookaside device sockets must lie in (at start and for
+    /// `POST /accelerator/use`); `None`: the socket's own directory, if private.
+    pub lookaside_dir: Option<PathBuf>,
     /// Anti-replay window size.
     pub replay_window: u64,
     /// Packets per crypto batch.
@@ -366,12 +376,27 @@ impl Config {
         } else {
             Keying::Static(static_keys(&raw, path, &field)?)
         };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let em_token = match (&raw.em_listen, &raw.em_token_file) {
+            (Some(_), None) => {
+                return Err(field(
+                    "em_token_file",
+                    "required with `em_listen`: every element-manager call needs the bearer token in this file".into(),
+                ))
+            }
+            (_, Some(f)) => Some(
+                nfx_io::token::read_file(&dir.join(f)).map_err(|why| field("em_token_file", why))?,
+            ),
+            (None, None) => None,
+        };
         let cfg = Config {
             name: raw.name,
             netns: raw.netns,
             em_listen: raw.em_listen,
+            em_token,
             engine,
             lookaside: raw.lookaside,
+            lookaside_dir: raw.lookaside_dir.map(|d| dir.join(d)),
             replay_window: raw.replay_window,
             batch: raw.batch,
             offload: raw.offload,
@@ -480,6 +505,12 @@ seq_state: t.seq
             "'zz'}\ninbound",
         ));
         assert!(e.contains("hex"), "{e}");
+        let e = err(&format!("{OK}em_listen: '127.0.0.1:7301'\n"));
+        assert!(e.contains("em_token_file") && e.contains("required"), "{e}");
+        let e = err(&format!(
+            "{OK}em_listen: '127.0.0.1:7301'\nem_token_file: /nonexistent/em.token\n"
+        ));
+        assert!(e.contains("/nonexistent/em.token"), "{e}");
     }
 
     #[test]
@@ -581,6 +612,7 @@ ike: {role: initiator, local_id: a.nfx, remote_id: b.nfx, psk_file: t.psk}
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tunnel");
         let d = ike_dir("examples", "an-example-pre-shared-key-0123", 0o600);
         std::fs::rename(d.join("t.psk"), d.join("tunnel.psk")).unwrap();
+        std::fs::write(d.join("em.token"), "an-example-em-token").unwrap();
         for f in ["edge.yaml", "cloud.yaml", "present.yaml"] {
             let text = std::fs::read_to_string(root.join(f)).unwrap();
             Config::parse(&d.join(f), &text).unwrap_or_else(|e| panic!("{f}: {e}"));

@@ -1,26 +1,39 @@
 //! The element-manager HTTP endpoint of one tunnel process (the API agreed with the SSM):
 //! `GET /status`, `POST /accelerator/use`, `POST /accelerator/release`, `POST /engine`.
-//! A small blocking HTTP/1.1 server on its own thread, off the packet path.
+//! Served by axum on its own thread (a single-threaded tokio runtime), off the packet path.
+//! Every route needs the bearer token; bodies are capped at [`BODY_LIMIT`]; errors are
+//! JSON `{"error": ...}`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nfx_accel::{AccelError, EngineKind, LookasideEngine};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use nfx_accel::{AccelError, ClientOptions, EngineKind, LookasideEngine};
+use serde::Deserialize;
 use serde_json::{json, Value};
+use zeroize::Zeroizing;
 
 use crate::ike::IkeShared;
 use crate::stats::Counters;
-use crate::sys::{poll_readable, thread_cpu_s};
+use crate::sys::thread_cpu_s;
 use crate::worker::{SwitchCmd, Switched, Target};
 
 /// How often rates and CPU are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// Largest request body the EM reads (its requests are a few dozen bytes).
+pub const BODY_LIMIT: usize = 4096;
 
 /// Rates over the last sampling interval.
 #[derive(Default, Clone, Copy)]
@@ -68,6 +81,15 @@ impl EmState {
     }
 }
 
+/// Who may use the EM and which devices it may attach.
+pub struct EmAccess {
+    /// Bearer token every request must carry.
+    pub token: Zeroizing<String>,
+    /// The directory `POST /accelerator/use` device sockets must lie in; `None` accepts a
+    /// socket whose own directory only this user or root can change.
+    pub device_dir: Option<PathBuf>,
+}
+
 /// Binds the EM listener (call before entering the data-path namespace).
 pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("EM listen on {addr}: {e}"))
@@ -103,136 +125,192 @@ pub fn sampler(st: Arc<EmState>, stop: Arc<AtomicBool>) {
     }
 }
 
-/// Serves requests on `listener` until `stop`.
-pub fn serve(listener: TcpListener, st: Arc<EmState>, stop: Arc<AtomicBool>) {
-    while !stop.load(Relaxed) {
-        match poll_readable(&[listener.as_raw_fd()], 100) {
-            Ok(r) if r[0] => {}
-            Ok(_) => continue,
-            Err(e) => {
-                log::error!("EM poll: {e}");
-                return;
-            }
-        }
-        if let Ok((s, _)) = listener.accept() {
-            if let Err(e) = handle(s, &st) {
-                log::warn!("EM request: {e}");
-            }
-        }
+/// Serves `app` on `listener` until `stop` (checked every 100 ms).
+pub fn serve(listener: TcpListener, app: Router, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        listener.set_nonblocking(true)?;
+        let l = tokio::net::TcpListener::from_std(listener)?;
+        axum::serve(l, app)
+            .with_graceful_shutdown(async move {
+                while !stop.load(Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await?;
+        Ok(())
+    })
+}
+
+/// A JSON error answer.
+struct EmError(StatusCode, String);
+
+impl IntoResponse for EmError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({"error": self.1}))).into_response()
     }
 }
 
-fn read_request(s: &mut TcpStream) -> std::io::Result<(String, String, Vec<u8>)> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
+impl From<BytesRejection> for EmError {
+    fn from(r: BytesRejection) -> Self {
+        EmError(r.status(), format!("request body: {}", r.body_text()))
+    }
+}
+
+type EmResult = Result<Response, EmError>;
+
+struct Shared {
+    st: Arc<EmState>,
+    access: EmAccess,
+}
+
+/// The EM's routes for `st`, every one behind `access.token`.
+pub fn router(st: Arc<EmState>, access: EmAccess) -> Router {
+    let shared = Arc::new(Shared { st, access });
+    Router::new()
+        .route("/status", get(status_route))
+        .route("/accelerator/use", post(use_route))
+        .route("/accelerator/release", post(release_route))
+        .route("/engine", post(engine_route))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            authenticate,
+        ))
+        .method_not_allowed_fallback(|req: Request| async move {
+            EmError(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "method {} not allowed on {}",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+        })
+        .fallback(|req: Request| async move {
+            EmError(
+                StatusCode::NOT_FOUND,
+                format!("no such endpoint {}", req.uri().path()),
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(shared)
+}
+
+async fn authenticate(State(sh): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let h = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if nfx_io::token::bearer_matches(h, &sh.access.token) {
+        next.run(req).await
+    } else {
+        EmError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (send `Authorization: Bearer <token>`)".into(),
+        )
+        .into_response()
+    }
+}
+
+/// Parses a JSON body into `T`; the message says what is wrong.
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result<T, EmError> {
+    serde_json::from_slice(body).map_err(|e| {
+        EmError(
+            StatusCode::BAD_REQUEST,
+            format!("request body: {e}; expected {expected}"),
+        )
+    })
+}
+
+/// Runs a blocking worker exchange off the async thread.
+async fn blocking(f: impl FnOnce() -> EmResult + Send + 'static) -> EmResult {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| EmError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+async fn status_route(State(sh): State<Arc<Shared>>) -> Response {
+    Json(status(&sh.st)).into_response()
+}
+
+/// Body of `POST /accelerator/use`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UseBody {
+    device: PathBuf,
+}
+
+/// Body of `POST /engine`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineBody {
+    engine: String,
+}
+
+async fn use_route(State(sh): State<Arc<Shared>>, body: Result<Bytes, BytesRejection>) -> EmResult {
+    let b: UseBody = parse(&body?, r#"{"device": "/path/to/accel.sock"}"#)?;
+    if sh.st.counters.engine() == EngineKind::Lookaside {
+        return Err(EmError(
+            StatusCode::CONFLICT,
+            "a queue pair is already attached".into(),
+        ));
+    }
+    blocking(move || {
+        let opts = ClientOptions {
+            device_dir: sh.access.device_dir.clone(),
+            ..ClientOptions::new(sh.st.base)
+        };
+        match LookasideEngine::connect_with(&b.device, &opts) {
+            Ok(e) => switch(&sh.st, Target::Lookaside(Box::new(e))),
+            Err(AccelError::BadArgument(why)) => Err(EmError(StatusCode::FORBIDDEN, why)),
+            Err(AccelError::Refused(_)) => {
+                Err(EmError(StatusCode::CONFLICT, "no free queue pair".into()))
+            }
+            Err(e) => Err(EmError(
+                StatusCode::CONFLICT,
+                format!("cannot attach {}: {e}", b.device.display()),
+            )),
         }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() > 16 << 10 {
-            return Err(std::io::ErrorKind::InvalidData.into());
+    })
+    .await
+}
+
+async fn release_route(State(sh): State<Arc<Shared>>) -> EmResult {
+    blocking(move || switch(&sh.st, Target::Release)).await
+}
+
+async fn engine_route(
+    State(sh): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> EmResult {
+    let b: EngineBody = parse(&body?, r#"{"engine": "soft"|"cpu"}"#)?;
+    let kind = match b.engine.as_str() {
+        "soft" => EngineKind::Soft,
+        "cpu" => EngineKind::Cpu,
+        other => {
+            return Err(EmError(
+                StatusCode::BAD_REQUEST,
+                format!("engine {other:?} is not soft or cpu"),
+            ))
         }
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.lines();
-    let mut first = lines.next().unwrap_or("").split_whitespace();
-    let method = first.next().unwrap_or("").to_string();
-    let path = first.next().unwrap_or("").to_string();
-    let clen = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-        .unwrap_or(0)
-        .min(64 << 10);
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < clen {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(clen);
-    Ok((method, path, body))
+    blocking(move || switch(&sh.st, Target::Local(kind))).await
 }
 
-fn handle(mut s: TcpStream, st: &EmState) -> std::io::Result<()> {
-    let (method, path, body) = read_request(&mut s)?;
-    let (code, v) = route(st, &method, &path, &body);
-    let reason = match code {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        409 => "Conflict",
-        _ => "Error",
-    };
-    let body = v.to_string();
-    write!(
-        s,
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-fn err(code: u16, msg: impl Into<String>) -> (u16, Value) {
-    (code, json!({"error": msg.into()}))
-}
-
-/// Answers one request (separate from the socket code so it can be unit-tested).
-pub fn route(st: &EmState, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    match (method, path) {
-        ("GET", "/status") => (200, status(st)),
-        ("POST", "/accelerator/use") => {
-            let device = match serde_json::from_slice::<Value>(body) {
-                Ok(v) => v.get("device").and_then(Value::as_str).map(PathBuf::from),
-                Err(_) => None,
-            };
-            let Some(device) = device else {
-                return err(400, "body must be {\"device\": \"/path/to/accel.sock\"}");
-            };
-            if st.counters.engine() == EngineKind::Lookaside {
-                return err(409, "a queue pair is already attached");
-            }
-            match LookasideEngine::connect(&device, st.base) {
-                Ok(e) => switch(st, Target::Lookaside(Box::new(e))),
-                Err(AccelError::Refused(_)) => err(409, "no free queue pair"),
-                Err(e) => err(409, format!("cannot attach {}: {e}", device.display())),
-            }
-        }
-        ("POST", "/accelerator/release") => switch(st, Target::Release),
-        ("POST", "/engine") => {
-            let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-            match v.get("engine").and_then(Value::as_str) {
-                Some("soft") => switch(st, Target::Local(EngineKind::Soft)),
-                Some("cpu") => switch(st, Target::Local(EngineKind::Cpu)),
-                _ => err(400, "body must be {\"engine\": \"soft\"|\"cpu\"}"),
-            }
-        }
-        (_, "/status" | "/accelerator/use" | "/accelerator/release" | "/engine") => {
-            err(400, format!("method {method} not allowed on {path}"))
-        }
-        _ => err(404, format!("no such endpoint {path}")),
-    }
-}
-
-fn switch(st: &EmState, target: Target) -> (u16, Value) {
+fn switch(st: &EmState, target: Target) -> EmResult {
     let (tx, rx) = mpsc::channel();
+    let gone = |m: &str| EmError(StatusCode::CONFLICT, m.to_string());
     if st.cmds.send(SwitchCmd { target, reply: tx }).is_err() {
-        return err(409, "the packet worker has stopped");
+        return Err(gone("the packet worker has stopped"));
     }
     match rx.recv_timeout(Duration::from_secs(5)) {
-        Ok(Ok(Switched { engine, switch_us })) => (
-            200,
-            json!({"engine": engine.as_str(), "switch_us": switch_us}),
-        ),
-        Ok(Err(e)) => err(409, e),
-        Err(_) => err(409, "the packet worker did not answer"),
+        Ok(Ok(Switched { engine, switch_us })) => {
+            Ok(Json(json!({"engine": engine.as_str(), "switch_us": switch_us})).into_response())
+        }
+        Ok(Err(e)) => Err(gone(&e)),
+        Err(_) => Err(gone("the packet worker did not answer")),
     }
 }
 
@@ -266,25 +344,63 @@ fn status(st: &EmState) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
+    use std::os::unix::fs::PermissionsExt;
+    use tower::ServiceExt;
 
-    fn state() -> (EmState, mpsc::Receiver<SwitchCmd>) {
+    const TOKEN: &str = "em-test-token";
+
+    fn state(device_dir: Option<PathBuf>) -> (Router, mpsc::Receiver<SwitchCmd>) {
         let (tx, rx) = mpsc::channel();
-        (
-            EmState::new(
-                "t1".into(),
-                "aes-128-gcm".into(),
-                EngineKind::Cpu,
-                Arc::new(Counters::default()),
-                tx,
-            ),
-            rx,
-        )
+        let st = EmState::new(
+            "t1".into(),
+            "aes-128-gcm".into(),
+            EngineKind::Cpu,
+            Arc::new(Counters::default()),
+            tx,
+        );
+        let access = EmAccess {
+            token: Zeroizing::new(TOKEN.into()),
+            device_dir,
+        };
+        (router(Arc::new(st), access), rx)
+    }
+
+    /// Sends one request through the router; returns the status and the JSON body.
+    fn call(
+        app: &Router,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+    ) -> (u16, Value) {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(Body::from(body.to_vec())).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let resp = app.clone().oneshot(req).await.unwrap();
+            let code = resp.status().as_u16();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        })
+    }
+
+    fn authed(app: &Router, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        call(app, method, path, Some(TOKEN), body)
     }
 
     #[test]
     fn status_has_agreed_fields() {
-        let (st, _rx) = state();
-        let (code, v) = route(&st, "GET", "/status", b"");
+        let (app, _rx) = state(None);
+        let (code, v) = authed(&app, "GET", "/status", b"");
         assert_eq!(code, 200);
         for k in [
             "name",
@@ -309,28 +425,76 @@ mod tests {
     }
 
     #[test]
-    fn bad_requests_are_4xx() {
-        let (st, _rx) = state();
-        assert_eq!(route(&st, "GET", "/nope", b"").0, 404);
-        assert_eq!(
-            route(&st, "POST", "/engine", b"{\"engine\":\"gpu\"}").0,
-            400
-        );
-        assert_eq!(route(&st, "POST", "/engine", b"junk").0, 400);
-        assert_eq!(route(&st, "POST", "/accelerator/use", b"{}").0, 400);
-        assert_eq!(route(&st, "DELETE", "/status", b"").0, 400);
-        let (code, v) = route(
-            &st,
+    fn every_route_needs_the_token() {
+        let (app, _rx) = state(None);
+        for (method, path) in [
+            ("GET", "/status"),
+            ("POST", "/accelerator/use"),
+            ("POST", "/accelerator/release"),
+            ("POST", "/engine"),
+        ] {
+            for token in [None, Some("wrong"), Some("em-test-token2")] {
+                let (code, v) = call(&app, method, path, token, b"{}");
+                assert_eq!(code, 401, "{method} {path} {token:?}: {v}");
+                assert!(v["error"].as_str().unwrap().contains("bearer token"));
+            }
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_json_errors() {
+        let (app, _rx) = state(None);
+        let (code, v) = authed(&app, "GET", "/nope", b"");
+        assert_eq!((code, v["error"].as_str().is_some()), (404, true));
+        let (code, v) = authed(&app, "POST", "/engine", b"{\"engine\":\"gpu\"}");
+        assert_eq!(code, 400, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("gpu"));
+        let (code, v) = authed(&app, "POST", "/engine", b"junk");
+        assert_eq!(code, 400);
+        assert!(v["error"].as_str().unwrap().contains("expected"), "{v}");
+        assert_eq!(authed(&app, "POST", "/accelerator/use", b"{}").0, 400);
+        let (code, v) = authed(&app, "DELETE", "/status", b"");
+        assert_eq!(code, 405);
+        assert!(v["error"].as_str().unwrap().contains("DELETE"));
+        let big = vec![b' '; BODY_LIMIT + 1];
+        let (code, v) = authed(&app, "POST", "/engine", &big);
+        assert_eq!(code, 413, "{v}");
+        assert!(v["error"].as_str().is_some());
+        let (code, v) = authed(
+            &app,
             "POST",
             "/accelerator/use",
             b"{\"device\":\"/nonexistent/accel.sock\"}",
         );
-        assert_eq!(code, 409, "{v}");
+        assert!(code == 403 || code == 409, "{code} {v}");
+    }
+
+    #[test]
+    fn device_paths_outside_the_configured_directory_are_refused() {
+        let base = std::env::temp_dir().join(format!("nfx-em-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (allowed, other) = (base.join("allowed"), base.join("other"));
+        for d in [&base, &allowed, &other] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let fake = other.join("accel.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&fake).unwrap();
+        let (app, _rx) = state(Some(allowed.clone()));
+        let body = serde_json::to_vec(&json!({"device": fake})).unwrap();
+        let (code, v) = authed(&app, "POST", "/accelerator/use", &body);
+        assert_eq!(code, 403, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("outside"), "{v}");
+        // A `..` detour out of the allowed directory is resolved and refused too.
+        let detour = allowed.join("..").join("other").join("accel.sock");
+        let body = serde_json::to_vec(&json!({"device": detour})).unwrap();
+        assert_eq!(authed(&app, "POST", "/accelerator/use", &body).0, 403);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
     fn engine_switch_is_forwarded_to_worker() {
-        let (st, rx) = state();
+        let (app, rx) = state(None);
         let worker = std::thread::spawn(move || {
             let c = rx.recv().unwrap();
             assert!(matches!(c.target, Target::Local(EngineKind::Soft)));
@@ -341,7 +505,7 @@ mod tests {
                 }))
                 .unwrap();
         });
-        let (code, v) = route(&st, "POST", "/engine", b"{\"engine\":\"soft\"}");
+        let (code, v) = authed(&app, "POST", "/engine", b"{\"engine\":\"soft\"}");
         worker.join().unwrap();
         assert_eq!(
             (code, v["engine"].as_str(), v["switch_us"].as_u64()),

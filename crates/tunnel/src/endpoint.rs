@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use nfx_accel::{open_local, Engine, EngineKind, LookasideEngine};
+use nfx_accel::{open_local, ClientOptions, Engine, EngineKind, LookasideEngine};
 use serde_json::Value;
 
 use crate::config::{Config, Keying};
-use crate::em::{self, EmState};
+use crate::em::{self, EmAccess, EmState};
 use crate::esp::{Inbound, Outbound};
 use crate::ike::{IkeParts, IkeShared};
 use crate::seqstate::SeqState;
@@ -30,10 +30,14 @@ pub fn run(
     let mtu = cfg.inner_mtu();
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let listener = cfg.em_listen.map(em::bind).transpose()?;
+    let device_opts = ClientOptions {
+        device_dir: cfg.lookaside_dir.clone(),
+        ..ClientOptions::new(cfg.engine)
+    };
     let first: (Box<dyn Engine>, EngineKind) = match &cfg.lookaside {
         Some(dev) => (
             Box::new(
-                LookasideEngine::connect(dev, cfg.engine)
+                LookasideEngine::connect_with(dev, &device_opts)
                     .map_err(|e| anyhow::anyhow!("lookaside device {}: {e}", dev.display()))?,
             ),
             EngineKind::Lookaside,
@@ -44,6 +48,7 @@ pub fn run(
     // to start if it cannot), so no sequence number is used twice across restarts.
     let Config {
         name,
+        em_token,
         netns,
         engine,
         replay_window,
@@ -84,9 +89,20 @@ pub fn run(
     st.ike = ike_shared.clone();
     let st = Arc::new(st);
     let mut helpers = Vec::new();
-    if let Some(l) = listener {
-        let (s, st2) = (Arc::clone(&stop), Arc::clone(&st));
-        helpers.push(std::thread::spawn(move || em::serve(l, st2, s)));
+    if let (Some(l), Some(token)) = (listener, em_token) {
+        let app = em::router(
+            Arc::clone(&st),
+            EmAccess {
+                token,
+                device_dir: device_opts.device_dir,
+            },
+        );
+        let s = Arc::clone(&stop);
+        helpers.push(std::thread::spawn(move || {
+            if let Err(e) = em::serve(l, app, s) {
+                log::error!("EM: {e:#}");
+            }
+        }));
         let (s, st2) = (Arc::clone(&stop), Arc::clone(&st));
         helpers.push(std::thread::spawn(move || em::sampler(st2, s)));
     }

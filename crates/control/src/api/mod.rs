@@ -1,7 +1,8 @@
 //! The controller's REST API (axum): services, instances, operations, events, plan, plus
 //! `/openapi.json`, `/metrics` and `/healthz`, and the host agent's `/agent/v1` routes for
-//! the embedded agent. Errors are JSON `{"error": "..."}` with 400/401/404/409; every
-//! mutating call needs `Authorization: Bearer <token>`.
+//! the embedded agent. Errors are JSON `{"error": "..."}` with 400/401/403/404/409; every
+//! route but `/healthz` needs `Authorization: Bearer <token>`: the admin token anywhere, the
+//! optional read-only token on reads only (see [`Tokens`]).
 
 pub mod metrics;
 pub mod openapi;
@@ -27,8 +28,8 @@ use zeroize::Zeroizing;
 pub struct ApiState {
     /// The controller.
     pub ctl: Arc<Controller>,
-    /// Bearer token required on mutating calls.
-    pub token: Zeroizing<String>,
+    /// The bearer tokens the API accepts.
+    pub tokens: Tokens,
     /// Request metrics.
     pub metrics: ApiMetrics,
 }
@@ -57,28 +58,77 @@ impl From<CtlError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-/// Whether `headers` carry the bearer `token` (compared in constant time).
-pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(v) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let Some(given) = v.strip_prefix("Bearer ") else {
-        return false;
-    };
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The bearer tokens a server accepts: `admin` on every route, `read` (optional) only on
+/// requests that change nothing ([`is_read`]).
+#[derive(Clone)]
+pub struct Tokens {
+    /// Allowed everywhere.
+    pub admin: Zeroizing<String>,
+    /// Allowed on GET/HEAD and the dry-run `POST /api/v1/plan`.
+    pub read: Option<Zeroizing<String>>,
 }
 
-/// Rejects a request without the right bearer token (401).
-pub fn require_token(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
-    if authorized(headers, token) {
-        Ok(())
-    } else {
-        Err(ApiError(
+impl Tokens {
+    /// Only an admin token (the host agent's API).
+    pub fn admin(admin: Zeroizing<String>) -> Self {
+        Tokens { admin, read: None }
+    }
+}
+
+/// Whether `headers` carry the bearer `token` (compared in constant time).
+pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let h = headers.get("authorization").and_then(|v| v.to_str().ok());
+    nfx_io::token::bearer_matches(h, token)
+}
+
+/// Whether a request of `method` on `path` only reads: GET, HEAD, and the dry-run plan.
+pub fn is_read(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::GET | Method::HEAD)
+        || (*method == Method::POST && path == "/api/v1/plan")
+}
+
+/// Admits a request carrying the admin token, or the read token on a read; 401 without a
+/// known token, 403 for the read token on a call that changes state.
+pub fn check_access(
+    tokens: &Tokens,
+    headers: &HeaderMap,
+    method: &Method,
+    path: &str,
+) -> Result<(), ApiError> {
+    if authorized(headers, &tokens.admin) {
+        return Ok(());
+    }
+    match &tokens.read {
+        Some(r) if authorized(headers, r) => {
+            if is_read(method, path) {
+                Ok(())
+            } else {
+                Err(ApiError(
+                    StatusCode::FORBIDDEN,
+                    format!("the read-only token cannot {method} {path}; use the admin token"),
+                ))
+            }
+        }
+        _ => Err(ApiError(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token (send `Authorization: Bearer <token>`)".into(),
-        ))
+        )),
     }
+}
+
+async fn authenticate(State(t): State<Arc<Tokens>>, req: Request, next: Next) -> Response {
+    match check_access(&t, req.headers(), req.method(), req.uri().path()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Puts every route `r` has so far behind `tokens` (routes added afterwards stay open).
+pub fn protect<S: Clone + Send + Sync + 'static>(r: Router<S>, tokens: Tokens) -> Router<S> {
+    r.route_layer(axum::middleware::from_fn_with_state(
+        Arc::new(tokens),
+        authenticate,
+    ))
 }
 
 /// Parses a JSON body into `T`; the message names the field and the problem.
@@ -110,10 +160,6 @@ fn ok<T: serde::Serialize>(code: StatusCode, v: T) -> ApiResult {
 /// The whole router: controller API, agent API for `agent_vnfm` (if any), docs, metrics.
 pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router {
     let api = Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-        )
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/metrics", get(metrics_handler))
         .route("/api/v1/plan", post(plan))
@@ -127,16 +173,21 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         .route("/api/v1/events", get(events))
         .with_state(state.clone());
     let api = match agent_vnfm {
-        Some(v) => api.merge(agent::router(v, state.token.clone())),
+        Some(v) => api.merge(agent::router(v)),
         None => api,
     };
-    api.fallback(|| async {
-        ApiError(
-            StatusCode::NOT_FOUND,
-            "no such route; see /openapi.json".into(),
+    protect(api, state.tokens.clone())
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
-    })
-    .layer(axum::middleware::from_fn_with_state(state, track))
+        .fallback(|| async {
+            ApiError(
+                StatusCode::NOT_FOUND,
+                "no such route; see /openapi.json".into(),
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(state, track))
 }
 
 /// Middleware: counts every request and its latency by route.
@@ -209,8 +260,7 @@ async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
     ok(StatusCode::OK, blocking(move || ctl.plan(&svc)).await?)
 }
 
-async fn deploy(State(st): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    require_token(&headers, &st.token)?;
+async fn deploy(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
     let svc = parse_body(&body)?;
     let ctl = st.ctl.clone();
     ok(
@@ -229,12 +279,7 @@ async fn get_service(State(st): State<Arc<ApiState>>, Path(id): Path<String>) ->
     ok(StatusCode::OK, blocking(move || ctl.service(&id)).await?)
 }
 
-async fn destroy(
-    State(st): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> ApiResult {
-    require_token(&headers, &st.token)?;
+async fn destroy(State(st): State<Arc<ApiState>>, Path(id): Path<String>) -> ApiResult {
     let ctl = st.ctl.clone();
     ok(
         StatusCode::ACCEPTED,
@@ -263,11 +308,9 @@ struct MigrateBody {
 
 async fn migrate(
     State(st): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    require_token(&headers, &st.token)?;
     let b: MigrateBody = if body.is_empty() {
         MigrateBody { device: None }
     } else {
@@ -309,12 +352,4 @@ async fn events(
     };
     let ctl = st.ctl.clone();
     ok(StatusCode::OK, blocking(move || ctl.events(limit)).await?)
-}
-
-/// Methods that change state (for documentation and tests).
-pub fn is_mutating(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::POST | Method::PUT | Method::DELETE | Method::PATCH
-    )
 }

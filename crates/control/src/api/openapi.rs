@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-/// Every route the server answers: (method, path, summary, mutating, request schema).
+/// Every route the server answers: (method, path, summary, request schema).
 pub const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ("get", "/healthz", "Liveness probe.", None),
     ("get", "/openapi.json", "This document.", None),
@@ -166,9 +166,14 @@ pub fn document() -> Value {
                 "content": {"application/json": {"schema": schema(b)}}});
             op["responses"]["400"] = err.clone();
         }
-        if mutating {
+        if path != "/healthz" {
             op["security"] = json!([{"bearer": []}]);
             op["responses"]["401"] = err.clone();
+        } else {
+            op["security"] = json!([]);
+        }
+        if mutating {
+            op["responses"]["403"] = err.clone();
             op["responses"]["409"] = err.clone();
         }
         let entry = paths.entry(path.to_string()).or_insert_with(|| json!({}));
@@ -179,7 +184,7 @@ pub fn document() -> Value {
     json!({
         "openapi": "3.0.3",
         "info": {"title": "nfx controller and host agent", "version": env!("CARGO_PKG_VERSION"),
-                 "description": "HYPER-style NFV management: services are chained and placed by the mediator; long requests return SOL003-like operation records."},
+                 "description": "HYPER-style NFV management: services are chained and placed by the mediator; long requests return SOL003-like operation records. Every operation but /healthz needs `Authorization: Bearer <token>`: the admin token anywhere, the read-only token (if configured) on GET and the dry-run plan only (403 elsewhere)."},
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -1,5 +1,5 @@
 //! The host agent's REST face: the VNFM calls of [`crate::agent`] plus the heartbeat and
-//! the host's service paths. Calls that change something need the bearer token.
+//! the host's service paths. Every route needs the bearer token.
 //!
 //! | method | path | answer |
 //! |---|---|---|
@@ -11,11 +11,11 @@
 
 use super::steering::{HostPath, SteerError};
 use super::HostAgent;
-use crate::api::{parse_body, require_token, ApiError};
+use crate::api::{parse_body, protect, ApiError, Tokens};
 use crate::vnfm::Vnfm;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -25,7 +25,6 @@ use zeroize::Zeroizing;
 
 struct St {
     agent: Arc<HostAgent>,
-    token: Zeroizing<String>,
 }
 
 impl From<SteerError> for ApiError {
@@ -40,14 +39,11 @@ impl From<SteerError> for ApiError {
 
 type Res = Result<Response, ApiError>;
 
-/// The agent's routes.
+/// The agent's routes, every one behind `token`.
 pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
     let vnfm: Arc<dyn Vnfm> = agent.clone();
-    let st = Arc::new(St {
-        agent,
-        token: token.clone(),
-    });
-    crate::agent::router(vnfm, token).merge(
+    let st = Arc::new(St { agent });
+    let routes = crate::agent::router(vnfm).merge(
         Router::new()
             .route("/agent/v1/health", get(health))
             .route("/agent/v1/paths", get(paths).put(sync))
@@ -56,7 +52,8 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
                 axum::routing::put(program).delete(withdraw),
             )
             .with_state(st),
-    )
+    );
+    protect(routes, Tokens::admin(token))
 }
 
 /// Runs a steering change off the async workers (it runs `nft` and `ip`).
@@ -75,24 +72,16 @@ async fn paths(State(st): State<Arc<St>>) -> Res {
     Ok(Json(st.agent.paths()).into_response())
 }
 
-async fn sync(State(st): State<Arc<St>>, h: HeaderMap, body: Bytes) -> Res {
-    require_token(&h, &st.token)?;
+async fn sync(State(st): State<Arc<St>>, body: Bytes) -> Res {
     let paths: BTreeMap<String, HostPath> = parse_body(&body)?;
     blocking(move || st.agent.sync(&paths)).await
 }
 
-async fn program(
-    State(st): State<Arc<St>>,
-    h: HeaderMap,
-    Path(service): Path<String>,
-    body: Bytes,
-) -> Res {
-    require_token(&h, &st.token)?;
+async fn program(State(st): State<Arc<St>>, Path(service): Path<String>, body: Bytes) -> Res {
     let path: HostPath = parse_body(&body)?;
     blocking(move || st.agent.program(&service, &path)).await
 }
 
-async fn withdraw(State(st): State<Arc<St>>, h: HeaderMap, Path(service): Path<String>) -> Res {
-    require_token(&h, &st.token)?;
+async fn withdraw(State(st): State<Arc<St>>, Path(service): Path<String>) -> Res {
     blocking(move || st.agent.withdraw(&service)).await
 }

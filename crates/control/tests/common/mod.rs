@@ -10,8 +10,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
-/// Token used by the tests.
+/// Admin token used by the tests.
 pub const TOKEN: &str = "test-token-0123456789";
+
+/// Read-only token used by the tests.
+pub const READ_TOKEN: &str = "read-token-9876543210";
 
 /// Two hosts; two software devices and a table device on `edge`, one software on `cloud`.
 pub const INFRA: &str = "
@@ -62,6 +65,7 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
             state_file: Some(dir.join("sim.json")),
         },
         local: None,
+        read_token: Some(Zeroizing::new(READ_TOKEN.into())),
         agents: Vec::new(),
         ready_file: Some(ready.clone()),
     };
@@ -69,7 +73,12 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
     format!("http://{}", wait_ready(&ready))
 }
 
-/// A client with the token.
+/// A client with the read-only token.
+pub fn reader(base: &str) -> Client {
+    Client::new(base, Some(Zeroizing::new(READ_TOKEN.into())))
+}
+
+/// A client with the admin token.
 pub fn authed(base: &str) -> Client {
     Client::new(base, Some(Zeroizing::new(TOKEN.into())))
 }

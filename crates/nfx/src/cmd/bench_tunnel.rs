@@ -112,16 +112,19 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// True when the endpoint's EM on `port` answers `/status` and `ok` holds for it.
-fn em_status(port: u16, ok: impl Fn(&Value) -> bool) -> bool {
+/// True when the endpoint's EM on `port` answers `/status` (asked with `token`) and `ok`
+/// holds for it.
+fn em_status(port: u16, token: &str, ok: impl Fn(&Value) -> bool) -> bool {
     use std::io::{Read, Write};
     let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-    if c.write_all(b"GET /status HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
+    let req = format!(
+        "GET /status HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    if c.write_all(req.as_bytes()).is_err() {
         return false;
     }
     let mut text = String::new();
@@ -138,6 +141,7 @@ fn em_status(port: u16, ok: impl Fn(&Value) -> bool) -> bool {
 fn em_up(
     child: &mut Child,
     port: u16,
+    token: &str,
     limit: Duration,
     what: &str,
     ok: impl Fn(&Value) -> bool,
@@ -149,7 +153,7 @@ fn em_up(
                 "tunnel endpoint exited ({st}) before its EM on port {port} reported {what}"
             );
         }
-        if em_status(port, &ok) {
+        if em_status(port, token, &ok) {
             return Ok(());
         }
         if t0.elapsed() > limit {
@@ -172,6 +176,7 @@ fn start_tunnel(
     let (src, dst) = (tb.src_ip(), tb.dst_ip());
     let mut kids = Children(Vec::new());
     write_psk(dir)?;
+    let token = nfx_control::client::write_new_token(&dir.join("em-token"))?;
     let mut ports = Vec::new();
     for (i, ns, local, peer, inner, role) in [
         (1u16, tb.ns(Host::Src), src, dst, INNER_SRC, "initiator"),
@@ -182,7 +187,8 @@ fn start_tunnel(
             .map(|d| format!("lookaside: '{}'\n", d.display()))
             .unwrap_or_default();
         let cfg = format!(
-            "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nengine: {engine}\n{dev}\
+            "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nem_token_file: em-token\n\
+             engine: {engine}\n{dev}\
              offload: {offload}\n\
              tun: {{name: nfxesp{i}, address: {inner}/24}}\n\
              underlay: {{local: '{local}:4500', peer: '{peer}:4500'}}\n\
@@ -200,16 +206,26 @@ fn start_tunnel(
                 .spawn()?,
         );
         let child = kids.0.last_mut().context("endpoint just started")?;
-        em_up(child, port, Duration::from_secs(15), "ready", |st| {
-            st["ready"] == true
-        })?;
+        em_up(
+            child,
+            port,
+            &token,
+            Duration::from_secs(15),
+            "ready",
+            |st| st["ready"] == true,
+        )?;
         ports.push(port);
     }
     // Traffic starts once IKE has installed the CHILD_SA on both ends.
     for (k, port) in kids.0.iter_mut().zip(ports) {
-        em_up(k, port, Duration::from_secs(15), "an IKE CHILD_SA", |st| {
-            st["ike"]["child"].is_object()
-        })?;
+        em_up(
+            k,
+            port,
+            &token,
+            Duration::from_secs(15),
+            "an IKE CHILD_SA",
+            |st| st["ike"]["child"].is_object(),
+        )?;
     }
     Ok(kids)
 }
@@ -651,7 +667,15 @@ mod tests {
         assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         let mut child = Command::new("true").spawn().unwrap();
         let t0 = Instant::now();
-        let e = em_up(&mut child, port, Duration::from_secs(10), "ready", |_| true).unwrap_err();
+        let e = em_up(
+            &mut child,
+            port,
+            "t",
+            Duration::from_secs(10),
+            "ready",
+            |_| true,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("exited"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5));
     }

@@ -2,7 +2,7 @@
 //! embedded host agent) and the commands that drive it over its REST API.
 
 use anyhow::{bail, Context};
-use nfx_control::client::{ensure_token, load_services, load_token, Client};
+use nfx_control::client::{ensure_token, load_services, load_token, token_file_or_new, Client};
 use nfx_control::hostagent::AgentConfig as HostAgentConfig;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
@@ -59,6 +59,10 @@ pub struct UpArgs {
     /// Bearer token file (created with a random token if missing; env NFX_TOKEN wins).
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Read-only bearer token file, accepted on GET/HEAD and `plan` only (created with a
+    /// random token if missing); without it only the admin token is accepted.
+    #[arg(long)]
+    read_token_file: Option<PathBuf>,
     /// Infrastructure descriptor (YAML); default: this machine as one software device.
     #[arg(long)]
     infra: Option<PathBuf>,
@@ -188,6 +192,14 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| a.db.with_extension("token"));
     let (token, from) = ensure_token(&token_file)?;
     eprintln!("nfx up: bearer token from {from}");
+    let read_token = match &a.read_token_file {
+        Some(f) => {
+            let (t, from) = token_file_or_new(f)?;
+            eprintln!("nfx up: read-only bearer token from {from}");
+            Some(t)
+        }
+        None => None,
+    };
     let local = a
         .local_config
         .as_deref()
@@ -211,6 +223,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         db: a.db,
         listen: a.listen,
         token,
+        read_token,
         infra,
         local,
         agents,
@@ -273,7 +286,12 @@ fn expect(
         .as_str()
         .map(String::from)
         .unwrap_or_else(|| a.body.to_string());
-    bail!("{what}: HTTP {}: {msg}", a.status)
+    let hint = match a.status {
+        401 => " (give --token-file FILE or set NFX_TOKEN)",
+        403 => " (this needs the admin token, not the read-only one)",
+        _ => "",
+    };
+    bail!("{what}: HTTP {}: {msg}{hint}", a.status)
 }
 
 /// Starts a long operation (HTTP 202) and, unless `no_wait`, follows it to its end.

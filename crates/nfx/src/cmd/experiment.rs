@@ -116,6 +116,9 @@ const TUNNELS: [Tunnel; 2] = [
 
 const ALG: &str = "aes-128-ctr-hmac-sha256";
 
+/// The endpoints' EM token file, next to their configs in the work directory.
+const EM_TOKEN: &str = "em-token";
+
 /// `n` random bytes from /dev/urandom as hex (keys of test and benchmark endpoints).
 pub(crate) fn hex_random(n: usize) -> anyhow::Result<String> {
     use std::io::Read;
@@ -145,17 +148,19 @@ fn write_configs(
         hex_random(32)?,
     );
     let spi = |i: u32| 0x1000 + i + u32::from(t.port);
-    let conf = |side: &str,
-                ns: &str,
-                em: u16,
-                inner: Ipv4Addr,
-                local: Ipv4Addr,
-                peer: Ipv4Addr,
-                engine: &str,
-                out: (&str, &str, u32),
-                inb: (&str, &str, u32)| {
-        format!(
-            "name: {n}-{side}\nnetns: {ns}\nem_listen: 127.0.0.1:{em}\nengine: {engine}\nalg: {ALG}\n\
+    let conf =
+        |side: &str,
+         ns: &str,
+         em: u16,
+         inner: Ipv4Addr,
+         local: Ipv4Addr,
+         peer: Ipv4Addr,
+         engine: &str,
+         out: (&str, &str, u32),
+         inb: (&str, &str, u32)| {
+            format!(
+            "name: {n}-{side}\nnetns: {ns}\nem_listen: 127.0.0.1:{em}\nem_token_file: {EM_TOKEN}\n\
+             lookaside_dir: .\nengine: {engine}\nalg: {ALG}\n\
              tun:\n  name: {n}{side}\n  address: {inner}/30\n\
              underlay:\n  local: {local}:{p}\n  peer: {peer}:{p}\n\
              insecure_static_keys: true\nseq_state: {n}-{side}.seq\n\
@@ -165,7 +170,7 @@ fn write_configs(
             n = t.name,
             p = t.port,
         )
-    };
+        };
     let a = conf(
         "src",
         src_ns,
@@ -373,6 +378,8 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
     let mut procs = Vec::new();
     let mut servers = Vec::new();
     let timeout = Duration::from_millis(a.period_ms.clamp(100, 2000));
+    let token = nfx_control::client::write_new_token(&work.join(EM_TOKEN))?;
+    let em = |port: u16| EmClient::new(&format!("http://127.0.0.1:{port}"), token.clone(), timeout);
     for t in &TUNNELS {
         let (cs, cd) = write_configs(&work, t, &src_ns, &dst_ns, tb.src_ip(), tb.dst_ip())?;
         for (c, side) in [(cs, "src"), (cd, "dst")] {
@@ -382,24 +389,13 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
                 &work.join(format!("{}-{side}.log", t.name)),
             )?);
         }
-        wait_em(
-            &EmClient::new(&format!("http://127.0.0.1:{}", t.em_src), timeout),
-            Duration::from_secs(10),
-        )?;
-        wait_em(
-            &EmClient::new(&format!("http://127.0.0.1:{}", t.em_dst), timeout),
-            Duration::from_secs(10),
-        )?;
+        wait_em(&em(t.em_src), Duration::from_secs(10))?;
+        wait_em(&em(t.em_dst), Duration::from_secs(10))?;
         servers.push(iperf::IperfServer::start(&dst_ns, t.dst_inner, t.iperf)?);
     }
     let ems = TUNNELS
         .iter()
-        .map(|t| {
-            (
-                t.name.to_string(),
-                EmClient::new(&format!("http://127.0.0.1:{}", t.em_src), timeout),
-            )
-        })
+        .map(|t| (t.name.to_string(), em(t.em_src)))
         .collect();
     let cfg = PolicyConfig {
         upper: a.upper,
@@ -431,10 +427,7 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
             std::thread::spawn(move || drive(ns, srv, port, ph, t0, st))
         })
         .collect();
-    let probes: Vec<EmClient> = TUNNELS
-        .iter()
-        .map(|t| EmClient::new(&format!("http://127.0.0.1:{}", t.em_src), timeout))
-        .collect();
+    let probes: Vec<EmClient> = TUNNELS.iter().map(|t| em(t.em_src)).collect();
     let mut series: Vec<Series> = TUNNELS
         .iter()
         .map(|t| Series {
@@ -474,8 +467,8 @@ fn accel_switch(a: &AccelSwitch) -> anyhow::Result<()> {
     std::thread::sleep(period);
     let mut lost: i64 = 0;
     for t in &TUNNELS {
-        let s = EmClient::new(&format!("http://127.0.0.1:{}", t.em_src), timeout).status()?;
-        let r = EmClient::new(&format!("http://127.0.0.1:{}", t.em_dst), timeout).status()?;
+        let s = em(t.em_src).status()?;
+        let r = em(t.em_dst).status()?;
         lost += (s.tx_packets as i64 - r.rx_packets as i64).max(0);
     }
     drop(procs);

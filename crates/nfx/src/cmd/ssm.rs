@@ -15,6 +15,10 @@ pub struct Args {
     /// An element manager to poll, as NAME=URL (e.g. t1=http://127.0.0.1:7301); repeat.
     #[arg(long = "em", required = true)]
     pub em: Vec<String>,
+    /// File holding the element managers' bearer token (their `em_token_file`; env
+    /// NFX_TOKEN takes precedence).
+    #[arg(long)]
+    pub em_token_file: Option<PathBuf>,
     /// Socket path of the lookaside device (`nfx accel serve --socket`).
     #[arg(long)]
     pub device: String,
@@ -82,9 +86,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let timeout = Duration::from_millis(args.period_ms.clamp(100, 2000));
+    let token = nfx_control::client::load_token(args.em_token_file.as_deref())?
+        .context("nfx ssm: give --em-token-file or NFX_TOKEN (every EM call needs the token)")?;
     let ems = parse_ems(&args.em)?
         .into_iter()
-        .map(|(n, u)| (n, EmClient::new(&u, timeout)))
+        .map(|(n, u)| (n, EmClient::new(&u, token.clone(), timeout)))
         .collect();
     let sink: Box<dyn std::io::Write + Send> = match &args.events {
         Some(p) => Box::new(
