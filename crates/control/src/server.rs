@@ -2,6 +2,7 @@
 //! stand-alone host agent. Both serve until SIGINT/SIGTERM.
 
 use crate::agents::Agents;
+use crate::api::metrics::ApiMetrics;
 use crate::api::{router, ApiState};
 use crate::controller::Controller;
 use crate::enforcer::Enforcer;
@@ -197,7 +198,7 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
     let state = Arc::new(ApiState {
         ctl,
         token: cfg.token.clone(),
-        metrics: Default::default(),
+        metrics: ApiMetrics::federating(agents),
     });
     let app = router(state, Some(agent_vnfm));
     serve(app, cfg.listen, None, cfg.ready_file.as_ref())
