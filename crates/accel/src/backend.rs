@@ -185,6 +185,11 @@ impl<B: Backend> Sessions<B> {
         Ok(SessionId(self.slots.len() as u32 - 1))
     }
 
+    /// Sessions open.
+    pub(crate) fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
     /// Drops a session (the backend's key types zeroize themselves).
     pub(crate) fn destroy(&mut self, id: SessionId) -> Result<(), AccelError> {
         match self.slots.get_mut(id.0 as usize) {

@@ -29,6 +29,8 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(700);
 pub const DEAD_AFTER: Duration = Duration::from_secs(2);
 /// How often services are checked for re-placement when nothing changed (retries).
 const HEAL_EVERY: Duration = Duration::from_secs(5);
+/// Time limit of one agent's `/metrics` answer when the controller is scraped.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time limit of a management call (deploying a worker included).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -112,6 +114,36 @@ impl Agents {
         self.client(host)?
             .sync_paths(&mine)
             .map_err(|e| format!("{host}: {e}"))
+    }
+
+    /// Every agent's `/metrics` text, fetched in parallel with [`SCRAPE_TIMEOUT`] each;
+    /// an agent that did not answer in time gives its error.
+    pub fn scrape_metrics(&self) -> Vec<(String, Result<String, String>)> {
+        let calls: Vec<_> = self
+            .links
+            .iter()
+            .map(|(host, link)| {
+                let mut link = link.clone();
+                link.timeout = SCRAPE_TIMEOUT;
+                let client = RemoteVnfm::with_link(link);
+                let h = std::thread::Builder::new()
+                    .name(format!("scrape-{host}"))
+                    .spawn(move || client.metrics().map_err(|e| e.to_string()));
+                (host.clone(), h)
+            })
+            .collect();
+        calls
+            .into_iter()
+            .map(|(host, h)| {
+                let got = match h {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|_| Err("scrape thread panicked".into())),
+                    Err(e) => Err(format!("cannot start the scrape thread: {e}")),
+                };
+                (host, got)
+            })
+            .collect()
     }
 
     /// Starts one heartbeat thread per agent; they report to `ctl` until it is dropped.

@@ -2,6 +2,7 @@
 //! stand-alone host agent. Both serve until SIGINT/SIGTERM.
 
 use crate::agents::Agents;
+use crate::api::metrics::ApiMetrics;
 use crate::api::{router, ApiState};
 use crate::controller::Controller;
 use crate::enforcer::Enforcer;
@@ -202,7 +203,7 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
             admin: cfg.token.clone(),
             read: cfg.read_token.clone(),
         },
-        metrics: Default::default(),
+        metrics: ApiMetrics::federating(agents),
     });
     let app = router(state, Some(agent_vnfm));
     serve(app, cfg.listen, None, cfg.ready_file.as_ref())

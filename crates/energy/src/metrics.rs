@@ -5,38 +5,30 @@
 //! string this returns.
 
 use crate::meter::{GroupKind, Reading};
-use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use nfx_metrics::{labels, Families};
 
 /// The `vnf` label of a host's own figures.
 pub const HOST_LABEL: &str = "_host";
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Labels {
-    host: String,
-    vnf: String,
-    source: String,
-}
-
 /// Renders the latest reading of each host as Prometheus text.
 pub fn render(readings: &[Reading]) -> String {
-    let mut reg = Registry::default();
-    let joules = Family::<Labels, Counter<f64, AtomicU64>>::default();
-    let watts = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-    reg.register(
+    families(readings).encode()
+}
+
+/// Every sample name [`render`] can export, from its registry.
+pub fn sample_names() -> Vec<String> {
+    families(&[]).sample_names().to_vec()
+}
+
+fn families(readings: &[Reading]) -> Families {
+    let mut f = Families::default();
+    let joules = f.float_count(
         "nfx_energy_joules",
         "Energy used since the meter started, joules (source: rapl = measured, model = power model driven by CPU time)",
-        joules.clone(),
     );
-    reg.register(
+    let watts = f.gauge(
         "nfx_power_watts",
         "Average power over the last meter interval, watts (source: rapl = measured, model = power model driven by CPU time)",
-        watts.clone(),
     );
     for r in readings {
         let rows = std::iter::once((HOST_LABEL, &r.energy)).chain(
@@ -46,19 +38,16 @@ pub fn render(readings: &[Reading]) -> String {
                 .map(|g| (g.name.as_str(), &g.energy)),
         );
         for (vnf, fig) in rows {
-            let l = Labels {
-                host: r.host.clone(),
-                vnf: vnf.to_string(),
-                source: fig.source.as_str().to_string(),
-            };
+            let l = labels(&[
+                ("host", &r.host),
+                ("vnf", vnf),
+                ("source", fig.source.as_str()),
+            ]);
             joules.get_or_create(&l).inc_by(fig.joules.max(0.0));
             watts.get_or_create(&l).set(fig.watts);
         }
     }
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut out, &reg);
-    out
+    f
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
+mod scrape;
 
 use common::eventually;
 use nfx_control::client::{load_token, read_token_file, Client};
@@ -146,6 +147,48 @@ fn pid_file(dir: &Path, host: &str) -> u32 {
         .unwrap()
 }
 
+/// One scrape of the controller sees every agent up and, re-exported by the agent of the
+/// instance's host with `host` and `worker` labels, the worker's counters — at rest equal
+/// to the packets the instance's live state (the worker's JSON stats) reports.
+fn federated_metrics_match_the_instance(c: &Client) {
+    let inst = instances(c);
+    let id = inst[0]["spec"]["id"].as_str().unwrap().to_string();
+    let ok = eventually(Duration::from_secs(10), || {
+        let row = c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
+        let m = match c.get("/metrics").unwrap().body {
+            Value::String(t) => scrape::parse(&t),
+            other => panic!("/metrics: {other}"),
+        };
+        for h in ["h1", "h2", "h3"] {
+            assert_eq!(
+                m.get(&format!("nfx_agent_up{{host=\"{h}\"}}")),
+                Some(&1.0),
+                "{h}"
+            );
+        }
+        let st = &row["state"];
+        let key = format!(
+            "nfx_node_packets_total{{host=\"{}\",worker=\"{}\",instance=\"{}\",node=\"{}\"}}",
+            row["host"].as_str().unwrap(),
+            row["spec"]["device"].as_str().unwrap(),
+            st["detail"]["worker"].as_str().unwrap(),
+            st["detail"]["node"]["name"].as_str().unwrap(),
+        );
+        let host_workers = format!(
+            "nfx_agent_workers{{host=\"{}\"}}",
+            row["host"].as_str().unwrap()
+        );
+        assert_eq!(m.get(&host_workers), Some(&1.0), "{host_workers}");
+        let packets = st["packets"].as_f64().unwrap();
+        assert!(packets > 0.0, "{row}");
+        m.get(&key) == Some(&packets)
+    });
+    assert!(
+        ok,
+        "the federated node counter never matched the instance's live state"
+    );
+}
+
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn three_hosts_deploy_fail_over_and_tear_down() {
@@ -234,6 +277,7 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
     .unwrap();
     assert_eq!(op["state"], "COMPLETED", "{op}");
     assert!(iperf_bytes(&src, &dst) > 1_000_000);
+    federated_metrics_match_the_instance(&c);
 
     // A worker killed with SIGKILL: lost, cleaned up, re-placed.
     let inst = instances(&c);

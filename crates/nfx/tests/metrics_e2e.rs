@@ -3,6 +3,8 @@
 //! between the stats read just before and just after it, and at rest they are equal),
 //! and the CPU one scrape costs. Needs root (network namespaces).
 
+mod scrape;
+
 use nfx_dataplane::Stats;
 use nfx_testbed::acl::IPERF_PORT;
 use nfx_testbed::cpu::ProcessCpu;
@@ -10,9 +12,8 @@ use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::nfxrun::NfxRun;
 use nfx_testbed::runconfig::{Chain, RunSpec};
 use nfx_testbed::{Host, Spec, TestbedGuard};
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use scrape::{free_addr, parse, scrape};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -24,37 +25,6 @@ fn root() -> bool {
         eprintln!("skipped: needs root");
     }
     ok
-}
-
-/// Series name with labels → value, from Prometheus text.
-fn parse(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (k, v) = l
-                .rsplit_once(' ')
-                .unwrap_or_else(|| panic!("bad line {l:?}"));
-            (
-                k.to_string(),
-                v.parse().unwrap_or_else(|_| panic!("bad value in {l:?}")),
-            )
-        })
-        .collect()
-}
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: nfx\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
 }
 
 fn stats(nfx: &NfxRun) -> Stats {
@@ -95,12 +65,7 @@ fn worker_metrics_follow_the_json_stats_under_traffic() {
     .unwrap();
     tb.set_edge_forwarding(false).unwrap();
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let addr: SocketAddr = free_addr();
     let spec = RunSpec {
         name: "hu-met".into(),
         control_socket: dir.path().join("hu-met.sock"),

@@ -9,6 +9,7 @@ pub mod esp;
 pub mod gro;
 pub mod ike;
 pub mod ike_config;
+pub mod metrics;
 pub mod offload;
 pub mod replay;
 pub mod seqstate;

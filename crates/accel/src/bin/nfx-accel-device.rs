@@ -48,7 +48,7 @@ fn parse() -> Result<Mode, String> {
 
 fn main() {
     let result = match parse() {
-        Ok(Mode::Serve(cfg)) => serve(cfg).map_err(|e| e.to_string()),
+        Ok(Mode::Serve(cfg)) => serve(cfg, |_| ()).map_err(|e| e.to_string()),
         Ok(Mode::Probe(path)) => LookasideEngine::connect(path.as_ref(), EngineKind::Cpu)
             .map(|e| println!("granted queue pair {}", e.queue_pair()))
             .map_err(|e| e.to_string()),

@@ -21,6 +21,7 @@ use super::seqpacket;
 use super::shm::Mapping;
 use crate::backend::{BatchKeystream, Job, Sessions};
 use crate::cpu::CpuBackend;
+use crate::engine::EngineStats;
 use crate::{AccelError, Iv, Layout, SessionId, Status, MAX_IV};
 
 /// How the device is started (`nfx accel serve` flags).
@@ -121,6 +122,67 @@ pub struct DeviceStats {
     pub ops: u64,
 }
 
+/// One held queue pair as the device sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QpStats {
+    /// Its index among the device's queue pairs.
+    pub index: usize,
+    /// The holding client's process id.
+    pub pid: i32,
+    /// Sessions open on it.
+    pub sessions: usize,
+    /// Ring entries submitted and not yet completed (at most `ring_size`).
+    pub in_flight: u64,
+    /// Entries the ring holds.
+    pub ring_size: u32,
+    /// Whether the device still serves it (not revoked, not broken by its client).
+    pub served: bool,
+    /// What its completed entries did.
+    pub work: EngineStats,
+}
+
+/// A view of a running device's counters that outlives the borrow of [`Device`] (the
+/// metrics endpoint reads it while [`serve`] waits on the device).
+#[derive(Clone)]
+pub struct DeviceProbe(Arc<Shared>);
+
+impl DeviceProbe {
+    /// The device's counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.0.counters.snapshot()
+    }
+
+    /// Queue pairs configured.
+    pub fn queue_pairs(&self) -> usize {
+        self.0.cfg.queue_pairs
+    }
+
+    /// The held queue pairs.
+    pub fn held(&self) -> Vec<QpStats> {
+        lock(&self.0.qps)
+            .iter()
+            .enumerate()
+            .filter_map(|(index, q)| q.as_ref().map(|q| (index, Arc::clone(q))))
+            .map(|(index, q)| qp_stats(index, &q))
+            .collect()
+    }
+}
+
+fn qp_stats(index: usize, q: &Qp) -> QpStats {
+    let done = q.done.load(Ordering::Relaxed);
+    let tail = q.view.sq_tail().load(Ordering::Relaxed);
+    QpStats {
+        index,
+        pid: q.pid,
+        sessions: q.sessions().live(),
+        // The tail is the client's to write: clamp what a broken client may claim.
+        in_flight: tail.wrapping_sub(done).min(u64::from(q.geo.ring_size)),
+        ring_size: q.geo.ring_size,
+        served: !q.stopped.load(Ordering::Relaxed),
+        work: *lock(&q.work),
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     admitted: AtomicU64,
@@ -168,6 +230,8 @@ pub(super) struct Qp {
     pid: i32,
     /// Entries completed: the device's own count (the shared `sq_done` is only a copy).
     done: AtomicU64,
+    /// What the completed entries did (ops, bytes, failures), for the device's metrics.
+    work: Mutex<EngineStats>,
     /// The device no longer serves the region (revoked by its client, or broken by it).
     stopped: AtomicBool,
     /// The client's connection ended; the queue pair is being released.
@@ -201,6 +265,7 @@ impl Qp {
             conn,
             pid,
             done: AtomicU64::new(0),
+            work: Mutex::new(EngineStats::default()),
             stopped: AtomicBool::new(false),
             closing: AtomicBool::new(false),
         };
@@ -361,6 +426,11 @@ impl Device {
         self.shared.counters.snapshot()
     }
 
+    /// A probe of the device's counters and queue pairs.
+    pub fn probe(&self) -> DeviceProbe {
+        DeviceProbe(Arc::clone(&self.shared))
+    }
+
     /// Stops the threads and removes the socket file.
     pub fn stop(mut self) {
         self.shutdown();
@@ -391,12 +461,14 @@ impl Drop for Device {
     }
 }
 
-/// Runs a device in this process until it is killed: `nfx accel serve`.
-pub fn serve(cfg: DeviceConfig) -> Result<(), AccelError> {
+/// Runs a device in this process until it is killed: `nfx accel serve`. `started` gets
+/// a probe of the device once it listens (a metrics endpoint keeps it).
+pub fn serve(cfg: DeviceConfig, started: impl FnOnce(DeviceProbe)) -> Result<(), AccelError> {
     if let Some(core) = cfg.core {
         pin_to_core(core)?;
     }
     let dev = Device::start(cfg)?;
+    started(dev.probe());
     // Listening now: tell systemd (`Type=notify`) when it started this process.
     nfx_io::notify::ready().map_err(|source| AccelError::Io {
         context: "notifying systemd ($NOTIFY_SOCKET)".into(),
@@ -625,6 +697,13 @@ struct Scratch {
     keystream: BatchKeystream,
 }
 
+fn add_work(total: &mut EngineStats, w: &EngineStats) {
+    total.ops += w.ops;
+    total.bytes += w.bytes;
+    total.auth_failures += w.auth_failures;
+    total.rejected += w.rejected;
+}
+
 /// Whether an entry's sequence number, slot, length and IV length fit the queue pair.
 fn entry_ok(e: &SqEntry, seq: u64, geo: &Geometry) -> bool {
     e.seq == seq && e.slot < geo.slot_count && e.len <= geo.slot_size && e.iv_len as usize <= MAX_IV
@@ -692,6 +771,7 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
     let mut sessions = qp.sessions();
     sessions.prepare(&scratch.jobs, &mut scratch.keystream);
     let mut done = start;
+    let mut work = EngineStats::default();
     for (i, e) in scratch.entries.iter().enumerate() {
         // The failover fence: claim the entry, then look for a revocation.
         v.claim().store(done + 1, Ordering::SeqCst);
@@ -718,6 +798,7 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
             bump(&c.bad_entries);
             Status::BadArgument
         };
+        crate::backend::count(&mut work, status, scratch.jobs[i].layout.data_len);
         v.write_status(done, status as u32);
         done += 1;
         qp.done.store(done, Ordering::Relaxed);
@@ -725,6 +806,7 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
         bump(&c.ops);
     }
     drop(sessions);
+    add_work(&mut lock(&qp.work), &work);
     wake_waiting_client(v, done);
     (done - start) as usize
 }

@@ -7,6 +7,7 @@
 
 mod client;
 mod device;
+pub mod metrics;
 mod proto;
 mod ring;
 mod seqpacket;
@@ -15,4 +16,4 @@ pub(crate) mod shm;
 pub mod testing;
 
 pub use client::{validate_device_path, ClientOptions, LookasideEngine, STALL_TIMEOUT};
-pub use device::{pin_to_core, serve, Device, DeviceConfig, DeviceStats};
+pub use device::{pin_to_core, serve, Device, DeviceConfig, DeviceProbe, DeviceStats, QpStats};

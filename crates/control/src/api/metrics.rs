@@ -1,106 +1,187 @@
-//! Prometheus text metrics: API requests and latencies (recorded by a middleware), and
-//! instances, services and operations by state (read from the store at scrape time).
+//! The controller's `/metrics` (prometheus-client, through [`nfx_metrics`]): API requests
+//! and latencies (recorded by a middleware), instances, services and operations by state
+//! (read from the store at scrape time), and — federation — every host agent's metrics,
+//! fetched over the agents' mutual-TLS link with a bounded time, with
+//! `nfx_agent_up{host}` 1 for an agent that answered and 0 for one that did not.
 
+use crate::agents::Agents;
+use crate::controller::{Controller, CtlError, ServiceRow};
+use crate::mediator::InstanceRow;
+use crate::ops::{OpState, Operation};
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use nfx_metrics::prometheus_client::metrics::family::Family;
+use nfx_metrics::prometheus_client::metrics::histogram::Histogram;
+use nfx_metrics::text::Exposition;
+use nfx_metrics::{labels, Count, Families, Histograms, IntGauge};
 use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Latency histogram bucket bounds, seconds.
 const BUCKETS: [f64; 10] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
 ];
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
-/// Request counts by (method, route, status).
-type Counters = BTreeMap<(String, String, u16), u64>;
-
-/// API request counters.
-#[derive(Default)]
+/// The request counters of an API server (controller or agent), and the agents the
+/// controller federates.
 pub struct ApiMetrics {
-    inner: Mutex<(Counters, BTreeMap<String, Histogram>)>,
+    requests: Count,
+    latency: Histograms,
+    agents: Option<Arc<Agents>>,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        ApiMetrics {
+            requests: Count::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            agents: None,
+        }
+    }
 }
 
 impl ApiMetrics {
+    /// Request counters whose scrape also carries every agent of `agents`.
+    pub fn federating(agents: Option<Arc<Agents>>) -> Self {
+        ApiMetrics {
+            agents,
+            ..Default::default()
+        }
+    }
+
     /// Counts one request of `method` on `route` answered with `status` after `secs`.
     pub fn record(&self, method: &str, route: &str, status: u16, secs: f64) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        *g.0.entry((method.to_string(), route.to_string(), status))
-            .or_default() += 1;
-        let h = g.1.entry(route.to_string()).or_default();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                h.counts[i] += 1;
-            }
-        }
-        h.sum += secs;
-        h.count += 1;
+        let status = status.to_string();
+        self.requests
+            .get_or_create(&labels(&[
+                ("method", method),
+                ("route", route),
+                ("status", &status),
+            ]))
+            .inc();
+        self.latency
+            .get_or_create(&labels(&[("route", route)]))
+            .observe(secs);
     }
 
-    /// Appends the request metrics in text exposition format.
-    pub fn render(&self, out: &mut String) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        out.push_str("# HELP nfx_api_requests_total REST requests by method, route and status.\n# TYPE nfx_api_requests_total counter\n");
-        for ((m, r, s), n) in &g.0 {
-            let _ = writeln!(
-                out,
-                "nfx_api_requests_total{{method=\"{m}\",route=\"{}\",status=\"{s}\"}} {n}",
-                escape(r)
-            );
+    /// Runs `req` and records it (the middleware of an API router).
+    pub async fn observe(&self, req: Request, next: Next) -> Response {
+        let route = req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map(|m| m.as_str().to_string())
+            .unwrap_or_else(|| "unmatched".into());
+        let method = req.method().clone();
+        let t = Instant::now();
+        let resp = next.run(req).await;
+        self.record(
+            method.as_str(),
+            &route,
+            resp.status().as_u16(),
+            t.elapsed().as_secs_f64(),
+        );
+        resp
+    }
+
+    /// The request families, registered in `f`.
+    pub fn register(&self, f: &mut Families) {
+        f.register(
+            "nfx_api_requests",
+            "REST requests by method, route and status",
+            self.requests.clone(),
+        );
+        f.register(
+            "nfx_api_request_duration_seconds",
+            "REST request latency",
+            self.latency.clone(),
+        );
+    }
+
+    /// The controller's scrape: its own families, then every agent's (blocking: it
+    /// reads the store and calls the agents).
+    pub fn scrape(&self, ctl: &Controller) -> Result<String, CtlError> {
+        let mut f = Families::default();
+        store_gauges(
+            &mut f,
+            Some((&ctl.operations()?, &ctl.instances()?, &ctl.services()?)),
+        );
+        self.register(&mut f);
+        let up = agent_up(&mut f);
+        let Some(agents) = &self.agents else {
+            return Ok(f.encode());
+        };
+        let mut agent_text = Vec::new();
+        for (host, got) in agents.scrape_metrics() {
+            let parsed = got.and_then(|t| Exposition::parse(&t).map_err(|e| e.to_string()));
+            let answered = match parsed {
+                Ok(e) => {
+                    agent_text.push(e);
+                    true
+                }
+                Err(e) => {
+                    log::warn!("scraping the agent of {host}: {e}");
+                    false
+                }
+            };
+            up.get_or_create(&labels(&[("host", &host)]))
+                .set(i64::from(answered));
         }
-        out.push_str("# HELP nfx_api_request_duration_seconds REST request latency.\n# TYPE nfx_api_request_duration_seconds histogram\n");
-        for (r, h) in &g.1 {
-            let r = escape(r);
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "nfx_api_request_duration_seconds_bucket{{route=\"{r}\",le=\"{b}\"}} {}",
-                    h.counts[i]
-                );
-            }
-            let _ = writeln!(
-                out,
-                "nfx_api_request_duration_seconds_bucket{{route=\"{r}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "nfx_api_request_duration_seconds_sum{{route=\"{r}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "nfx_api_request_duration_seconds_count{{route=\"{r}\"}} {}",
-                h.count
-            );
+        let mut all =
+            Exposition::parse(&f.encode()).map_err(|e| CtlError::Internal(e.to_string()))?;
+        for e in agent_text {
+            all.merge(e);
         }
+        Ok(all.render())
+    }
+
+    /// Every sample name the controller's own scrape can carry (agents' not included).
+    pub fn sample_names() -> Vec<String> {
+        let mut f = Families::default();
+        store_gauges(&mut f, None);
+        ApiMetrics::default().register(&mut f);
+        agent_up(&mut f);
+        f.sample_names().to_vec()
     }
 }
 
-/// Appends one gauge family with a label.
-pub fn gauge(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    label: &str,
-    values: &BTreeMap<String, u64>,
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-    for (k, v) in values {
-        let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {v}", escape(k));
-    }
+fn agent_up(f: &mut Families) -> IntGauge {
+    f.int_gauge(
+        "nfx_agent_up",
+        "1 if the host's agent answered the controller's scrape, 0 if not",
+    )
 }
 
-/// Escapes a label value.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// What the store holds, as the scrape counts it.
+type Store<'a> = (&'a [Operation], &'a [InstanceRow], &'a [ServiceRow]);
+
+/// Operations, instances and services by state, as gauges (families only when `store`
+/// is `None`).
+fn store_gauges(f: &mut Families, store: Option<Store<'_>>) {
+    let ops = f.int_gauge("nfx_operations", "Operations by SOL003 state");
+    let inst = f.int_gauge("nfx_instances", "VNF instances by status");
+    let svc = f.int_gauge("nfx_services", "Services by status");
+    let Some((o, i, s)) = store else { return };
+    for st in OpState::ALL {
+        ops.get_or_create(&labels(&[("state", st.as_str())])).set(0);
+    }
+    let count = |g: &IntGauge, label: &'static str, values: &mut dyn Iterator<Item = &str>| {
+        let mut by: BTreeMap<&str, i64> = BTreeMap::new();
+        for v in values {
+            *by.entry(v).or_default() += 1;
+        }
+        for (k, n) in by {
+            g.get_or_create(&labels(&[(label, k)])).set(n);
+        }
+    };
+    count(&ops, "state", &mut o.iter().map(|x| x.state.as_str()));
+    count(&inst, "status", &mut i.iter().map(|x| x.status.as_str()));
+    count(&svc, "status", &mut s.iter().map(|x| x.status.as_str()));
 }
 
 #[cfg(test)]
@@ -112,19 +193,36 @@ mod tests {
         let m = ApiMetrics::default();
         m.record("GET", "/a", 200, 0.002);
         m.record("GET", "/a", 200, 3.0);
-        let mut s = String::new();
-        m.render(&mut s);
-        assert!(s.contains("nfx_api_requests_total{method=\"GET\",route=\"/a\",status=\"200\"} 2"));
-        assert!(s.contains("route=\"/a\",le=\"0.0025\"} 1"));
-        assert!(s.contains("route=\"/a\",le=\"+Inf\"} 2"));
-        let mut g = String::new();
-        gauge(
-            &mut g,
-            "x",
-            "h",
-            "state",
-            &BTreeMap::from([("a\"b".to_string(), 3)]),
+        let mut f = Families::default();
+        m.register(&mut f);
+        let s = f.encode();
+        assert!(
+            s.contains(r#"nfx_api_requests_total{method="GET",route="/a",status="200"} 2"#),
+            "{s}"
         );
-        assert!(g.contains("x{state=\"a\\\"b\"} 3"), "{g}");
+        assert!(
+            s.contains(r#"nfx_api_request_duration_seconds_bucket{le="0.0025",route="/a"} 1"#)
+                || s.contains(r#"route="/a",le="0.0025"} 1"#),
+            "{s}"
+        );
+        assert!(
+            s.contains(r#"le="+Inf""#)
+                && s.contains("nfx_api_request_duration_seconds_count{route=\"/a\"} 2"),
+            "{s}"
+        );
+        for n in Exposition::parse(&s).unwrap().render().lines() {
+            assert!(!n.is_empty());
+        }
+        let names = ApiMetrics::sample_names();
+        for n in [
+            "nfx_api_requests_total",
+            "nfx_api_request_duration_seconds_bucket",
+            "nfx_operations",
+            "nfx_instances",
+            "nfx_services",
+            "nfx_agent_up",
+        ] {
+            assert!(names.iter().any(|x| x == n), "{n}: {names:?}");
+        }
     }
 }

@@ -9,19 +9,17 @@ pub mod openapi;
 
 use crate::agent;
 use crate::controller::{Controller, CtlError};
-use crate::ops::OpState;
 use crate::vnfm::Vnfm;
 use axum::body::Bytes;
-use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics::ApiMetrics;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 use zeroize::Zeroizing;
 
 /// Shared state of the handlers.
@@ -192,66 +190,12 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
 
 /// Middleware: counts every request and its latency by route.
 async fn track(State(st): State<Arc<ApiState>>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().clone();
-    let t = Instant::now();
-    let resp = next.run(req).await;
-    st.metrics.record(
-        method.as_str(),
-        &route,
-        resp.status().as_u16(),
-        t.elapsed().as_secs_f64(),
-    );
-    resp
+    st.metrics.observe(req, next).await
 }
 
 async fn metrics_handler(State(st): State<Arc<ApiState>>) -> ApiResult {
-    let ctl = st.ctl.clone();
-    let (ops, instances, services) =
-        blocking(move || Ok((ctl.operations()?, ctl.instances()?, ctl.services()?))).await?;
-    let mut out = String::new();
-    let mut by_state: BTreeMap<String, u64> = OpState::ALL
-        .iter()
-        .map(|s| (s.as_str().to_string(), 0))
-        .collect();
-    for o in &ops {
-        *by_state.entry(o.state.as_str().into()).or_default() += 1;
-    }
-    metrics::gauge(
-        &mut out,
-        "nfx_operations",
-        "Operations by SOL003 state.",
-        "state",
-        &by_state,
-    );
-    let mut inst: BTreeMap<String, u64> = BTreeMap::new();
-    for i in &instances {
-        *inst.entry(i.status.clone()).or_default() += 1;
-    }
-    metrics::gauge(
-        &mut out,
-        "nfx_instances",
-        "VNF instances by status.",
-        "status",
-        &inst,
-    );
-    let mut svc: BTreeMap<String, u64> = BTreeMap::new();
-    for s in &services {
-        *svc.entry(s.status.clone()).or_default() += 1;
-    }
-    metrics::gauge(
-        &mut out,
-        "nfx_services",
-        "Services by status.",
-        "status",
-        &svc,
-    );
-    st.metrics.render(&mut out);
-    Ok(([("content-type", "text/plain; version=0.0.4")], out).into_response())
+    let text = blocking(move || st.metrics.scrape(&st.ctl)).await?;
+    Ok(([("content-type", nfx_metrics::CONTENT_TYPE)], text).into_response())
 }
 
 async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {

@@ -3,6 +3,7 @@
 //!
 //! | method | path | answer |
 //! |---|---|---|
+//! | GET | `/metrics` | its workers' and its own metrics ([`super::metrics`]) |
 //! | GET | `/agent/v1/health` | [`Health`] |
 //! | GET | `/agent/v1/paths` | `{service: HostPath}` |
 //! | PUT | `/agent/v1/paths` | replace every path with the body's map (204) |
@@ -45,15 +46,32 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
     let st = Arc::new(St { agent });
     let routes = crate::agent::router(vnfm).merge(
         Router::new()
+            .route("/metrics", get(metrics))
             .route("/agent/v1/health", get(health))
             .route("/agent/v1/paths", get(paths).put(sync))
             .route(
                 "/agent/v1/paths/{service}",
                 axum::routing::put(program).delete(withdraw),
             )
-            .with_state(st),
+            .with_state(st.clone()),
     );
-    protect(routes, Tokens::admin(token))
+    protect(routes, Tokens::admin(token)).layer(axum::middleware::from_fn_with_state(st, track))
+}
+
+/// Middleware: counts every request and its latency by route.
+async fn track(
+    State(st): State<Arc<St>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    st.agent.api.observe(req, next).await
+}
+
+async fn metrics(State(st): State<Arc<St>>) -> Res {
+    let text = tokio::task::spawn_blocking(move || st.agent.metrics())
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([("content-type", nfx_metrics::CONTENT_TYPE)], text).into_response())
 }
 
 /// Runs a steering change off the async workers (it runs `nft` and `ip`).

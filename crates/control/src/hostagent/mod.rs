@@ -5,9 +5,11 @@
 //! controller's heartbeat. It listens on the host's management address over mutual TLS.
 
 pub mod api;
+pub mod metrics;
 pub mod stages;
 pub mod steering;
 
+use crate::api::metrics::ApiMetrics;
 use crate::tls::TlsFiles;
 use crate::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
 use crate::vnfm::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
@@ -17,6 +19,7 @@ use stages::Stage;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 use steering::{HostPath, NeighborLink, SteerError, Steering, SystemTools};
@@ -123,6 +126,10 @@ pub struct HostAgent {
     steering: Mutex<Steering>,
     lost: Mutex<Vec<LostInstance>>,
     started: Instant,
+    /// Workers that ended without the agent stopping them.
+    exits: AtomicU64,
+    /// The agent's API requests.
+    api: ApiMetrics,
 }
 
 impl HostAgent {
@@ -167,6 +174,8 @@ impl HostAgent {
             steering: Mutex::new(steering),
             lost: Mutex::new(Vec::new()),
             started: Instant::now(),
+            exits: AtomicU64::new(0),
+            api: ApiMetrics::default(),
         });
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
@@ -221,6 +230,7 @@ impl HostAgent {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         for w in self.local.reap_dead() {
+            self.exits.fetch_add(1, Ordering::Relaxed);
             let reason = format!(
                 "worker of {} (pid {}) ended: {}",
                 w.device,

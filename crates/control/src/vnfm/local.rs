@@ -199,6 +199,15 @@ impl LocalVnfm {
         out
     }
 
+    /// The running workers: each one's device and control socket.
+    pub fn running_workers(&self) -> Vec<(String, PathBuf)> {
+        self.lock()
+            .iter()
+            .filter(|(_, w)| w.pid.is_some())
+            .map(|(d, _)| (d.clone(), self.socket(d)))
+            .collect()
+    }
+
     fn socket(&self, device: &str) -> PathBuf {
         self.cfg.run_dir.join(format!("{device}.sock"))
     }

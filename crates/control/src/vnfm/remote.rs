@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
+/// Largest `/metrics` answer accepted from an agent.
+pub const MAX_METRICS: u64 = 16 << 20;
+
 /// How the controller reaches one agent.
 #[derive(Clone)]
 pub struct AgentLink {
@@ -79,12 +82,19 @@ impl RemoteVnfm {
         r: ureq::Request,
         body: Option<serde_json::Value>,
     ) -> Result<serde_json::Value, VnfmError> {
-        let go = move || {
+        self.on_link(move || {
             call(match body {
                 Some(b) => r.send_json(b),
                 None => r.call(),
             })
-        };
+        })
+    }
+
+    /// Runs `go` (which opens a connection) from the management namespace if there is one.
+    fn on_link<T: Send + 'static>(
+        &self,
+        go: impl FnOnce() -> Result<T, VnfmError> + Send + 'static,
+    ) -> Result<T, VnfmError> {
         match &self.exec {
             Some(x) => x.run(go).unwrap_or_else(|| {
                 Err(VnfmError::Unavailable(format!(
@@ -94,6 +104,31 @@ impl RemoteVnfm {
             }),
             None => go(),
         }
+    }
+
+    /// The agent's `/metrics` text (at most [`MAX_METRICS`] bytes).
+    pub fn metrics(&self) -> Result<String, VnfmError> {
+        let mut r = self.agent.get(&format!("{}/metrics", self.base));
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {}", t.as_str()));
+        }
+        self.on_link(move || {
+            let resp = r
+                .call()
+                .map_err(|e| VnfmError::Unavailable(format!("agent /metrics: {e}")))?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(resp.into_reader(), MAX_METRICS + 1),
+                &mut text,
+            )
+            .map_err(|e| VnfmError::Unavailable(format!("agent /metrics: {e}")))?;
+            if text.len() as u64 > MAX_METRICS {
+                return Err(VnfmError::Unavailable(format!(
+                    "agent /metrics: larger than {MAX_METRICS} bytes"
+                )));
+            }
+            Ok(text)
+        })
     }
 
     /// The agent's heartbeat.

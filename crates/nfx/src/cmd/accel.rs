@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use nfx_accel::lookaside::{serve, DeviceConfig};
+use nfx_accel::lookaside::{metrics, serve, DeviceConfig, DeviceProbe};
+use nfx_metrics::http as metrics_http;
 
 /// Default socket of the device (its directory must be private to the device's user,
 /// or group-readable only with `--group`).
@@ -55,6 +56,10 @@ struct ServeArgs {
     /// Queue pairs one client process may hold.
     #[arg(long, default_value_t = 4)]
     qps_per_client: usize,
+    /// Serve Prometheus metrics on `http://ADDR/metrics` (grants, revocations, per queue
+    /// pair occupancy, sessions, ops and bytes).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// A group (name or gid) whose members may use the device besides this user; the
     /// socket's directory is then created 0750 and the socket 0660, owned by it.
     #[arg(long)]
@@ -99,7 +104,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .map(|c| format!(", pinned to core {c}"))
                     .unwrap_or_default()
             );
-            serve(cfg).with_context(|| format!("accelerator device on {}", a.socket.display()))
+            let listener = a.metrics_listen.map(metrics_http::bind).transpose()?;
+            let device = a.socket.display().to_string();
+            serve(cfg, move |probe| {
+                if let Some(l) = listener {
+                    match serve_metrics(l, device, probe) {
+                        Ok(addr) => eprintln!("nfx accel: metrics on http://{addr}/metrics"),
+                        Err(e) => eprintln!("nfx accel: metrics endpoint: {e:#}"),
+                    }
+                }
+            })
+            .with_context(|| format!("accelerator device on {}", a.socket.display()))
         }
     }
+}
+
+/// Serves the device's metrics on `listener`.
+fn serve_metrics(
+    listener: std::net::TcpListener,
+    device: String,
+    probe: DeviceProbe,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let render = move || -> anyhow::Result<String> {
+        Ok(metrics::render(
+            &device,
+            probe.queue_pairs(),
+            &probe.stats(),
+            &probe.held(),
+        ))
+    };
+    metrics_http::serve(listener, std::sync::Arc::new(render))
 }

@@ -17,7 +17,6 @@ pub mod demo;
 pub mod experiment;
 pub mod experiment_energy;
 pub mod experiment_hyper;
-pub mod metrics_http;
 pub mod output;
 pub mod place;
 pub mod run;

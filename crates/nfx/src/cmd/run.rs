@@ -3,11 +3,11 @@
 //! prints the final stats JSON on stdout. Counters are readable meanwhile through the
 //! control socket (`nfx stats`).
 
-use super::metrics_http;
 use anyhow::Context;
 use nfx_dataplane::signals::TerminationSignals;
 use nfx_dataplane::{vnf_builder, ControlServer, Dataplane, RunConfig};
 use nfx_io::PollMode;
+use nfx_metrics::http as metrics_http;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

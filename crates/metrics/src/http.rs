@@ -1,6 +1,6 @@
 //! `/metrics` over HTTP for the long-running `nfx` processes that have no HTTP server of
-//! their own (`nfx run`): a thread with a small tokio runtime serving axum, answering each
-//! scrape with the text a component's renderer returns (e.g.
+//! their own (`nfx run`, `nfx accel serve`): a thread with a small tokio runtime serving
+//! axum, answering each scrape with the text a component's renderer returns (e.g.
 //! `nfx_dataplane::metrics::render`). Unknown paths get 404.
 
 use std::net::{SocketAddr, TcpListener};
@@ -11,8 +11,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-/// The content type of the OpenMetrics text that prometheus-client writes.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use crate::CONTENT_TYPE;
 
 /// Renders the metrics of one scrape, or says why it cannot.
 pub type Render = dyn Fn() -> anyhow::Result<String> + Send + Sync;

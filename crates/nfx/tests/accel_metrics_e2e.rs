@@ -1,0 +1,153 @@
+//! `nfx accel serve --metrics-listen`: the lookaside device process's `/metrics` scraped
+//! while a client pushes AES-GCM operations through a queue pair, checked against what
+//! the client's engine counted (its `EngineStats`): during the run the device's per
+//! queue-pair counters never run ahead of what the client submitted, at rest they equal
+//! what it got back; the grant, the session and the release show up. Needs no root.
+
+mod scrape;
+
+use nfx_accel::{
+    Alg, Completion, Direction, Engine, EngineKind, Iv, Layout, LookasideEngine, Op, SessionSpec,
+    Status,
+};
+use nfx_testbed::process::ChildGuard;
+use scrape::{free_addr, parse, scrape};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NFX: &str = env!("CARGO_BIN_EXE_nfx");
+const LEN: usize = 1024;
+
+fn ops(e: &mut dyn Engine, sid: nfx_accel::SessionId, n: usize, from: usize) -> Vec<Op> {
+    (from..from + n)
+        .map(|i| {
+            let mut buf = e.alloc_buf(LEN + 16).unwrap();
+            buf.fill_from(&vec![i as u8; LEN + 16]).unwrap();
+            Op {
+                session: sid,
+                iv: Iv::new(&(i as u128).to_be_bytes()[4..]),
+                layout: Layout::packed(0, LEN),
+                buf,
+                user: i as u64,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn device_metrics_follow_the_client_counts() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let sock = dir.path().join("accel.sock");
+    let addr = free_addr();
+    let mut cmd = Command::new(NFX);
+    cmd.args([
+        "accel",
+        "serve",
+        "--queue-pairs",
+        "2",
+        "--ring-size",
+        "64",
+        "--slots",
+        "64",
+    ])
+    .arg("--socket")
+    .arg(&sock)
+    .args(["--metrics-listen", &addr.to_string()])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let _device = ChildGuard::spawn(cmd).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() || std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "the device never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dev = sock.display().to_string();
+    let at_rest = parse(&scrape(addr));
+    assert_eq!(
+        at_rest[&format!("nfx_accel_queue_pairs{{device=\"{dev}\"}}")],
+        2.0
+    );
+    assert_eq!(
+        at_rest[&format!("nfx_accel_grants_total{{device=\"{dev}\"}}")],
+        0.0
+    );
+
+    let mut e = LookasideEngine::connect(&sock, EngineKind::Cpu).unwrap();
+    let spec = SessionSpec::new(Alg::Aes128Gcm, Direction::Encrypt, &[7; 16], &[]);
+    let sid = e.create_session(spec).unwrap();
+    let qp = |m: &std::collections::BTreeMap<String, f64>, what: &str| -> f64 {
+        let pre = format!("nfx_accel_qp_{what}{{device=\"{dev}\",qp=\"");
+        let pid = format!("pid=\"{}\"}}", std::process::id());
+        let found: Vec<f64> = m
+            .iter()
+            .filter(|(k, _)| k.starts_with(&pre) && k.ends_with(&pid))
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(found.len(), 1, "{what}: {found:?}");
+        found[0]
+    };
+    let mut out: Vec<Completion> = Vec::new();
+    let (mut submitted, mut completed) = (0usize, 0usize);
+    for round in 0..40 {
+        let mut batch = ops(&mut e, sid, 24, submitted);
+        let n = batch.len();
+        while !batch.is_empty() {
+            if e.submit(&mut batch).unwrap() == 0 {
+                e.poll(&mut out, usize::MAX);
+            }
+        }
+        submitted += n;
+        let done_before = e.stats().ops;
+        let m = parse(&scrape(addr));
+        let dev_ops = qp(&m, "ops_total");
+        assert!(
+            dev_ops <= submitted as f64,
+            "round {round}: device {dev_ops} > submitted {submitted}"
+        );
+        assert!(dev_ops >= done_before as f64, "round {round}");
+        let occ = qp(&m, "occupancy_ratio");
+        assert!((0.0..=1.0).contains(&occ), "{occ}");
+        // Completions hold their pool buffers until dropped.
+        e.drain(&mut out).unwrap();
+        assert!(out.iter().all(|c| c.status == Status::Ok));
+        completed += out.len();
+        out.clear();
+    }
+    assert_eq!(completed, submitted);
+    let client = e.stats();
+    let m = parse(&scrape(addr));
+    assert_eq!(qp(&m, "ops_total"), client.ops as f64);
+    assert_eq!(qp(&m, "bytes_total"), client.bytes as f64);
+    assert_eq!(client.bytes, (submitted * LEN) as u64);
+    assert_eq!(qp(&m, "sessions"), 1.0);
+    assert_eq!(qp(&m, "in_flight"), 0.0);
+    assert_eq!(qp(&m, "served"), 1.0);
+    let d = |name: &str| m[&format!("{name}{{device=\"{dev}\"}}")];
+    assert_eq!(d("nfx_accel_ops_total"), client.ops as f64);
+    assert_eq!(d("nfx_accel_grants_total"), 1.0);
+    assert_eq!(d("nfx_accel_queue_pairs_held"), 1.0);
+    assert_eq!(
+        m[&format!("nfx_accel_info{{device=\"{dev}\",engine=\"cpu\"}}")],
+        1.0
+    );
+
+    // Releasing the queue pair removes its series; the grant stays counted.
+    drop(e);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = parse(&scrape(addr));
+        if m[&format!("nfx_accel_queue_pairs_held{{device=\"{dev}\"}}")] == 0.0 {
+            assert!(!m.keys().any(|k| k.starts_with("nfx_accel_qp_")));
+            assert_eq!(
+                m[&format!("nfx_accel_grants_total{{device=\"{dev}\"}}")],
+                1.0
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue pair was never released"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
