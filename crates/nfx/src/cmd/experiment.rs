@@ -1,6 +1,6 @@
 //! `nfx experiment accel-switch`: the SSH-tunnel paper's demonstration rerun on the testbed
 //! (`nfx experiment energy` lives in `experiment_energy`, `nfx experiment hyper` in
-//! `experiment_hyper`).
+//! `experiment_hyper`, `nfx experiment vpn-ladder` in `experiment_vpn`).
 //! Two ESP tunnels src→dst on the `soft` engine (as Dropbear was), one lookaside queue
 //! pair, and the SSM; tunnel 1 carries 10 Mbit/s then saturates, later tunnel 2 saturates
 //! and tunnel 1 drops back. Writes timeseries.csv, chart.png and summary.json.
@@ -36,6 +36,10 @@ enum What {
     /// HYPER Fig. 4: one VNF, a 3-VNF chain and a hybrid chain, software vs table tier;
     /// deploy time per tier and the table tier's migration rate.
     Hyper(super::experiment_hyper::Args),
+    /// The VPN+ paper's ladder: plain forwarding, the tunnel's scalar path, its vector
+    /// path, and the vector path with the crypto on the lookaside device (modelled
+    /// hardware); 1 and 8 TCP streams, CPU user/system per endpoint.
+    VpnLadder(super::experiment_vpn::Args),
 }
 
 /// Arguments of `nfx experiment accel-switch`.
@@ -79,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::AccelSwitch(a) => accel_switch(&a),
         What::Energy(a) => super::experiment_energy::run(a),
         What::Hyper(a) => super::experiment_hyper::run(a),
+        What::VpnLadder(a) => super::experiment_vpn::run(a),
     }
 }
 

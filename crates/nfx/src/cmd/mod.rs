@@ -16,6 +16,7 @@ pub mod demo;
 pub mod experiment;
 pub mod experiment_energy;
 pub mod experiment_hyper;
+pub mod experiment_vpn;
 pub mod metrics_http;
 pub mod output;
 pub mod place;
