@@ -3,7 +3,6 @@
 //! ratios), `chart.png` and `report.md` (nfx's rungs beside the paper's Tables 1–2).
 
 use super::{Rung, Sample, STREAMS};
-use nfx_chart::plotters::prelude::*;
 use nfx_chart::{Axes, Series, Style};
 use nfx_testbed::bench::median;
 use serde::Serialize;
@@ -415,17 +414,14 @@ fn x_of(name: &str) -> f64 {
 
 /// Receive rate (nfx and the paper) and endpoint CPU per GB, per rung.
 fn chart(path: &Path, s: &Summary) -> Result<(), String> {
-    nfx_chart::register_fonts()?;
-    let e = |x: &dyn std::fmt::Display| format!("chart {}: {x}", path.display());
-    let root = BitMapBackend::new(path, (1000, 760)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let root = root
-        .titled(
-            "nfx experiment vpn-ladder (A3's accelerator is modelled: a reserved core running the cpu engine)",
-            ("sans-serif", 16),
-        )
-        .map_err(|x| e(&x))?;
-    let panels = root.split_evenly((2, 1));
+    let fig = nfx_chart::Figure::new(
+        path,
+        (1000, 760),
+        "nfx experiment vpn-ladder (A3's accelerator is modelled: a reserved core running the cpu engine)",
+        16,
+        2,
+    )?;
+    let panels = &fig.panels;
     let nfx = |streams: u32, f: fn(&RungRow) -> f64| -> Vec<(f64, f64)> {
         s.rungs
             .iter()
@@ -475,7 +471,7 @@ fn chart(path: &Path, s: &Summary) -> Result<(), String> {
             series("nfx, 8 streams", nfx(8, cpu), Style::LinePoints),
         ],
     )?;
-    root.present().map_err(|x| e(&x))
+    fig.present()
 }
 
 fn f(v: Option<f64>, prec: usize) -> String {
