@@ -291,11 +291,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
     .context("testbed")?;
     let progress = super::output::Progress::bar("vpn-ladder", u64::from(rounds) * 4);
-    let mut samples = Vec::new();
+    let (mut samples, mut failures) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         for rung in Rung::ALL {
             progress.message(format!("{} (round {round}/{rounds})", rung.name()));
-            samples.extend(run_rung(&tb, work.path(), rung, &a, secs, round)?);
+            match run_rung(&tb, work.path(), rung, &a, secs, round) {
+                Ok(v) => samples.extend(v),
+                // One failed rung (an IKE exchange timing out on a loaded machine) loses
+                // that rung's round, not the run; it is reported, and a rung without
+                // any sample leaves its ratios `null`.
+                Err(e) => {
+                    crate::note!(
+                        "vpn-ladder: rung {} round {round} failed: {e:#}",
+                        rung.name()
+                    );
+                    failures.push(report::Failure {
+                        rung: rung.name(),
+                        round,
+                        error: format!("{e:#}"),
+                    });
+                }
+            }
             progress.inc();
         }
     }
@@ -303,6 +319,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     drop(tb);
     let inputs = report::Inputs {
         samples: &samples,
+        failures: &failures,
         rounds,
         secs,
         quick: a.quick,

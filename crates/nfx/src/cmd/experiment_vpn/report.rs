@@ -92,10 +92,23 @@ mod paper {
     }
 }
 
+/// A rung that could not be measured in one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// The rung.
+    pub rung: &'static str,
+    /// The round.
+    pub round: u32,
+    /// Why.
+    pub error: String,
+}
+
 /// Everything the report needs.
 pub struct Inputs<'a> {
     /// Every run.
     pub samples: &'a [Sample],
+    /// Rungs that failed in a round.
+    pub failures: &'a [Failure],
     /// Rounds of the ladder.
     pub rounds: u32,
     /// Seconds per iperf3 run.
@@ -320,6 +333,7 @@ struct Details<'a> {
     claims: Vec<Claim>,
     round_ratios: Vec<RoundRatios>,
     samples: &'a [Sample],
+    failures: &'a [Failure],
     rung_setups: Vec<(&'static str, &'static str)>,
     rounds: u32,
     secs: u32,
@@ -390,6 +404,7 @@ pub fn write(dir: &Path, i: &Inputs<'_>) -> anyhow::Result<Summary> {
         claims: claims(&s),
         round_ratios: round_ratios(i),
         samples: i.samples,
+        failures: i.failures,
         rung_setups: Rung::ALL.iter().map(|r| (r.name(), r.what())).collect(),
         rounds: i.rounds,
         secs: i.secs,
@@ -515,6 +530,13 @@ pub fn console(s: &Summary, i: &Inputs<'_>) -> String {
             if c.holds { "holds" } else { "does not hold" }
         );
     }
+    for fl in i.failures {
+        let _ = writeln!(
+            o,
+            "rung {} failed in round {}: {}",
+            fl.rung, fl.round, fl.error
+        );
+    }
     let _ = writeln!(o, "accelerator: {}", s.accelerator);
     let _ = writeln!(
         o,
@@ -633,6 +655,13 @@ fn markdown(i: &Inputs<'_>, s: &Summary) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     );
+    for fl in i.failures {
+        let _ = writeln!(
+            m,
+            "\n**Rung {} failed in round {}** (not measured there): {}",
+            fl.rung, fl.round, fl.error
+        );
+    }
     let dev = detail_rows(i)
         .into_iter()
         .find(|d| d.name == "A3" && d.streams == 8);
@@ -689,6 +718,7 @@ mod tests {
     fn inputs(samples: &[Sample], f: impl FnOnce(&Inputs<'_>)) {
         f(&Inputs {
             samples,
+            failures: &[],
             rounds: 2,
             secs: 1,
             quick: true,
@@ -783,11 +813,29 @@ mod tests {
     #[test]
     fn missing_rungs_give_null_ratios_and_failed_claims() {
         let only_a: Vec<Sample> = ladder().into_iter().filter(|s| s.rung == "A").collect();
+        let failures = [Failure {
+            rung: "A1",
+            round: 1,
+            error: "IKE: no CHILD_SA".into(),
+        }];
         inputs(&only_a, |i| {
-            let s = summary(i);
+            let i = Inputs {
+                failures: &failures,
+                samples: i.samples,
+                load_start: i.load_start.clone(),
+                load_end: i.load_end.clone(),
+                ..*i
+            };
+            let s = summary(&i);
             assert_eq!(s.rungs.len(), 2);
             assert!(s.a2_over_a1.is_none() && s.a3_cpu_per_gb_over_a2.is_none());
             assert!(claims(&s).iter().all(|c| !c.holds));
+            let md = markdown(&i, &s);
+            assert!(
+                md.contains("**Rung A1 failed in round 1** (not measured there): IKE: no CHILD_SA"),
+                "{md}"
+            );
+            assert!(console(&s, &i).contains("rung A1 failed in round 1"));
         });
     }
 
