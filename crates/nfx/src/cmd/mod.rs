@@ -14,6 +14,7 @@ pub mod ctl;
 pub mod data;
 pub mod demo;
 pub mod experiment;
+pub mod experiment_edge;
 pub mod experiment_energy;
 pub mod experiment_hyper;
 pub mod experiment_vpn;
