@@ -209,3 +209,55 @@ pub fn start_transcoders(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The codec names ffprobe finds in `path`, sorted, each once (MPEG-TS lists the
+    /// program's streams and the streams themselves).
+    fn codecs(path: &Path) -> Vec<String> {
+        let p = path.to_string_lossy().to_string();
+        let out = nfx_testbed::process::run(
+            &[
+                "ffprobe",
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name",
+                "-of",
+                "csv=p=0",
+                &p,
+            ],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let mut v: Vec<String> = out
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn test_clips_have_the_asked_streams() {
+        let dir = nfx_testbed::tempfile::tempdir().unwrap();
+        for audio in [true, false] {
+            let out = dir.path().join(format!("c{audio}.ts"));
+            let c = TestClip {
+                width: 320,
+                height: 180,
+                fps: 30,
+                kbps: 800,
+                secs: 1,
+                audio,
+            };
+            encode_testsrc(&out, &c).unwrap();
+            let want: &[&str] = if audio { &["aac", "h264"] } else { &["h264"] };
+            assert_eq!(codecs(&out), want);
+        }
+    }
+}
