@@ -74,6 +74,44 @@ pub fn bounds(series: &[Series]) -> ((f64, f64), (f64, f64)) {
     ((xmin, xmax), (0.0, (ymax * 1.1).max(1e-6)))
 }
 
+/// A PNG figure of panels stacked under a title: how every experiment's chart starts.
+pub struct Figure<'a> {
+    root: DrawingArea<BitMapBackend<'a>, Shift>,
+    what: String,
+    /// The panels, top to bottom.
+    pub panels: Vec<DrawingArea<BitMapBackend<'a>, Shift>>,
+}
+
+impl<'a> Figure<'a> {
+    /// A white `size` image at `path` with `title` (in `title_px` type) over `rows`
+    /// equal panels (fonts registered).
+    pub fn new(
+        path: &'a std::path::Path,
+        size: (u32, u32),
+        title: &str,
+        title_px: u32,
+        rows: usize,
+    ) -> Result<Self, String> {
+        register_fonts()?;
+        let what = format!("chart {}", path.display());
+        let e = |x: &dyn std::fmt::Display| format!("{what}: {x}");
+        let root = BitMapBackend::new(path, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| e(&x))?;
+        let root = root
+            .titled(title, ("sans-serif", title_px))
+            .map_err(|x| e(&x))?;
+        let panels = root.split_evenly((rows, 1));
+        Ok(Self { root, what, panels })
+    }
+
+    /// Writes the image.
+    pub fn present(&self) -> Result<(), String> {
+        self.root
+            .present()
+            .map_err(|x| format!("{}: {x}", self.what))
+    }
+}
+
 /// Draws `series` into `area` with a mesh, axis labels and a legend.
 pub fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,

@@ -2,7 +2,7 @@
 //! `/proc/stat` and per-process utime+stime from `/proc/<pid>/stat`.
 
 use anyhow::Context;
-use nfx_io::cpu::{parse_pid_stat, parse_proc_stat};
+use nfx_io::cpu::{parse_proc_stat, parse_task_stat, TaskStat};
 use std::time::Instant;
 
 /// Clock ticks per second of the jiffy counters.
@@ -43,8 +43,27 @@ impl SystemCpu {
 /// A start point for measuring one process's CPU use (all its threads).
 pub struct ProcessCpu {
     pid: u32,
-    jiffies: u64,
+    start: TaskStat,
     at: Instant,
+}
+
+/// CPU seconds a process spent in user and in kernel mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct UserSys {
+    /// User-mode seconds.
+    pub user_s: f64,
+    /// Kernel-mode seconds (system calls, and the softirq work charged to the process).
+    pub sys_s: f64,
+}
+
+impl UserSys {
+    /// The CPU time between two readings of the same process's counters.
+    pub fn between(from: &TaskStat, to: &TaskStat) -> Self {
+        Self {
+            user_s: to.utime.saturating_sub(from.utime) as f64 / clk_tck(),
+            sys_s: to.stime.saturating_sub(from.stime) as f64 / clk_tck(),
+        }
+    }
 }
 
 impl ProcessCpu {
@@ -52,22 +71,27 @@ impl ProcessCpu {
     pub fn start(pid: u32) -> anyhow::Result<Self> {
         Ok(Self {
             pid,
-            jiffies: read_pid(pid)?,
+            start: read_pid(pid)?,
             at: Instant::now(),
         })
     }
 
     /// Cores used by the process on average since [`ProcessCpu::start`].
     pub fn cores(&self) -> anyhow::Result<f64> {
-        let j = read_pid(self.pid)?;
+        let u = self.used()?;
         let secs = self.at.elapsed().as_secs_f64().max(1e-3);
-        Ok(j.saturating_sub(self.jiffies) as f64 / clk_tck() / secs)
+        Ok((u.user_s + u.sys_s) / secs)
+    }
+
+    /// User and kernel CPU seconds of the process since [`ProcessCpu::start`].
+    pub fn used(&self) -> anyhow::Result<UserSys> {
+        Ok(UserSys::between(&self.start, &read_pid(self.pid)?))
     }
 }
 
-fn read_pid(pid: u32) -> anyhow::Result<u64> {
+fn read_pid(pid: u32) -> anyhow::Result<TaskStat> {
     let p = format!("/proc/{pid}/stat");
-    Ok(parse_pid_stat(
+    Ok(parse_task_stat(
         &std::fs::read_to_string(&p).with_context(|| format!("reading {p}"))?,
     )?)
 }
@@ -87,6 +111,7 @@ mod tests {
         }
         assert!(x > 0);
         assert!(p.cores().unwrap() > 0.0);
+        assert!(p.used().unwrap().user_s > 0.0);
         assert!(s.cores().unwrap() > 0.0);
     }
 }

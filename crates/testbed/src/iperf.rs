@@ -2,8 +2,9 @@
 //! parser of the client's JSON (`-J`) report.
 
 use crate::netns;
-use crate::process::{self, ChildGuard};
+use crate::process::ChildGuard;
 use anyhow::{bail, Context};
+use nfx_io::cpu::TaskStat;
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::process::Stdio;
@@ -34,6 +35,12 @@ impl IperfServer {
             addr,
             port,
         })
+    }
+
+    /// The server's process id (`ip netns exec` execs iperf3 in place), so its CPU
+    /// time can be read from the kernel.
+    pub fn pid(&self) -> u32 {
+        self._child.id()
     }
 }
 
@@ -77,6 +84,10 @@ pub struct IperfResult {
     pub received_bytes: u64,
     /// Receiver throughput, Gbit/s.
     pub gbps: f64,
+    /// Sender throughput, Gbit/s.
+    pub sent_gbps: f64,
+    /// TCP segments the sender retransmitted (0 for UDP).
+    pub retransmits: u64,
     /// UDP datagrams sent (0 for TCP).
     pub udp_packets: u64,
     /// UDP datagrams lost (0 for TCP).
@@ -85,6 +96,12 @@ pub struct IperfResult {
 
 /// Runs the client; the run is bounded to `secs + 15` s of wall time.
 pub fn client(spec: &ClientSpec) -> anyhow::Result<IperfResult> {
+    client_with_cpu(spec).map(|(r, _)| r)
+}
+
+/// Runs the client like [`client`] and also returns the client process's own CPU time,
+/// read from the kernel (`/proc/<pid>/stat`) after it exits and before it is reaped.
+pub fn client_with_cpu(spec: &ClientSpec) -> anyhow::Result<(IperfResult, TaskStat)> {
     let (srv, port, t, p) = (
         spec.server.to_string(),
         spec.port.to_string(),
@@ -92,10 +109,6 @@ pub fn client(spec: &ClientSpec) -> anyhow::Result<IperfResult> {
         spec.streams.to_string(),
     );
     let mut args = vec![
-        "ip",
-        "netns",
-        "exec",
-        &spec.ns,
         "iperf3",
         "-c",
         &srv,
@@ -114,18 +127,33 @@ pub fn client(spec: &ClientSpec) -> anyhow::Result<IperfResult> {
         len = l.to_string();
         args.extend_from_slice(&["-u", "-b", rate, "-l", &len]);
     }
+    let out = tempfile::tempfile().context("iperf3 output file")?;
+    let err = tempfile::tempfile().context("iperf3 error file")?;
+    let mut cmd = netns::command(&spec.ns, &args);
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(err.try_clone()?);
+    let mut child = ChildGuard::spawn(cmd)?;
     let limit = Duration::from_secs(u64::from(spec.secs) + 15);
-    let out = process::run_output(&args, limit)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    parse_client_json(&text).with_context(|| {
+    let (_, cpu) = child.wait_within_stat(limit)?;
+    let read = |mut f: &std::fs::File| -> anyhow::Result<String> {
+        use std::io::{Read, Seek};
+        let mut s = String::new();
+        f.rewind()?;
+        f.read_to_string(&mut s)?;
+        Ok(s)
+    };
+    let text = read(&out)?;
+    let r = parse_client_json(&text).with_context(|| {
         format!(
             "iperf3 to {}:{} from {} ({})",
             spec.server,
             spec.port,
             spec.ns,
-            String::from_utf8_lossy(&out.stderr).trim()
+            read(&err).unwrap_or_default().trim()
         )
-    })
+    })?;
+    Ok((r, cpu))
 }
 
 /// Parses an iperf3 3.x client `-J` report (TCP or UDP).
@@ -148,6 +176,8 @@ pub fn parse_client_json(text: &str) -> anyhow::Result<IperfResult> {
             sent_bytes: num(sent, "bytes") as u64,
             received_bytes: num(recv, "bytes") as u64,
             gbps: num(recv, "bits_per_second") / 1e9,
+            sent_gbps: num(sent, "bits_per_second") / 1e9,
+            retransmits: 0,
             udp_packets: packets,
             udp_lost: lost,
         });
@@ -162,6 +192,8 @@ pub fn parse_client_json(text: &str) -> anyhow::Result<IperfResult> {
         sent_bytes: num(sent, "bytes") as u64,
         received_bytes: num(recv, "bytes") as u64,
         gbps: num(recv, "bits_per_second") / 1e9,
+        sent_gbps: num(sent, "bits_per_second") / 1e9,
+        retransmits: num(sent, "retransmits") as u64,
         udp_packets: 0,
         udp_lost: 0,
     })
@@ -180,11 +212,13 @@ mod tests {
     #[test]
     fn tcp_report_parses() {
         let j = r#"{"start":{"test_start":{"protocol":"TCP"}},
-            "end":{"sum_sent":{"bytes":1000,"bits_per_second":8e9},
+            "end":{"sum_sent":{"bytes":1000,"bits_per_second":8e9,"retransmits":7},
                    "sum_received":{"bytes":990,"bits_per_second":7.9e9}}}"#;
         let r = parse_client_json(j).unwrap();
         assert_eq!((r.sent_bytes, r.received_bytes), (1000, 990));
         assert!((r.gbps - 7.9).abs() < 1e-9);
+        assert!((r.sent_gbps - 8.0).abs() < 1e-9);
+        assert_eq!(r.retransmits, 7);
         assert_eq!(r.udp_packets, 0);
     }
 

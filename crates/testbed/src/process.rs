@@ -114,6 +114,48 @@ impl ChildGuard {
         }
     }
 
+    /// Like [`ChildGuard::wait_within`], and also returns the child's own CPU time as
+    /// the kernel accounted it: `/proc/<pid>/stat` is read once the child has exited
+    /// but before it is reaped (`waitid` with `WNOWAIT`), so nothing it ran is missed.
+    pub fn wait_within_stat(
+        &mut self,
+        limit: Duration,
+    ) -> anyhow::Result<(std::process::ExitStatus, nfx_io::cpu::TaskStat)> {
+        let deadline = Instant::now() + limit;
+        let pid = self.id();
+        loop {
+            // SAFETY: siginfo_t is plain data; waitid only writes into it.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: waits (without reaping) for our own child only.
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            anyhow::ensure!(
+                rc == 0,
+                "waitid on `{}`: {}",
+                self.what,
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: si_pid is valid for a WEXITED report; zero means none yet.
+            if unsafe { info.si_pid() } != 0 {
+                let p = format!("/proc/{pid}/stat");
+                let text = std::fs::read_to_string(&p).with_context(|| format!("reading {p}"))?;
+                let stat = nfx_io::cpu::parse_task_stat(&text)?;
+                return Ok((self.wait_within(limit)?, stat));
+            }
+            if Instant::now() >= deadline {
+                let _ = self.wait_within(Duration::ZERO);
+                bail!("`{}` did not finish within {:?}; killed", self.what, limit);
+            }
+            std::thread::sleep(WAIT_POLL);
+        }
+    }
+
     /// Sends SIGINT (a graceful stop for tools that print a summary on interrupt) and
     /// waits up to `limit`, then kills.
     pub fn interrupt(&mut self, limit: Duration) -> anyhow::Result<std::process::ExitStatus> {
@@ -176,6 +218,21 @@ mod tests {
         let err = run(&["sleep", "30"], Duration::from_millis(200)).unwrap_err();
         assert!(err.to_string().contains("did not finish"));
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn exited_child_cpu_time_is_read_before_reaping() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"]);
+        let mut g = ChildGuard::spawn(cmd).unwrap();
+        let (status, stat) = g.wait_within_stat(Duration::from_secs(30)).unwrap();
+        assert!(status.success());
+        assert!(stat.utime + stat.stime > 0, "{stat:?}");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let mut g = ChildGuard::spawn(cmd).unwrap();
+        let e = g.wait_within_stat(Duration::from_millis(100)).unwrap_err();
+        assert!(e.to_string().contains("did not finish"), "{e}");
     }
 
     #[test]

@@ -65,7 +65,7 @@ const REF_WG: &str = "wireguard-go";
 const REF_SSH: &str = "openssh-aes128-gcm";
 
 /// Kills child processes on drop (benchmark endpoints and the device).
-struct Children(Vec<Child>);
+pub(crate) struct Children(pub(crate) Vec<Child>);
 
 impl Drop for Children {
     fn drop(&mut self) {
@@ -163,14 +163,39 @@ fn em_up(
     }
 }
 
-/// Starts the two nfx endpoints (src and dst) with `engine`, or the lookaside `device`;
-/// `offload: false` selects the per-packet path (no TUN/UDP offloads) for comparison.
-fn start_tunnel(
+/// How the two nfx endpoints of a case run.
+pub(crate) struct TunnelOpts<'a> {
+    /// The software engine (`soft` or `cpu`; the fallback when `device` is set).
+    pub engine: &'a str,
+    /// The lookaside device's socket, to run the crypto there.
+    pub device: Option<&'a Path>,
+    /// `false` selects the per-packet path (no TUN/UDP offloads) for comparison.
+    pub offload: bool,
+    /// Packets per crypto batch (`None`: the tunnel's default).
+    pub batch: Option<usize>,
+    /// The ESP transform IKE negotiates.
+    pub esp: &'a str,
+}
+
+impl<'a> TunnelOpts<'a> {
+    /// The benchmark's usual endpoints: `engine`, offloads on, AES-128-GCM.
+    pub(crate) fn new(engine: &'a str) -> Self {
+        Self {
+            engine,
+            device: None,
+            offload: true,
+            batch: None,
+            esp: "aes-128-gcm",
+        }
+    }
+}
+
+/// Starts the two nfx endpoints (src and dst) as `o` says, keyed by IKEv2 with a fresh
+/// pre-shared key, and waits until both have the CHILD_SA installed.
+pub(crate) fn start_tunnel(
     tb: &TestbedGuard,
     dir: &Path,
-    engine: &str,
-    device: Option<&Path>,
-    offload: bool,
+    o: &TunnelOpts<'_>,
 ) -> anyhow::Result<Children> {
     let exe = std::env::current_exe()?;
     let (src, dst) = (tb.src_ip(), tb.dst_ip());
@@ -183,17 +208,22 @@ fn start_tunnel(
         (2u16, tb.ns(Host::Dst), dst, src, INNER_DST, "responder"),
     ] {
         let port = free_port()?;
-        let dev = device
+        let dev = o
+            .device
             .map(|d| format!("lookaside: '{}'\n", d.display()))
             .unwrap_or_default();
+        let batch = o.batch.map(|b| format!("batch: {b}\n")).unwrap_or_default();
         let cfg = format!(
             "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nem_token_file: em-token\n\
              engine: {engine}\n{dev}\
-             offload: {offload}\n\
+             offload: {offload}\n{batch}\
              tun: {{name: nfxesp{i}, address: {inner}/24}}\n\
              underlay: {{local: '{local}:4500', peer: '{peer}:4500'}}\n\
              ike: {{role: {role}, local_id: bench{i}.nfx, remote_id: bench{peer_i}.nfx, \
-             psk_file: bench.psk, esp: [aes-128-gcm]}}\n",
+             psk_file: bench.psk, esp: [{esp}]}}\n",
+            engine = o.engine,
+            offload = o.offload,
+            esp = o.esp,
             peer_i = 3 - i
         );
         let path = dir.join(format!("bench{i}.yaml"));
@@ -244,14 +274,18 @@ fn write_psk(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `nfx accel serve` (the lookaside device) and waits for its socket.
-fn start_device(sock: &Path) -> anyhow::Result<Children> {
+/// Starts `nfx accel serve` (the lookaside device, pinned to `core` when given) and
+/// waits for its socket.
+pub(crate) fn start_device(sock: &Path, core: Option<u32>) -> anyhow::Result<Children> {
     let _ = std::fs::remove_file(sock);
-    let dev = Children(vec![Command::new(std::env::current_exe()?)
-        .args(["accel", "serve", "--queue-pairs", "2", "--socket"])
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["accel", "serve", "--queue-pairs", "2", "--socket"])
         .arg(sock)
-        .stdout(Stdio::null())
-        .spawn()?]);
+        .stdout(Stdio::null());
+    if let Some(c) = core {
+        cmd.args(["--core", &c.to_string()]);
+    }
+    let dev = Children(vec![cmd.spawn()?]);
     let t0 = Instant::now();
     while !sock.exists() {
         if t0.elapsed() > Duration::from_secs(10) {
@@ -263,7 +297,7 @@ fn start_device(sock: &Path) -> anyhow::Result<Children> {
 }
 
 /// Traffic straight to an address in `dst` (no tunnel, or an nfx tunnel's inner address).
-fn direct(addr: Ipv4Addr) -> Traffic {
+pub(crate) fn direct(addr: Ipv4Addr) -> Traffic {
     Traffic {
         server_addr: addr,
         client_addr: addr,
@@ -335,15 +369,23 @@ fn run_case(tb: &TestbedGuard, dir: &Path, name: &str, secs: u32) -> Outcome {
                 "nfx-cpu" => ("cpu", true),
                 _ => ("cpu", false),
             };
-            start_tunnel(tb, dir, engine, None, offload).and_then(|kids| {
+            let opts = TunnelOpts {
+                offload,
+                ..TunnelOpts::new(engine)
+            };
+            start_tunnel(tb, dir, &opts).and_then(|kids| {
                 let pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
                 measure(tb, name, &direct(INNER_DST), secs, &pids)
             })
         }
         "nfx-lookaside" => {
             let sock = dir.join("accel.sock");
-            start_device(&sock).and_then(|dev| {
-                let kids = start_tunnel(tb, dir, "cpu", Some(&sock), true)?;
+            start_device(&sock, None).and_then(|dev| {
+                let opts = TunnelOpts {
+                    device: Some(&sock),
+                    ..TunnelOpts::new("cpu")
+                };
+                let kids = start_tunnel(tb, dir, &opts)?;
                 let mut pids: Vec<u32> = kids.0.iter().map(Child::id).collect();
                 pids.extend(dev.0.iter().map(Child::id));
                 measure(tb, name, &direct(INNER_DST), secs, &pids)

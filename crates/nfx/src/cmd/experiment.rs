@@ -1,6 +1,7 @@
 //! `nfx experiment accel-switch`: the SSH-tunnel paper's demonstration rerun on the testbed
 //! (`nfx experiment energy` lives in `experiment_energy`, `nfx experiment hyper` in
-//! `experiment_hyper`).
+//! `experiment_hyper`, `nfx experiment vpn-ladder` in `experiment_vpn`, `nfx experiment edge-video` in
+//! `experiment_edge`).
 //! Two ESP tunnels src→dst on the `soft` engine (as Dropbear was), one lookaside queue
 //! pair, and the SSM; tunnel 1 carries 10 Mbit/s then saturates, later tunnel 2 saturates
 //! and tunnel 1 drops back. Writes timeseries.csv, chart.png and summary.json.
@@ -30,12 +31,19 @@ pub struct Args {
 enum What {
     /// The SSH-tunnel paper's accelerator-switch demonstration (Fig. 5).
     AccelSwitch(AccelSwitch),
+    /// The edge-encryption paper's Table 2: a video clip chunked and PRESENT-encrypted
+    /// at the edge (No-VNF, SW-VNF, HW-VNF on modelled hardware), TCP and UDP.
+    EdgeVideo(super::experiment_edge::Args),
     /// The energy paper: NAT and transcoding boxes under a video load ramp, four
     /// dataplanes (kernel, busy poll, adaptive, adaptive + power manager).
     Energy(super::experiment_energy::Args),
     /// HYPER Fig. 4: one VNF, a 3-VNF chain and a hybrid chain, software vs table tier;
     /// deploy time per tier and the table tier's migration rate.
     Hyper(super::experiment_hyper::Args),
+    /// The VPN+ paper's ladder: plain forwarding, the tunnel's scalar path, its vector
+    /// path, and the vector path with the crypto on the lookaside device (modelled
+    /// hardware); 1 and 8 TCP streams, CPU user/system per endpoint.
+    VpnLadder(super::experiment_vpn::Args),
 }
 
 /// Arguments of `nfx experiment accel-switch`.
@@ -77,8 +85,10 @@ struct AccelSwitch {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.what {
         What::AccelSwitch(a) => accel_switch(&a),
+        What::EdgeVideo(a) => super::experiment_edge::run(a),
         What::Energy(a) => super::experiment_energy::run(a),
         What::Hyper(a) => super::experiment_hyper::run(a),
+        What::VpnLadder(a) => super::experiment_vpn::run(a),
     }
 }
 

@@ -9,7 +9,7 @@
 mod boxes;
 mod ramp;
 mod report;
-mod video;
+pub(crate) mod video;
 
 use anyhow::Context;
 use boxes::{Case, NatBox};

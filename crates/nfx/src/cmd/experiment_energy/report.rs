@@ -7,7 +7,6 @@ use super::boxes::Case;
 use super::ramp::{self, CaseTotals, Plan, Targets, Tick};
 use super::video::Clip;
 use super::CaseRun;
-use nfx_chart::plotters::prelude::*;
 use nfx_chart::{Axes, Series, Style};
 use nfx_energy::HostModel;
 use serde::Serialize;
@@ -183,17 +182,14 @@ pub fn csv(ticks: &[&Tick]) -> String {
 }
 
 fn chart(path: &Path, i: &Inputs<'_>) -> Result<(), String> {
-    nfx_chart::register_fonts()?;
-    let e = |x: &dyn std::fmt::Display| format!("chart {}: {x}", path.display());
-    let root = BitMapBackend::new(path, (1100, 1150)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let root = root
-        .titled(
-            "nfx experiment energy: NAT box + transcoding box, ramp 0 → N streams → 0 (source: see legend)",
-            ("sans-serif", 18),
-        )
-        .map_err(|x| e(&x))?;
-    let panels = root.split_evenly((3, 1));
+    let fig = nfx_chart::Figure::new(
+        path,
+        (1100, 1150),
+        "nfx experiment energy: NAT box + transcoding box, ramp 0 → N streams → 0 (source: see legend)",
+        18,
+        3,
+    )?;
+    let panels = &fig.panels;
     let source = i
         .runs
         .first()
@@ -251,7 +247,7 @@ fn chart(path: &Path, i: &Inputs<'_>) -> Result<(), String> {
         },
         &scatter,
     )?;
-    root.present().map_err(|x| e(&x))
+    fig.present()
 }
 
 fn markdown(i: &Inputs<'_>, s: &Summary) -> String {

@@ -36,11 +36,46 @@ pub struct Clip {
 /// Encodes the clip (10 s, looped by the sources) into `dir/clip.ts`.
 pub fn encode_clip(dir: &Path, clip: Clip) -> anyhow::Result<PathBuf> {
     let out = dir.join("clip.ts");
-    let size = format!("testsrc2=size={}x{}:rate={FPS}", clip.width, clip.height);
-    let rate = format!("{}k", clip.kbps);
-    let buf = format!("{}k", clip.kbps * 2);
+    encode_testsrc(
+        &out,
+        &TestClip {
+            width: clip.width,
+            height: clip.height,
+            fps: FPS,
+            kbps: clip.kbps,
+            secs: 10,
+            audio: true,
+        },
+    )?;
+    Ok(out)
+}
+
+/// A clip of ffmpeg's `testsrc2` pattern: H.264 (x264 ultrafast, zero-latency tuning,
+/// one key frame a second, constrained to `kbps`) in MPEG-TS, with a 440 Hz AAC tone
+/// when `audio`.
+#[derive(Debug, Clone, Copy)]
+pub struct TestClip {
+    /// Width, pixels.
+    pub width: u32,
+    /// Height, pixels.
+    pub height: u32,
+    /// Frames per second.
+    pub fps: u32,
+    /// Video bitrate, kbit/s.
+    pub kbps: u32,
+    /// Length, seconds.
+    pub secs: u32,
+    /// With an audio track.
+    pub audio: bool,
+}
+
+/// Encodes `c` into `out` (one home for the experiments' test video).
+pub fn encode_testsrc(out: &Path, c: &TestClip) -> anyhow::Result<()> {
+    let size = format!("testsrc2=size={}x{}:rate={}", c.width, c.height, c.fps);
+    let (rate, buf) = (format!("{}k", c.kbps), format!("{}k", c.kbps * 2));
+    let (t, g) = (c.secs.to_string(), c.fps.to_string());
     let o = out.to_string_lossy().to_string();
-    let args = [
+    let mut args = vec![
         "ffmpeg",
         "-hide_banner",
         "-loglevel",
@@ -51,12 +86,13 @@ pub fn encode_clip(dir: &Path, clip: Clip) -> anyhow::Result<PathBuf> {
         "lavfi",
         "-i",
         &size,
-        "-f",
-        "lavfi",
-        "-i",
-        "sine=frequency=440:sample_rate=48000",
+    ];
+    if c.audio {
+        args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
+    }
+    args.extend([
         "-t",
-        "10",
+        &t,
         "-c:v",
         "libx264",
         "-preset",
@@ -70,23 +106,20 @@ pub fn encode_clip(dir: &Path, clip: Clip) -> anyhow::Result<PathBuf> {
         "-bufsize",
         &buf,
         "-g",
-        "25",
+        &g,
         "-pix_fmt",
         "yuv420p",
-        "-c:a",
-        "aac",
-        "-b:a",
-        "64k",
-        "-f",
-        "mpegts",
-        &o,
-    ];
+    ]);
+    if c.audio {
+        args.extend(["-c:a", "aac", "-b:a", "64k"]);
+    }
+    args.extend(["-f", "mpegts", &o]);
     nfx_testbed::process::run(&args, Duration::from_secs(300))
         .context("encoding the test clip (is ffmpeg installed? scripts/deps.sh)")?;
-    if std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 10_000 {
+    if std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) < 10_000 {
         bail!("ffmpeg wrote no usable clip to {}", out.display());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The running stream sources (index = stream number).
@@ -175,4 +208,56 @@ pub fn start_transcoders(
                 .with_context(|| format!("transcoder {i}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The codec names ffprobe finds in `path`, sorted, each once (MPEG-TS lists the
+    /// program's streams and the streams themselves).
+    fn codecs(path: &Path) -> Vec<String> {
+        let p = path.to_string_lossy().to_string();
+        let out = nfx_testbed::process::run(
+            &[
+                "ffprobe",
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name",
+                "-of",
+                "csv=p=0",
+                &p,
+            ],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let mut v: Vec<String> = out
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn test_clips_have_the_asked_streams() {
+        let dir = nfx_testbed::tempfile::tempdir().unwrap();
+        for audio in [true, false] {
+            let out = dir.path().join(format!("c{audio}.ts"));
+            let c = TestClip {
+                width: 320,
+                height: 180,
+                fps: 30,
+                kbps: 800,
+                secs: 1,
+                audio,
+            };
+            encode_testsrc(&out, &c).unwrap();
+            let want: &[&str] = if audio { &["aac", "h264"] } else { &["h264"] };
+            assert_eq!(codecs(&out), want);
+        }
+    }
 }

@@ -4,7 +4,6 @@
 
 use super::measure::{Deploy, MigrationRun};
 use super::Fig4Case;
-use nfx_chart::plotters::prelude::*;
 use nfx_chart::{Axes, Series, Style};
 use nfx_testbed::bench::{median, BenchReport, CaseResult};
 use serde::Serialize;
@@ -223,17 +222,14 @@ pub fn write(dir: &Path, i: &Inputs<'_>) -> anyhow::Result<Summary> {
 
 /// Latency and throughput per panel: x = 1, 2, 3 for Fig. 4(a), (b), (c).
 fn chart(path: &Path, s: &Summary) -> Result<(), String> {
-    nfx_chart::register_fonts()?;
-    let e = |x: &dyn std::fmt::Display| format!("chart {}: {x}", path.display());
-    let root = BitMapBackend::new(path, (1000, 1000)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let root = root
-        .titled(
-            "nfx experiment hyper: HYPER Fig. 4 on the namespace testbed (x: 1 = one VNF, 2 = 3-VNF chain, 3 = hybrid chain)",
-            ("sans-serif", 16),
-        )
-        .map_err(|x| e(&x))?;
-    let panels = root.split_evenly((3, 1));
+    let fig = nfx_chart::Figure::new(
+        path,
+        (1000, 1000),
+        "nfx experiment hyper: HYPER Fig. 4 on the namespace testbed (x: 1 = one VNF, 2 = 3-VNF chain, 3 = hybrid chain)",
+        16,
+        3,
+    )?;
+    let panels = &fig.panels;
     let pick = |faster: bool, f: fn(&CaseRow) -> Option<f64>| -> Vec<(f64, f64)> {
         s.cases
             .iter()
@@ -272,7 +268,7 @@ fn chart(path: &Path, s: &Summary) -> Result<(), String> {
     ] {
         nfx_chart::panel(area, Axes { caption, x, y }, &pair(f))?;
     }
-    root.present().map_err(|x| e(&x))
+    fig.present()
 }
 
 fn f(v: Option<f64>, prec: usize) -> String {

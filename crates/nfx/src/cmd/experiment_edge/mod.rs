@@ -1,0 +1,394 @@
+//! `nfx experiment edge-video`: the edge-encryption paper's single-stream measurement
+//! (its Table 2) on the namespace testbed. A video clip made once with ffmpeg's test
+//! source (H.264 in MPEG-TS) is paced out of `src` at its bitrate; the encryption VNF on
+//! `edge` reorganises it into 128/256/512-byte chunks and encrypts each with
+//! PRESENT-80-CTR; the VNF on `cloud` decrypts; `dst` checks every chunk byte for byte
+//! against the clip and decodes the reassembled stream with ffmpeg. Cases: No-VNF (the
+//! same chain, chunks forwarded unencrypted), SW-VNF (the portable `soft` engine in the
+//! VNF) and HW-VNF (the lookaside device, a reserved core running the bitsliced PRESENT
+//! engine: modelled hardware, not an FPGA); TCP and UDP; per chunk the VNF's execution
+//! time and the end-to-end latency; means of `--runs` runs with 95 % confidence
+//! intervals. Writes `summary.json`, `details.json`, `chart.png` and `report.md`.
+
+mod flow;
+mod report;
+
+use super::experiment_energy::video::{encode_testsrc, TestClip};
+use anyhow::Context;
+use flow::{ChunkCipher, Link, Proto};
+use nfx_accel::{Direction, Engine, EngineKind, LookasideEngine};
+use nfx_testbed::{Host, Spec, TestbedGuard};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Arguments of `nfx experiment edge-video`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Output directory (created).
+    #[arg(long)]
+    out: PathBuf,
+    /// A small clip and 2 runs per case (for CI).
+    #[arg(long)]
+    quick: bool,
+    /// Runs per case (default 10, 2 with --quick).
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Seconds of video per run (default 2, 1 with --quick).
+    #[arg(long)]
+    seconds: Option<u32>,
+    /// Core the lookaside device (the HW-VNF's modelled hardware) is pinned to.
+    #[arg(long, default_value_t = 1)]
+    device_core: u32,
+    /// Testbed namespace prefix.
+    #[arg(long, default_value = "nfx-edge-")]
+    prefix: String,
+    /// Second octet of the testbed's 10.b.x.x addresses.
+    #[arg(long, default_value_t = 213)]
+    subnet_base: u8,
+}
+
+/// The VNF cases of the paper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vnf {
+    /// No encryption (the chain forwards chunks unchanged).
+    None,
+    /// The portable engine in the VNF.
+    Sw,
+    /// The lookaside device (modelled hardware).
+    Hw,
+}
+
+impl Vnf {
+    /// Every case in run order.
+    pub const ALL: [Vnf; 3] = [Vnf::None, Vnf::Sw, Vnf::Hw];
+
+    /// Its name in `summary.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Vnf::None => "none",
+            Vnf::Sw => "sw",
+            Vnf::Hw => "hw",
+        }
+    }
+}
+
+/// Chunk sizes of the paper.
+pub const CHUNKS: [usize; 3] = [128, 256, 512];
+/// Transports of the paper.
+pub const PROTOS: [Proto; 2] = [Proto::Tcp, Proto::Udp];
+
+/// What one run of one case measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Run {
+    /// `none`, `sw` or `hw`.
+    pub vnf: &'static str,
+    /// `tcp` or `udp`.
+    pub proto: &'static str,
+    /// Chunk size, bytes.
+    pub chunk: usize,
+    /// Run number (1-based).
+    pub run: u32,
+    /// Mean VNF execution time per chunk, ms.
+    pub exec_ms: f64,
+    /// Mean end-to-end latency per chunk, ms.
+    pub e2e_ms: f64,
+    /// Chunks that never arrived.
+    pub lost_chunks: u64,
+    /// Chunks that arrived different from the clip.
+    pub corrupt_chunks: u64,
+    /// Chunks verified.
+    pub ok_chunks: u64,
+    /// ffmpeg decoded the reassembled stream without an error.
+    pub decoded: bool,
+}
+
+/// The clip: H.264 4K at 30 fps, ~15 Mbit/s (the paper's), or a small one with --quick.
+struct Clip {
+    bytes: Vec<u8>,
+    bits_per_s: f64,
+}
+
+fn make_clip(dir: &Path, quick: bool, secs: u32) -> anyhow::Result<Clip> {
+    let ((width, height), kbps) = if quick {
+        ((640, 360), 1_000)
+    } else {
+        ((3840, 2160), 15_000)
+    };
+    let out = dir.join("clip.ts");
+    let spec = TestClip {
+        width,
+        height,
+        fps: 30,
+        kbps,
+        secs,
+        audio: false,
+    };
+    encode_testsrc(&out, &spec)?;
+    let bytes = std::fs::read(&out)?;
+    Ok(Clip {
+        bits_per_s: bytes.len() as f64 * 8.0 / f64::from(secs),
+        bytes,
+    })
+}
+
+/// Whether ffmpeg decodes `stream` without printing an error.
+fn decodes(dir: &Path, stream: &[u8]) -> anyhow::Result<bool> {
+    let p = dir.join("received.ts");
+    std::fs::write(&p, stream)?;
+    let ps = p.to_string_lossy().to_string();
+    let out = nfx_testbed::process::run_output(
+        &[
+            "ffmpeg",
+            "-hide_banner",
+            "-v",
+            "error",
+            "-nostdin",
+            "-i",
+            &ps,
+            "-f",
+            "null",
+            "-",
+        ],
+        Duration::from_secs(120),
+    )?;
+    Ok(out.status.success() && out.stderr.is_empty())
+}
+
+/// The engine of a VNF for `vnf` (the device's socket for HW).
+fn engine(vnf: Vnf, sock: &Path) -> anyhow::Result<Option<Box<dyn Engine>>> {
+    Ok(match vnf {
+        Vnf::None => None,
+        Vnf::Sw => Some(nfx_accel::soft_engine()),
+        Vnf::Hw => Some(Box::new(
+            LookasideEngine::connect(sock, EngineKind::Soft).context("attaching to the device")?,
+        )),
+    })
+}
+
+/// A thread in namespace `ns` running `f`.
+fn in_ns<T: Send + 'static>(
+    ns: String,
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> std::thread::JoinHandle<anyhow::Result<T>> {
+    std::thread::spawn(move || {
+        nfx_testbed::netns::enter(&ns)?;
+        f()
+    })
+}
+
+fn join<T>(h: std::thread::JoinHandle<anyhow::Result<T>>, what: &str) -> anyhow::Result<T> {
+    h.join()
+        .map_err(|_| anyhow::anyhow!("{what} thread panicked"))?
+        .with_context(|| what.to_string())
+}
+
+/// One run of one case: which VNF, transport, chunk size, and the run's number.
+#[derive(Debug, Clone, Copy)]
+struct CaseRun {
+    vnf: Vnf,
+    proto: Proto,
+    chunk: usize,
+    run: u32,
+}
+
+/// The run's surroundings: the testbed, the clip, the device socket and a scratch dir.
+struct Env<'a> {
+    tb: &'a TestbedGuard,
+    clip: &'a Clip,
+    sock: &'a Path,
+    work: &'a Path,
+}
+
+/// One stream of the clip through the chain.
+fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
+    let CaseRun {
+        vnf,
+        proto,
+        chunk,
+        run,
+    } = c;
+    let (tb, clip, sock, work) = (env.tb, env.clip, env.sock, env.work);
+    let key = random_key()?;
+    let limit = Duration::from_secs(10);
+    let port = 7400 + run as u16 % 100;
+    let edge_in = SocketAddr::from((tb.edge_inside_ip(), port));
+    let cloud_in = SocketAddr::from((tb.cloud_ip(), port));
+    let dst_in = SocketAddr::from((tb.dst_ip(), port));
+    let t0 = Instant::now();
+    let bytes = std::sync::Arc::new(clip.bytes.clone());
+    let dst = {
+        let b = bytes.clone();
+        in_ns(tb.ns(Host::Dst), move || {
+            let up = Link::accept(proto, dst_in, limit)?;
+            flow::sink(up, &b, chunk, t0)
+        })
+    };
+    let (ek, ck) = (engine(vnf, sock)?, engine(vnf, sock)?);
+    let cloud = {
+        let key = key.clone();
+        in_ns(tb.ns(Host::Cloud), move || {
+            let up = Link::accept(proto, cloud_in, limit)?;
+            let down = Link::connect(proto, dst_in, limit)?;
+            flow::cloud(up, down, ChunkCipher::new(ck, &key, Direction::Decrypt)?)
+        })
+    };
+    let edge = in_ns(tb.ns(Host::Edge), move || {
+        let up = Link::accept(proto, edge_in, limit)?;
+        let down = Link::connect(proto, cloud_in, limit)?;
+        flow::edge(
+            up,
+            down,
+            chunk,
+            ChunkCipher::new(ek, &key, Direction::Encrypt)?,
+        )
+    });
+    let rate = clip.bits_per_s;
+    let src = {
+        let b = bytes.clone();
+        in_ns(tb.ns(Host::Src), move || {
+            // UDP has no handshake: give the receivers a moment to bind.
+            std::thread::sleep(Duration::from_millis(50));
+            let link = Link::connect(proto, edge_in, limit)?;
+            flow::source(link, &b, rate, t0)
+        })
+    };
+    // Every role is joined before any error is returned, and the error names each
+    // role that failed (one failure breaks the others' connections).
+    let (s, e, c, d) = (
+        join(src, "src"),
+        join(edge, "edge VNF"),
+        join(cloud, "cloud VNF"),
+        join(dst, "dst"),
+    );
+    let errors: Vec<String> = [
+        s.as_ref().err(),
+        e.as_ref().err(),
+        c.as_ref().err(),
+        d.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|e| format!("{e:#}"))
+    .collect();
+    anyhow::ensure!(errors.is_empty(), "{}", errors.join("; "));
+    let (edge_bad, cloud_bad, got) = (e?, c?, d?);
+    let decoded = match &got.stream {
+        Some(s) => decodes(work, s)?,
+        None => false,
+    };
+    let n = got.ok.len().max(1) as f64;
+    Ok(Run {
+        vnf: vnf.name(),
+        proto: report::proto_name(proto),
+        chunk,
+        run,
+        exec_ms: got.ok.iter().map(|x| f64::from(x.0)).sum::<f64>() / n / 1e6,
+        e2e_ms: got.ok.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
+        lost_chunks: got.lost,
+        corrupt_chunks: got.corrupt + edge_bad + cloud_bad,
+        ok_chunks: got.ok.len() as u64,
+        decoded,
+    })
+}
+
+fn random_key() -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut k = vec![0u8; 10];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
+    Ok(k)
+}
+
+/// Runs the subcommand.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    nfx_testbed::root::require_root()?;
+    let runs = a.runs.unwrap_or(if a.quick { 2 } else { 10 });
+    let secs = a.seconds.unwrap_or(if a.quick { 1 } else { 2 });
+    anyhow::ensure!(
+        (2..=50).contains(&runs),
+        "--runs {runs}: 2..=50 (a CI needs two)"
+    );
+    anyhow::ensure!((1..=30).contains(&secs), "--seconds {secs}: 1..=30");
+    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    let work = nfx_testbed::tempfile::Builder::new()
+        .prefix("edge-video-")
+        .tempdir()?;
+    let started = Instant::now();
+    crate::note!("edge-video: encoding the clip ...");
+    let clip = make_clip(work.path(), a.quick, secs)?;
+    let tb = TestbedGuard::up(Spec {
+        prefix: a.prefix.clone(),
+        subnet_base: a.subnet_base,
+    })
+    .context("testbed")?;
+    let sock = work.path().join("accel.sock");
+    let _device = super::bench_tunnel::start_device(&sock, Some(a.device_core))?;
+    let total = runs as usize * Vnf::ALL.len() * PROTOS.len() * CHUNKS.len();
+    let progress = super::output::Progress::bar("edge-video", total as u64);
+    let env = Env {
+        tb: &tb,
+        clip: &clip,
+        sock: &sock,
+        work: work.path(),
+    };
+    let mut all = Vec::new();
+    for run in 1..=runs {
+        for proto in PROTOS {
+            for chunk in CHUNKS {
+                for vnf in Vnf::ALL {
+                    progress.message(format!(
+                        "{} {} {chunk} B run {run}",
+                        vnf.name(),
+                        report::proto_name(proto)
+                    ));
+                    let c = CaseRun {
+                        vnf,
+                        proto,
+                        chunk,
+                        run,
+                    };
+                    all.push(one_run(&env, c).with_context(|| {
+                        format!(
+                            "{} {} {chunk} B, run {run}",
+                            vnf.name(),
+                            report::proto_name(proto)
+                        )
+                    })?);
+                    progress.inc();
+                }
+            }
+        }
+    }
+    drop(progress);
+    drop(tb);
+    let inputs = report::Inputs {
+        runs: &all,
+        clip_bytes: clip.bytes.len(),
+        clip_mbps: clip.bits_per_s / 1e6,
+        quick: a.quick,
+        secs,
+        device_core: a.device_core,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        loadavg: std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    };
+    let s = report::write(&a.out, &inputs)?;
+    print!("{}", report::console(&s, &inputs));
+    println!(
+        "wrote {}/{{summary.json,details.json,chart.png,report.md}}",
+        a.out.display()
+    );
+    let corrupt: u64 = s.cases.iter().map(|c| c.corrupt_chunks).sum();
+    let undecoded = all
+        .iter()
+        .filter(|r| r.lost_chunks == 0 && !r.decoded)
+        .count();
+    anyhow::ensure!(
+        corrupt == 0 && undecoded == 0,
+        "the video check failed: {corrupt} chunk(s) arrived corrupt, {undecoded} complete \
+         stream(s) did not decode"
+    );
+    Ok(())
+}
