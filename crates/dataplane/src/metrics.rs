@@ -47,7 +47,7 @@ impl Families {
 }
 
 /// Every metric name [`render`] can export (for dashboards and their checks).
-pub const NAMES: [&str; 21] = [
+pub const NAMES: [&str; 22] = [
     "nfx_uptime_seconds",
     "nfx_node_packets_total",
     "nfx_node_bytes_total",
@@ -69,6 +69,7 @@ pub const NAMES: [&str; 21] = [
     "nfx_service_drops_total",
     "nfx_events_total",
     "nfx_fast_path_packets_total",
+    "nfx_control_rejected_total",
 ];
 
 /// Renders `s` as Prometheus text (ending in `# EOF`).
@@ -90,6 +91,12 @@ pub fn render(s: &Stats) -> String {
             .get_or_create(&labels(i, &[("kind", kind)]))
             .inc_by(*n);
     }
+    f.count(
+        "nfx_control_rejected",
+        "Control-socket connections refused by the peer-credential check",
+    )
+    .get_or_create(&labels(i, &[]))
+    .inc_by(s.control_rejected);
     if let Some(fp) = &s.fast_path {
         f.count(
             "nfx_fast_path_packets",
