@@ -25,6 +25,10 @@ pub struct RunConfig {
     /// Control socket path, overriding `/run/nfx/<name>.sock`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_socket: Option<PathBuf>,
+    /// A group (name or gid) whose members may use the control socket besides this user
+    /// and root: the socket is then 0660 and owned by the group (0600 without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_group: Option<String>,
     /// The two ports: frames from `inside` travel Forward, from `outside` Reverse.
     pub ports: Ports,
     /// Largest vector moved at once, 1..=256; 1 is scalar mode.
@@ -494,6 +498,14 @@ impl RunConfig {
         self.control_socket
             .clone()
             .unwrap_or_else(|| default_socket(&self.name))
+    }
+
+    /// The gid of `control_group`, if one is configured.
+    pub fn control_gid(&self) -> anyhow::Result<Option<u32>> {
+        self.control_group
+            .as_deref()
+            .map(|g| nfx_io::peer::group_id(g).map_err(|e| anyhow::anyhow!("control_group: {e}")))
+            .transpose()
     }
 
     /// True when the vector is 1 (one packet per syscall).

@@ -2,12 +2,16 @@
 //! response per line (`stats`, `reconfigure`, `export_state`, `import_state`, the
 //! handoff steps `hold`, `release`, `drain`, `steer`, the live poll-mode change `poll`,
 //! and `shutdown`), and the client
-//! side used by `nfx stats` and the testbed.
+//! side used by `nfx stats` and the testbed. Only this user, root and members of the
+//! configured `control_group` may connect: the socket file is 0600 (0660 owned by the
+//! group) and every connection's peer credentials are checked; refusals are counted in
+//! the stats (`control_rejected`).
 
 use crate::runtime::Controller;
 use anyhow::{anyhow, Context};
+use nfx_io::peer::{restrict_socket, PeerPolicy};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,8 +35,9 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Binds `path` (creating its directory, replacing a stale socket) and serves
-    /// requests on behalf of `ctl`, one thread per connection.
-    pub fn start(path: &Path, ctl: Controller) -> anyhow::Result<Self> {
+    /// requests on behalf of `ctl`, one thread per connection, to peers that are this
+    /// user, root, or in `group`.
+    pub fn start(path: &Path, ctl: Controller, group: Option<u32>) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -48,6 +53,10 @@ impl ControlServer {
         }
         let listener = UnixListener::bind(path)
             .with_context(|| format!("binding control socket {}", path.display()))?;
+        restrict_socket(path, group)
+            .with_context(|| format!("restricting control socket {}", path.display()))?;
+        let policy = PeerPolicy { group };
+        let shown = path.display().to_string();
         let handle = listener
             .try_clone()
             .context("duplicating the control socket")?;
@@ -60,12 +69,16 @@ impl ControlServer {
                     if stop2.load(Ordering::Acquire) {
                         break;
                     }
-                    if let Ok(conn) = conn {
-                        let ctl = ctl.clone();
-                        let _ = std::thread::Builder::new()
-                            .name("nfx-control-conn".into())
-                            .spawn(move || serve(conn, ctl));
+                    let Ok(conn) = conn else { continue };
+                    if let Err(why) = policy.check(conn.as_fd()) {
+                        ctl.count_control_rejected();
+                        log::warn!("control socket {shown}: connection refused: {why}");
+                        continue;
                     }
+                    let ctl = ctl.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("nfx-control-conn".into())
+                        .spawn(move || serve(conn, ctl));
                 }
             })?;
         Ok(Self {

@@ -207,7 +207,7 @@ fn control_server_stops_even_when_its_socket_file_is_gone() {
     let (dp, _, _) = start("");
     let dir = std::env::temp_dir().join(format!("nfx-ctl-gone-{}", std::process::id()));
     let path = dir.join("c.sock");
-    let server = crate::ControlServer::start(&path, dp.controller()).unwrap();
+    let server = crate::ControlServer::start(&path, dp.controller(), None).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

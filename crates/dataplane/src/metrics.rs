@@ -42,6 +42,12 @@ fn families(s: &Stats) -> Families {
             .get_or_create(&labels(i, &[("kind", kind)]))
             .inc_by(*n);
     }
+    f.count(
+        "nfx_control_rejected",
+        "Control-socket connections refused by the peer-credential check",
+    )
+    .get_or_create(&labels(i, &[]))
+    .inc_by(s.control_rejected);
     let fast_path = f.count(
         "nfx_fast_path_packets",
         "Packets the table tier (kernel fast path) forwarded, as synced",

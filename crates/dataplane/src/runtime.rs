@@ -14,6 +14,7 @@ use nfx_io::sys::parse_mac;
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_vnf::Node;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -68,6 +69,8 @@ struct Inner {
     builder: NodeBuilder,
     /// What runs now (the lock also serializes reconfigurations).
     applied: Mutex<Applied>,
+    /// Control-socket connections refused by the peer-credential check.
+    control_rejected: AtomicU64,
 }
 
 /// What a reconfiguration did: the instance ids, the service ids, the flows carried
@@ -137,7 +140,14 @@ impl Controller {
         let parts = (0..self.workers())
             .map(|w| self.ask_to(w, Command::Stats))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(Stats::merge(parts))
+        let mut all = Stats::merge(parts);
+        all.control_rejected = self.inner.control_rejected.load(Ordering::Relaxed);
+        Ok(all)
+    }
+
+    /// Counts a control-socket connection refused by the peer-credential check.
+    pub fn count_control_rejected(&self) {
+        self.inner.control_rejected.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replaces what the workers run by the chain `specs` (the `chain:` form: one
@@ -710,6 +720,7 @@ impl Dataplane {
                         topology,
                         by_port: by_port.clone(),
                     }),
+                    control_rejected: AtomicU64::new(0),
                 }),
             },
             workers: handles,

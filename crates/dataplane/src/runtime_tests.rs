@@ -154,7 +154,7 @@ fn control_protocol_answers_and_rejects_clearly() {
 fn control_socket_serves_stats_to_clients() {
     let r = rig("adaptive", 256, "[]");
     let path = std::env::temp_dir().join(format!("nfx-dp-test-{}.sock", std::process::id()));
-    let server = crate::ControlServer::start(&path, r.dp.controller()).unwrap();
+    let server = crate::ControlServer::start(&path, r.dp.controller(), None).unwrap();
     MemPort::inject(&r.inside.0, &r.inside.1, (0..10).map(udp_frame));
     wait_tx(&r.outside.0, 10);
     let st = crate::fetch_stats(server.path()).unwrap();
@@ -162,7 +162,7 @@ fn control_socket_serves_stats_to_clients() {
     let err = crate::request(&path, &serde_json::json!({"cmd": "nope"})).unwrap_err();
     assert!(err.to_string().contains("unknown cmd"), "{err}");
     assert!(
-        crate::ControlServer::start(&path, r.dp.controller()).is_err(),
+        crate::ControlServer::start(&path, r.dp.controller(), None).is_err(),
         "a second server took a live socket"
     );
     drop(server);
@@ -233,4 +233,93 @@ fn poll_mode_changes_live_and_the_kernel_sees_the_worker_spin() {
         assert!(e.contains("error") && e.contains(want), "{bad} → {e}");
     }
     assert_eq!(ctl.stats().unwrap().workers[0].poll, "busy");
+}
+
+/// Connects to the unix socket at `path` as `uid`/`gid` (a forked child that drops its
+/// privileges) and sends a stats request: `Some(true)` when an answer came back,
+/// `Some(false)` when the server closed the connection without one, `None` when the
+/// child could not connect or drop privileges.
+fn stats_as(path: &std::path::Path, uid: u32, gid: u32) -> Option<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    // Everything the child needs is prepared before fork(2): it only makes system calls.
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(bytes.len() < addr.sun_path.len());
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let req = b"{\"cmd\":\"stats\"}\n";
+    // SAFETY: the child runs only async-signal-safe calls on prepared data, then _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: system calls on stack data; the child never returns.
+        unsafe {
+            libc::alarm(10);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                libc::_exit(2);
+            }
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if fd < 0 || libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0 {
+                libc::_exit(3);
+            }
+            libc::write(fd, req.as_ptr().cast(), req.len());
+            let mut buf = [0u8; 64];
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::_exit(if n > 0 { 0 } else { 1 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child ended by a signal: {status}");
+    match libc::WEXITSTATUS(status) {
+        0 => Some(true),
+        1 => Some(false),
+        _ => None,
+    }
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn control_socket_refuses_other_users_and_admits_its_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let r = rig("adaptive", 256, "[]");
+    let dir = std::env::temp_dir().join(format!("nfx-dp-peer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("ctl.sock");
+    let nobody = 65534;
+
+    let server = crate::ControlServer::start(&path, r.dp.controller(), None).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    // The file mode alone keeps nobody out.
+    assert_eq!(stats_as(&path, nobody, nobody), None);
+    // Opened to everyone, only the credential check stands between nobody and the worker.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(stats_as(&path, nobody, nobody), Some(false));
+    let st = crate::fetch_stats(&path).unwrap();
+    assert_eq!(
+        st.control_rejected, 1,
+        "root is served and the refusal counted"
+    );
+    drop(server);
+
+    // With a control group: the socket is 0660, owned by it, and its members are served.
+    let server = crate::ControlServer::start(&path, r.dp.controller(), Some(nobody)).unwrap();
+    let md = std::fs::metadata(&path).unwrap();
+    assert_eq!((md.mode() & 0o777, md.gid()), (0o660, nobody));
+    assert_eq!(stats_as(&path, nobody, nobody), Some(true));
+    // Another user outside the group gets nothing even through an open file mode.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(stats_as(&path, 65533, 65533), Some(false));
+    assert_eq!(crate::fetch_stats(&path).unwrap().control_rejected, 2);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

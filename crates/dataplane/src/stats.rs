@@ -33,6 +33,10 @@ pub struct Stats {
     /// The table tier's counters, when the instance runs a fast path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<crate::fastpath::FastPathStats>,
+    /// Control-socket connections refused because the peer is neither this user, root,
+    /// nor in the configured `control_group`.
+    #[serde(default)]
+    pub control_rejected: u64,
 }
 
 /// One worker thread.

@@ -529,6 +529,7 @@ impl Worker {
             services: self.graph.service_stats(),
             events: self.graph.event_counts(),
             fast_path: self.fast.as_ref().map(FastPathWorker::stats),
+            control_rejected: 0,
         }
     }
 }

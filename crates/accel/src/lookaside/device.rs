@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nfx_io::peer::{check_private_dir, PeerPolicy};
+use nfx_io::peer::{check_private_dir, restrict_socket, PeerPolicy};
 use nfx_io::{Notifier, Waiter};
 use serde::Serialize;
 
@@ -355,7 +355,6 @@ fn prepare_dir(dir: &Path, group: Option<u32>) -> Result<(), AccelError> {
 }
 
 fn bind(path: &Path, group: Option<u32>) -> Result<OwnedFd, AccelError> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -364,13 +363,7 @@ fn bind(path: &Path, group: Option<u32>) -> Result<OwnedFd, AccelError> {
     // A stale socket file from a dead device would make bind fail.
     let _ = std::fs::remove_file(path);
     let fd = seqpacket::bind(path)?;
-    let mode = if group.is_some() { 0o660 } else { 0o600 };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(io_err(format!("chmod {}", path.display())))?;
-    if let Some(g) = group {
-        std::os::unix::fs::chown(path, None, Some(g))
-            .map_err(io_err(format!("chown {} to group {g}", path.display())))?;
-    }
+    restrict_socket(path, group).map_err(io_err(format!("restricting {}", path.display())))?;
     // SAFETY: valid fd.
     if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
         return Err(AccelError::last_os("listen"));

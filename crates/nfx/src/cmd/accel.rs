@@ -66,21 +66,6 @@ struct ServeArgs {
     group: Option<String>,
 }
 
-/// A group given by gid or by name (looked up in /etc/group).
-fn group_id(g: &str) -> anyhow::Result<u32> {
-    if let Ok(gid) = g.parse() {
-        return Ok(gid);
-    }
-    let groups = std::fs::read_to_string("/etc/group").context("read /etc/group")?;
-    groups
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split(':');
-            (f.next() == Some(g)).then(|| f.nth(1)?.parse().ok())?
-        })
-        .with_context(|| format!("no group `{g}` in /etc/group"))
-}
-
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.what {
@@ -95,7 +80,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             cfg.sessions_per_qp = a.sessions_per_qp;
             cfg.qps_per_client = a.qps_per_client;
-            cfg.group = a.group.as_deref().map(group_id).transpose()?;
+            cfg.group = a
+                .group
+                .as_deref()
+                .map(nfx_io::peer::group_id)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
             eprintln!(
                 "nfx accel: device on {} with {} queue pair(s){}",
                 a.socket.display(),

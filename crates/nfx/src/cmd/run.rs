@@ -84,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let metrics = args.metrics_listen.map(metrics_http::bind).transpose()?;
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.file_scope()))?;
-    let server = ControlServer::start(&cfg.socket_path(), dp.controller())?;
+    let server = ControlServer::start(&cfg.socket_path(), dp.controller(), cfg.control_gid()?)?;
     if let Some(listener) = metrics {
         let ctl = dp.controller();
         let render =
