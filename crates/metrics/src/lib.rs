@@ -53,28 +53,26 @@ pub struct Families {
 impl Families {
     /// A new integer counter family `name` (encoded as `name_total`).
     pub fn count(&mut self, name: &str, help: &str) -> Count {
-        let f = Count::default();
-        self.register(name, help, f.clone());
-        f
+        self.new_family(name, help)
     }
 
     /// A new float counter family `name` (encoded as `name_total`).
     pub fn float_count(&mut self, name: &str, help: &str) -> FloatCount {
-        let f = FloatCount::default();
-        self.register(name, help, f.clone());
-        f
+        self.new_family(name, help)
     }
 
     /// A new float gauge family `name`.
     pub fn gauge(&mut self, name: &str, help: &str) -> FloatGauge {
-        let f = FloatGauge::default();
-        self.register(name, help, f.clone());
-        f
+        self.new_family(name, help)
     }
 
     /// A new integer gauge family `name`.
     pub fn int_gauge(&mut self, name: &str, help: &str) -> IntGauge {
-        let f = IntGauge::default();
+        self.new_family(name, help)
+    }
+
+    fn new_family<M: Metric + Default + Clone>(&mut self, name: &str, help: &str) -> M {
+        let f = M::default();
         self.register(name, help, f.clone());
         f
     }

@@ -68,6 +68,9 @@ impl Exposition {
             if l.len() > MAX_LINE {
                 return Err(err(format!("longer than {MAX_LINE} bytes")));
             }
+            if l.contains('\r') {
+                return Err(err("a carriage return inside a line".into()));
+            }
             if l == "# EOF" {
                 break;
             }
@@ -83,7 +86,12 @@ impl Exposition {
                 if !is_name(name) {
                     return Err(err(format!("bad metric name {name:?}")));
                 }
-                e.family(name).meta.push(l.to_string());
+                let f = e.family(name);
+                let tag = format!("# {kind} ");
+                if f.meta.iter().any(|m| m.starts_with(&tag)) {
+                    return Err(err(format!("second {kind} line for {name}")));
+                }
+                f.meta.push(l.to_string());
                 current = Some(name.to_string());
                 continue;
             }
@@ -99,7 +107,7 @@ impl Exposition {
                 return Err(err(format!("unclosed labels: {:?}", truncate(l))));
             }
             let family = match &current {
-                Some(f) if name.starts_with(f.as_str()) => f.clone(),
+                Some(f) if of_family(name, f) => f.clone(),
                 _ => name.to_string(),
             };
             e.family(&family).samples.push(l.to_string());
@@ -175,6 +183,16 @@ impl Exposition {
     }
 }
 
+/// Whether sample `name` belongs to family `family` (the name itself, or the name with one
+/// of the suffixes OpenMetrics gives a family's samples).
+fn of_family(name: &str, family: &str) -> bool {
+    const SUFFIXES: [&str; 9] = [
+        "", "_total", "_bucket", "_sum", "_count", "_created", "_info", "_gcount", "_gsum",
+    ];
+    name.strip_prefix(family)
+        .is_some_and(|rest| SUFFIXES.contains(&rest))
+}
+
 fn truncate(l: &str) -> &str {
     let mut end = l.len().min(80);
     while !l.is_char_boundary(end) {
@@ -218,9 +236,22 @@ nfx_node_packets_total{instance=\"a\",node=\"fw\"} 10\n\
     }
 
     #[test]
+    fn a_sample_joins_the_family_only_by_its_suffix() {
+        let t = "# HELP n N.\nnfx_x 1\nn_total 2\n# EOF\n";
+        let e = Exposition::parse(t).unwrap();
+        assert_eq!(e.render(), "# HELP n N.\nn_total 2\nnfx_x 1\n# EOF\n");
+    }
+
+    #[test]
     fn malformed_text_is_an_error_naming_the_line() {
-        for bad in ["x{a=\"1\" 2", "9x 1", "# TYPE b-d counter", "lonely"] {
-            let e = Exposition::parse(&format!("ok 1\n{bad}\n")).unwrap_err();
+        for bad in [
+            "x{a=\"1\" 2",
+            "9x 1",
+            "# TYPE b-d counter",
+            "lonely",
+            "# TYPE ok counter",
+        ] {
+            let e = Exposition::parse(&format!("# TYPE ok gauge\n{bad}\n")).unwrap_err();
             assert_eq!(e.line, 2, "{bad}: {e}");
         }
         assert!(Exposition::parse(&"x".repeat(MAX_LINE + 1)).is_err());

@@ -2,11 +2,12 @@
 //! `nfx testbed up --hosts 3 --out DIR`, `nfx up --infra DIR/infrastructure.yaml` (the
 //! controller reaches the three agents over mutual TLS from the management namespace), a
 //! firewall service from YAML between the `src` and `dst` endpoints of endpoints.json.
-//! Checks: nothing passes before the deploy; iperf3 passes after it; a deploy without the
+//! Checks: nothing passes before the deploy; iperf3 passes after it; the controller's
+//! `/metrics` federates every agent and the worker's counters; a deploy without the
 //! token is 401; a worker killed with SIGKILL is noticed, its isolation tables are gone and
 //! the service is re-placed and carries traffic again; the agent of the middle host killed
 //! with SIGKILL is noticed and the service is re-routed around that host (which then sees
-//! none of its traffic); a client holding another CA's material is refused by an agent;
+//! none of its traffic), and the controller's scrape answers with `nfx_agent_up` 0 for it; a client holding another CA's material is refused by an agent;
 //! after the destroy nothing passes; `nfx testbed down` leaves no namespace or process.
 //! Needs root; own prefix and subnet; torn down on failure too.
 
@@ -326,6 +327,15 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
     assert!(events(&c)
         .iter()
         .any(|e| e["kind"] == "agent.down" && e["detail"]["host"] == "h2"));
+    // The controller's scrape still answers, in bounded time, with h2 down.
+    let t = std::time::Instant::now();
+    let m = match c.get("/metrics").unwrap().body {
+        Value::String(t) => scrape::parse(&t),
+        other => panic!("/metrics: {other}"),
+    };
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(m.get(r#"nfx_agent_up{host="h2"}"#), Some(&0.0));
+    assert_eq!(m.get(r#"nfx_agent_up{host="h1"}"#), Some(&1.0));
     let before = h2_rx();
     assert!(iperf_bytes(&src, &dst) > 1_000_000);
     assert!(
