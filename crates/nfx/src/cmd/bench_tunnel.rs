@@ -274,9 +274,13 @@ fn write_psk(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `nfx accel serve` (the lookaside device, pinned to `core` when given) and
-/// waits for its socket.
-pub(crate) fn start_device(sock: &Path, core: Option<u32>) -> anyhow::Result<Children> {
+/// Starts `nfx accel serve` (the lookaside device, pinned to `core` and polling
+/// `spin_us` after its last work when given) and waits for its socket.
+pub(crate) fn start_device(
+    sock: &Path,
+    core: Option<u32>,
+    spin_us: Option<u64>,
+) -> anyhow::Result<Children> {
     let _ = std::fs::remove_file(sock);
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(["accel", "serve", "--queue-pairs", "2", "--socket"])
@@ -284,6 +288,9 @@ pub(crate) fn start_device(sock: &Path, core: Option<u32>) -> anyhow::Result<Chi
         .stdout(Stdio::null());
     if let Some(c) = core {
         cmd.args(["--core", &c.to_string()]);
+    }
+    if let Some(us) = spin_us {
+        cmd.args(["--spin-us", &us.to_string()]);
     }
     let dev = Children(vec![cmd.spawn()?]);
     let t0 = Instant::now();
@@ -380,7 +387,7 @@ fn run_case(tb: &TestbedGuard, dir: &Path, name: &str, secs: u32) -> Outcome {
         }
         "nfx-lookaside" => {
             let sock = dir.join("accel.sock");
-            start_device(&sock, None).and_then(|dev| {
+            start_device(&sock, None, None).and_then(|dev| {
                 let opts = TunnelOpts {
                     device: Some(&sock),
                     ..TunnelOpts::new("cpu")

@@ -40,6 +40,10 @@ pub struct Args {
     /// Core the lookaside device (the HW-VNF's modelled hardware) is pinned to.
     #[arg(long, default_value_t = 1)]
     device_core: u32,
+    /// Microseconds the device keeps polling after its last chunk before it sleeps
+    /// (`nfx accel serve --spin-us`; default: the device's own).
+    #[arg(long)]
+    device_spin_us: Option<u64>,
     /// Testbed namespace prefix.
     #[arg(long, default_value = "nfx-edge-")]
     prefix: String,
@@ -322,7 +326,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
     .context("testbed")?;
     let sock = work.path().join("accel.sock");
-    let _device = super::bench_tunnel::start_device(&sock, Some(a.device_core))?;
+    let _device = super::bench_tunnel::start_device(&sock, Some(a.device_core), a.device_spin_us)?;
     let total = runs as usize * Vnf::ALL.len() * PROTOS.len() * CHUNKS.len();
     let progress = super::output::Progress::bar("edge-video", total as u64);
     let env = Env {

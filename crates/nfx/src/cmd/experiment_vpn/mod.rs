@@ -175,7 +175,7 @@ fn set_up(rung: Rung, tb: &TestbedGuard, dir: &Path, core: u32) -> anyhow::Resul
         Rung::A2 => (base, None),
         Rung::A3 => (
             base,
-            Some(start_device(&dir.join("accel.sock"), Some(core))?),
+            Some(start_device(&dir.join("accel.sock"), Some(core), None)?),
         ),
     };
     let sock = dir.join("accel.sock");
