@@ -171,6 +171,7 @@ pub fn router(st: Arc<EmState>, access: EmAccess) -> Router {
     let shared = Arc::new(Shared { st, access });
     Router::new()
         .route("/status", get(status_route))
+        .route("/metrics", get(metrics_route))
         .route("/accelerator/use", post(use_route))
         .route("/accelerator/release", post(release_route))
         .route("/engine", post(engine_route))
@@ -233,6 +234,16 @@ async fn blocking(f: impl FnOnce() -> EmResult + Send + 'static) -> EmResult {
 
 async fn status_route(State(sh): State<Arc<Shared>>) -> Response {
     Json(status(&sh.st)).into_response()
+}
+
+/// `GET /metrics`: the tunnel's counters, drops and engine in the Prometheus text format
+/// (the same counters `/status` reports), behind the token like every route.
+async fn metrics_route(State(sh): State<Arc<Shared>>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, nfx_metrics::CONTENT_TYPE)],
+        crate::metrics::render(&sh.st.name, &sh.st.counters),
+    )
+        .into_response()
 }
 
 /// Body of `POST /accelerator/use`.
@@ -374,6 +385,18 @@ mod tests {
         token: Option<&str>,
         body: &[u8],
     ) -> (u16, Value) {
+        let (code, bytes) = call_raw(app, method, path, token, body);
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// Sends one request through the router; returns the status and the body's bytes.
+    fn call_raw(
+        app: &Router,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+    ) -> (u16, Vec<u8>) {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -389,7 +412,7 @@ mod tests {
             let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
                 .await
                 .unwrap();
-            (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+            (code, bytes.to_vec())
         })
     }
 
@@ -429,6 +452,7 @@ mod tests {
         let (app, _rx) = state(None);
         for (method, path) in [
             ("GET", "/status"),
+            ("GET", "/metrics"),
             ("POST", "/accelerator/use"),
             ("POST", "/accelerator/release"),
             ("POST", "/engine"),
@@ -439,6 +463,44 @@ mod tests {
                 assert!(v["error"].as_str().unwrap().contains("bearer token"));
             }
         }
+    }
+
+    #[test]
+    fn metrics_are_the_counters_status_reports() {
+        let (tx, _rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        counters.tx_packets.store(1234, Relaxed);
+        counters.rx_bytes.store(99_000, Relaxed);
+        let st = EmState::new(
+            "t1".into(),
+            "aes-128-gcm".into(),
+            EngineKind::Cpu,
+            counters,
+            tx,
+        );
+        let access = EmAccess {
+            token: Zeroizing::new(TOKEN.into()),
+            device_dir: None,
+        };
+        let app = router(Arc::new(st), access);
+        let (_, status) = authed(&app, "GET", "/status", b"");
+        let (code, text) = call_raw(&app, "GET", "/metrics", Some(TOKEN), b"");
+        assert_eq!(code, 200);
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            format!(
+                r#"nfx_tunnel_tx_packets_total{{tunnel="t1"}} {}"#,
+                status["tx_packets"]
+            ),
+            r#"nfx_tunnel_rx_bytes_total{tunnel="t1"} 99000"#.to_string(),
+            format!(
+                r#"nfx_tunnel_engine{{tunnel="t1",engine={}}} 1"#,
+                status["engine"]
+            ),
+        ] {
+            assert!(text.contains(&line), "missing {line}:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
     #[test]
