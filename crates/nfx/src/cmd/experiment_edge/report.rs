@@ -1,5 +1,6 @@
-//! The edge-video outputs: `summary.json` (issue 18's names), `details.json` (every
-//! run), `chart.png` and `report.md` (nfx's figures beside the paper's Table 2).
+//! The edge-video outputs: `summary.json` (the field names docs/experiments/edge-video.md
+//! lists), `details.json` (every run), `chart.png` and `report.md` (nfx's figures beside
+//! the paper's Table 2).
 
 use super::flow::Proto;
 use super::{Run, Vnf, CHUNKS, PROTOS};

@@ -1,4 +1,4 @@
-//! The experiment's outputs: `summary.json` (the names issue 16 fixes, nothing else),
+//! The experiment's outputs: `summary.json` (the documented field names, nothing else),
 //! `details.json` (every sample, per-panel ratios, the run's conditions), `chart.png`
 //! and `report.md` (nfx's figures beside HYPER's published ones).
 

@@ -1,4 +1,4 @@
-//! The ladder's outputs: `summary.json` (the names issue 18 fixes, plus the load average
+//! The ladder's outputs: `summary.json` (the documented field names, plus the load average
 //! and what the accelerator is), `details.json` (every sample, per-end CPU, per-round
 //! ratios), `chart.png` and `report.md` (nfx's rungs beside the paper's Tables 1–2).
 
@@ -253,7 +253,7 @@ pub fn summary(i: &Inputs<'_>) -> Summary {
     }
 }
 
-/// One headline claim of the paper, as the issue states its target, and whether it held.
+/// One headline claim of the paper, the target nfx is held to for it, and whether it held.
 #[derive(Debug, Clone, Serialize)]
 pub struct Claim {
     /// The claim.
