@@ -19,6 +19,11 @@ fn quick_energy_experiment_writes_sane_outputs() {
         "experiment",
         "energy",
         "--quick",
+        // Shorter than --quick's own ramp: this checks structure, not the figures.
+        "--step-s",
+        "1.5",
+        "--streams",
+        "4",
         "--prefix",
         "nfxe2e-energy-",
     ])

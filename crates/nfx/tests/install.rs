@@ -183,7 +183,19 @@ fn cargo_install_runs_the_demo_outside_the_repo() {
     // The binary under test is <target>/release/nfx: reuse that target directory.
     let target = Path::new(NFX).parent().unwrap().parent().unwrap();
     let prefix = tempdir();
-    let o = Command::new(&cargo)
+    let mut install = Command::new(&cargo);
+    // Cargo gives this test process its own CARGO_* variables and OUT_DIR; build scripts
+    // that watch them (ring's watches both) would see a change and rebuild the workspace
+    // instead of reusing the tested build.
+    for (k, _) in std::env::vars_os() {
+        let ours = k
+            .to_str()
+            .is_some_and(|k| (k.starts_with("CARGO_") && k != "CARGO_HOME") || k == "OUT_DIR");
+        if ours {
+            install.env_remove(k);
+        }
+    }
+    let o = install
         .args(["install", "--locked", "--offline", "--quiet", "--path"])
         .arg(Path::new(REPO).join("crates/nfx"))
         .arg("--root")
