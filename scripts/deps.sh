@@ -6,7 +6,9 @@ command -v cargo >/dev/null || { echo "nfx: needs a Rust toolchain (1.88 or newe
 # interop tests and of `nfx bench tunnel` (docs/tunnel.md).
 pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev ffmpeg
       strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-standard-plugins
-      libstrongswan-extra-plugins)
+      libstrongswan-extra-plugins
+# Headless Chromium and its WebDriver: the dashboard's browser test (docs/api.md "Dashboard").
+      chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -124,7 +124,9 @@ function drawTopology(s) {
   const x = hostX(s);
   const rows = Math.max(1, ...s.hosts.map((h) => s.devices.filter((d) => d.host === h.id).length));
   svg.replaceChildren();
-  svg.setAttribute('viewBox', `0 0 ${Math.max(300, 150 * s.hosts.length)} ${110 + rows * 18}`);
+  const w = Math.max(300, 150 * s.hosts.length);
+  svg.setAttribute('viewBox', `0 0 ${w} ${110 + rows * 18}`);
+  svg.setAttribute('width', w);
   s.links.forEach((l, i) => {
     if (!x.has(l.a) || !x.has(l.b)) return;
     const [a, b] = [x.get(l.a), x.get(l.b)];
@@ -153,7 +155,8 @@ function drawChains(s) {
   if (!s.services.length) box.append(el('p', { class: 'muted', text: 'No service deployed.' }));
   for (const svc of s.services) {
     const steps = [{ label: 'in', host: svc.ingress }, ...svc.hops.map((h) => ({ hop: h, host: h.host })), { label: 'out', host: svc.egress }];
-    const svg = el('svg:svg', { viewBox: `0 0 ${Math.max(400, steps.length * 150)} 95`, 'aria-label': 'chain of ' + svc.id });
+    const w = Math.max(400, steps.length * 150);
+    const svg = el('svg:svg', { viewBox: `0 0 ${w} 95`, width: w, 'aria-label': 'chain of ' + svc.id });
     steps.forEach((p, i) => {
       const cx = 20 + i * 150;
       const sameAsPrev = i > 0 && steps[i - 1].host === p.host;
@@ -226,7 +229,7 @@ function drawAccel(s) {
     st.accel.set(d.id, h);
     const w = 480, ht = 40, top = Math.max(1, d.capacity_total);
     const pts = h.map((v, k) => `${(k * w) / (HISTORY - 1)},${ht - (v / top) * ht}`).join(' ');
-    const svg = el('svg:svg', { viewBox: `0 0 ${w} ${ht + 2}`, style: 'max-width:480px' },
+    const svg = el('svg:svg', { viewBox: `0 0 ${w} ${ht + 2}`, width: w },
       el('svg:rect', { x: 0, y: 0, width: w, height: ht, fill: '#f5eefa' }),
       el('svg:polyline', { points: pts, fill: 'none', stroke: TIER.accelerator, 'stroke-width': 2 }));
     box.append(el('div', { 'data-device': d.id },
