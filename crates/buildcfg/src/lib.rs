@@ -19,3 +19,22 @@ fn effective_uid() -> Option<String> {
     let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
     uids.split_whitespace().nth(1).map(str::to_string)
 }
+
+/// Declares the `nfx_no_chromium` cfg and sets it when Debian's `chromium` or
+/// `chromedriver` is not on `PATH` and the build is not in CI (`CI=true`): browser tests
+/// carry `#[cfg_attr(nfx_no_chromium, ignore = "...")]`, so a developer without a browser
+/// sees them ignored, while in CI a missing browser fails them.
+pub fn chromium_cfg() {
+    println!("cargo::rustc-check-cfg=cfg(nfx_no_chromium)");
+    println!("cargo::rerun-if-env-changed=CI");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let on_path = |bin: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+    };
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let installed = on_path("chromium") && on_path("chromedriver");
+    if !(ci || installed) {
+        println!("cargo::rustc-cfg=nfx_no_chromium");
+    }
+}

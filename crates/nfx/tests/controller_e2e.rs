@@ -9,60 +9,26 @@
 //! fanout group; everything is removed on failure too.
 
 mod common;
+mod up;
 
 use common::eventually;
-use nfx_control::client::{load_token, Client};
-use nfx_control::vnfm::local::stop_recorded_workers;
 use nfx_control::vnfm::state_file::recorded_pids;
 use nfx_testbed::acl::IPERF_PORT;
 use nfx_testbed::control::{port_counter, stats};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
-use nfx_testbed::runconfig::{chain_nodes, write_yaml, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 const TOKEN: &str = "controller-e2e-token-0123456789";
 const DEVICES: [&str; 2] = ["w0", "w1"];
-
-/// Kills the controller, then stops every worker its agent recorded.
-struct Controller {
-    child: Child,
-    run_dir: PathBuf,
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        stop_recorded_workers(&self.run_dir);
-    }
-}
 
 fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| s.contains(") Z "))
             .unwrap_or(true)
-}
-
-/// The testbed as an infrastructure: edge has two software devices `w0`, `w1`.
-fn infra() -> Value {
-    let sw = |id: &str| {
-        json!({"id": id, "host": "edge", "tier": "software", "functions": ["firewall", "nat"],
-               "latency_us": 40, "throughput_gbps": 10, "cost": 1, "cpu_cores": 1})
-    };
-    json!({
-        "hosts": [{"id": "src", "cores": 1}, {"id": "edge", "cores": 2},
-                  {"id": "cloud", "cores": 1}, {"id": "dst", "cores": 1}],
-        "devices": [sw("w0"), sw("w1")],
-        "links": [{"a": "src", "b": "edge", "latency_us": 30},
-                  {"a": "edge", "b": "cloud", "latency_us": 30},
-                  {"a": "cloud", "b": "dst", "latency_us": 30}],
-    })
 }
 
 fn node_drop(s: &Value, node: &str, reason: &str) -> u64 {
@@ -91,70 +57,10 @@ fn rest_deploy_migrate_destroy_under_traffic() {
     .unwrap();
     tb.set_edge_forwarding(false).unwrap();
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let run_dir = dir.path().join("agent");
-    let (src_mac, cloud_mac) = tb.edge_peer_macs().unwrap();
-    let template = json!({
-        "netns": tb.ns(Host::Edge),
-        "ports": {"inside": {"iface": "to-src", "peer_mac": src_mac},
-                  "outside": {"iface": "to-cloud", "peer_mac": cloud_mac}},
-        "poll": "adaptive",
-        "fanout": 3300,
-    });
-    let local = json!({
-        "run_dir": run_dir, "nfx_bin": NFX,
-        "workers": {"w0": template.clone(), "w1": template},
-    });
-    write_yaml(&dir.path().join("infra.yaml"), &infra()).unwrap();
-    write_yaml(&dir.path().join("local.yaml"), &local).unwrap();
-    let ready = dir.path().join("ready");
-    let child = Command::new(NFX)
-        .arg("up")
-        .arg("--db")
-        .arg(dir.path().join("state.db"))
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--infra")
-        .arg(dir.path().join("infra.yaml"))
-        .arg("--local-config")
-        .arg(dir.path().join("local.yaml"))
-        .arg("--ready-file")
-        .arg(&ready)
-        .env("NFX_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _ctl = Controller {
-        child,
-        run_dir: run_dir.clone(),
-    };
-    assert!(
-        eventually(Duration::from_secs(20), || std::fs::read_to_string(&ready)
-            .map(|s| !s.is_empty())
-            .unwrap_or(false)),
-        "controller never became ready"
-    );
-    let base = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
-    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
-    let c = Client::new(&base, load_token(Some(&dir.path().join("token"))).unwrap());
+    let up = up::start(&tb, dir.path(), &DEVICES, TOKEN, 3300);
+    let (run_dir, c) = (up.run_dir.clone(), &up.client);
 
-    let nat = chain_nodes(
-        &tb,
-        &Chain::Full {
-            patterns: PathBuf::from("/nonexistent"),
-            elephant_bytes: 1,
-        },
-    )[1]["nat"]
-        .clone();
-    let svc = json!({
-        "id": "masq", "tenant": "t", "ingress": "src", "egress": "dst",
-        "chain": [{"function": "nat", "config": nat}],
-        "sla": {"max_latency_us": 1000, "min_throughput_gbps": 1},
-    });
-    let op = c.post("/api/v1/services", &svc).unwrap();
-    assert_eq!(op.status, 202, "{op:?}");
-    let done = c
-        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
-        .unwrap();
-    assert_eq!(done["state"], "COMPLETED", "{done}");
+    up.deploy_nat(&tb, "masq");
     let inst = c.get("/api/v1/instances").unwrap().body;
     let inst = inst.as_array().unwrap();
     assert_eq!(inst.len(), 1, "{inst:?}");

@@ -1,9 +1,11 @@
 //! The controller's REST API (axum): services, instances, operations, events, plan, plus
 //! `/openapi.json`, `/metrics` and `/healthz`, and the host agent's `/agent/v1` routes for
-//! the embedded agent. Errors are JSON `{"error": "..."}` with 400/401/403/404/409; every
-//! route but `/healthz` needs `Authorization: Bearer <token>`: the admin token anywhere, the
-//! optional read-only token on reads only (see [`Tokens`]).
+//! the embedded agent, and the live dashboard ([`dashboard`]). Errors are JSON
+//! `{"error": "..."}` with 400/401/403/404/409; every route but `/healthz` and the
+//! dashboard's static page needs `Authorization: Bearer <token>`: the admin token anywhere,
+//! the optional read-only token on reads only (see [`Tokens`]).
 
+pub mod dashboard;
 pub mod metrics;
 pub mod openapi;
 
@@ -155,8 +157,13 @@ fn ok<T: serde::Serialize>(code: StatusCode, v: T) -> ApiResult {
     Ok((code, Json(v)).into_response())
 }
 
-/// The whole router: controller API, agent API for `agent_vnfm` (if any), docs, metrics.
+/// The whole router: controller API, agent API for `agent_vnfm` (if any), docs, metrics,
+/// and the dashboard (its page open, its data behind the tokens).
 pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router {
+    let (page, live) = dashboard::routes(dashboard::Dashboard::new(
+        state.ctl.clone(),
+        state.tokens.admin.clone(),
+    ));
     let api = Router::new()
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/metrics", get(metrics_handler))
@@ -169,7 +176,8 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         .route("/api/v1/operations", get(list_operations))
         .route("/api/v1/operations/{id}", get(get_operation))
         .route("/api/v1/events", get(events))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .merge(live);
     let api = match agent_vnfm {
         Some(v) => api.merge(agent::router(v)),
         None => api,
@@ -179,6 +187,7 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
+        .merge(page)
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,

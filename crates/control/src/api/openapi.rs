@@ -3,9 +3,36 @@
 
 use serde_json::{json, Value};
 
+/// Routes that need no token: the liveness probe and the dashboard's static page, script
+/// and style (code shipped in the binary, no data).
+pub const OPEN: &[&str] = &["/healthz", "/", "/dashboard/app.js", "/dashboard/app.css"];
+
+/// Routes that answer with a stream of server-sent events (`?max_events=N` ends it).
+pub const STREAMS: &[&str] = &["/api/v1/dashboard/stream"];
+
 /// Every route the server answers: (method, path, summary, request schema).
 pub const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ("get", "/healthz", "Liveness probe.", None),
+    (
+        "get",
+        "/",
+        "The dashboard page (static, embedded; asks for the token and shows nothing without it).",
+        None,
+    ),
+    ("get", "/dashboard/app.js", "The dashboard's script.", None),
+    ("get", "/dashboard/app.css", "The dashboard's style.", None),
+    (
+        "get",
+        "/api/v1/dashboard",
+        "One dashboard snapshot: hosts, links, devices, chains, instances with live counters, energy, operations.",
+        None,
+    ),
+    (
+        "get",
+        "/api/v1/dashboard/stream",
+        "Server-sent events: `hello` (the token's role), then a `snapshot` every 500 ms (query `max_events` ends the stream).",
+        None,
+    ),
     ("get", "/openapi.json", "This document.", None),
     ("get", "/metrics", "Prometheus text metrics.", None),
     (
@@ -101,9 +128,21 @@ fn schema(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
+/// The media type of a route that does not answer JSON.
+fn media_type(path: &str) -> Option<&'static str> {
+    Some(match path {
+        "/metrics" => "text/plain",
+        "/" => "text/html",
+        "/dashboard/app.js" => "text/javascript",
+        "/dashboard/app.css" => "text/css",
+        p if STREAMS.contains(&p) => "text/event-stream",
+        _ => return None,
+    })
+}
+
 fn response_schema(method: &str, path: &str) -> Option<(&'static str, Value)> {
     Some(match (method, path) {
-        ("get", "/metrics") => return None,
+        (_, p) if media_type(p).is_some() => return None,
         ("post", "/api/v1/services")
         | ("delete", "/api/v1/services/{id}")
         | ("post", "/api/v1/instances/{id}/migrate") => ("202", schema("Operation")),
@@ -142,7 +181,8 @@ pub fn document() -> Value {
         let mutating = matches!(method, "post" | "put" | "delete") && path != "/api/v1/plan";
         match response_schema(method, path) {
             None => {
-                op["responses"]["200"] = json!({"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}});
+                let media = media_type(path).unwrap_or("text/plain");
+                op["responses"]["200"] = json!({"description": "Text", "content": {media: {"schema": {"type": "string"}}}});
             }
             Some((code, Value::Null)) => {
                 op["responses"][code] = json!({"description": "Done"});
@@ -156,6 +196,11 @@ pub fn document() -> Value {
             op["parameters"] = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
             op["responses"]["404"] = err.clone();
         }
+        if STREAMS.contains(&path) {
+            op["parameters"] = json!([{"name": "max_events", "in": "query", "required": false,
+                "schema": {"type": "integer", "minimum": 1}}]);
+            op["responses"]["400"] = err.clone();
+        }
         if path == "/api/v1/events" {
             op["parameters"] = json!([{"name": "limit", "in": "query", "required": false,
                 "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}]);
@@ -166,7 +211,7 @@ pub fn document() -> Value {
                 "content": {"application/json": {"schema": schema(b)}}});
             op["responses"]["400"] = err.clone();
         }
-        if path != "/healthz" {
+        if !OPEN.contains(&path) {
             op["security"] = json!([{"bearer": []}]);
             op["responses"]["401"] = err.clone();
         } else {
@@ -184,7 +229,7 @@ pub fn document() -> Value {
     json!({
         "openapi": "3.0.3",
         "info": {"title": "nfx controller and host agent", "version": env!("CARGO_PKG_VERSION"),
-                 "description": "HYPER-style NFV management: services are chained and placed by the mediator; long requests return SOL003-like operation records. Every operation but /healthz needs `Authorization: Bearer <token>`: the admin token anywhere, the read-only token (if configured) on GET and the dry-run plan only (403 elsewhere)."},
+                 "description": "HYPER-style NFV management: services are chained and placed by the mediator; long requests return SOL003-like operation records. Every operation but /healthz and the dashboard's static page needs `Authorization: Bearer <token>`: the admin token anywhere, the read-only token (if configured) on GET and the dry-run plan only (403 elsewhere)."},
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -123,5 +123,5 @@ fn serve_metrics(
             &probe.held(),
         ))
     };
-    metrics_http::serve(listener, std::sync::Arc::new(render))
+    metrics_http::serve(listener, std::sync::Arc::new(render), None)
 }

@@ -45,6 +45,10 @@ pub struct Args {
     /// the namespace nfx run starts in, before it opens the ports).
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Require `Authorization: Bearer <token>` on `/metrics`, the token read from this
+    /// file (as the controller's `--token-file`; give Prometheus the same file).
+    #[arg(long, value_name = "FILE", requires = "metrics_listen")]
+    metrics_token_file: Option<std::path::PathBuf>,
 }
 
 /// Runs the dataplane and prints its final stats.
@@ -83,13 +87,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let metrics = args.metrics_listen.map(metrics_http::bind).transpose()?;
+    let metrics_token = args
+        .metrics_token_file
+        .as_deref()
+        .map(|f| {
+            nfx_io::token::read_file(f).map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
+        })
+        .transpose()?;
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.file_scope()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller(), cfg.control_gid()?)?;
     if let Some(listener) = metrics {
         let ctl = dp.controller();
         let render =
             move || -> anyhow::Result<String> { Ok(nfx_dataplane::metrics::render(&ctl.stats()?)) };
-        let addr = metrics_http::serve(listener, std::sync::Arc::new(render))?;
+        let addr = metrics_http::serve(listener, std::sync::Arc::new(render), metrics_token)?;
         eprintln!("nfx run: metrics on http://{addr}/metrics");
     }
     eprintln!(
