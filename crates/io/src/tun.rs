@@ -28,34 +28,11 @@ impl TunPort {
         let with = |what: &str, e: io::Error| {
             io::Error::new(e.kind(), format!("TUN port `{name}`: {what}: {e}"))
         };
-        let mut req = ifreq(name)?;
-        // SAFETY: opening the TUN clone device.
-        let fd = owned(unsafe {
-            libc::open(
-                c"/dev/net/tun".as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(|e| with("open /dev/net/tun", e))?;
-        req.ifr_ifru.ifru_flags =
-            (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
-        // SAFETY: TUNSETIFF reads the name and flags from `req`.
-        check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })
-            .map_err(|e| with("TUNSETIFF (needs CAP_NET_ADMIN)", e))?;
-        let hdr_len = VnetHdr::LEN as libc::c_int;
-        // SAFETY: TUNSETVNETHDRSZ reads one c_int.
-        check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &hdr_len) })
-            .map_err(|e| with("TUNSETVNETHDRSZ", e))?;
+        let fd = open_queue(name, true, false).map_err(|e| with("open", e))?;
         let offload = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
-        // SAFETY: TUNSETOFFLOAD takes the flags by value.
-        check(unsafe {
-            libc::ioctl(
-                fd.as_raw_fd(),
-                libc::TUNSETOFFLOAD,
-                offload as libc::c_ulong,
-            )
-        })
-        .map_err(|e| with("TUNSETOFFLOAD", e))?;
+        if set_offload(&fd, &[offload]) == 0 {
+            return Err(with("TUNSETOFFLOAD", io::Error::last_os_error()));
+        }
         set_up(name).map_err(|e| with("set up", e))?;
         Ok(Self {
             fd,
@@ -64,6 +41,52 @@ impl TunPort {
             counters: PortCounters::default(),
         })
     }
+}
+
+/// Opens one queue of TUN interface `name` (creating the interface, or attaching to
+/// it) in the calling thread's namespace: non-blocking, IP packets without packet
+/// info; with `vnet` every packet carries a `virtio_net_hdr`. With `multi_queue`
+/// (`IFF_MULTI_QUEUE`) each call adds a queue and the kernel steers each flow (by its
+/// hash) to one of them, so threads that each serve one queue see every flow's packets
+/// in order. Needs CAP_NET_ADMIN.
+pub fn open_queue(name: &str, vnet: bool, multi_queue: bool) -> io::Result<OwnedFd> {
+    let mut req = ifreq(name)?;
+    // SAFETY: opening the TUN clone device.
+    let fd = owned(unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    })?;
+    let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
+    if vnet {
+        flags |= libc::IFF_VNET_HDR;
+    }
+    if multi_queue {
+        flags |= libc::IFF_MULTI_QUEUE;
+    }
+    req.ifr_ifru.ifru_flags = flags as libc::c_short;
+    // SAFETY: TUNSETIFF reads the name and flags from `req`.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
+    if vnet {
+        let hdr_len = VnetHdr::LEN as libc::c_int;
+        // SAFETY: TUNSETVNETHDRSZ reads one c_int.
+        check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &hdr_len) })?;
+    }
+    Ok(fd)
+}
+
+/// Asks the kernel for the first of `wants` (`TUN_F_*` sets, best first) it accepts on
+/// the TUN queue `fd`; returns the set taken (0: none, the caller reads packet by
+/// packet).
+pub fn set_offload(fd: &OwnedFd, wants: &[u32]) -> u32 {
+    for &want in wants {
+        // SAFETY: TUNSETOFFLOAD takes the flags as the integer argument.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, want as libc::c_ulong) } == 0 {
+            return want;
+        }
+    }
+    0
 }
 
 /// Sets interface `name` administratively up.

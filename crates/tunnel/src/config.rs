@@ -105,6 +105,16 @@ fn default_offload() -> bool {
     true
 }
 
+/// Most packet worker threads an endpoint runs.
+pub const MAX_THREADS: usize = 8;
+
+/// The CPUs the process may run on (affinity and cgroup quota), at most `MAX_THREADS`.
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -131,6 +141,8 @@ struct RawConfig {
     batch: usize,
     #[serde(default = "default_offload")]
     offload: bool,
+    #[serde(default)]
+    threads: Option<usize>,
     tun: TunConfig,
     underlay: UnderlayConfig,
     #[serde(default)]
@@ -196,6 +208,10 @@ pub struct Config {
     pub replay_window: u64,
     /// Packets per crypto batch.
     pub batch: usize,
+    /// Packet worker threads (`threads`; default: the CPUs this process may run on,
+    /// at most 8). One thread: it serves both directions. More: one receives and
+    /// decrypts, each of the others reads one queue of a multi-queue TUN and encrypts.
+    pub threads: usize,
     /// Kernel offloads: TUN vnet header with TSO/USO/checksum, UDP GSO/GRO, receive
     /// coalescing (`false`: one syscall per packet, the old path, for comparison).
     pub offload: bool,
@@ -331,6 +347,11 @@ impl Config {
         if raw.batch == 0 || raw.batch > 256 {
             return Err(field("batch", format!("{} is not in 1..=256", raw.batch)));
         }
+        let threads = match raw.threads {
+            Some(n @ 1..=MAX_THREADS) => n,
+            Some(n) => return Err(field("threads", format!("{n} is not in 1..={MAX_THREADS}"))),
+            None => default_threads(),
+        };
         if raw.replay_window < 64 || raw.replay_window > 65536 {
             return Err(field(
                 "replay_window",
@@ -399,6 +420,7 @@ impl Config {
             lookaside_dir: raw.lookaside_dir.map(|d| dir.join(d)),
             replay_window: raw.replay_window,
             batch: raw.batch,
+            threads,
             offload: raw.offload,
             tun: raw.tun,
             underlay: raw.underlay,

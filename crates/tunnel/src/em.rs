@@ -108,7 +108,16 @@ pub fn sampler(st: Arc<EmState>, stop: Arc<AtomicBool>) {
         std::thread::park_timeout(SAMPLE_EVERY);
         let tid = c.worker_tid.load(Relaxed);
         let cpu = if tid > 0 {
-            thread_cpu_s(tid).unwrap_or(last.1)
+            let lanes = c
+                .lane_tids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            std::iter::once(tid)
+                .chain(lanes)
+                .map(|t| thread_cpu_s(t).ok())
+                .sum::<Option<f64>>()
+                .unwrap_or(last.1)
         } else {
             0.0
         };
@@ -349,6 +358,7 @@ fn status(st: &EmState) -> Value {
         "engine_switches": c.engine_switches.load(Relaxed),
         "failovers": c.failovers.load(Relaxed),
         "offload": c.offload_json(),
+        "lanes": c.lanes_json(),
     })
 }
 
@@ -441,6 +451,7 @@ mod tests {
             "engine_switches",
             "failovers",
             "offload",
+            "lanes",
         ] {
             assert!(v.get(k).is_some(), "{k}");
         }

@@ -14,11 +14,87 @@ use crate::esp::{Inbound, Outbound};
 use crate::ike::{IkeParts, IkeShared};
 use crate::seqstate::SeqState;
 use crate::stats::Counters;
+use crate::steer::FlowQueues;
 use crate::sys::{enter_netns, gettid, set_timer_slack_ns, Tun, Underlay};
-use crate::worker::{IkeLink, Worker, WorkerParts};
+use crate::worker::{Control, IkeLink, Worker, WorkerParts};
 
 /// IKE messages queued between the worker and the IKE thread.
 const IKE_QUEUE: usize = 256;
+
+/// What the packet workers are built from.
+struct Parts {
+    first: (Box<dyn Engine>, EngineKind),
+    engine: EngineKind,
+    out: Option<Outbound>,
+    inb: Vec<Inbound>,
+    ike: Option<IkeLink>,
+    batch: usize,
+    mtu: usize,
+    offload: bool,
+    counters: Arc<Counters>,
+}
+
+impl Parts {
+    /// The lead worker and `senders` sending lanes (lane `i` reads TUN queue `i`; the
+    /// lead all of them while it runs alone). Each lane has its own engine (paused while
+    /// the first engine is a lookaside queue pair, which the lead holds) and its own
+    /// handle on the outbound SA.
+    fn build(
+        self,
+        tuns: Vec<Arc<Tun>>,
+        udp: Underlay,
+        senders: usize,
+    ) -> anyhow::Result<(Worker, Vec<Worker>)> {
+        let mut links = Vec::new();
+        let mut lanes = Vec::new();
+        let paused = self.first.1 == EngineKind::Lookaside;
+        let steer = (tuns.len() > 1).then(|| Arc::new(FlowQueues::default()));
+        self.counters.lanes.store(senders, Relaxed);
+        for (i, tun) in tuns.iter().take(senders).enumerate() {
+            let (link, cmds) = crate::lanes::channel();
+            links.push(link);
+            lanes.push(
+                Worker::new(WorkerParts {
+                    engine: (open_local(self.engine)?, self.engine),
+                    base: self.engine,
+                    out: self.out.as_ref().map(Outbound::lane),
+                    inb: Vec::new(),
+                    ike: None,
+                    batch: self.batch,
+                    mtu: self.mtu,
+                    tuns: vec![Arc::clone(tun)],
+                    udp: udp.try_clone()?,
+                    counters: Arc::clone(&self.counters),
+                    offload: self.offload,
+                    control: Control::Lane {
+                        index: i + 1,
+                        cmds,
+                        paused,
+                    },
+                    steer: steer.clone(),
+                })
+                .map_err(anyhow::Error::msg)?,
+            );
+        }
+        let lead = Worker::new(WorkerParts {
+            engine: self.first,
+            base: self.engine,
+            out: self.out,
+            inb: self.inb,
+            ike: self.ike,
+            batch: self.batch,
+            mtu: self.mtu,
+            tuns,
+            udp,
+            counters: self.counters,
+            offload: self.offload,
+            control: Control::Lead(links),
+            steer,
+        })
+        .map_err(anyhow::Error::msg)?;
+        Ok((lead, lanes))
+    }
+}
 
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
 pub fn run(
@@ -53,6 +129,7 @@ pub fn run(
         engine,
         replay_window,
         batch,
+        threads,
         offload,
         tun: tun_cfg,
         underlay,
@@ -112,43 +189,73 @@ pub fn run(
     let worker = std::thread::Builder::new()
         .name(format!("tunnel-{name}"))
         .spawn(move || {
-            let setup = || -> anyhow::Result<(Worker, std::net::UdpSocket)> {
+            let deadline = duration.map(|d| Instant::now() + d);
+            let parts = Parts {
+                first,
+                engine,
+                out: sas.0,
+                inb: sas.1,
+                ike: ike_link,
+                batch,
+                mtu: mtu as usize,
+                offload,
+                counters: Arc::clone(&wc),
+            };
+            let setup = || -> anyhow::Result<(Worker, Vec<Worker>, std::net::UdpSocket)> {
                 if let Some(ns) = &netns {
                     enter_netns(ns)?;
                 }
-                let tun = Tun::open(&tun_cfg, mtu, offload)?;
+                // One thread serves both directions; with more, the lead receives and
+                // each other thread reads (and encrypts) one TUN queue.
+                let senders = threads.saturating_sub(1);
+                let tuns: Vec<Arc<Tun>> = Tun::open(&tun_cfg, mtu, offload, senders.max(1))?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect();
                 let udp = Underlay::bind(underlay.local, underlay.peer)?;
                 let sock = udp.sock.try_clone()?;
-                let w = Worker::new(WorkerParts {
-                    engine: first,
-                    base: engine,
-                    out: sas.0,
-                    inb: sas.1,
-                    ike: ike_link,
-                    batch,
-                    mtu: mtu as usize,
-                    tun,
-                    udp,
-                    counters: Arc::clone(&wc),
-                    offload,
-                })
-                .map_err(anyhow::Error::msg)?;
-                Ok((w, sock))
+                let (w, lanes) = parts.build(tuns, udp, senders)?;
+                Ok((w, lanes, sock))
             };
-            let (mut w, sock) = match setup() {
+            let (mut w, lanes, sock) = match setup() {
                 Ok(w) => w,
                 Err(e) => {
                     let _ = ready_tx.send(Err(format!("{e:#}")));
                     return;
                 }
             };
+            let lane_stop = Arc::new(AtomicBool::new(false));
+            let mut joins = Vec::new();
+            for (i, mut lane) in lanes.into_iter().enumerate() {
+                let (ls, lc) = (Arc::clone(&lane_stop), Arc::clone(&wc));
+                let spawned = std::thread::Builder::new()
+                    .name(format!("tunnel-tx{}", i + 1))
+                    .spawn(move || {
+                        let _ = set_timer_slack_ns(1000);
+                        lc.lane_tids
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(gettid());
+                        // Lanes get no EM commands: the lead forwards what concerns them.
+                        let (_none, cmds) = mpsc::channel();
+                        lane.run(&cmds, &ls, deadline);
+                    });
+                match spawned {
+                    Ok(h) => joins.push(h),
+                    Err(e) => log::error!("sending lane {}: {e}", i + 1),
+                }
+            }
             if let Err(e) = set_timer_slack_ns(1000) {
                 log::warn!("timer slack: {e}");
             }
             wc.worker_tid.store(gettid(), Relaxed);
             wc.ready.store(true, Relaxed);
             let _ = ready_tx.send(Ok(sock));
-            w.run(&cmd_rx, &wstop, duration.map(|d| Instant::now() + d));
+            w.run(&cmd_rx, &wstop, deadline);
+            lane_stop.store(true, Relaxed);
+            for h in joins {
+                let _ = h.join();
+            }
         })?;
     let setup = ready_rx
         .recv()

@@ -9,11 +9,13 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use nfx_accel::{Alg, AlgFamily, Buf, Direction, Iv, Layout, SecretBytes, SessionSpec};
 use zeroize::Zeroize;
 
 use crate::replay::ReplayWindow;
+use crate::seqspace::{SeqLane, SeqSpace};
 use crate::seqstate::SeqState;
 
 /// ESP header: SPI + sequence number.
@@ -193,42 +195,54 @@ pub struct Prepared {
     pub seq: u64,
 }
 
-/// The sending side of an SA: sequence counter and keys.
+/// The sending side of an SA as one worker lane sees it: the keys (shared by the
+/// lanes) and the lane's handle on the SA's one sequence space.
 pub struct Outbound {
     /// Keys.
-    pub keys: SaKeys,
+    pub keys: Arc<SaKeys>,
     esn: bool,
-    next_seq: u64,
-    /// A static key's persisted reservation: no sequence number beyond it is used
-    /// before the file says so.
-    reservation: Option<SeqState>,
+    seq: SeqLane,
 }
 
 impl Outbound {
     /// A fresh outbound SA with new keys (first sequence number 1).
     pub fn new(keys: SaKeys, esn: bool) -> Self {
-        Outbound {
-            keys,
-            esn,
-            next_seq: 1,
-            reservation: None,
-        }
+        Self::with_space(keys, esn, 1, None)
     }
 
     /// An SA whose keys outlive the process: it starts at `start` (the first number
     /// the state file had not handed out) and reserves further blocks as it goes.
     pub fn persisted(keys: SaKeys, esn: bool, state: SeqState, start: u64) -> Self {
+        Self::with_space(keys, esn, start, Some(state))
+    }
+
+    fn with_space(keys: SaKeys, esn: bool, start: u64, state: Option<SeqState>) -> Self {
+        let last = if esn { u64::MAX } else { u32::MAX as u64 };
         Outbound {
-            keys,
+            keys: Arc::new(keys),
             esn,
-            next_seq: start,
-            reservation: Some(state),
+            seq: SeqLane::new(SeqSpace::new(start, last, state)),
         }
     }
 
-    /// The highest sequence number used so far (0: none).
+    /// Another lane's handle on the same SA: same keys, same sequence space, a block
+    /// of its own (so lanes never repeat a number).
+    pub fn lane(&self) -> Outbound {
+        Outbound {
+            keys: Arc::clone(&self.keys),
+            esn: self.esn,
+            seq: self.seq.sibling(),
+        }
+    }
+
+    /// Ends this lane's batch: unused reserved numbers go back when they can.
+    pub fn end_batch(&mut self) {
+        self.seq.end_batch();
+    }
+
+    /// The highest sequence number any lane may have used so far (0: none).
     pub fn sent(&self) -> u64 {
-        self.next_seq - 1
+        self.seq.space().reserved() - 1
     }
 
     /// The SPI.
@@ -259,16 +273,7 @@ impl Outbound {
         buf.set_len(total).map_err(|_| EspError::TooBig)?;
         let s = buf.as_mut_slice();
         let nh = next_header(&s[HEAD..HEAD + inner_len]).ok_or(EspError::BadEncap)?;
-        let seq = self.next_seq;
-        if !self.esn && seq > u32::MAX as u64 {
-            return Err(EspError::SeqExhausted);
-        }
-        if let Some(r) = &mut self.reservation {
-            if seq >= r.until() && r.reserve_from(seq).is_err() {
-                return Err(EspError::SeqExhausted);
-            }
-        }
-        self.next_seq += 1;
+        let seq = self.seq.take().ok_or(EspError::SeqExhausted)?;
         s[..4].copy_from_slice(&self.keys.spi.to_be_bytes());
         s[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
         s[8..16].copy_from_slice(&seq.to_be_bytes());

@@ -1,10 +1,13 @@
 //! Counters shared between the packet worker and the EM endpoint (lock-free atomics).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed,
+};
 
 use nfx_accel::EngineKind;
 use serde_json::{json, Map, Value};
 
+use crate::config::MAX_THREADS;
 use crate::esp::EspError;
 
 /// Why a packet was dropped; each has a counter.
@@ -106,8 +109,15 @@ pub struct Counters {
     /// Lookaside device failures survived (fallback engine took over).
     pub failovers: AtomicU64,
     engine: AtomicU8,
-    /// Kernel thread id of the packet worker (0 before it starts).
+    /// Kernel thread id of the (lead) packet worker (0 before it starts).
     pub worker_tid: AtomicI32,
+    /// Kernel thread ids of the sending lanes (their CPU time counts as the worker's).
+    pub lane_tids: std::sync::Mutex<Vec<i32>>,
+    /// Sending lanes the endpoint runs (0: one worker serves both directions).
+    pub lanes: AtomicUsize,
+    /// Packets sent per worker: the lead first, then each lane (shows how the
+    /// multi-queue TUN spread the flows).
+    pub lane_tx: [AtomicU64; MAX_THREADS],
     /// TUN up with its address and the underlay socket bound: traffic can flow.
     pub ready: AtomicBool,
     /// `TUN_F_*` offloads the kernel accepted on the TUN.
@@ -193,6 +203,13 @@ impl Counters {
         })
     }
 
+    /// `{"sending": N, "tx_packets": [lead, lane 1, ...]}`.
+    pub fn lanes_json(&self) -> Value {
+        let n = self.lanes.load(Relaxed).min(MAX_THREADS - 1);
+        let tx: Vec<u64> = self.lane_tx[..=n].iter().map(|c| c.load(Relaxed)).collect();
+        json!({"sending": n, "tx_packets": tx})
+    }
+
     /// Every counter as JSON (the final report of `nfx tunnel`).
     pub fn json(&self) -> Value {
         json!({
@@ -205,6 +222,7 @@ impl Counters {
             "engine_switches": self.engine_switches.load(Relaxed),
             "failovers": self.failovers.load(Relaxed),
             "offload": self.offload_json(),
+            "lanes": self.lanes_json(),
         })
     }
 }

@@ -3,14 +3,13 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::Command;
+
+use nfx_io::tun::{open_queue, set_offload};
 
 use crate::config::TunConfig;
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-const IFF_VNET_HDR: libc::c_int = 0x4000;
 /// `TUN_F_CSUM`: the kernel may hand us packets with a partial checksum.
 pub const TUN_F_CSUM: u32 = 0x01;
 /// `TUN_F_TSO4`: TCP/IPv4 super-packets.
@@ -55,65 +54,47 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 }
 
 impl Tun {
-    /// Creates the TUN `cfg` names in the calling thread's namespace, sets MTU, queue
-    /// length and address, up. With `vnet`, asks for a virtio_net_hdr and the
-    /// checksum/TSO/USO offloads (USO only if the kernel takes it; none if it refuses
-    /// them all: see `offloads`).
-    pub fn open(cfg: &TunConfig, mtu: u32, vnet: bool) -> anyhow::Result<Tun> {
-        let (name, address) = (cfg.name.as_str(), cfg.address.as_str());
-        let path = c"/dev/net/tun";
-        // SAFETY: plain open(2) of a NUL-terminated path.
-        let fd = cvt(unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(|e| anyhow::anyhow!("open /dev/net/tun: {e}"))?;
-        // SAFETY: fd was just opened and is owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ifreq is plain data.
-        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(15)) {
-            *d = s as libc::c_char;
+    /// Creates the TUN `cfg` names in the calling thread's namespace with `queues`
+    /// queues (`IFF_MULTI_QUEUE` when more than one: the kernel spreads flows over
+    /// them by hash, each flow staying on one queue), sets MTU, queue length and
+    /// address, up. With `vnet`, asks for a virtio_net_hdr and the checksum/TSO/USO
+    /// offloads (USO only if the kernel takes it; none if it refuses them all: see
+    /// `offloads`).
+    pub fn open(cfg: &TunConfig, mtu: u32, vnet: bool, queues: usize) -> anyhow::Result<Vec<Tun>> {
+        let name = cfg.name.as_str();
+        let multi = queues > 1;
+        let tso = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+        let wants: &[u32] = if vnet {
+            &[tso | TUN_F_USO4 | TUN_F_USO6, tso]
+        } else {
+            &[]
+        };
+        let mut out = Vec::with_capacity(queues.max(1));
+        for q in 0..queues.max(1) {
+            let fd = open_queue(name, vnet, multi)
+                .map_err(|e| anyhow::anyhow!("TUN {name} queue {q}: {e}"))?;
+            let offloads = set_offload(&fd, wants);
+            out.push(Tun {
+                fd,
+                name: name.to_string(),
+                vnet,
+                offloads,
+            });
         }
-        let vflag = if vnet { IFF_VNET_HDR } else { 0 };
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vflag) as libc::c_short;
-        // SAFETY: TUNSETIFF reads/writes one ifreq.
-        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut ifr) })
-            .map_err(|e| anyhow::anyhow!("TUNSETIFF {name}: {e}"))?;
-        let mut offloads = 0;
-        if vnet {
-            let tso = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
-            for want in [tso | TUN_F_USO4 | TUN_F_USO6, tso] {
-                // SAFETY: TUNSETOFFLOAD takes the flags as the integer argument.
-                if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, want as libc::c_ulong) } == 0
-                {
-                    offloads = want;
-                    break;
-                }
-            }
-        }
-        let name = name.to_string();
         let (mtu, qlen) = (mtu.to_string(), cfg.queue_len.to_string());
         ip(&[
             "link",
             "set",
             "dev",
-            &name,
+            name,
             "mtu",
             &mtu,
             "txqueuelen",
             &qlen,
             "up",
         ])?;
-        ip(&["addr", "add", address, "dev", &name])?;
-        Ok(Tun {
-            fd,
-            name,
-            vnet,
-            offloads,
-        })
+        ip(&["addr", "add", cfg.address.as_str(), "dev", name])?;
+        Ok(out)
     }
 
     /// Reads one packet into `buf`; `Ok(None)` when nothing is waiting.
@@ -244,6 +225,14 @@ impl Underlay {
     /// The file descriptor (for poll).
     pub fn raw(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// Another handle on the same socket (for a lane that only sends).
+    pub fn try_clone(&self) -> io::Result<Underlay> {
+        Ok(Underlay {
+            sock: self.sock.try_clone()?,
+            peer: self.peer,
+        })
     }
 }
 

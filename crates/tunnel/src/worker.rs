@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,10 @@ use nfx_accel::{
 
 use crate::esp::{wire_len, EspError, Inbound, Outbound, Prepared, ESN_AAD, HEAD, ICV};
 use crate::gro::{Gro, Piece, MAX_SEGS};
+use crate::lanes::{self, LaneCmd, LaneLink, LaneOp};
 use crate::offload::{read_vnet, Plan, SegError, VnetHdr};
 use crate::stats::{Counters, DropCause};
+use crate::steer::{flow_key, FlowQueues};
 use crate::sys::{poll_readable, Tun, Underlay, TUN_F_TSO4};
 use crate::udp_gso::{scattered, split, GRO_BUF, MAX_SEGS as MAX_GRO_SEGS};
 
@@ -228,6 +230,8 @@ const MAX_IP: usize = 65_535;
 /// Most segments of one super-packet a TUN read scatters into engine buffers (a longer
 /// one is cut by copying).
 const MAX_TSO_SEGS: usize = 64;
+/// How often a paused lane looks at the stop flag while it waits for the lead.
+const PAUSED_WAIT: Duration = Duration::from_millis(20);
 /// Longest sleep on the engine's completion wake-up before polling again.
 const WAIT_STEP: Duration = Duration::from_millis(1);
 
@@ -246,9 +250,24 @@ pub struct Worker {
     cap: usize,
     batch: usize,
     mtu: usize,
-    tun: Tun,
+    /// The TUN queues this worker may read (a lane: its own; the lead: all of them,
+    /// read while it runs alone); the lead writes received packets to the first.
+    tuns: Vec<Arc<Tun>>,
     udp: Underlay,
     counters: Arc<Counters>,
+    /// This worker is the lead (receives, serves IKE and the EM, owns the counters'
+    /// engine state); false for a sending lane.
+    lead: bool,
+    /// 0 for the lead, `i` for sending lane `i` (its slot in `Counters::lane_tx`).
+    index: usize,
+    /// The flow → TUN queue table (with more than one queue).
+    steer: Option<Arc<FlowQueues>>,
+    /// The lead's links to the sending lanes (empty: it runs alone).
+    lanes: Vec<LaneLink>,
+    /// A sending lane's command channel from the lead.
+    ctl: Option<Receiver<LaneCmd>>,
+    /// A sending lane told to leave its TUN queue to the lead.
+    paused: bool,
     done: Vec<Completion>,
     flights: VecDeque<Flight>,
     past_failovers: u64,
@@ -302,39 +321,73 @@ pub struct WorkerParts {
     pub batch: usize,
     /// Inner MTU.
     pub mtu: usize,
-    /// The TUN device.
-    pub tun: Tun,
+    /// The TUN queues (see [`Worker`]'s `tuns`).
+    pub tuns: Vec<Arc<Tun>>,
     /// The underlay socket.
     pub udp: Underlay,
     /// Shared counters.
     pub counters: Arc<Counters>,
     /// Use the kernel offloads the TUN and the socket accept (`offload` in the config).
     pub offload: bool,
+    /// How this worker is controlled: the lead (with its links to the lanes) or a lane
+    /// (with its command channel, paused or not at start).
+    pub control: Control,
+    /// The flow → TUN queue table all workers share (with more than one queue).
+    pub steer: Option<Arc<FlowQueues>>,
+}
+
+/// The lead worker or a sending lane (see `crate::lanes`).
+pub enum Control {
+    /// The lead, with links to its lanes (none: it runs alone).
+    Lead(Vec<LaneLink>),
+    /// A sending lane; `paused` while a lookaside queue pair is attached at start.
+    Lane {
+        /// Its number, from 1.
+        index: usize,
+        /// Commands from the lead.
+        cmds: Receiver<LaneCmd>,
+        /// Starts paused.
+        paused: bool,
+    },
 }
 
 impl Worker {
     /// Builds the worker and creates its sessions on the first engine.
     pub fn new(p: WorkerParts) -> Result<Worker, String> {
         let crypto = Crypto::new(p.engine.0, p.engine.1, p.out.as_ref(), &p.inb)?;
-        if let Some(o) = &p.out {
-            p.counters.out_spi.store(o.spi(), Relaxed);
-        }
-        p.counters.set_engine(crypto.kind);
+        let (index, lanes, ctl, paused) = match p.control {
+            Control::Lead(l) => (0, l, None, false),
+            Control::Lane {
+                index,
+                cmds,
+                paused,
+            } => (index, Vec::new(), Some(cmds), paused),
+        };
+        let lead = index == 0;
+        let offloads = p.tuns.first().map_or(0, |t| t.offloads);
         let udp_gso = p.offload && p.udp.probe_gso();
-        let udp_gro = p.offload && p.udp.enable_gro();
-        if p.offload && !(p.tun.offloads != 0 && udp_gso && udp_gro) {
+        let udp_gro = p.offload && lead && p.udp.enable_gro();
+        if lead {
+            if let Some(o) = &p.out {
+                p.counters.out_spi.store(o.spi(), Relaxed);
+            }
+            p.counters.set_engine(crypto.kind);
+        }
+        if lead && p.offload && !(offloads != 0 && udp_gso && udp_gro) {
             log::warn!(
                 "kernel refused some offloads (tun {:#x}, udp gso {udp_gso}, udp gro {udp_gro}); \
                  using the per-packet path for those",
-                p.tun.offloads
+                offloads
             );
             p.counters.offload_fallbacks.fetch_add(1, Relaxed);
         }
-        p.counters.tun_offloads.store(p.tun.offloads, Relaxed);
         // Coalesced frames are GSO packets: only for a TUN that took TSO.
-        let coalesce = p.tun.offloads & TUN_F_TSO4 != 0;
-        p.counters.udp_gso.store(udp_gso, Relaxed);
-        p.counters.udp_gro.store(udp_gro, Relaxed);
+        let coalesce = offloads & TUN_F_TSO4 != 0;
+        if lead {
+            p.counters.tun_offloads.store(offloads, Relaxed);
+            p.counters.udp_gso.store(udp_gso, Relaxed);
+            p.counters.udp_gro.store(udp_gro, Relaxed);
+        }
         Ok(Worker {
             crypto,
             base: p.base,
@@ -346,9 +399,15 @@ impl Worker {
             cap: (p.mtu + HEAD + ICV + 8 + ESN_AAD).max(2048),
             batch: p.batch,
             mtu: p.mtu,
-            tun: p.tun,
+            tuns: p.tuns,
             udp: p.udp,
             counters: p.counters,
+            lead,
+            index,
+            steer: p.steer,
+            lanes,
+            ctl,
+            paused,
             done: Vec::new(),
             flights: VecDeque::new(),
             past_failovers: 0,
@@ -385,11 +444,14 @@ impl Worker {
         stop: &AtomicBool,
         deadline: Option<Instant>,
     ) {
-        let fds = [self.tun.raw(), self.udp.raw()];
         loop {
+            if !self.lead && !self.serve_lead_cmds(stop, deadline) {
+                self.finish_all();
+                return;
+            }
             while let Ok(c) = cmds.try_recv() {
                 self.finish_all();
-                let r = self.switch(c.target);
+                let r = self.switch_all(c.target);
                 if r.is_ok() {
                     self.counters.engine_switches.fetch_add(1, Relaxed);
                 }
@@ -398,9 +460,7 @@ impl Worker {
             }
             while let Some(c) = self.ike.as_ref().and_then(|l| l.cmds.try_recv().ok()) {
                 self.finish_all();
-                for ch in c.changes {
-                    self.apply(ch);
-                }
+                self.apply_all(c.changes);
                 let _ = c.done.send(());
             }
             if stop.load(Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -414,6 +474,16 @@ impl Worker {
                     self.finish_front();
                 }
             }
+            // The TUN queues this worker reads now, then (the lead) the socket.
+            let queues = if self.lead && !self.lanes.is_empty() && !pipelined {
+                0
+            } else {
+                self.tuns.len()
+            };
+            let mut fds: Vec<_> = self.tuns[..queues].iter().map(|t| t.raw()).collect();
+            if self.lead {
+                fds.push(self.udp.raw());
+            }
             let wait_ms = if self.flights.is_empty() { 5 } else { 0 };
             let ready = match poll_readable(&fds, wait_ms) {
                 Ok(r) => r,
@@ -424,10 +494,10 @@ impl Worker {
                 }
             };
             let before = self.flights.len();
-            if ready[0] {
-                self.outbound_batch();
+            for q in (0..queues).filter(|&q| ready[q]) {
+                self.outbound_batch(q);
             }
-            if ready[1] {
+            if self.lead && ready[queues] {
                 self.inbound_batch();
             }
             // Only a device working beside the worker gains from batches left in flight.
@@ -437,12 +507,120 @@ impl Worker {
                 self.finish_front();
             }
             let now = self.crypto.engine.stats().failovers;
-            self.counters
-                .failovers
-                .store(self.past_failovers + now, Relaxed);
-            if now > 0 && self.crypto.kind == EngineKind::Lookaside {
-                // The device died: the client runs everything on the fallback engine.
-                self.counters.set_engine(self.base);
+            if self.lead {
+                self.counters
+                    .failovers
+                    .store(self.past_failovers + now, Relaxed);
+                if now > 0 && self.crypto.kind == EngineKind::Lookaside {
+                    // The device died: the client runs everything on the fallback engine.
+                    self.counters.set_engine(self.base);
+                }
+            }
+        }
+    }
+
+    /// A sending lane's side of `crate::lanes`: serves the lead's commands between two
+    /// batches; while paused, waits for them (its TUN queue is the lead's then). False
+    /// when the lane should end (stop, deadline, or the lead is gone).
+    fn serve_lead_cmds(&mut self, stop: &AtomicBool, deadline: Option<Instant>) -> bool {
+        let Some(ctl) = self.ctl.take() else {
+            return true;
+        };
+        let go_on = loop {
+            let cmd = if self.paused {
+                if stop.load(Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break false;
+                }
+                match ctl.recv_timeout(PAUSED_WAIT) {
+                    Ok(c) => c,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break false,
+                }
+            } else {
+                match ctl.try_recv() {
+                    Ok(c) => c,
+                    Err(TryRecvError::Empty) => break true,
+                    Err(TryRecvError::Disconnected) => break false,
+                }
+            };
+            self.finish_all();
+            let r = self.lane_op(cmd.op);
+            let _ = cmd.ack.send(r);
+        };
+        self.ctl = Some(ctl);
+        go_on
+    }
+
+    /// Carries out one command of the lead on this lane (no batch is in flight).
+    fn lane_op(&mut self, op: LaneOp) -> Result<(), String> {
+        match op {
+            LaneOp::Sa(changes) => changes.into_iter().for_each(|ch| self.apply(ch)),
+            LaneOp::Engine(k) => {
+                if self.crypto.kind != k {
+                    self.switch(Target::Local(k))?;
+                }
+                self.paused = false;
+            }
+            LaneOp::Pause => self.paused = true,
+        }
+        Ok(())
+    }
+
+    /// Switches every worker: the lead first, then the lanes (they pause while the lead
+    /// holds a lookaside queue pair, and follow it to a software engine).
+    fn switch_all(&mut self, target: Target) -> Result<Switched, String> {
+        if self.lanes.is_empty() {
+            return self.switch(target);
+        }
+        if let Target::Lookaside(e) = target {
+            lanes::tell_all(&self.lanes, || LaneOp::Pause).inspect_err(|_| self.resume_lanes())?;
+            return self
+                .switch(Target::Lookaside(e))
+                .inspect_err(|_| self.resume_lanes());
+        }
+        let r = self.switch(target)?;
+        lanes::tell_all(&self.lanes, || LaneOp::Engine(r.engine))?;
+        Ok(r)
+    }
+
+    /// Tells the lanes to go on with the lead's software engine (after a failed pause
+    /// or attach); a lane that fails is logged, it stays paused.
+    fn resume_lanes(&self) {
+        let k = self.crypto.kind;
+        if k == EngineKind::Lookaside {
+            return;
+        }
+        if let Err(e) = lanes::tell_all(&self.lanes, || LaneOp::Engine(k)) {
+            log::error!("resuming the sending lanes: {e}");
+        }
+    }
+
+    /// Applies IKE's SA changes here and forwards the outbound ones to every lane (each
+    /// gets its own handle on the SA's sequence space), waiting until all are in place.
+    fn apply_all(&mut self, changes: Vec<SaChange>) {
+        let mut per_lane: Vec<Vec<SaChange>> = self.lanes.iter().map(|_| Vec::new()).collect();
+        let installs = changes
+            .iter()
+            .any(|c| matches!(c, SaChange::InstallOutbound(_)));
+        for ch in changes {
+            for l in &mut per_lane {
+                match &ch {
+                    SaChange::InstallOutbound(o) => l.push(SaChange::InstallOutbound(o.lane())),
+                    SaChange::RemoveOutbound(spi) => l.push(SaChange::RemoveOutbound(*spi)),
+                    _ => {}
+                }
+            }
+            self.apply(ch);
+        }
+        if per_lane.iter().any(|l| !l.is_empty()) {
+            let ops = per_lane.into_iter().map(LaneOp::Sa).collect();
+            if let Err(e) = lanes::tell(&self.lanes, ops) {
+                log::error!("outbound SA change on the sending lanes: {e}");
+            }
+            // Every lane sends with the new SA now: its usage starts here.
+            if let Some(o) = self.out.as_ref().filter(|_| installs) {
+                self.counters.out_seq.store(o.sent(), Relaxed);
+                self.counters.out_sa_bytes.store(0, Relaxed);
             }
         }
     }
@@ -504,13 +682,18 @@ impl Worker {
         self.done = done;
     }
 
-    /// Reads a batch from the TUN and submits it for encryption.
-    fn outbound_batch(&mut self) {
+    /// Reads a batch from TUN queue `q` and submits it for encryption.
+    fn outbound_batch(&mut self, q: usize) {
         let mut ops = Vec::with_capacity(self.batch);
-        if self.tun.vnet {
-            self.read_offload(&mut ops);
+        if self.tuns[q].vnet {
+            self.read_offload(q, &mut ops);
         } else {
-            self.read_plain(&mut ops);
+            self.read_plain(q, &mut ops);
+        }
+        if let Some(out) = self.out.as_mut() {
+            out.end_batch();
+            // For IKE's lifetime check: at least the highest number any lane used.
+            self.counters.out_seq.fetch_max(out.sent(), Relaxed);
         }
         if ops.is_empty() {
             return;
@@ -557,6 +740,7 @@ impl Worker {
             }
         }
         self.counters.tx_packets.fetch_add(sent as u64, Relaxed);
+        self.counters.lane_tx[self.index].fetch_add(sent as u64, Relaxed);
         let bytes: u64 = inner[..sent].iter().sum();
         self.counters.tx_bytes.fetch_add(bytes, Relaxed);
         self.counters.out_sa_bytes.fetch_add(bytes, Relaxed);
@@ -571,16 +755,13 @@ impl Worker {
             return;
         };
         match out.prepare(&mut buf, n) {
-            Ok(p) => {
-                self.counters.out_seq.store(p.seq, Relaxed);
-                ops.push(Op {
-                    session,
-                    iv: p.iv,
-                    layout: p.layout,
-                    buf,
-                    user: n as u64,
-                })
-            }
+            Ok(p) => ops.push(Op {
+                session,
+                iv: p.iv,
+                layout: p.layout,
+                buf,
+                user: n as u64,
+            }),
             Err(e) => {
                 if e == EspError::SeqExhausted && !self.told_exhausted {
                     self.told_exhausted = true;
@@ -602,12 +783,12 @@ impl Worker {
     }
 
     /// Per-packet TUN reads (no vnet header): one read per inner packet.
-    fn read_plain(&mut self, ops: &mut Vec<Op>) {
+    fn read_plain(&mut self, q: usize, ops: &mut Vec<Op>) {
         let limit = self.mtu + 1;
         for _ in 0..self.batch {
             let mut buf = self.take_buf();
             let end = (HEAD + limit).min(buf.capacity());
-            let n = match self.tun.recv(&mut buf.as_mut_slice()[HEAD..end]) {
+            let n = match self.tuns[q].recv(&mut buf.as_mut_slice()[HEAD..end]) {
                 Ok(Some(n)) => n,
                 Ok(None) => {
                     self.free.push(buf);
@@ -624,6 +805,7 @@ impl Worker {
                 self.free.push(buf);
                 continue;
             }
+            self.learn(q, &buf.as_slice()[HEAD..HEAD + n]);
             self.queue(buf, n, ops);
         }
     }
@@ -635,7 +817,7 @@ impl Worker {
     /// straight into its own engine buffer behind room for the headers, anything beyond
     /// into a spill buffer; then only the headers are written per segment. A packet of
     /// another shape is gathered back into the scratch buffer and cut by copying.
-    fn read_offload(&mut self, ops: &mut Vec<Op>) {
+    fn read_offload(&mut self, q: usize, ops: &mut Vec<Op>) {
         let mut raw = std::mem::take(&mut self.tun_buf);
         let mut spill = std::mem::take(&mut self.tx_spill);
         let mut slots = std::mem::take(&mut self.tx_slots);
@@ -654,7 +836,7 @@ impl Worker {
             }
             let head = VnetHdr::LEN + hl;
             let read = if per == 0 {
-                self.tun.recv(&mut raw)
+                self.tuns[q].recv(&mut raw)
             } else {
                 let (scratch, _) = raw.split_at_mut(head);
                 let mut iov: Vec<IoSliceMut<'_>> = std::iter::once(IoSliceMut::new(scratch))
@@ -665,7 +847,7 @@ impl Worker {
                     )
                     .chain(std::iter::once(IoSliceMut::new(&mut spill)))
                     .collect();
-                self.tun.recv_vectored(&mut iov)
+                self.tuns[q].recv_vectored(&mut iov)
             };
             let n = match read {
                 Ok(Some(n)) => n,
@@ -679,6 +861,8 @@ impl Worker {
                 self.counters.count(DropCause::BadVnet);
                 continue;
             };
+            let valid = if per > 0 { n.min(head) } else { n };
+            self.learn(q, &raw[VnetHdr::LEN.min(valid)..valid]);
             if per > 0 && n > head {
                 let hdrs = &raw[VnetHdr::LEN..head];
                 if let Ok(plan) = Plan::from_headers(&h, hdrs, n - VnetHdr::LEN, self.mtu) {
@@ -716,6 +900,13 @@ impl Worker {
         self.tun_buf = raw;
         self.tx_spill = spill;
         self.tx_slots = slots;
+    }
+
+    /// Records that the flow of packet `ip` leaves on TUN queue `q`.
+    fn learn(&self, q: usize, ip: &[u8]) {
+        if let (Some(s), Some(k)) = (&self.steer, flow_key(ip)) {
+            s.learn(k, q);
+        }
     }
 
     /// Receives up to a batch of ESP datagrams into engine buffers.
@@ -920,8 +1111,20 @@ impl Worker {
         // Then they go to the TUN, TCP runs coalesced into one vectored write each; the
         // batch's buffers stay alive until the coalescer is flushed.
         let packet = |id: usize| inner[id].clone().map(|r| &done[id].op.buf.as_slice()[r]);
-        let (tun, counters) = (&self.tun, &self.counters);
-        let write = |parts: &[IoSlice<'_>], segs: u64, bytes: u64| match tun.send_vectored(parts) {
+        let (tuns, counters, steer) = (&self.tuns, &self.counters, &self.steer);
+        // The queue the packet's flow leaves on (see `crate::steer`), else the first.
+        let tun_for = |ip: &[u8]| {
+            let q = steer
+                .as_ref()
+                .zip(flow_key(ip))
+                .and_then(|(s, k)| s.queue(k));
+            &tuns[q.filter(|&q| q < tuns.len()).unwrap_or(0)]
+        };
+        let vnet = tuns[0].vnet;
+        // Writes one packet (`ip`: its IP header onwards, for the queue) from `parts`.
+        let write = |ip: &[u8], parts: &[IoSlice<'_>], segs: u64, bytes: u64| match tun_for(ip)
+            .send_vectored(parts)
+        {
             Ok(()) => {
                 counters.rx_packets.fetch_add(segs, Relaxed);
                 counters.rx_bytes.fetch_add(bytes, Relaxed);
@@ -939,7 +1142,7 @@ impl Worker {
                 let pkt = packet(p.id).expect("the coalescer holds only delivered packets");
                 *slot = IoSlice::new(&pkt[p.start..p.end]);
             }
-            write(&iov[..1 + pieces.len()], segs, bytes);
+            write(&head[VnetHdr::LEN..], &iov[..1 + pieces.len()], segs, bytes);
         };
         let plain_vnet = [0u8; VnetHdr::LEN];
         for id in 0..done.len() {
@@ -947,10 +1150,10 @@ impl Worker {
                 continue;
             };
             let n = pkt.len() as u64;
-            if !tun.vnet {
-                write(&[IoSlice::new(pkt)], 1, n);
+            if !vnet {
+                write(pkt, &[IoSlice::new(pkt)], 1, n);
             } else if !self.coalesce || !self.gro.push(id, pkt, &mut emit) {
-                write(&[IoSlice::new(&plain_vnet), IoSlice::new(pkt)], 1, n);
+                write(pkt, &[IoSlice::new(&plain_vnet), IoSlice::new(pkt)], 1, n);
             }
         }
         self.gro.flush(&mut emit);
@@ -991,9 +1194,11 @@ impl Worker {
                     if let Some(old) = c.enc.replace(s) {
                         let _ = c.engine.destroy_session(old);
                     }
-                    self.counters.out_spi.store(o.spi(), Relaxed);
-                    self.counters.out_seq.store(0, Relaxed);
-                    self.counters.out_sa_bytes.store(0, Relaxed);
+                    if self.lead {
+                        self.counters.out_spi.store(o.spi(), Relaxed);
+                        self.counters.out_seq.store(0, Relaxed);
+                        self.counters.out_sa_bytes.store(0, Relaxed);
+                    }
                     self.out = Some(o);
                     self.told_exhausted = false;
                 }
@@ -1012,7 +1217,9 @@ impl Worker {
                     if let Some(s) = c.enc.take() {
                         let _ = c.engine.destroy_session(s);
                     }
-                    self.counters.out_spi.store(0, Relaxed);
+                    if self.lead {
+                        self.counters.out_spi.store(0, Relaxed);
+                    }
                 }
             }
         }
@@ -1045,7 +1252,9 @@ impl Worker {
         self.past_failovers += old.engine.stats().failovers;
         drop(old);
         let switch_us = t0.elapsed().as_micros() as u64;
-        self.counters.set_engine(kind);
+        if self.lead {
+            self.counters.set_engine(kind);
+        }
         Ok(Switched {
             engine: kind,
             switch_us,

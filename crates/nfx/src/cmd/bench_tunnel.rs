@@ -53,16 +53,18 @@ const FIELDS: [&str; 5] = [
 ];
 
 /// nfx's own cases, in run order (the peers follow, in [`Peer::ALL`] order).
-const NFX_CASES: [&str; 5] = [
+const NFX_CASES: [&str; 6] = [
     "no-tunnel",
     "nfx-soft",
     "nfx-cpu",
+    "nfx-cpu-1thread",
     "nfx-cpu-no-offload",
     "nfx-lookaside",
 ];
 /// The references every case is compared with in the printed table.
 const REF_WG: &str = "wireguard-go";
 const REF_SSH: &str = "openssh-aes128-gcm";
+const REF_NONE: &str = "no-tunnel";
 
 /// Kills child processes on drop (benchmark endpoints and the device).
 pub(crate) struct Children(pub(crate) Vec<Child>);
@@ -175,6 +177,9 @@ pub(crate) struct TunnelOpts<'a> {
     pub batch: Option<usize>,
     /// The ESP transform IKE negotiates.
     pub esp: &'a str,
+    /// Packet worker threads per endpoint (`None`: the tunnel's default, the CPUs it
+    /// may use).
+    pub threads: Option<usize>,
 }
 
 impl<'a> TunnelOpts<'a> {
@@ -186,6 +191,7 @@ impl<'a> TunnelOpts<'a> {
             offload: true,
             batch: None,
             esp: "aes-128-gcm",
+            threads: None,
         }
     }
 }
@@ -213,10 +219,14 @@ pub(crate) fn start_tunnel(
             .map(|d| format!("lookaside: '{}'\n", d.display()))
             .unwrap_or_default();
         let batch = o.batch.map(|b| format!("batch: {b}\n")).unwrap_or_default();
+        let threads = o
+            .threads
+            .map(|t| format!("threads: {t}\n"))
+            .unwrap_or_default();
         let cfg = format!(
             "name: bench{i}\nnetns: {ns}\nem_listen: '127.0.0.1:{port}'\nem_token_file: em-token\n\
              engine: {engine}\n{dev}\
-             offload: {offload}\n{batch}\
+             offload: {offload}\n{batch}{threads}\
              tun: {{name: nfxesp{i}, address: {inner}/24}}\n\
              underlay: {{local: '{local}:4500', peer: '{peer}:4500'}}\n\
              ike: {{role: {role}, local_id: bench{i}.nfx, remote_id: bench{peer_i}.nfx, \
@@ -370,14 +380,15 @@ enum Outcome {
 fn run_case(tb: &TestbedGuard, dir: &Path, name: &str, secs: u32) -> Outcome {
     let r = match name {
         "no-tunnel" => measure(tb, name, &direct(tb.dst_ip()), secs, &[]),
-        "nfx-soft" | "nfx-cpu" | "nfx-cpu-no-offload" => {
+        "nfx-soft" | "nfx-cpu" | "nfx-cpu-1thread" | "nfx-cpu-no-offload" => {
             let (engine, offload) = match name {
                 "nfx-soft" => ("soft", true),
-                "nfx-cpu" => ("cpu", true),
+                "nfx-cpu" | "nfx-cpu-1thread" => ("cpu", true),
                 _ => ("cpu", false),
             };
             let opts = TunnelOpts {
                 offload,
+                threads: (name == "nfx-cpu-1thread").then_some(1),
                 ..TunnelOpts::new(engine)
             };
             start_tunnel(tb, dir, &opts).and_then(|kids| {
@@ -430,20 +441,75 @@ fn ratio(cases: &[Value], name: &str, reference: &str, field: &str) -> Option<f6
     (r > 0.0).then(|| round(x / r, 100.0))
 }
 
-/// The comparisons the targets are stated in, for every measured case that is not
-/// itself the reference.
+/// The ratio fields of [`ratios`], in output order.
+const RATIO_FIELDS: [&str; 8] = [
+    "tcp1_vs_wireguard_go",
+    "tcp4_vs_wireguard_go",
+    "p50_vs_wireguard_go",
+    "tcp1_vs_openssh_aes128_gcm",
+    "cpu_vs_openssh_aes128_gcm",
+    "p50_vs_openssh_aes128_gcm",
+    "tcp1_vs_no_tunnel",
+    "tcp4_vs_own_tcp1",
+];
+
+/// The comparisons the targets are stated in, for every measured case: against the
+/// references (wireguard-go, OpenSSH aes128-gcm, no tunnel) and 4 streams against the
+/// case's own 1 stream.
 fn ratios(cases: &[Value]) -> Vec<Value> {
     cases
         .iter()
-        .filter_map(|c| c["name"].as_str())
-        .map(|n| {
-            json!({
+        .filter_map(|c| {
+            let n = c["name"].as_str()?;
+            let (t1, t4) = (c["tcp1_gbps"].as_f64(), c["tcp4_gbps"].as_f64());
+            let own = match (t1, t4) {
+                (Some(a), Some(b)) if a > 0.0 => Some(round(b / a, 100.0)),
+                _ => None,
+            };
+            Some(json!({
                 "name": n,
                 "tcp1_vs_wireguard_go": ratio(cases, n, REF_WG, "tcp1_gbps"),
                 "tcp4_vs_wireguard_go": ratio(cases, n, REF_WG, "tcp4_gbps"),
                 "p50_vs_wireguard_go": ratio(cases, n, REF_WG, "lat_p50_us"),
                 "tcp1_vs_openssh_aes128_gcm": ratio(cases, n, REF_SSH, "tcp1_gbps"),
-            })
+                "cpu_vs_openssh_aes128_gcm": ratio(cases, n, REF_SSH, "cpu_core_s_per_gb"),
+                "p50_vs_openssh_aes128_gcm": ratio(cases, n, REF_SSH, "lat_p50_us"),
+                "tcp1_vs_no_tunnel": ratio(cases, n, REF_NONE, "tcp1_gbps"),
+                "tcp4_vs_own_tcp1": own,
+            }))
+        })
+        .collect()
+}
+
+/// Per case, the median over the rounds of each ratio of [`ratios`] taken within its
+/// round (the upper median of an even count; absent where no round has it): on a
+/// shared machine a round's ratio compares runs a few seconds apart, so its median
+/// is steadier than the ratio of two medians.
+fn ratio_medians(rounds: &[Vec<Value>]) -> Vec<Value> {
+    let per_round: Vec<Vec<Value>> = rounds.iter().map(|r| ratios(r)).collect();
+    let mut names: Vec<&str> = Vec::new();
+    for r in per_round.iter().flatten() {
+        if let Some(n) = r["name"].as_str().filter(|n| !names.contains(n)) {
+            names.push(n);
+        }
+    }
+    names
+        .iter()
+        .map(|&n| {
+            let mut out = json!({ "name": n });
+            for f in RATIO_FIELDS {
+                let mut v: Vec<f64> = per_round
+                    .iter()
+                    .flatten()
+                    .filter(|r| r["name"] == n)
+                    .filter_map(|r| r[f].as_f64())
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                if let Some(m) = v.get(v.len() / 2) {
+                    out[f] = json!(m);
+                }
+            }
+            out
         })
         .collect()
 }
@@ -529,6 +595,26 @@ fn round_lines(rounds: &[Vec<Value>]) -> String {
     s
 }
 
+/// The medians of the rounds' own ratios, one line per case.
+fn median_lines(medians: &[Value]) -> String {
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |v| format!("{v:.2}x"));
+    medians
+        .iter()
+        .map(|m| {
+            format!(
+                "median of rounds {}: tcp1/ossh {} tcp1/wg {} tcp1/none {} tcp4/tcp1 {} cpu/ossh {} p50/ossh {}\n",
+                m["name"].as_str().unwrap_or(""),
+                f(&m["tcp1_vs_openssh_aes128_gcm"]),
+                f(&m["tcp1_vs_wireguard_go"]),
+                f(&m["tcp1_vs_no_tunnel"]),
+                f(&m["tcp4_vs_own_tcp1"]),
+                f(&m["cpu_vs_openssh_aes128_gcm"]),
+                f(&m["p50_vs_openssh_aes128_gcm"]),
+            )
+        })
+        .collect()
+}
+
 /// The 1-minute load average (the machine is shared; results depend on it).
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -600,6 +686,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::say!("{}", table(&cases, &ratios, &others).trim_end());
     if rounds.len() > 1 {
         crate::say!("{}", round_lines(&rounds).trim_end());
+        crate::say!("{}", median_lines(&ratio_medians(&rounds)).trim_end());
     }
     crate::say!(
         "load average (1 min): {} at start, {} at end",
@@ -616,6 +703,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "duration_s": secs,
             "repeat": rounds.len(),
             "round_ratios": round_ratios,
+            "ratio_medians": ratio_medians(&rounds),
             "loadavg_start": load_start,
             "loadavg_end": load_end,
         });
@@ -642,6 +730,7 @@ mod tests {
                 "no-tunnel",
                 "nfx-soft",
                 "nfx-cpu",
+                "nfx-cpu-1thread",
                 "nfx-cpu-no-offload",
                 "nfx-lookaside",
                 "wireguard-go",
@@ -657,7 +746,7 @@ mod tests {
 
     #[test]
     fn case_selection_keeps_run_order_and_rejects_unknown_names() {
-        assert_eq!(select(&[]).unwrap().len(), 12);
+        assert_eq!(select(&[]).unwrap().len(), 13);
         let s = select(&["openvpn".into(), " nfx-cpu".into(), String::new()]).unwrap();
         assert_eq!(s, ["nfx-cpu", "openvpn"]);
         let e = select(&["nfx-gpu".into()]).unwrap_err().to_string();
@@ -764,6 +853,14 @@ mod tests {
             lines.contains("round 2 tcp1/wg/ossh: nfx-cpu -/0.80x"),
             "{lines}"
         );
+        let m = ratio_medians(&rounds);
+        assert_eq!(m[0]["name"], "nfx-cpu");
+        assert_eq!(m[0]["tcp1_vs_openssh_aes128_gcm"], 1.25);
+        assert_eq!(m[0]["tcp4_vs_own_tcp1"], 2.0);
+        assert_eq!(m[0]["cpu_vs_openssh_aes128_gcm"], 1.0);
+        assert!(m[0].get("tcp1_vs_no_tunnel").is_none(), "{m:?}");
+        let text = median_lines(&m);
+        assert!(text.contains("nfx-cpu: tcp1/ossh 1.25x"), "{text}");
     }
 
     #[test]
