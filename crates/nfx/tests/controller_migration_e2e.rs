@@ -1,7 +1,7 @@
 //! The controller migrates under traffic, on the multi-host testbed: `nfx testbed up
 //! --hosts 3`, `nfx up` on it, two services from YAML (a UDP one and a TCP one, each a
 //! firewall that allows only its own traffic) whose firewalls run on the same device (the
-//! TCP one migrated there if the placer chose another), so one worker classifies both. While a paced UDP stream (10,000 datagrams/s)
+//! TCP one migrated there if the placer chose another), so one worker classifies both. While a paced UDP stream (2,000 datagrams/s)
 //! and an iperf3 TCP stream cross the testbed, `nfx migrate` moves the UDP service's
 //! firewall to the host's other device, then the TCP service's. Checks: every datagram
 //! sent arrives (0 lost: each service's frames only ever meet its own firewall, the new
@@ -11,58 +11,31 @@
 //! prefix and subnet; torn down on failure too.
 
 mod common;
+mod hostbed;
 
 use common::eventually;
+use hostbed::{Ctl, Down, NFX};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use serde_json::Value;
 use std::net::Ipv4Addr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 const PREFIX: &str = "nfxcm-";
 const BASE: &str = "238";
 const TOKEN: &str = "ctl-migration-e2e-token-0123456789";
 const UDP_PORT: u16 = 9000;
 const TCP_PORT: u16 = 5201;
+/// Rate of the UDP stream. A loaded 2-core CI machine can starve a worker for tens of ms
+/// while another worker process starts; what it then loses is set by its receive ring
+/// (512 slots), not by the migration. At this rate the ring holds 250 ms, while a switch
+/// that leaves no receiver for even a few ms still loses datagrams.
+const PPS: u64 = 2_000;
 
-/// Runs `nfx ARGS` against the controller, bounded; returns stdout or fails with stderr.
+/// Runs `nfx ARGS` with this test's token.
 fn nfx(args: &[&str]) -> String {
-    let mut cmd = Command::new(NFX);
-    cmd.args(args)
-        .env("NFX_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = nfx_testbed::process::output_within(cmd, Duration::from_secs(120)).unwrap();
-    assert!(
-        out.status.success(),
-        "nfx {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Removes the testbed (agents and workers with it) on drop.
-struct Down;
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = Command::new(NFX)
-            .args(["testbed", "down", "--prefix", PREFIX])
-            .status();
-    }
-}
-
-/// Kills the controller on drop.
-struct Ctl(Child);
-
-impl Drop for Ctl {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    hostbed::nfx(TOKEN, args)
 }
 
 fn endpoint(v: &Value, name: &str) -> (String, Ipv4Addr, String) {
@@ -123,7 +96,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     let out_s = out.to_str().unwrap();
-    let _down = Down;
+    let _down = Down(PREFIX);
     nfx(&[
         "testbed",
         "up",
@@ -189,7 +162,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
             flows: 1,
             duration: Duration::from_secs(3),
             batch: 1,
-            pps: Some(10_000),
+            pps: Some(PPS),
         };
         std::thread::spawn(move || udpgen::generate(spec))
     };
@@ -200,7 +173,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
     let sent = gen.join().unwrap().unwrap().sent;
     std::thread::sleep(Duration::from_millis(300));
     let got = sink.finish().unwrap().packets;
-    assert!(sent > 25_000, "the generator sent only {sent}");
+    assert!(sent > 5_000, "the generator sent only {sent}");
     assert_eq!(
         got,
         sent,
