@@ -1,6 +1,8 @@
 //! Local VNFM: drives real `nfx run` workers on this machine through their control
 //! sockets. One worker per device runs the chain of that device's instances (in deploy
-//! order); deploy/destruct/configure rewrite that chain with `reconfigure` (no restart),
+//! order), or with [`LocalVnfm::with_services`] one chain per service chosen by the
+//! service's selector; deploy/destruct/configure rewrite that chain with `reconfigure`
+//! (no restart),
 //! migrate moves flow state with `export_state`/`import_state`, state comes from `stats`.
 //! Workers whose templates name the same fanout group share their interfaces: the
 //! second one starts as a standby, and migrating between them is a loss-free traffic
