@@ -395,6 +395,7 @@ fn host_paths(
             continue;
         }
         let mut stages: Vec<String> = Vec::new();
+        let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for h in path.hops.iter().filter(|h| &h.host == host) {
             let tier = infra.device(&h.device).map(|d| d.tier);
             if tier != Some(Tier::Software) {
@@ -408,6 +409,10 @@ fn host_paths(
             if stages.last() != Some(&h.device) {
                 stages.push(h.device.clone());
             }
+            instances
+                .entry(h.device.clone())
+                .or_default()
+                .push(h.instance.clone());
         }
         out.push((
             host.clone(),
@@ -416,6 +421,7 @@ fn host_paths(
                 prev: i.checked_sub(1).map(|k| route[k].clone()),
                 next: route.get(i + 1).cloned(),
                 stages,
+                instances,
             },
         ));
     }

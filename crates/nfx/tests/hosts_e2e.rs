@@ -12,9 +12,11 @@
 //! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
+mod hostbed;
 mod scrape;
 
 use common::eventually;
+use hostbed::{Ctl, Down, NFX};
 use nfx_control::client::{load_token, read_token_file, Client};
 use nfx_control::netns_exec::NetnsExecutor;
 use nfx_control::tls::{self, AgentSubject};
@@ -26,51 +28,17 @@ use nfx_testbed::{netns, udpgen};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 const PREFIX: &str = "nfxhe-";
 const BASE: &str = "236";
 const TOKEN: &str = "hosts-e2e-api-token-0123456789";
 const PORT: u16 = 5201;
 
-/// Runs `nfx ARGS`, bounded; returns stdout or fails with stderr.
+/// Runs `nfx ARGS` with this test's token.
 fn nfx(args: &[&str]) -> String {
-    let mut cmd = Command::new(NFX);
-    cmd.args(args)
-        .env("NFX_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = nfx_testbed::process::output_within(cmd, Duration::from_secs(120)).unwrap();
-    assert!(
-        out.status.success(),
-        "nfx {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Removes the testbed (agents and workers with it) on drop.
-struct Down;
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = Command::new(NFX)
-            .args(["testbed", "down", "--prefix", PREFIX])
-            .status();
-    }
-}
-
-/// Kills the controller on drop.
-struct Ctl(Child);
-
-impl Drop for Ctl {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    hostbed::nfx(TOKEN, args)
 }
 
 struct Endpoint {
@@ -196,7 +164,7 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     let out_s = out.to_str().unwrap();
-    let _down = Down;
+    let _down = Down(PREFIX);
     nfx(&[
         "testbed",
         "up",

@@ -14,6 +14,9 @@ use crate::tls::TlsFiles;
 use crate::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
 use crate::vnfm::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
 use anyhow::Context;
+use nfx_dataplane::services::{PortSpec, ProtoSpec, SelectorConfig};
+use nfx_dataplane::ServiceConfig;
+use nfx_model::Selector;
 use serde::{Deserialize, Serialize};
 use stages::Stage;
 use std::collections::BTreeMap;
@@ -163,7 +166,8 @@ impl HostAgent {
             run_dir: cfg.run_dir.join("workers"),
             nfx_bin: cfg.nfx_bin.clone(),
             workers,
-        })?;
+        })?
+        .with_services();
         let mut steering = Steering::new(Box::new(SystemTools), cfg.neighbors.clone(), stages);
         steering
             .reset()
@@ -203,19 +207,67 @@ impl HostAgent {
         }
     }
 
-    /// Programs the host's part of `service`'s path.
+    /// Programs the host's part of `service`'s path, make-before-break: the workers of
+    /// the new path classify the service's frames into its chain before the one
+    /// nftables transaction sends the frames to them; a worker the path left keeps the
+    /// service until its instance goes or the path's drain ends, so frames still inside
+    /// it are carried on.
     pub fn program(&self, service: &str, path: &HostPath) -> Result<(), SteerError> {
-        self.steering().program(service, path)
+        let mut st = self.steering();
+        let mut paths = st.paths();
+        paths.insert(service.to_string(), path.clone());
+        self.reconcile_workers(&paths, true)?;
+        st.program(service, path)
     }
 
-    /// Removes `service`'s path from this host.
+    /// Removes `service`'s path from this host, then its chains from the workers.
     pub fn withdraw(&self, service: &str) -> Result<(), SteerError> {
-        self.steering().withdraw(service)
+        let mut st = self.steering();
+        st.withdraw(service)?;
+        self.reconcile_workers(&st.paths(), false)
     }
 
-    /// Makes the host's paths exactly `paths`.
+    /// Makes the host's paths exactly `paths` (workers gain services before the switch
+    /// and lose the others after it).
     pub fn sync(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
-        self.steering().sync(paths)
+        let mut st = self.steering();
+        self.reconcile_workers(paths, true)?;
+        st.sync(paths)?;
+        self.reconcile_workers(paths, false)
+    }
+
+    /// Gives every worker the services `paths` send through it: with `keep`, services
+    /// it runs that `paths` do not name stay (a path that just left it drains); without,
+    /// it runs exactly those of `paths`. Checks every worker first: a path through a
+    /// device that runs no instance changes nothing.
+    fn reconcile_workers(
+        &self,
+        paths: &BTreeMap<String, HostPath>,
+        keep: bool,
+    ) -> Result<(), SteerError> {
+        let want = services_by_device(paths)?;
+        let have = self.local.worker_services();
+        if let Some(d) = want.keys().find(|d| !have.contains_key(*d)) {
+            return Err(SteerError::Invalid(format!(
+                "device {d:?} runs no instance on this host"
+            )));
+        }
+        for (device, now) in have {
+            let mut next = if keep { now.clone() } else { Vec::new() };
+            for s in want.get(&device).into_iter().flatten() {
+                match next.iter_mut().find(|x| x.id == s.id) {
+                    Some(x) => *x = s.clone(),
+                    None => next.push(s.clone()),
+                }
+            }
+            next.sort_by(|a, b| a.id.cmp(&b.id));
+            if next != now {
+                self.local
+                    .set_services(&device, next)
+                    .map_err(|e| SteerError::Failed(format!("worker of {device}: {e}")))?;
+            }
+        }
+        Ok(())
     }
 
     /// The programmed paths.
@@ -251,9 +303,53 @@ impl HostAgent {
                 });
             }
         }
-        if let Err(e) = self.steering().expire_drains(Instant::now()) {
-            log::warn!("ending drains: {e}");
+        let mut st = self.steering();
+        match st.expire_drains(Instant::now()) {
+            Ok(true) => {
+                if let Err(e) = self.reconcile_workers(&st.paths(), false) {
+                    log::warn!("removing drained services from workers: {e}");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => log::warn!("ending drains: {e}"),
         }
+    }
+}
+
+/// The services each device's worker runs for `paths`, by device, in service id order.
+fn services_by_device(
+    paths: &BTreeMap<String, HostPath>,
+) -> Result<BTreeMap<String, Vec<ServiceConfig>>, SteerError> {
+    let mut out: BTreeMap<String, Vec<ServiceConfig>> = BTreeMap::new();
+    for (svc, p) in paths {
+        for device in &p.stages {
+            let chain = p
+                .instances
+                .get(device)
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| {
+                    SteerError::Invalid(format!(
+                        "path of {svc}: instances: no chain for stage {device:?}"
+                    ))
+                })?;
+            out.entry(device.clone()).or_default().push(ServiceConfig {
+                id: svc.clone(),
+                selector: selector_config(&p.selector),
+                chain: chain.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A service's selector in the worker's run-config form.
+fn selector_config(s: &Selector) -> SelectorConfig {
+    SelectorConfig {
+        src: s.src.map(|c| c.to_string()),
+        dst: s.dst.map(|c| c.to_string()),
+        proto: s.proto.map(|p| ProtoSpec::Name(p.to_string())),
+        sport: s.sport.map(|p| PortSpec::Range(p.to_string())),
+        dport: s.dport.map(|p| PortSpec::Range(p.to_string())),
     }
 }
 
@@ -318,5 +414,61 @@ impl Vnfm for HostAgent {
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
         self.local.list_instances()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(stages: &[(&str, &[&str])], dport: u16) -> HostPath {
+        HostPath {
+            selector: serde_json::from_value(serde_json::json!(
+                {"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "udp", "dport": dport}
+            ))
+            .unwrap(),
+            prev: None,
+            next: None,
+            stages: stages.iter().map(|(d, _)| d.to_string()).collect(),
+            instances: stages
+                .iter()
+                .map(|(d, c)| (d.to_string(), c.iter().map(|i| i.to_string()).collect()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_service_gets_its_own_chain_and_selector_on_a_shared_worker() {
+        let paths = BTreeMap::from([
+            ("b-svc".to_string(), path(&[("sw0", &["fw-b"])], 5201)),
+            (
+                "a-svc".to_string(),
+                path(&[("sw0", &["fw-a", "nat-a"]), ("sw1", &["dpi-a"])], 9000),
+            ),
+        ]);
+        let by = services_by_device(&paths).unwrap();
+        let sw0: Vec<(&str, &[String])> = by["sw0"]
+            .iter()
+            .map(|s| (s.id.as_str(), s.chain.as_slice()))
+            .collect();
+        assert_eq!(
+            sw0,
+            [
+                ("a-svc", &["fw-a".to_string(), "nat-a".to_string()][..]),
+                ("b-svc", &["fw-b".to_string()][..])
+            ]
+        );
+        assert_eq!(by["sw1"][0].chain, ["dpi-a"]);
+        let sel = serde_json::to_value(&by["sw0"][1].selector).unwrap();
+        assert_eq!(
+            sel,
+            serde_json::json!({"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "udp", "dport": "5201"})
+        );
+        // A stage without its instance list is refused (its worker would run nothing
+        // or, worse, every instance).
+        let mut bad = path(&[("sw0", &["fw-a"])], 1);
+        bad.instances.clear();
+        let e = services_by_device(&BTreeMap::from([("s".to_string(), bad)])).unwrap_err();
+        assert!(e.to_string().contains("no chain for stage"), "{e}");
     }
 }

@@ -63,6 +63,10 @@ pub struct HostPath {
     /// Software devices whose workers the traffic crosses on this host, in order.
     #[serde(default)]
     pub stages: Vec<String>,
+    /// For each stage, the service's instances on that worker in the service's order:
+    /// the chain its worker runs for this service's frames (and only for them).
+    #[serde(default)]
+    pub instances: BTreeMap<String, Vec<String>>,
 }
 
 /// A neighbor host as the agent's configuration names it.

@@ -1,6 +1,8 @@
 //! Local VNFM: drives real `nfx run` workers on this machine through their control
 //! sockets. One worker per device runs the chain of that device's instances (in deploy
-//! order); deploy/destruct/configure rewrite that chain with `reconfigure` (no restart),
+//! order), or with [`LocalVnfm::with_services`] one chain per service chosen by the
+//! service's selector; deploy/destruct/configure rewrite that chain with `reconfigure`
+//! (no restart),
 //! migrate moves flow state with `export_state`/`import_state`, state comes from `stats`.
 //! Workers whose templates name the same fanout group share their interfaces: the
 //! second one starts as a standby, and migrating between them is a loss-free traffic
@@ -9,6 +11,7 @@
 
 use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use nfx_dataplane::{InstanceConfig, ServiceConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -91,6 +94,9 @@ struct Worker {
     /// Flows and bytes each of its instances moved in that handoff.
     #[serde(default)]
     moved: BTreeMap<String, MigrateReport>,
+    /// The services it classifies into (with [`LocalVnfm::with_services`]).
+    #[serde(default)]
+    services: Vec<ServiceConfig>,
 }
 
 /// What a traffic handoff between two workers did, phase by phase.
@@ -137,6 +143,9 @@ pub struct LocalVnfm {
     exits: std::sync::Arc<Mutex<BTreeMap<u32, String>>>,
     /// Where `workers` is recorded, so that a restarted agent finds its workers.
     state: Mutex<StateFile>,
+    /// Workers run the services form (a classifier in front of per-service chains, set
+    /// by [`LocalVnfm::set_services`]) instead of one chain of every instance.
+    classify: bool,
 }
 
 impl LocalVnfm {
@@ -150,7 +159,83 @@ impl LocalVnfm {
             workers: Mutex::new(workers.unwrap_or_default()),
             exits: Default::default(),
             state: Mutex::new(state),
+            classify: false,
         })
+    }
+
+    /// Workers run the services form: each worker classifies frames by the selectors of
+    /// the services [`LocalVnfm::set_services`] gives it and runs each service's own
+    /// chain, so services sharing a device never cross each other's functions; a
+    /// worker with no service forwards nothing. Without it (a VNFM with no steering)
+    /// each worker runs all its instances as one chain on every frame.
+    pub fn with_services(mut self) -> Self {
+        self.classify = true;
+        self
+    }
+
+    /// Makes `services` the services worker `device` classifies into (services form; a
+    /// service whose chain names an instance the worker does not run is left out, so it
+    /// forwards nothing). Unchanged services keep their state and counters.
+    pub fn set_services(
+        &self,
+        device: &str,
+        services: Vec<ServiceConfig>,
+    ) -> Result<(), VnfmError> {
+        let mut g = self.lock();
+        let Some(mut w) = g.get(device).cloned() else {
+            return if services.is_empty() {
+                Ok(())
+            } else {
+                Err(VnfmError::NotFound(format!(
+                    "device {device:?} runs no instance for services {:?}",
+                    services.iter().map(|s| &s.id).collect::<Vec<_>>()
+                )))
+            };
+        };
+        if w.services == services {
+            return Ok(());
+        }
+        w.services = services;
+        self.push_chain(device, &mut w, &g)?;
+        g.insert(device.to_string(), w);
+        self.save(&g)
+    }
+
+    /// The services every running worker classifies into, by device.
+    pub fn worker_services(&self) -> BTreeMap<String, Vec<ServiceConfig>> {
+        self.lock()
+            .iter()
+            .filter(|(_, w)| w.pid.is_some())
+            .map(|(d, w)| (d.clone(), w.services.clone()))
+            .collect()
+    }
+
+    /// What a worker runs, as the run config's and `reconfigure`'s fields: `chain`, or
+    /// (services form) `services` and `instances`.
+    fn worker_body(&self, w: &Worker) -> serde_json::Value {
+        if !self.classify {
+            let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
+            return serde_json::json!({ "chain": chain });
+        }
+        let instances: BTreeMap<&str, InstanceConfig> = w
+            .instances
+            .iter()
+            .map(|i| {
+                let config = if i.config.is_null() {
+                    serde_json::json!({})
+                } else {
+                    i.config.clone()
+                };
+                let function = i.function.clone();
+                (i.id.as_str(), InstanceConfig { function, config })
+            })
+            .collect();
+        let services: Vec<&ServiceConfig> = w
+            .services
+            .iter()
+            .filter(|s| s.chain.iter().all(|i| instances.contains_key(i.as_str())))
+            .collect();
+        serde_json::json!({ "services": services, "instances": instances })
     }
 
     /// Finds the workers whose process has ended although nobody stopped it (killed,
@@ -248,7 +333,7 @@ impl LocalVnfm {
     fn start_worker(
         &self,
         device: &str,
-        chain: &[serde_json::Value],
+        body: serde_json::Value,
         peers: &[String],
     ) -> Result<u32, VnfmError> {
         let t = self.cfg.workers.get(device).ok_or_else(|| {
@@ -256,12 +341,10 @@ impl LocalVnfm {
         })?;
         let sock = self.socket(device);
         let _ = std::fs::remove_file(&sock);
-        let mut rc = serde_json::json!({
-            "name": device,
-            "control_socket": sock,
-            "ports": t.ports,
-            "chain": chain,
-        });
+        let mut rc = body;
+        rc["name"] = device.into();
+        rc["control_socket"] = serde_json::json!(sock);
+        rc["ports"] = t.ports.clone();
         if let Some(group) = t.fanout {
             if peers.len() >= 2 {
                 return Err(VnfmError::Conflict(format!(
@@ -358,19 +441,27 @@ impl LocalVnfm {
         w: &mut Worker,
         all: &BTreeMap<String, Worker>,
     ) -> Result<serde_json::Value, VnfmError> {
-        let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
+        let body = self.worker_body(w);
+        let ids = || w.instances.iter().map(|i| i.id.clone()).collect();
         if w.pid.is_none() {
             let peers = self.group_peers(all, device);
-            w.pid = Some(self.start_worker(device, &chain, &peers)?);
+            w.pid = Some(self.start_worker(device, body, &peers)?);
             w.joined = all.values().map(|x| x.joined).max().unwrap_or(0) + 1;
             let r = ask(&self.socket(device), &serde_json::json!({"cmd": "stats"}))?;
-            w.nodes = vnf_node_names(&r, w.instances.len());
+            w.nodes = if self.classify {
+                ids()
+            } else {
+                vnf_node_names(&r, w.instances.len())
+            };
             return Ok(r);
         }
-        let mut r = ask(
-            &self.socket(device),
-            &serde_json::json!({"cmd": "reconfigure", "chain": chain}),
-        )?;
+        let mut req = body;
+        req["cmd"] = "reconfigure".into();
+        let mut r = ask(&self.socket(device), &req)?;
+        if self.classify {
+            w.nodes = ids();
+            return Ok(r["stats"].take());
+        }
         w.nodes = r["nodes"]
             .as_array()
             .map(|a| {

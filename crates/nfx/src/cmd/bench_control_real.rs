@@ -281,6 +281,7 @@ fn steering(bed: &Bed, secs: u32) -> anyhow::Result<(f64, f64, u32)> {
                 prev: i.checked_sub(1).map(|k| route[k].to_string()),
                 next: route.get(i + 1).map(|s| s.to_string()),
                 stages: Vec::new(),
+                instances: BTreeMap::new(),
             };
             bed.agents[*h].put_path("bench-steer", &hp)?;
         }

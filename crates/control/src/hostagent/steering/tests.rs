@@ -71,6 +71,10 @@ fn path(prev: Option<&str>, next: Option<&str>, stages: &[&str]) -> HostPath {
         prev: prev.map(String::from),
         next: next.map(String::from),
         stages: stages.iter().map(|s| s.to_string()).collect(),
+        instances: stages
+            .iter()
+            .map(|s| (s.to_string(), vec![format!("{s}-fw")]))
+            .collect(),
     }
 }
 
