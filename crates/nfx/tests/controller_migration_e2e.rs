@@ -10,16 +10,13 @@
 //! new instances run on the other device and the old ones are gone. Needs root; own
 //! prefix and subnet; torn down on failure too.
 
-mod common;
 mod hostbed;
 
-use common::eventually;
-use hostbed::{Ctl, Down, NFX};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use serde_json::Value;
 use std::net::Ipv4Addr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const PREFIX: &str = "nfxcm-";
@@ -93,48 +90,11 @@ fn service(
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn controller_migrations_under_traffic_lose_nothing() {
-    let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let out = dir.path().to_path_buf();
+    let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
+    let (out, eps) = (bed.out.clone(), bed.eps.clone());
     let out_s = out.to_str().unwrap();
-    let _down = Down(PREFIX);
-    nfx(&[
-        "testbed",
-        "up",
-        "--hosts",
-        "3",
-        "--out",
-        out_s,
-        "--prefix",
-        PREFIX,
-        "--subnet-base",
-        BASE,
-    ]);
-    let eps: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("endpoints.json")).unwrap())
-            .unwrap();
     let (src, dst) = (endpoint(&eps, "src"), endpoint(&eps, "dst"));
-    let ready = out.join("ready");
-    let ctl = Command::new(NFX)
-        .args(["up", "--listen", "127.0.0.1:0"])
-        .arg("--db")
-        .arg(out.join("state.db"))
-        .arg("--infra")
-        .arg(out.join("infrastructure.yaml"))
-        .arg("--ready-file")
-        .arg(&ready)
-        .env("NFX_TOKEN", TOKEN)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(out.join("controller.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _ctl = Ctl(ctl);
-    assert!(
-        eventually(Duration::from_secs(20), || std::fs::read_to_string(&ready)
-            .map(|s| !s.is_empty())
-            .unwrap_or(false)),
-        "controller never became ready"
-    );
-    let url = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
 
     for (id, proto, port) in [("udp-svc", "udp", UDP_PORT), ("tcp-svc", "tcp", TCP_PORT)] {
         let file = out.join(format!("{id}.yaml"));
@@ -206,7 +166,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
     nfx(&["destroy", "udp-svc", "--url", &url]);
     nfx(&["destroy", "tcp-svc", "--url", &url]);
     drop(_ctl);
-    drop(_down);
+    bed.down();
     let procs = Command::new("pgrep").args(["-f", out_s]).output().unwrap();
     assert!(
         procs.stdout.is_empty(),

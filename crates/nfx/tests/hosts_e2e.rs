@@ -16,7 +16,6 @@ mod hostbed;
 mod scrape;
 
 use common::eventually;
-use hostbed::{Ctl, Down, NFX};
 use nfx_control::client::{load_token, read_token_file, Client};
 use nfx_control::netns_exec::NetnsExecutor;
 use nfx_control::tls::{self, AgentSubject};
@@ -28,7 +27,7 @@ use nfx_testbed::{netns, udpgen};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const PREFIX: &str = "nfxhe-";
@@ -161,25 +160,9 @@ fn federated_metrics_match_the_instance(c: &Client) {
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn three_hosts_deploy_fail_over_and_tear_down() {
-    let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let out = dir.path().to_path_buf();
+    let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
+    let (out, eps) = (bed.out.clone(), bed.eps.clone());
     let out_s = out.to_str().unwrap();
-    let _down = Down(PREFIX);
-    nfx(&[
-        "testbed",
-        "up",
-        "--hosts",
-        "3",
-        "--out",
-        out_s,
-        "--prefix",
-        PREFIX,
-        "--subnet-base",
-        BASE,
-    ]);
-    let eps: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("endpoints.json")).unwrap())
-            .unwrap();
     let (src, dst) = (endpoint(&eps, "src"), endpoint(&eps, "dst"));
     assert_eq!((src.host.as_str(), dst.host.as_str()), ("h1", "h3"));
     let _srv = IperfServer::start(&dst.netns, dst.address, PORT).unwrap();
@@ -188,29 +171,7 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
         "the testbed must be closed before any deploy"
     );
 
-    let ready = out.join("ready");
-    let ctl = Command::new(NFX)
-        .args(["up", "--listen", "127.0.0.1:0"])
-        .arg("--db")
-        .arg(out.join("state.db"))
-        .arg("--infra")
-        .arg(out.join("infrastructure.yaml"))
-        .arg("--ready-file")
-        .arg(&ready)
-        .env("NFX_TOKEN", TOKEN)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(out.join("controller.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let _ctl = Ctl(ctl);
-    assert!(
-        eventually(Duration::from_secs(20), || std::fs::read_to_string(&ready)
-            .map(|s| !s.is_empty())
-            .unwrap_or(false)),
-        "controller never became ready"
-    );
-    let url = format!("http://{}", std::fs::read_to_string(&ready).unwrap().trim());
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
     std::fs::write(out.join("api-token"), TOKEN).unwrap();
     let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
 
@@ -340,7 +301,7 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
         "the path stays open after the destroy"
     );
     drop(_ctl);
-    drop(_down);
+    bed.down();
     let left: Vec<String> = netns::list()
         .into_iter()
         .filter(|n| n.starts_with(PREFIX))

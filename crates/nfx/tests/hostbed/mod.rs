@@ -2,8 +2,10 @@
 //! running the CLI with the API token, and guards that tear the testbed and the
 //! controller down on failure too.
 
+use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The `nfx` binary under test.
 pub const NFX: &str = env!("CARGO_BIN_EXE_nfx");
@@ -44,4 +46,72 @@ impl Drop for Ctl {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A testbed brought up by `nfx testbed up --hosts N --out DIR` into a temporary
+/// directory; torn down (and the directory removed) on drop.
+pub struct Testbed {
+    down: Option<Down>,
+    _dir: nfx_testbed::tempfile::TempDir,
+    /// The `--out` directory: infrastructure.yaml, endpoints.json, the controller's files.
+    pub out: PathBuf,
+    /// endpoints.json, parsed.
+    pub eps: Value,
+}
+
+/// Runs `nfx testbed up` with `hosts` hosts under `prefix` and subnet base `base`.
+pub fn testbed_up(token: &str, prefix: &'static str, base: &str, hosts: u32) -> Testbed {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let out = dir.path().to_path_buf();
+    let down = Down(prefix);
+    let n = hosts.to_string();
+    let args = ["testbed", "up", "--hosts", &n, "--out"];
+    let rest = ["--prefix", prefix, "--subnet-base", base];
+    let out_s = out.to_str().unwrap();
+    nfx(token, &[&args[..], &[out_s], &rest[..]].concat());
+    let eps = serde_json::from_str(&std::fs::read_to_string(out.join("endpoints.json")).unwrap())
+        .unwrap();
+    Testbed {
+        down: Some(down),
+        _dir: dir,
+        out,
+        eps,
+    }
+}
+
+impl Testbed {
+    /// Tears the testbed down now (the directory stays until drop).
+    pub fn down(&mut self) {
+        self.down.take();
+    }
+}
+
+/// Starts `nfx up` on the testbed's infrastructure.yaml with `token` (its log in
+/// `out/controller.log`); returns its guard and URL once it is ready.
+pub fn controller(out: &Path, token: &str) -> (Ctl, String) {
+    let ready = out.join("ready");
+    let ctl = Command::new(NFX)
+        .args(["up", "--listen", "127.0.0.1:0"])
+        .arg("--db")
+        .arg(out.join("state.db"))
+        .arg("--infra")
+        .arg(out.join("infrastructure.yaml"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .env("NFX_TOKEN", token)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(out.join("controller.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let ctl = Ctl(ctl);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        match std::fs::read_to_string(&ready) {
+            Ok(s) if !s.trim().is_empty() => break s.trim().to_string(),
+            _ if Instant::now() > deadline => panic!("controller never became ready"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    (ctl, format!("http://{addr}"))
 }
