@@ -373,10 +373,9 @@ mod tests {
         at
     }
 
-    #[test]
-    #[cfg_attr(nfx_no_root, ignore = "needs root")]
-    fn flow_programs_keep_flows_together_and_steer_replies_by_port() {
-        let ns = Ns(format!("nfxio-flows-{}", std::process::id()));
+    /// A namespace (named `prefix` + this process's id) holding the veth pair `fa`/`fb`, up.
+    fn veth_ns(prefix: &str) -> Ns {
+        let ns = Ns(format!("{prefix}{}", std::process::id()));
         assert!(ip(&["netns", "add", &ns.0]));
         assert!(ip(&[
             "-n",
@@ -396,6 +395,13 @@ mod tests {
         ]));
         assert!(ip(&["-n", &ns.0, "link", "set", "fa", "up"]));
         assert!(ip(&["-n", &ns.0, "link", "set", "fb", "up"]));
+        ns
+    }
+
+    #[test]
+    #[cfg_attr(nfx_no_root, ignore = "needs root")]
+    fn flow_programs_keep_flows_together_and_steer_replies_by_port() {
+        let ns = veth_ns("nfxio-flows-");
         let name = ns.0.clone();
         std::thread::spawn(move || {
             crate::netns::enter_netns(&name).unwrap();
@@ -458,26 +464,7 @@ mod tests {
     #[test]
     #[cfg_attr(nfx_no_root, ignore = "needs root")]
     fn steering_moves_every_frame_to_one_member_in_order() {
-        let ns = Ns(format!("nfxio-fanout-{}", std::process::id()));
-        assert!(ip(&["netns", "add", &ns.0]));
-        assert!(ip(&[
-            "-n",
-            &ns.0,
-            "link",
-            "add",
-            "fa",
-            "address",
-            "02:00:00:00:aa:01",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "fb",
-            "address",
-            "02:00:00:00:bb:01"
-        ]));
-        assert!(ip(&["-n", &ns.0, "link", "set", "fa", "up"]));
-        assert!(ip(&["-n", &ns.0, "link", "set", "fb", "up"]));
+        let ns = veth_ns("nfxio-fanout-");
         let name = ns.0.clone();
         let result = std::thread::spawn(move || {
             crate::netns::enter_netns(&name).unwrap();
