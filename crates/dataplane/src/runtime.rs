@@ -570,7 +570,7 @@ impl Dataplane {
         } else {
             (nfx_io::ring::SLOT, RX_RING_SLOTS)
         };
-        let rx_ring = cfg.io.rx_ring().then_some(slots);
+        let rx_ring = cfg.io.rx_ring().then_some(cfg.ring_slots.unwrap_or(slots));
         let tx_ring = cfg.io.tx_ring().then_some(TX_RING_SLOTS);
         let isolate_kernel = cfg.kernel_stack == KernelStack::Isolate;
         let fast_path = cfg.fast_path.is_some();
@@ -598,8 +598,17 @@ impl Dataplane {
                     socket_filter,
                     ..opts(groups.map(|g| g[i]), i)
                 };
-                let inside = AfPacketPort::open(&names[0], side(0))?;
-                let outside = AfPacketPort::open(&names[1], side(1))?;
+                // In parallel: each port allocates its rings and runs `nft`, the bulk
+                // of a worker's start-up. The scoped thread shares this thread's
+                // network namespace (a new thread inherits its creator's).
+                let (inside, outside) = std::thread::scope(|s| {
+                    let outside = s.spawn(|| AfPacketPort::open(&names[1], side(1)));
+                    let inside = AfPacketPort::open(&names[0], side(0));
+                    let outside = outside
+                        .join()
+                        .map_err(|_| anyhow!("opening port {} panicked", names[1]))?;
+                    anyhow::Ok((inside?, outside?))
+                })?;
                 Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
             });
             return Self::start_with_ports(cfg, builder, open);

@@ -16,8 +16,9 @@
 //! The table is named `nfx_isolate_<pid>_<ifindex>_<n>` (process id, interface index,
 //! a per-process counter), installed by [`KernelIsolation::install`] and removed when the
 //! value is dropped. A process that died without removing its tables (SIGKILL) leaves
-//! them behind: every install first deletes `nfx_isolate_*` tables of the namespace
-//! whose process no longer exists. Needs the `nft` tool (package nftables) and root.
+//! them behind: every install also deletes the `nfx_isolate_*` tables of the namespace
+//! whose process no longer exists (one `nft` run installs and lists; a second runs only
+//! when there is something stale to delete). Needs the `nft` tool (package nftables) and root.
 //!
 //! The tables also tell who serves an interface: a port that shares its interface with
 //! no other dataplane (no fanout group) refuses to start while a live process holds an
@@ -47,7 +48,7 @@ pub struct KernelIsolation {
 
 impl KernelIsolation {
     /// Installs the drop on `iface` (index `ifindex`) in the calling thread's network
-    /// namespace, after removing stale tables of dead processes. With
+    /// namespace and removes the stale tables of dead processes found there. With
     /// `ipv4_at_prerouting`, IPv4 is dropped at the IP layer's prerouting hook instead of
     /// the device's ingress hook: for a port whose socket receives IPv4 after the ingress
     /// hooks (behind a tc fast path, see `AfPacketOptions::fast_path`). With `exclusive`,
@@ -59,9 +60,24 @@ impl KernelIsolation {
         ipv4_at_prerouting: bool,
         exclusive: bool,
     ) -> io::Result<Self> {
-        let listing = nft(&["list", "tables"], None)?;
+        let table = format!(
+            "{TABLE_PREFIX}{}_{ifindex}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        // One `nft` run installs the table and lists the namespace's tables (each run
+        // costs a process and a ruleset cache fetch, on a worker's start-up path).
+        let mut script = ruleset(&table, iface, ipv4_at_prerouting);
+        script.push_str("list tables\n");
+        let listing = nft(&["-f", "-"], Some(&script))?;
+        let installed = Self {
+            table,
+            ipv4_at_prerouting,
+        };
         remove_stale_in(&listing)?;
-        if let Some(pid) = live_owners(&listing, ifindex).first().filter(|_| exclusive) {
+        let others = live_owners(&listing, ifindex, &installed.table);
+        if let Some(pid) = others.first().filter(|_| exclusive) {
+            // Dropping `installed` removes the table just added.
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
                 format!(
@@ -69,19 +85,7 @@ impl KernelIsolation {
                 ),
             ));
         }
-        let table = format!(
-            "{TABLE_PREFIX}{}_{ifindex}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        nft(
-            &["-f", "-"],
-            Some(&ruleset(&table, iface, ipv4_at_prerouting)),
-        )?;
-        Ok(Self {
-            table,
-            ipv4_at_prerouting,
-        })
+        Ok(installed)
     }
 
     /// The nftables table (family netdev) that holds the drop.
@@ -192,10 +196,11 @@ fn stale_tables(listing: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The live processes holding an isolation table on interface `ifindex`, each once.
-fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
+/// The live processes holding an isolation table other than `own` on interface
+/// `ifindex`, each once.
+fn live_owners(listing: &str, ifindex: u32, own: &str) -> Vec<u32> {
     let mut pids: Vec<u32> = tables(listing)
-        .filter(|(f, t)| *f == "netdev" && table_ifindex(t) == Some(ifindex))
+        .filter(|(f, t)| *f == "netdev" && *t != own && table_ifindex(t) == Some(ifindex))
         .filter_map(|(_, t)| table_pid(t))
         .filter(|pid| alive(*pid))
         .collect();
@@ -204,10 +209,17 @@ fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
     pids
 }
 
-/// Deletes the isolation tables of `listing` left by processes that no longer exist.
+/// Deletes the isolation tables of `listing` left by processes that no longer exist. A
+/// table already gone is fine: another port opening at the same time (the two ports of
+/// a worker open in parallel) or another process may have deleted it first.
 fn remove_stale_in(listing: &str) -> io::Result<()> {
     for (family, t) in stale_tables(listing) {
-        nft(&["delete", "table", &family, &t], None)?;
+        match nft(&["delete", "table", &family, &t], None) {
+            Err(e) if e.to_string().contains("No such file or directory") => {}
+            r => {
+                r?;
+            }
+        }
     }
     Ok(())
 }
@@ -276,9 +288,11 @@ mod tests {
         let listing = format!(
             "table netdev nfx_isolate_{me}_3_0\ntable ip nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_{me}_4_1\ntable netdev nfx_isolate_1073741823_3_2\ntable netdev other\n"
         );
-        assert_eq!(live_owners(&listing, 3), vec![me]);
-        assert_eq!(live_owners(&listing, 4), vec![me]);
-        assert!(live_owners(&listing, 5).is_empty());
+        assert_eq!(live_owners(&listing, 3, "nfx_isolate_0_3_9"), vec![me]);
+        assert_eq!(live_owners(&listing, 4, "nfx_isolate_0_3_9"), vec![me]);
+        assert!(live_owners(&listing, 5, "nfx_isolate_0_3_9").is_empty());
+        // The table being installed is not another owner.
+        assert!(live_owners(&listing, 4, &format!("nfx_isolate_{me}_4_1")).is_empty());
         assert_eq!(table_ifindex("nfx_isolate_4242_7_0"), Some(7));
         assert_eq!(table_ifindex("nfx_edge_ingress"), None);
     }
