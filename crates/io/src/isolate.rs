@@ -38,6 +38,19 @@ const NFT_LIMIT: Duration = Duration::from_secs(10);
 /// Numbers the tables of this process.
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// One interface to isolate (see [`KernelIsolation::install`] for the flags).
+#[derive(Debug, Clone, Copy)]
+pub struct IsolationRequest<'a> {
+    /// Interface name.
+    pub iface: &'a str,
+    /// Its index.
+    pub ifindex: u32,
+    /// Drop IPv4 at prerouting instead of the ingress hook.
+    pub ipv4_at_prerouting: bool,
+    /// Refuse an interface another live process holds a table on.
+    pub exclusive: bool,
+}
+
 /// An installed ingress drop on one interface; removed on drop, in the namespace of the
 /// thread that drops it (the port's worker thread, which opened it there).
 #[derive(Debug)]
@@ -60,30 +73,54 @@ impl KernelIsolation {
         ipv4_at_prerouting: bool,
         exclusive: bool,
     ) -> io::Result<Self> {
-        let table = format!(
-            "{TABLE_PREFIX}{}_{ifindex}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        // One `nft` run installs the table and lists the namespace's tables (each run
-        // costs a process and a ruleset cache fetch, on a worker's start-up path).
-        let mut script = ruleset(&table, iface, ipv4_at_prerouting);
-        script.push_str("list tables\n");
-        let listing = nft(&["-f", "-"], Some(&script))?;
-        let installed = Self {
-            table,
+        let mut one = Self::install_all(&[IsolationRequest {
+            iface,
+            ifindex,
             ipv4_at_prerouting,
-        };
+            exclusive,
+        }])?;
+        Ok(one.remove(0))
+    }
+
+    /// [`KernelIsolation::install`] for several interfaces in one `nft` run (each run
+    /// costs a process and a ruleset cache fetch, on a worker's start-up path): all are
+    /// installed, or none.
+    pub fn install_all(wants: &[IsolationRequest<'_>]) -> io::Result<Vec<Self>> {
+        let tables: Vec<String> = wants
+            .iter()
+            .map(|w| {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                format!("{TABLE_PREFIX}{}_{}_{n}", std::process::id(), w.ifindex)
+            })
+            .collect();
+        let mut script = String::new();
+        for (w, table) in wants.iter().zip(&tables) {
+            script.push_str(&ruleset(table, w.iface, w.ipv4_at_prerouting));
+        }
+        script.push_str("list tables\n");
+        // One transaction: on failure nothing was installed.
+        let listing = nft(&["-f", "-"], Some(&script))?;
+        let installed: Vec<Self> = wants
+            .iter()
+            .zip(tables)
+            .map(|(w, table)| Self {
+                table,
+                ipv4_at_prerouting: w.ipv4_at_prerouting,
+            })
+            .collect();
         remove_stale_in(&listing)?;
-        let others = live_owners(&listing, ifindex, &installed.table);
-        if let Some(pid) = others.first().filter(|_| exclusive) {
-            // Dropping `installed` removes the table just added.
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "interface {iface} is already served by the nfx dataplane of process {pid}: a second one on it, outside a shared fanout group, would receive and forward a copy of every frame (run every service of the interface in one worker, `services:` in its run config)"
-                ),
-            ));
+        let ours: Vec<&str> = installed.iter().map(|i| i.table.as_str()).collect();
+        for w in wants.iter().filter(|w| w.exclusive) {
+            if let Some(pid) = live_owners(&listing, w.ifindex, &ours).first() {
+                // Dropping `installed` removes the tables just added.
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "interface {} is already served by the nfx dataplane of process {pid}: a second one on it, outside a shared fanout group, would receive and forward a copy of every frame (run every service of the interface in one worker, `services:` in its run config)",
+                        w.iface
+                    ),
+                ));
+            }
         }
         Ok(installed)
     }
@@ -198,9 +235,9 @@ fn stale_tables(listing: &str) -> Vec<(String, String)> {
 
 /// The live processes holding an isolation table other than `own` on interface
 /// `ifindex`, each once.
-fn live_owners(listing: &str, ifindex: u32, own: &str) -> Vec<u32> {
+fn live_owners(listing: &str, ifindex: u32, own: &[&str]) -> Vec<u32> {
     let mut pids: Vec<u32> = tables(listing)
-        .filter(|(f, t)| *f == "netdev" && *t != own && table_ifindex(t) == Some(ifindex))
+        .filter(|(f, t)| *f == "netdev" && !own.contains(t) && table_ifindex(t) == Some(ifindex))
         .filter_map(|(_, t)| table_pid(t))
         .filter(|pid| alive(*pid))
         .collect();
@@ -288,11 +325,11 @@ mod tests {
         let listing = format!(
             "table netdev nfx_isolate_{me}_3_0\ntable ip nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_{me}_4_1\ntable netdev nfx_isolate_1073741823_3_2\ntable netdev other\n"
         );
-        assert_eq!(live_owners(&listing, 3, "nfx_isolate_0_3_9"), vec![me]);
-        assert_eq!(live_owners(&listing, 4, "nfx_isolate_0_3_9"), vec![me]);
-        assert!(live_owners(&listing, 5, "nfx_isolate_0_3_9").is_empty());
+        assert_eq!(live_owners(&listing, 3, &["nfx_isolate_0_3_9"]), vec![me]);
+        assert_eq!(live_owners(&listing, 4, &["nfx_isolate_0_3_9"]), vec![me]);
+        assert!(live_owners(&listing, 5, &["nfx_isolate_0_3_9"]).is_empty());
         // The table being installed is not another owner.
-        assert!(live_owners(&listing, 4, &format!("nfx_isolate_{me}_4_1")).is_empty());
+        assert!(live_owners(&listing, 4, &[&format!("nfx_isolate_{me}_4_1")]).is_empty());
         assert_eq!(table_ifindex("nfx_isolate_4242_7_0"), Some(7));
         assert_eq!(table_ifindex("nfx_edge_ingress"), None);
     }
