@@ -42,6 +42,12 @@ pub struct RunConfig {
     /// `rings` (receive ring and a PACKET_MMAP transmit ring, one `send()` per vector).
     #[serde(default)]
     pub io: IoMode,
+    /// Receive ring slots per port, 16..=16384 (`io: ring`, `rings`, `ring-copy`;
+    /// default 512 slots of 68 KiB, or 16384 of 2 KiB with `ring-copy`). The kernel
+    /// allocates and zeroes the ring when the port opens: a smaller ring starts faster
+    /// and holds less traffic while the worker is away (a host agent's workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_slots: Option<usize>,
     /// Whether the kernel of the ports' namespace also sees the frames nfx forwards:
     /// `isolate` (default) drops IPv4/IPv6 at the ports' ingress hook, behind nfx's packet
     /// taps, while the instance runs; `keep` leaves the kernel stack on (docs/dataplane.md,
@@ -230,6 +236,12 @@ pub enum KernelStack {
 /// Most worker threads an instance may run.
 pub const MAX_WORKERS: usize = 16;
 
+/// Fewest receive ring slots per port (`ring_slots`): one vector of frames waiting.
+pub const MIN_RING_SLOTS: usize = 16;
+
+/// Most receive ring slots per port (`ring_slots`).
+pub const MAX_RING_SLOTS: usize = 16384;
+
 /// Whether an instance starts processing or holding.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -360,6 +372,14 @@ impl RunConfig {
                     nfx_packet::MAX_VECTOR
                 ),
             ));
+        }
+        if let Some(n) = self.ring_slots {
+            if !(MIN_RING_SLOTS..=MAX_RING_SLOTS).contains(&n) {
+                return Err(err(
+                    "ring_slots",
+                    format!("{n} is out of range {MIN_RING_SLOTS}..={MAX_RING_SLOTS}"),
+                ));
+            }
         }
         if !(1..=MAX_WORKERS).contains(&self.workers) {
             return Err(err(
@@ -606,6 +626,8 @@ chain:
 
     #[test]
     fn kernel_stack_parses() {
+        let c = RunConfig::parse(&format!("{GOOD}ring_slots: 64\n"), "f").unwrap();
+        assert_eq!(c.ring_slots, Some(64));
         let c = RunConfig::parse(&format!("{GOOD}kernel_stack: keep\n"), "f").unwrap();
         assert_eq!(c.kernel_stack, KernelStack::Keep);
         let c = RunConfig::parse(&format!("{GOOD}kernel_stack: isolate\n"), "f").unwrap();
@@ -665,6 +687,8 @@ chain:
             ),
             (format!("{GOOD}io: xdp\n"), "io"),
             (format!("{GOOD}kernel_stack: off\n"), "kernel_stack"),
+            (format!("{GOOD}ring_slots: 15\n"), "ring_slots"),
+            (format!("{GOOD}ring_slots: 16385\n"), "ring_slots"),
         ];
         for (text, field) in cases {
             let e = err_of(&text);

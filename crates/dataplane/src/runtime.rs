@@ -10,6 +10,7 @@ use crate::stats::Stats;
 use crate::worker::{Command, Drained, Mailbox, Worker};
 use anyhow::{anyhow, bail, Context};
 use base64::Engine;
+use nfx_io::isolate::{IsolationRequest, KernelIsolation};
 use nfx_io::sys::parse_mac;
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_vnf::Node;
@@ -570,7 +571,7 @@ impl Dataplane {
         } else {
             (nfx_io::ring::SLOT, RX_RING_SLOTS)
         };
-        let rx_ring = cfg.io.rx_ring().then_some(slots);
+        let rx_ring = cfg.io.rx_ring().then_some(cfg.ring_slots.unwrap_or(slots));
         let tx_ring = cfg.io.tx_ring().then_some(TX_RING_SLOTS);
         let isolate_kernel = cfg.kernel_stack == KernelStack::Isolate;
         let fast_path = cfg.fast_path.is_some();
@@ -598,8 +599,47 @@ impl Dataplane {
                     socket_filter,
                     ..opts(groups.map(|g| g[i]), i)
                 };
-                let inside = AfPacketPort::open(&names[0], side(0))?;
-                let outside = AfPacketPort::open(&names[1], side(1))?;
+                // In parallel, the bulk of a worker's start-up: each port allocates its
+                // rings on a thread of its own while this one isolates both interfaces
+                // in one `nft` run. The scoped threads share this thread's network
+                // namespace (a new thread inherits its creator's).
+                let open_one = |i: usize| {
+                    let o = AfPacketOptions {
+                        isolate_kernel: false,
+                        ..side(i)
+                    };
+                    AfPacketPort::open(&names[i], o).map_err(anyhow::Error::from)
+                };
+                let (inside, outside, isolation) = std::thread::scope(|s| {
+                    let threads = [s.spawn(|| open_one(0)), s.spawn(|| open_one(1))];
+                    let isolation = isolate_kernel.then(|| {
+                        let want = |i: usize| -> anyhow::Result<IsolationRequest<'_>> {
+                            Ok(IsolationRequest {
+                                iface: &names[i],
+                                ifindex: nfx_io::sys::ifindex(&names[i])?,
+                                ipv4_at_prerouting: side(i).fast_path,
+                                exclusive: side(i).fanout.is_none(),
+                            })
+                        };
+                        anyhow::Ok(KernelIsolation::install_all(&[want(0)?, want(1)?])?)
+                    });
+                    let [i, o] = threads.map(|t| {
+                        t.join()
+                            .map_err(|_| anyhow!("opening a port panicked"))
+                            .and_then(|r| r)
+                    });
+                    (i, o, isolation)
+                });
+                let (mut inside, mut outside) = (inside?, outside?);
+                if let Some(isolation) = isolation {
+                    // The error names the interface and why.
+                    let mut isolation = isolation?.into_iter();
+                    for port in [&mut inside, &mut outside] {
+                        if let Some(i) = isolation.next() {
+                            port.set_isolation(i);
+                        }
+                    }
+                }
                 Ok([Box::new(inside) as Box<dyn Port>, Box::new(outside)])
             });
             return Self::start_with_ports(cfg, builder, open);

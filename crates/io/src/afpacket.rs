@@ -240,6 +240,13 @@ impl AfPacketPort {
 }
 
 impl AfPacketPort {
+    /// Hands the port the kernel-stack isolation of its interface, installed by the
+    /// caller (for several ports in one `nft` run, see
+    /// [`KernelIsolation::install_all`]) instead of by `open`; removed with the port.
+    pub fn set_isolation(&mut self, isolation: KernelIsolation) {
+        self.isolation = Some(isolation);
+    }
+
     /// The nftables table of the kernel-stack isolation, when the port installed one.
     pub fn isolation_table(&self) -> Option<&str> {
         self.isolation.as_ref().map(KernelIsolation::table)

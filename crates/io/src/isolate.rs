@@ -16,8 +16,9 @@
 //! The table is named `nfx_isolate_<pid>_<ifindex>_<n>` (process id, interface index,
 //! a per-process counter), installed by [`KernelIsolation::install`] and removed when the
 //! value is dropped. A process that died without removing its tables (SIGKILL) leaves
-//! them behind: every install first deletes `nfx_isolate_*` tables of the namespace
-//! whose process no longer exists. Needs the `nft` tool (package nftables) and root.
+//! them behind: every install also deletes the `nfx_isolate_*` tables of the namespace
+//! whose process no longer exists (one `nft` run installs and lists; a second runs only
+//! when there is something stale to delete). Needs the `nft` tool (package nftables) and root.
 //!
 //! The tables also tell who serves an interface: a port that shares its interface with
 //! no other dataplane (no fanout group) refuses to start while a live process holds an
@@ -37,6 +38,19 @@ const NFT_LIMIT: Duration = Duration::from_secs(10);
 /// Numbers the tables of this process.
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// One interface to isolate (see [`KernelIsolation::install`] for the flags).
+#[derive(Debug, Clone, Copy)]
+pub struct IsolationRequest<'a> {
+    /// Interface name.
+    pub iface: &'a str,
+    /// Its index.
+    pub ifindex: u32,
+    /// Drop IPv4 at prerouting instead of the ingress hook.
+    pub ipv4_at_prerouting: bool,
+    /// Refuse an interface another live process holds a table on.
+    pub exclusive: bool,
+}
+
 /// An installed ingress drop on one interface; removed on drop, in the namespace of the
 /// thread that drops it (the port's worker thread, which opened it there).
 #[derive(Debug)]
@@ -47,7 +61,7 @@ pub struct KernelIsolation {
 
 impl KernelIsolation {
     /// Installs the drop on `iface` (index `ifindex`) in the calling thread's network
-    /// namespace, after removing stale tables of dead processes. With
+    /// namespace and removes the stale tables of dead processes found there. With
     /// `ipv4_at_prerouting`, IPv4 is dropped at the IP layer's prerouting hook instead of
     /// the device's ingress hook: for a port whose socket receives IPv4 after the ingress
     /// hooks (behind a tc fast path, see `AfPacketOptions::fast_path`). With `exclusive`,
@@ -59,29 +73,56 @@ impl KernelIsolation {
         ipv4_at_prerouting: bool,
         exclusive: bool,
     ) -> io::Result<Self> {
-        let listing = nft(&["list", "tables"], None)?;
-        remove_stale_in(&listing)?;
-        if let Some(pid) = live_owners(&listing, ifindex).first().filter(|_| exclusive) {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "interface {iface} is already served by the nfx dataplane of process {pid}: a second one on it, outside a shared fanout group, would receive and forward a copy of every frame (run every service of the interface in one worker, `services:` in its run config)"
-                ),
-            ));
-        }
-        let table = format!(
-            "{TABLE_PREFIX}{}_{ifindex}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        nft(
-            &["-f", "-"],
-            Some(&ruleset(&table, iface, ipv4_at_prerouting)),
-        )?;
-        Ok(Self {
-            table,
+        let mut one = Self::install_all(&[IsolationRequest {
+            iface,
+            ifindex,
             ipv4_at_prerouting,
-        })
+            exclusive,
+        }])?;
+        Ok(one.remove(0))
+    }
+
+    /// [`KernelIsolation::install`] for several interfaces in one `nft` run (each run
+    /// costs a process and a ruleset cache fetch, on a worker's start-up path): all are
+    /// installed, or none.
+    pub fn install_all(wants: &[IsolationRequest<'_>]) -> io::Result<Vec<Self>> {
+        let tables: Vec<String> = wants
+            .iter()
+            .map(|w| {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                format!("{TABLE_PREFIX}{}_{}_{n}", std::process::id(), w.ifindex)
+            })
+            .collect();
+        let mut script = String::new();
+        for (w, table) in wants.iter().zip(&tables) {
+            script.push_str(&ruleset(table, w.iface, w.ipv4_at_prerouting));
+        }
+        script.push_str("list tables\n");
+        // One transaction: on failure nothing was installed.
+        let listing = nft(&["-f", "-"], Some(&script))?;
+        let installed: Vec<Self> = wants
+            .iter()
+            .zip(tables)
+            .map(|(w, table)| Self {
+                table,
+                ipv4_at_prerouting: w.ipv4_at_prerouting,
+            })
+            .collect();
+        remove_stale_in(&listing)?;
+        let ours: Vec<&str> = installed.iter().map(|i| i.table.as_str()).collect();
+        for w in wants.iter().filter(|w| w.exclusive) {
+            if let Some(pid) = live_owners(&listing, w.ifindex, &ours).first() {
+                // Dropping `installed` removes the tables just added.
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "interface {} is already served by the nfx dataplane of process {pid}: a second one on it, outside a shared fanout group, would receive and forward a copy of every frame (run every service of the interface in one worker, `services:` in its run config)",
+                        w.iface
+                    ),
+                ));
+            }
+        }
+        Ok(installed)
     }
 
     /// The nftables table (family netdev) that holds the drop.
@@ -192,10 +233,11 @@ fn stale_tables(listing: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The live processes holding an isolation table on interface `ifindex`, each once.
-fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
+/// The live processes holding an isolation table other than `own` on interface
+/// `ifindex`, each once.
+fn live_owners(listing: &str, ifindex: u32, own: &[&str]) -> Vec<u32> {
     let mut pids: Vec<u32> = tables(listing)
-        .filter(|(f, t)| *f == "netdev" && table_ifindex(t) == Some(ifindex))
+        .filter(|(f, t)| *f == "netdev" && !own.contains(t) && table_ifindex(t) == Some(ifindex))
         .filter_map(|(_, t)| table_pid(t))
         .filter(|pid| alive(*pid))
         .collect();
@@ -204,10 +246,17 @@ fn live_owners(listing: &str, ifindex: u32) -> Vec<u32> {
     pids
 }
 
-/// Deletes the isolation tables of `listing` left by processes that no longer exist.
+/// Deletes the isolation tables of `listing` left by processes that no longer exist. A
+/// table already gone is fine: another port opening at the same time (the two ports of
+/// a worker open in parallel) or another process may have deleted it first.
 fn remove_stale_in(listing: &str) -> io::Result<()> {
     for (family, t) in stale_tables(listing) {
-        nft(&["delete", "table", &family, &t], None)?;
+        match nft(&["delete", "table", &family, &t], None) {
+            Err(e) if e.to_string().contains("No such file or directory") => {}
+            r => {
+                r?;
+            }
+        }
     }
     Ok(())
 }
@@ -276,9 +325,11 @@ mod tests {
         let listing = format!(
             "table netdev nfx_isolate_{me}_3_0\ntable ip nfx_isolate_{me}_3_0\ntable netdev nfx_isolate_{me}_4_1\ntable netdev nfx_isolate_1073741823_3_2\ntable netdev other\n"
         );
-        assert_eq!(live_owners(&listing, 3), vec![me]);
-        assert_eq!(live_owners(&listing, 4), vec![me]);
-        assert!(live_owners(&listing, 5).is_empty());
+        assert_eq!(live_owners(&listing, 3, &["nfx_isolate_0_3_9"]), vec![me]);
+        assert_eq!(live_owners(&listing, 4, &["nfx_isolate_0_3_9"]), vec![me]);
+        assert!(live_owners(&listing, 5, &["nfx_isolate_0_3_9"]).is_empty());
+        // The table being installed is not another owner.
+        assert!(live_owners(&listing, 4, &[&format!("nfx_isolate_{me}_4_1")]).is_empty());
         assert_eq!(table_ifindex("nfx_isolate_4242_7_0"), Some(7));
         assert_eq!(table_ifindex("nfx_edge_ingress"), None);
     }

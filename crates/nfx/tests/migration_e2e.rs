@@ -72,6 +72,7 @@ impl Rig {
             }),
             vector: None,
             poll: Some("adaptive".into()),
+            ring_slots: None,
             fanout: Some(group),
             fast_path: None,
             allowed_dirs: Vec::new(),

@@ -55,6 +55,10 @@ pub struct WorkerTemplate {
     /// port: this id, outside: the next). At most two workers of a group run at once.
     #[serde(default)]
     pub fanout: Option<u16>,
+    /// Receive ring slots per port (the run config's `ring_slots`; default: the
+    /// dataplane's).
+    #[serde(default)]
+    pub ring_slots: Option<usize>,
     /// A table-tier device: the worker runs the kernel fast path with this many flow
     /// entries beside its chain (the run config's `fast_path.capacity`), so its settled
     /// flows are forwarded from the table and its capacity is counted in entries.
@@ -146,6 +150,8 @@ pub struct LocalVnfm {
     /// Workers run the services form (a classifier in front of per-service chains, set
     /// by [`LocalVnfm::set_services`]) instead of one chain of every instance.
     classify: bool,
+    /// The open control connection to each worker, by device (see `ask_kept`).
+    kept: Mutex<BTreeMap<String, BufReader<UnixStream>>>,
 }
 
 impl LocalVnfm {
@@ -160,6 +166,7 @@ impl LocalVnfm {
             exits: Default::default(),
             state: Mutex::new(state),
             classify: false,
+            kept: Mutex::default(),
         })
     }
 
@@ -293,6 +300,37 @@ impl LocalVnfm {
             .collect()
     }
 
+    /// One exchange with `device`'s worker on the connection kept from the last one
+    /// (the worker serves any number of requests per connection): a deploy on a running
+    /// worker then costs no connect, accept and serving thread. A kept connection whose
+    /// worker has gone (the request could not be written) is replaced once; after any
+    /// other failure the connection is dropped, as the exchange may be cut mid-line.
+    fn ask_kept(
+        &self,
+        device: &str,
+        req: &serde_json::Value,
+    ) -> Result<serde_json::Value, VnfmError> {
+        let sock = self.socket(device);
+        let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let reused = kept
+            .remove(device)
+            .and_then(|mut c| send(&mut c, req).is_ok().then_some(c));
+        let mut conn = match reused {
+            Some(c) => c,
+            None => {
+                let mut c = connect(&sock).map_err(io)?;
+                send(&mut c, req).map_err(io)?;
+                c
+            }
+        };
+        let v = answer(&mut conn, &sock);
+        if !matches!(v, Err(VnfmError::Unavailable(_))) {
+            kept.insert(device.to_string(), conn);
+        }
+        v
+    }
+
     fn socket(&self, device: &str) -> PathBuf {
         self.cfg.run_dir.join(format!("{device}.sock"))
     }
@@ -373,6 +411,9 @@ impl LocalVnfm {
         if let Some(p) = &t.poll {
             rc["poll"] = p.clone().into();
         }
+        if let Some(n) = t.ring_slots {
+            rc["ring_slots"] = n.into();
+        }
         if let Some(capacity) = t.fast_path {
             rc["fast_path"] = serde_json::json!({ "capacity": capacity });
         }
@@ -447,7 +488,7 @@ impl LocalVnfm {
             let peers = self.group_peers(all, device);
             w.pid = Some(self.start_worker(device, body, &peers)?);
             w.joined = all.values().map(|x| x.joined).max().unwrap_or(0) + 1;
-            let r = ask(&self.socket(device), &serde_json::json!({"cmd": "stats"}))?;
+            let r = self.ask_kept(device, &serde_json::json!({"cmd": "stats"}))?;
             w.nodes = if self.classify {
                 ids()
             } else {
@@ -457,7 +498,7 @@ impl LocalVnfm {
         }
         let mut req = body;
         req["cmd"] = "reconfigure".into();
-        let mut r = ask(&self.socket(device), &req)?;
+        let mut r = self.ask_kept(device, &req)?;
         if self.classify {
             w.nodes = ids();
             return Ok(r["stats"].take());
@@ -699,17 +740,29 @@ fn instance_state(
     }
 }
 
-/// One request/response exchange on a worker's control socket.
-fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
-    let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
-    let mut s = UnixStream::connect(sock).map_err(io)?;
-    s.set_read_timeout(Some(SOCKET_TIMEOUT)).map_err(io)?;
-    s.set_write_timeout(Some(SOCKET_TIMEOUT)).map_err(io)?;
+/// Connects to a worker's control socket, with the exchange timeouts set.
+fn connect(sock: &Path) -> std::io::Result<BufReader<UnixStream>> {
+    let s = UnixStream::connect(sock)?;
+    s.set_read_timeout(Some(SOCKET_TIMEOUT))?;
+    s.set_write_timeout(Some(SOCKET_TIMEOUT))?;
+    Ok(BufReader::new(s))
+}
+
+/// Sends one request line on `conn`.
+fn send(conn: &mut BufReader<UnixStream>, req: &serde_json::Value) -> std::io::Result<()> {
     let mut line = req.to_string();
     line.push('\n');
-    s.write_all(line.as_bytes()).map_err(io)?;
+    conn.get_mut().write_all(line.as_bytes())
+}
+
+/// Reads one answer line from `conn`; an error answer becomes `Invalid`.
+fn answer(conn: &mut BufReader<UnixStream>, sock: &Path) -> Result<serde_json::Value, VnfmError> {
     let mut resp = String::new();
-    BufReader::new(s).read_line(&mut resp).map_err(io)?;
+    match conn.read_line(&mut resp) {
+        Ok(0) => return Err(unavailable(format!("{}: closed", sock.display()))),
+        Ok(_) => {}
+        Err(e) => return Err(unavailable(format!("{}: {e}", sock.display()))),
+    }
     let v: serde_json::Value = serde_json::from_str(&resp).map_err(|e| {
         VnfmError::Unavailable(format!("{}: answer is not JSON: {e}", sock.display()))
     })?;
@@ -721,6 +774,14 @@ fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmEr
         )));
     }
     Ok(v)
+}
+
+/// One request/response exchange on a worker's control socket, on a new connection.
+fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
+    let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
+    let mut conn = connect(sock).map_err(io)?;
+    send(&mut conn, req).map_err(io)?;
+    answer(&mut conn, sock)
 }
 
 impl Vnfm for LocalVnfm {
@@ -954,6 +1015,54 @@ mod tests {
         let e = v.migrate_instance("a", "c", &[]).unwrap_err();
         assert!(matches!(e, VnfmError::Unavailable(_)), "{e}");
         assert!(v.lock()["w0"].handed_to.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A stand-in worker socket: answers `{"conn": k}` (k counts the connections it
+    /// accepted) to two requests per connection, then closes it and says so on `closed`.
+    fn echo_worker(
+        sock: PathBuf,
+        conns: usize,
+        closed: std::sync::mpsc::Sender<usize>,
+    ) -> std::thread::JoinHandle<()> {
+        let l = std::os::unix::net::UnixListener::bind(sock).unwrap();
+        std::thread::spawn(move || {
+            for k in 0..conns {
+                let (c, _) = l.accept().unwrap();
+                let mut out = c.try_clone().unwrap();
+                let mut lines = BufReader::new(c).lines();
+                for _ in 0..2 {
+                    lines.next().unwrap().unwrap();
+                    writeln!(out, "{{\"conn\": {k}}}").unwrap();
+                }
+                drop((lines, out));
+                closed.send(k).unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn a_worker_connection_is_kept_and_replaced_when_its_peer_has_gone() {
+        let dir = std::env::temp_dir().join(format!("nfx-kept-{}", std::process::id()));
+        let v = vnfm_with(&dir, serde_json::json!({}));
+        let (tx, closed) = std::sync::mpsc::channel();
+        let worker = echo_worker(v.socket("x"), 2, tx);
+        let stats = serde_json::json!({"cmd": "stats"});
+        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 0);
+        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 0);
+        // The worker closed the kept connection (as a worker that ended does): the
+        // request goes out on a new one.
+        assert_eq!(closed.recv().unwrap(), 0);
+        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 1);
+        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 1);
+        assert_eq!(closed.recv().unwrap(), 1);
+        worker.join().unwrap();
+        // Nobody listens any more: an error, and no connection is kept.
+        assert!(matches!(
+            v.ask_kept("x", &stats),
+            Err(VnfmError::Unavailable(_))
+        ));
+        assert!(v.kept.lock().unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
