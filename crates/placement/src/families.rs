@@ -107,6 +107,24 @@ fn random_functions(rng: &mut StdRng, k: usize) -> Vec<&'static str> {
     fs
 }
 
+fn kind(hw: bool) -> DeviceKind {
+    if hw {
+        DeviceKind::Hardware
+    } else {
+        DeviceKind::Software
+    }
+}
+
+/// Every function when `all` (the model that keeps every instance hostable), else `k`
+/// random ones.
+fn all_or_random_functions(all: bool, rng: &mut StdRng, k: usize) -> Vec<&'static str> {
+    if all {
+        FUNCTIONS.to_vec()
+    } else {
+        random_functions(rng, k)
+    }
+}
+
 /// A generic server with every function: the fallback host of loose-bound instances.
 fn generic_server() -> ModelSpec {
     ModelSpec {
@@ -131,11 +149,7 @@ fn overlap_models(rng: &mut StdRng) -> Vec<ModelSpec> {
             let k = rng.random_range(2..=4);
             ModelSpec {
                 name: format!("m{i}"),
-                kind: if hw {
-                    DeviceKind::Hardware
-                } else {
-                    DeviceKind::Software
-                },
+                kind: kind(hw),
                 functions: random_functions(rng, k),
                 cost: rng.random_range(15..=80),
                 capacity: if hw {
@@ -210,16 +224,8 @@ fn throughput_models(rng: &mut StdRng) -> Vec<ModelSpec> {
             let hw = i % 2 == 0;
             ModelSpec {
                 name: format!("t{i}"),
-                kind: if hw {
-                    DeviceKind::Hardware
-                } else {
-                    DeviceKind::Software
-                },
-                functions: if i == 1 {
-                    FUNCTIONS.to_vec()
-                } else {
-                    random_functions(rng, 3)
-                },
+                kind: kind(hw),
+                functions: all_or_random_functions(i == 1, rng, 3),
                 cost: rng.random_range(20..=90),
                 capacity: rng.random_range(4000..=8000),
                 latency_us: if hw {
@@ -317,16 +323,8 @@ fn few_expensive(n: usize, rng: &mut StdRng) -> Instance {
             let hw = i == 0;
             ModelSpec {
                 name: format!("x{i}"),
-                kind: if hw {
-                    DeviceKind::Hardware
-                } else {
-                    DeviceKind::Software
-                },
-                functions: if i == 1 {
-                    FUNCTIONS.to_vec()
-                } else {
-                    random_functions(rng, 4)
-                },
+                kind: kind(hw),
+                functions: all_or_random_functions(i == 1, rng, 4),
                 cost: rng.random_range(300..=1000),
                 capacity: rng.random_range(2000..=5000),
                 latency_us: if hw { 3 } else { rng.random_range(20..=40) },
