@@ -221,6 +221,53 @@ fn demo_runs_and_cleans_up() {
 }
 
 #[test]
+fn bench_placement_reports_each_family() {
+    let o = Command::new(NFX)
+        .args([
+            "bench",
+            "placement",
+            "--families",
+            "throughput,few-expensive",
+            "--per-family",
+            "2",
+            "--time-limit",
+            "1",
+            "--json",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(v["sets"].as_array().unwrap().len(), 0, "{v}");
+    let fams = v["families"].as_array().unwrap();
+    let names: Vec<&str> = fams.iter().map(|f| f["family"].as_str().unwrap()).collect();
+    assert_eq!(names, ["throughput", "few-expensive"]);
+    for f in fams {
+        assert_eq!(f["instances"], 2, "{f}");
+        let proven = f["proven"].as_u64().unwrap();
+        let within = f["within_1pct"].as_u64().unwrap();
+        assert!(proven <= within && within <= 2, "{f}");
+        assert!(f["max_gap_pct"].as_f64().unwrap() >= f["mean_gap_pct"].as_f64().unwrap());
+        assert!(f["max_seconds"].as_f64().unwrap() < 2.0, "{f}");
+        assert_eq!(f["worse_than_ffd"], 0, "{f}");
+    }
+    assert_eq!(v["rows"].as_array().unwrap().len(), 4, "{v}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("few-expensive") && err.contains("within 1 %"),
+        "{err}"
+    );
+    let o = Command::new(NFX)
+        .args(["bench", "placement", "--families", "nope"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("unknown family `nope`"), "{}", text(&o));
+}
+
+#[test]
 fn json_dash_keeps_stdout_for_the_json_alone() {
     let o = Command::new(NFX)
         .args([

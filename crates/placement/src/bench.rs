@@ -36,8 +36,9 @@ pub struct BenchRow {
     pub exact_proven: bool,
     /// Enhanced FFD result.
     pub ffd: AlgoResult,
-    /// Online best-fit result.
-    pub online: AlgoResult,
+    /// Online best-fit result; `None` when it found no placement (it cannot move an
+    /// instance once placed, so it can run out of devices where the others do not).
+    pub online: Option<AlgoResult>,
 }
 
 /// Runs the three algorithms on one instance.
@@ -49,7 +50,7 @@ pub fn run_instance(
 ) -> Result<BenchRow> {
     let e = place(inst, Algorithm::Exact, limit)?;
     let f = place(inst, Algorithm::Ffd, limit)?;
-    let o = place(inst, Algorithm::Online, limit)?;
+    let o = place(inst, Algorithm::Online, limit).ok();
     Ok(BenchRow {
         set: set.to_string(),
         name: inst.name.clone(),
@@ -65,10 +66,10 @@ pub fn run_instance(
             objective: f.objective,
             seconds: f.seconds,
         },
-        online: AlgoResult {
+        online: o.map(|o| AlgoResult {
             objective: o.objective,
             seconds: o.seconds,
-        },
+        }),
     })
 }
 
@@ -91,11 +92,13 @@ pub struct SetSummary {
     pub exact_total: u64,
     /// Total cost of FFD.
     pub ffd_total: u64,
-    /// Total cost of online best fit.
+    /// Total cost of online best fit, over the instances where it found a placement.
     pub online_total: u64,
+    /// Instances where online best fit found no placement.
+    pub online_failed: usize,
     /// Mean of (FFD − exact) / exact, in percent.
     pub ffd_over_exact_pct: f64,
-    /// Mean of (online − exact) / exact, in percent.
+    /// Mean of (online − exact) / exact, in percent, where online found a placement.
     pub online_over_exact_pct: f64,
     /// Mean of (exact − bound) / bound, in percent.
     pub exact_gap_mean_pct: f64,
@@ -117,6 +120,10 @@ fn pct(a: u64, b: u64) -> f64 {
 pub fn summarize(set: &str, rows: &[BenchRow]) -> SetSummary {
     let n = rows.len().max(1) as f64;
     let known = rows.iter().all(|r| r.known_optimum.is_some()) && !rows.is_empty();
+    let online: Vec<(u64, u64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.online.as_ref()?.objective, r.exact.objective)))
+        .collect();
     SetSummary {
         set: set.to_string(),
         instances: rows.len(),
@@ -130,17 +137,15 @@ pub fn summarize(set: &str, rows: &[BenchRow]) -> SetSummary {
         exact_max_seconds: rows.iter().map(|r| r.exact.seconds).fold(0.0, f64::max),
         exact_total: rows.iter().map(|r| r.exact.objective).sum(),
         ffd_total: rows.iter().map(|r| r.ffd.objective).sum(),
-        online_total: rows.iter().map(|r| r.online.objective).sum(),
+        online_total: online.iter().map(|(o, _)| o).sum(),
+        online_failed: rows.len() - online.len(),
         ffd_over_exact_pct: rows
             .iter()
             .map(|r| pct(r.ffd.objective, r.exact.objective))
             .sum::<f64>()
             / n,
-        online_over_exact_pct: rows
-            .iter()
-            .map(|r| pct(r.online.objective, r.exact.objective))
-            .sum::<f64>()
-            / n,
+        online_over_exact_pct: online.iter().map(|&(o, e)| pct(o, e)).sum::<f64>()
+            / online.len().max(1) as f64,
         exact_gap_mean_pct: rows
             .iter()
             .map(|r| pct(r.exact.objective, r.exact_bound))
@@ -174,6 +179,57 @@ pub fn public_set_rows(
         rows.push(run_instance(set, &b.to_instance(), Some(e.optimum), limit)?);
     }
     Ok(rows)
+}
+
+/// Aggregates of one instance family (`nfx bench placement --families`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilySummary {
+    /// Family name.
+    pub family: String,
+    /// Instances run.
+    pub instances: usize,
+    /// Instances where the exact solver proved optimality.
+    pub proven: usize,
+    /// Instances whose exact objective is within 1 % of the proven bound.
+    pub within_1pct: usize,
+    /// Max of (exact − bound) / bound, in percent.
+    pub max_gap_pct: f64,
+    /// Mean of (exact − bound) / bound, in percent.
+    pub mean_gap_pct: f64,
+    /// Max exact seconds.
+    pub max_seconds: f64,
+    /// Instances where exact is worse than FFD (must be 0).
+    pub worse_than_ffd: usize,
+}
+
+/// Summarises the rows of one family.
+pub fn summarize_family(family: &str, rows: &[BenchRow]) -> FamilySummary {
+    let s = summarize(family, rows);
+    FamilySummary {
+        family: family.to_string(),
+        instances: rows.len(),
+        proven: s.proven_optimal,
+        within_1pct: rows
+            .iter()
+            .filter(|r| pct(r.exact.objective, r.exact_bound) <= 1.0)
+            .count(),
+        max_gap_pct: s.exact_gap_max_pct,
+        mean_gap_pct: s.exact_gap_mean_pct,
+        max_seconds: s.exact_max_seconds,
+        worse_than_ffd: s.exact_worse_than_ffd,
+    }
+}
+
+/// Sizes of the family instances: instance `i` of a family has `FAMILY_SIZES[i % 3]`
+/// VNF instances and seed `i / 3`.
+pub const FAMILY_SIZES: [usize; 3] = [30, 60, 120];
+
+/// The `i`-th benchmark instance of `family`.
+pub fn family_instance(family: crate::families::Family, i: usize) -> Instance {
+    family.generate(
+        FAMILY_SIZES[i % FAMILY_SIZES.len()],
+        (i / FAMILY_SIZES.len()) as u64,
+    )
 }
 
 /// Runs `count` generated HYPER-style instances with `n` VNF instances (seeds 0..count).

@@ -15,6 +15,7 @@ pub mod count_refute;
 pub mod cover_lp;
 pub mod error;
 pub mod exact;
+pub mod families;
 pub mod ffd;
 pub mod generator;
 pub mod greedy;

@@ -2,6 +2,7 @@
 //! brute-force optimum on tiny instances, and its bound is valid; the online best fit
 //! equals a brute-force best fit recomputed from scratch.
 
+use nfx_placement::families::Family;
 use nfx_placement::instance::host_reject;
 use nfx_placement::online::Fitness;
 use nfx_placement::{place, validate, Algorithm, Device, DeviceKind, Instance, VnfInstance};
@@ -221,6 +222,45 @@ proptest! {
             let p = place(&inst, alg, Duration::from_secs(1)).unwrap();
             prop_assert_eq!(validate::check(&inst, &p.device_of), Ok(p.objective));
             prop_assert!(p.bound <= p.objective);
+        }
+    }
+}
+
+/// The instance without the devices that can host none of its VNF instances (they are
+/// never used), so that brute force over the rest stays small.
+fn hosting_devices_only(mut inst: Instance) -> Instance {
+    let vnfs = inst.vnf_instances.clone();
+    inst.devices
+        .retain(|d| vnfs.iter().any(|v| host_reject(d, v).is_none()));
+    inst
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+
+    #[test]
+    fn exact_is_optimal_on_tiny_family_instances(f in 0usize..6, seed in 0u64..10_000, n in 1usize..=4) {
+        let inst = hosting_devices_only(Family::ALL[f].generate(n, seed));
+        inst.validate("family").unwrap();
+        let opt = brute_optimum(&inst).expect("generated instances are feasible");
+        let p = place(&inst, Algorithm::Exact, Duration::from_secs(5)).unwrap();
+        prop_assert_eq!(validate::check(&inst, &p.device_of), Ok(p.objective));
+        prop_assert!(p.bound <= opt, "{}: bound {} above optimum {}", inst.name, p.bound, opt);
+        prop_assert_eq!(p.objective, opt, "{}", inst.name);
+        prop_assert!(p.proven_optimal);
+    }
+}
+
+#[test]
+fn exact_is_feasible_bounded_and_never_worse_than_ffd_on_every_family() {
+    for f in Family::ALL {
+        for seed in 0..2 {
+            let inst = f.generate(24, seed);
+            let e = place(&inst, Algorithm::Exact, Duration::from_secs(1)).unwrap();
+            let ffd = place(&inst, Algorithm::Ffd, Duration::from_secs(1)).unwrap();
+            assert_eq!(validate::check(&inst, &e.device_of), Ok(e.objective));
+            assert!(e.objective <= ffd.objective, "{}", inst.name);
+            assert!(e.bound <= e.objective, "{}", inst.name);
         }
     }
 }
