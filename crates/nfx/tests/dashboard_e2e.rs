@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "dashboard-e2e-token-0123456789";
 
-/// Longest a counter change may take to reach the page (the target).
+/// Longest a counter change may take to reach the page: the dashboard's freshness target (docs/api.md).
 const REACH: Duration = Duration::from_secs(1);
 
 /// A `chromedriver` process, killed when dropped.
