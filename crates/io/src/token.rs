@@ -4,9 +4,12 @@
 use std::path::Path;
 use zeroize::Zeroizing;
 
+/// A bearer token as the endpoints hold it: wiped from memory when dropped.
+pub type Token = Zeroizing<String>;
+
 /// The token in `file` (surrounding whitespace trimmed, not empty); errors name the file,
 /// never its content.
-pub fn read_file(file: &Path) -> Result<Zeroizing<String>, String> {
+pub fn read_file(file: &Path) -> Result<Token, String> {
     let raw = Zeroizing::new(
         std::fs::read_to_string(file).map_err(|e| format!("token file {}: {e}", file.display()))?,
     );

@@ -2,7 +2,8 @@
 //! while a client pushes AES-GCM operations through a queue pair, checked against what
 //! the client's engine counted (its `EngineStats`): during the run the device's per
 //! queue-pair counters never run ahead of what the client submitted, at rest they equal
-//! what it got back; the grant, the session and the release show up. Needs no root.
+//! what it got back; the grant, the session and the release show up. With
+//! `--metrics-token-file`, a scrape without the token gets 401 and no series. Needs no root.
 
 mod scrape;
 
@@ -11,7 +12,7 @@ use nfx_accel::{
     Status,
 };
 use nfx_testbed::process::ChildGuard;
-use scrape::{free_addr, parse, scrape};
+use scrape::{free_addr, get_metrics, parse, scrape};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,10 +35,13 @@ fn ops(e: &mut dyn Engine, sid: nfx_accel::SessionId, n: usize, from: usize) -> 
         .collect()
 }
 
-#[test]
-fn device_metrics_follow_the_client_counts() {
-    let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let sock = dir.path().join("accel.sock");
+/// Starts `nfx accel serve` on a socket in `dir` with metrics on a free loopback port
+/// (behind the token in `token_file` when given); returns once both listen.
+fn start_device(
+    dir: &std::path::Path,
+    token_file: Option<&std::path::Path>,
+) -> (ChildGuard, std::path::PathBuf, std::net::SocketAddr) {
+    let sock = dir.join("accel.sock");
     let addr = free_addr();
     let mut cmd = Command::new(NFX);
     cmd.args([
@@ -55,12 +59,40 @@ fn device_metrics_follow_the_client_counts() {
     .args(["--metrics-listen", &addr.to_string()])
     .stdin(Stdio::null())
     .stdout(Stdio::null());
-    let _device = ChildGuard::spawn(cmd).unwrap();
+    if let Some(f) = token_file {
+        cmd.arg("--metrics-token-file").arg(f);
+    }
+    let device = ChildGuard::spawn(cmd).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !sock.exists() || std::net::TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "the device never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
+    (device, sock, addr)
+}
+
+#[test]
+fn device_metrics_need_the_token_when_one_is_set() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("metrics.token");
+    std::fs::write(&token_file, "s3cret-metrics-token\n").unwrap();
+    let (_device, _sock, addr) = start_device(dir.path(), Some(&token_file));
+    for wrong in [None, Some("not-the-token")] {
+        let (status, body) = get_metrics(addr, wrong);
+        assert_eq!(status, 401, "{wrong:?}: {body}");
+        assert!(!body.contains("nfx_accel_"), "{wrong:?}: {body}");
+    }
+    let (status, body) = get_metrics(addr, Some("s3cret-metrics-token"));
+    assert_eq!(status, 200, "{body}");
+    assert!(parse(&body)
+        .keys()
+        .any(|k| k.starts_with("nfx_accel_queue_pairs{")));
+}
+
+#[test]
+fn device_metrics_follow_the_client_counts() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let (_device, sock, addr) = start_device(dir.path(), None);
     let dev = sock.display().to_string();
     let at_rest = parse(&scrape(addr));
     assert_eq!(

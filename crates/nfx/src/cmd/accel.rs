@@ -60,6 +60,10 @@ struct ServeArgs {
     /// pair occupancy, sessions, ops and bytes).
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Require `Authorization: Bearer <token>` on `/metrics`, the token read from this
+    /// file (as the controller's `--token-file`; give Prometheus the same file).
+    #[arg(long, value_name = "FILE", requires = "metrics_listen")]
+    metrics_token_file: Option<std::path::PathBuf>,
     /// A group (name or gid) whose members may use the device besides this user; the
     /// socket's directory is then created 0750 and the socket 0660, owned by it.
     #[arg(long)]
@@ -95,10 +99,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             let listener = a.metrics_listen.map(metrics_http::bind).transpose()?;
+            let token = a
+                .metrics_token_file
+                .as_deref()
+                .map(|f| {
+                    nfx_io::token::read_file(f)
+                        .map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
+                })
+                .transpose()?;
             let device = a.socket.display().to_string();
             serve(cfg, move |probe| {
                 if let Some(l) = listener {
-                    match serve_metrics(l, device, probe) {
+                    match serve_metrics(l, device, probe, token) {
                         Ok(addr) => eprintln!("nfx accel: metrics on http://{addr}/metrics"),
                         Err(e) => eprintln!("nfx accel: metrics endpoint: {e:#}"),
                     }
@@ -114,6 +126,7 @@ fn serve_metrics(
     listener: std::net::TcpListener,
     device: String,
     probe: DeviceProbe,
+    token: Option<nfx_io::token::Token>,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let render = move || -> anyhow::Result<String> {
         Ok(metrics::render(
@@ -123,5 +136,5 @@ fn serve_metrics(
             &probe.held(),
         ))
     };
-    metrics_http::serve(listener, std::sync::Arc::new(render), None)
+    metrics_http::serve(listener, std::sync::Arc::new(render), token)
 }
