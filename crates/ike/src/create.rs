@@ -41,6 +41,8 @@ impl Endpoint {
             alg: suite.alg,
             esn: suite.esn,
             keys,
+            local_ts: ts.0.to_vec(),
+            remote_ts: ts.1.to_vec(),
         };
         self.actions
             .push(Action::InstallInbound(esp(inbound.0, inbound.1)));

@@ -38,6 +38,11 @@ pub struct EspSa {
     pub esn: bool,
     /// Cipher key ‖ salt, and the HMAC key of CTR transforms.
     pub keys: crate::keys::DirKeys,
+    /// Our side's selectors of the CHILD_SA: inner packets of this SA must come from
+    /// (outbound) or go to (inbound) what they cover.
+    pub local_ts: Vec<TrafficSelector>,
+    /// The peer's side's selectors of the CHILD_SA.
+    pub remote_ts: Vec<TrafficSelector>,
 }
 
 /// A CHILD_SA of an IKE SA.

@@ -119,12 +119,21 @@ impl TrafficSelector {
         self.intersect(o).as_ref() == Some(self)
     }
 
-    /// Whether the selector covers IP packets from `addr` (any protocol/port test is
-    /// left to the caller; nfx negotiates protocol 0, all ports).
+    /// Whether the selector covers address `addr`.
     pub fn contains(&self, addr: IpAddr) -> bool {
         same_family(addr, self.start)
             && ip_num(self.start) <= ip_num(addr)
             && ip_num(addr) <= ip_num(self.end)
+    }
+
+    /// Whether the selector covers one end of a packet: its address `addr`, the packet's
+    /// protocol `proto` and that end's `port` (`None` when the packet does not show it:
+    /// then only a selector open to every port covers it, RFC 4301 §4.4.1.1 OPAQUE).
+    pub fn covers(&self, addr: IpAddr, proto: u8, port: Option<u16>) -> bool {
+        let all_ports = self.start_port == 0 && self.end_port == u16::MAX;
+        self.contains(addr)
+            && (self.proto == 0 || self.proto == proto)
+            && (all_ports || port.is_some_and(|p| (self.start_port..=self.end_port).contains(&p)))
     }
 }
 
@@ -279,5 +288,21 @@ mod tests {
         assert_eq!(tcp.intersect(&udp), None);
         assert!(host.contains("192.168.1.2".parse().unwrap()));
         assert!(!host.contains("192.168.1.3".parse().unwrap()));
+    }
+
+    #[test]
+    fn covers_checks_protocol_and_ports() {
+        let a: IpAddr = "192.168.1.2".parse().unwrap();
+        let host = TrafficSelector::cidr("192.168.1.2/32").unwrap();
+        assert!(host.covers(a, 6, Some(80)) && host.covers(a, 47, None));
+        assert!(!host.covers("192.168.1.3".parse().unwrap(), 6, Some(80)));
+        assert!(!host.covers("fd00::1".parse().unwrap(), 6, Some(80)));
+        let mut web = host;
+        (web.proto, web.start_port, web.end_port) = (6, 80, 443);
+        assert!(web.covers(a, 6, Some(80)) && web.covers(a, 6, Some(443)));
+        assert!(!web.covers(a, 6, Some(8080)));
+        assert!(!web.covers(a, 17, Some(80)));
+        // A packet that hides its ports (a later fragment) only fits an all-ports selector.
+        assert!(!web.covers(a, 6, None));
     }
 }

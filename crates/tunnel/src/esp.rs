@@ -15,6 +15,7 @@ use nfx_accel::{Alg, AlgFamily, Buf, Direction, Iv, Layout, SecretBytes, Session
 use zeroize::Zeroize;
 
 use crate::replay::ReplayWindow;
+use crate::selectors::Selectors;
 use crate::seqspace::{SeqLane, SeqSpace};
 use crate::seqstate::SeqState;
 
@@ -47,6 +48,8 @@ pub enum EspError {
     SeqExhausted,
     /// A dummy packet (next header 59), discarded per RFC 4303 §2.6.
     Dummy,
+    /// The inner packet is outside the SA's traffic selectors.
+    Selector,
 }
 
 /// The keys of one SA: cipher key, 4-byte salt / nonce and (CTR transforms) HMAC key.
@@ -202,6 +205,7 @@ pub struct Outbound {
     pub keys: Arc<SaKeys>,
     esn: bool,
     seq: SeqLane,
+    selectors: Arc<Selectors>,
 }
 
 impl Outbound {
@@ -222,7 +226,15 @@ impl Outbound {
             keys: Arc::new(keys),
             esn,
             seq: SeqLane::new(SeqSpace::new(start, last, state)),
+            selectors: Arc::new(Selectors::any()),
         }
+    }
+
+    /// The SA carries only what `selectors` cover (IKE's negotiated traffic selectors;
+    /// without this call, every IP packet).
+    pub fn with_selectors(mut self, selectors: Selectors) -> Self {
+        self.selectors = Arc::new(selectors);
+        self
     }
 
     /// Another lane's handle on the same SA: same keys, same sequence space, a block
@@ -232,6 +244,7 @@ impl Outbound {
             keys: Arc::clone(&self.keys),
             esn: self.esn,
             seq: self.seq.sibling(),
+            selectors: Arc::clone(&self.selectors),
         }
     }
 
@@ -272,7 +285,11 @@ impl Outbound {
         }
         buf.set_len(total).map_err(|_| EspError::TooBig)?;
         let s = buf.as_mut_slice();
-        let nh = next_header(&s[HEAD..HEAD + inner_len]).ok_or(EspError::BadEncap)?;
+        let inner = &s[HEAD..HEAD + inner_len];
+        let nh = next_header(inner).ok_or(EspError::BadEncap)?;
+        if !self.selectors.allows_out(inner) {
+            return Err(EspError::Selector);
+        }
         let seq = self.seq.take().ok_or(EspError::SeqExhausted)?;
         s[..4].copy_from_slice(&self.keys.spi.to_be_bytes());
         s[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
@@ -309,12 +326,13 @@ pub fn wire_len(inner_len: usize) -> usize {
     HEAD + padded(inner_len) + ICV
 }
 
-/// The receiving side of an SA: keys and anti-replay window.
+/// The receiving side of an SA: keys, anti-replay window and traffic selectors.
 pub struct Inbound {
     /// Keys.
     pub keys: SaKeys,
     esn: bool,
     window: ReplayWindow,
+    selectors: Selectors,
 }
 
 impl Inbound {
@@ -324,7 +342,15 @@ impl Inbound {
             keys,
             esn,
             window: ReplayWindow::new(window),
+            selectors: Selectors::any(),
         }
+    }
+
+    /// The SA delivers only what `selectors` cover (IKE's negotiated traffic
+    /// selectors; without this call, every IP packet).
+    pub fn with_selectors(mut self, selectors: Selectors) -> Self {
+        self.selectors = selectors;
+        self
     }
 
     /// The SPI.
@@ -406,7 +432,11 @@ impl Inbound {
         match nh {
             59 => Err(EspError::Dummy),
             4 | 41 if inner_len > 0 && next_header(&d[..inner_len]) == Some(nh) => {
-                Ok(HEAD..HEAD + inner_len)
+                if self.selectors.allows_in(&d[..inner_len]) {
+                    Ok(HEAD..HEAD + inner_len)
+                } else {
+                    Err(EspError::Selector)
+                }
             }
             _ => Err(EspError::BadEncap),
         }
@@ -513,6 +543,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A UDP packet `src` → `dst` with a valid IPv4 header for the ESP layer.
+    fn udp4(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut p = inner(60, 1);
+        p[9] = 17;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
+        p
+    }
+
+    #[test]
+    fn inner_packets_outside_the_selectors_are_refused_both_ways() {
+        let ts = |s: &str| nfx_ike::ts::TrafficSelector::cidr(s).unwrap();
+        // Our side is 10.1.0.0/24, the peer's 10.2.0.7. `tx` is our outbound SA, `rx`
+        // the peer's inbound one (its selectors are the mirror image of ours).
+        let ours = Selectors::negotiated(vec![ts("10.1.0.0/24")], vec![ts("10.2.0.7")]);
+        let peers = Selectors::negotiated(vec![ts("10.2.0.7")], vec![ts("10.1.0.0/24")]);
+        let mut e = cpu_engine();
+        let mut tx = Outbound::new(keys(Alg::Aes128Gcm, 5), false).with_selectors(ours);
+        let mut rx = Inbound::new(keys(Alg::Aes128Gcm, 5), false, 64).with_selectors(peers);
+        let good = udp4([10, 1, 0, 9], [10, 2, 0, 7]);
+        let w = seal(e.as_mut(), &mut tx, &good);
+        assert_eq!(open(e.as_mut(), &mut rx, &w).unwrap(), good);
+        // Outbound: a destination the peer did not agree to takes no sequence number.
+        let mut buf = Buf::heap(2048);
+        let off = udp4([10, 1, 0, 9], [10, 2, 0, 8]);
+        buf.set_len(HEAD + off.len()).unwrap();
+        buf.as_mut_slice()[HEAD..].copy_from_slice(&off);
+        let refused = tx.prepare(&mut buf, off.len()).err();
+        assert_eq!(refused, Some(EspError::Selector));
+        buf.set_len(HEAD + good.len()).unwrap();
+        buf.as_mut_slice()[HEAD..].copy_from_slice(&good);
+        assert_eq!(tx.prepare(&mut buf, good.len()).unwrap().seq, 2);
+        // Inbound: we hold the keys, so we can seal anything with an SA that checks
+        // nothing: authentic packets from a source outside our side or to a host that is
+        // not the peer's are still not delivered.
+        let mut forger = Outbound::new(keys(Alg::Aes128Gcm, 5), false);
+        forger.seq = SeqLane::new(SeqSpace::new(100, u32::MAX as u64, None));
+        let spoofed = [udp4([10, 1, 1, 5], [10, 2, 0, 7]), off];
+        for pkt in spoofed {
+            let w = seal(e.as_mut(), &mut forger, &pkt);
+            assert_eq!(open(e.as_mut(), &mut rx, &w), Err(EspError::Selector));
+        }
+        // The window took them (they were authentic), and good traffic still flows.
+        let mut tail = Outbound::new(keys(Alg::Aes128Gcm, 5), false);
+        tail.seq = SeqLane::new(SeqSpace::new(200, u32::MAX as u64, None));
+        let w = seal(e.as_mut(), &mut tail, &good);
+        assert_eq!(open(e.as_mut(), &mut rx, &w).unwrap(), good);
     }
 
     #[test]

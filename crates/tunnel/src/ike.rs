@@ -18,6 +18,7 @@ use nfx_ike::{Action, EspSa};
 use serde_json::{json, Value};
 
 use crate::esp::{Inbound, Outbound, SaKeys};
+use crate::selectors::Selectors;
 use crate::stats::Counters;
 use crate::worker::{SaChange, SaCmd};
 
@@ -82,6 +83,11 @@ fn sa_keys(s: &EspSa) -> Result<SaKeys, String> {
     let auth = SecretBytes::from_slice(s.keys.integ.expose());
     let auth = (!auth.is_empty()).then_some(&auth);
     SaKeys::new(accel_alg(s.alg), s.spi, &km, auth)
+}
+
+/// The traffic the negotiated SA may carry.
+fn selectors(s: &EspSa) -> Selectors {
+    Selectors::negotiated(s.local_ts.clone(), s.remote_ts.clone())
 }
 
 /// What the IKE thread works with.
@@ -149,11 +155,14 @@ fn flush(ep: &mut nfx_ike::Endpoint, p: &IkeParts, peer: SocketAddr) {
         let mut changes = Vec::with_capacity(actions.len());
         for a in actions {
             let ch = match a {
-                Action::InstallInbound(s) => sa_keys(&s)
-                    .map(|k| SaChange::InstallInbound(Inbound::new(k, s.esn, p.replay_window))),
-                Action::InstallOutbound(s) => {
-                    sa_keys(&s).map(|k| SaChange::InstallOutbound(Outbound::new(k, s.esn)))
-                }
+                Action::InstallInbound(s) => sa_keys(&s).map(|k| {
+                    SaChange::InstallInbound(
+                        Inbound::new(k, s.esn, p.replay_window).with_selectors(selectors(&s)),
+                    )
+                }),
+                Action::InstallOutbound(s) => sa_keys(&s).map(|k| {
+                    SaChange::InstallOutbound(Outbound::new(k, s.esn).with_selectors(selectors(&s)))
+                }),
                 Action::RemoveInbound(spi) => Ok(SaChange::RemoveInbound(spi)),
                 Action::RemoveOutbound(spi) => Ok(SaChange::RemoveOutbound(spi)),
             };

@@ -13,6 +13,7 @@ pub mod lanes;
 pub mod metrics;
 pub mod offload;
 pub mod replay;
+pub mod selectors;
 pub mod seqspace;
 pub mod seqstate;
 pub mod stats;

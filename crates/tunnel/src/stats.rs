@@ -36,11 +36,15 @@ pub enum DropCause {
     /// An IKE datagram the IKE thread could not take (its queue was full), or one
     /// arriving at an endpoint keyed statically.
     Ike,
+    /// An inner packet outside the SA's negotiated traffic selectors: decrypted from
+    /// the peer with a source or destination it did not agree to, or read from the TUN
+    /// for addresses the SA does not carry.
+    Selector,
 }
 
 impl DropCause {
     /// Every reason, in report order.
-    pub const ALL: [DropCause; 10] = [
+    pub const ALL: [DropCause; 11] = [
         DropCause::AuthFailed,
         DropCause::Replay,
         DropCause::BadEncap,
@@ -51,6 +55,7 @@ impl DropCause {
         DropCause::NoSa,
         DropCause::SeqExhausted,
         DropCause::Ike,
+        DropCause::Selector,
     ];
 
     /// Name in JSON.
@@ -66,6 +71,7 @@ impl DropCause {
             DropCause::NoSa => "no_sa",
             DropCause::SeqExhausted => "seq_exhausted",
             DropCause::Ike => "ike",
+            DropCause::Selector => "selector",
         }
     }
 }
@@ -79,6 +85,7 @@ impl From<EspError> for DropCause {
             EspError::AuthFailed => DropCause::AuthFailed,
             EspError::SeqExhausted => DropCause::SeqExhausted,
             EspError::Dummy => DropCause::Dummy,
+            EspError::Selector => DropCause::Selector,
         }
     }
 }
@@ -103,7 +110,7 @@ pub struct Counters {
     pub rx_packets: AtomicU64,
     /// Inner bytes of those packets.
     pub rx_bytes: AtomicU64,
-    drops: [AtomicU64; 10],
+    drops: [AtomicU64; DropCause::ALL.len()],
     /// Live engine switches done.
     pub engine_switches: AtomicU64,
     /// Lookaside device failures survived (fallback engine took over).

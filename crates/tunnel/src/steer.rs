@@ -13,6 +13,8 @@
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use nfx_packet::ip_tuple;
+
 /// Table slots (flows remembered at once; a collision only costs a queue switch).
 const SLOTS: usize = 4096;
 
@@ -51,23 +53,18 @@ impl FlowQueues {
 /// the two (address, port) ends in a fixed order; ports only for TCP, UDP and SCTP.
 /// `None` for what is too short to be an IP packet.
 pub fn flow_key(ip: &[u8]) -> Option<u64> {
-    let (proto, a, b, l4): (u8, &[u8], &[u8], usize) = match ip.first()? >> 4 {
-        4 if ip.len() >= 20 => (ip[9], &ip[12..16], &ip[16..20], (ip[0] & 0x0f) as usize * 4),
-        6 if ip.len() >= 40 => (ip[6], &ip[8..24], &ip[24..40], 40),
-        _ => return None,
+    let t = ip_tuple(ip)?;
+    let (pa, pb) = match t.proto {
+        6 | 17 | 132 => t.ports.unwrap_or_default(),
+        _ => (0, 0),
     };
-    let ports = match proto {
-        6 | 17 | 132 => ip.get(l4..l4 + 4),
-        _ => None,
-    };
-    let (pa, pb) = ports.map_or((&[][..], &[][..]), |p| (&p[..2], &p[2..]));
-    let (x, y) = if (a, pa) <= (b, pb) {
-        ((a, pa), (b, pb))
+    let (x, y) = if (t.src, pa) <= (t.dst, pb) {
+        ((t.src, pa), (t.dst, pb))
     } else {
-        ((b, pb), (a, pa))
+        ((t.dst, pb), (t.src, pa))
     };
     let h = BuildHasherDefault::<DefaultHasher>::default();
-    Some(h.hash_one((proto, x, y)))
+    Some(h.hash_one((t.proto, x, y)))
 }
 
 #[cfg(test)]
