@@ -185,24 +185,26 @@ impl Store {
         .transpose()
     }
 
-    /// Reads every document of a table, ordered by id.
+    /// Reads every document of a table, ordered by id as a person reads numbered ids
+    /// (`op-2` before `op-10`, see [`natural_order`]).
     pub fn list<T: DeserializeOwned>(&self, t: Table) -> Result<Vec<T>, StoreError> {
         let c = self.lock();
         let mut st = c
-            .prepare(&format!("SELECT id, body FROM {} ORDER BY id", t.name()))
+            .prepare(&format!("SELECT id, body FROM {}", t.name()))
             .map_err(|e| self.err(e))?;
         let rows = st
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
+        let mut docs = Vec::new();
         for row in rows {
-            let (id, body) = row.map_err(|e| self.err(e))?;
-            out.push(
-                serde_json::from_str(&body)
-                    .map_err(|e| self.err(format!("{}/{id}: {e}", t.name())))?,
-            );
+            docs.push(row.map_err(|e| self.err(e))?);
         }
-        Ok(out)
+        docs.sort_by(|a, b| natural_order(&a.0, &b.0));
+        docs.into_iter()
+            .map(|(id, body)| {
+                serde_json::from_str(&body).map_err(|e| self.err(format!("{}/{id}: {e}", t.name())))
+            })
+            .collect()
     }
 
     /// Removes one document.
@@ -243,10 +245,72 @@ impl Store {
     }
 }
 
+/// Orders ids by their text with every run of digits compared as a number, so that
+/// numbered ids (`op-9`, `op-10`, `fw-2-1`) list in the order they were made.
+pub fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    /// The id cut into alternating text and digit runs.
+    fn runs(s: &str) -> impl Iterator<Item = &str> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digit = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digit)
+                .unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(end);
+            rest = tail;
+            Some(run)
+        })
+    }
+    let run_order = |x: &str, y: &str| {
+        let num = |r: &str| r.bytes().all(|c| c.is_ascii_digit());
+        if num(x) && num(y) {
+            let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+            x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+        } else {
+            x.cmp(y)
+        }
+    };
+    let (mut ra, mut rb) = (runs(a), runs(b));
+    loop {
+        match (ra.next(), rb.next()) {
+            (Some(x), Some(y)) => match run_order(x, y) {
+                std::cmp::Ordering::Equal => {}
+                o => return o,
+            },
+            (x, y) => return x.is_some().cmp(&y.is_some()).then_with(|| a.cmp(b)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn numbered_ids_list_in_number_order() {
+        let mut ids = vec![
+            "op-10", "op-2", "op-1", "fw-1-10", "fw-1-9", "op-02x", "op-2x", "b",
+        ];
+        ids.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(
+            ids,
+            ["b", "fw-1-9", "fw-1-10", "op-1", "op-2", "op-02x", "op-2x", "op-10"]
+        );
+        let dir = std::env::temp_dir().join(format!("nfx-store-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = Store::open(&dir.join("state.db")).unwrap();
+        for n in [1, 10, 2, 11, 3] {
+            let id = format!("op-{n}");
+            s.put(Table::Operations, &id, &json!({"id": id})).unwrap();
+        }
+        let all: Vec<serde_json::Value> = s.list(Table::Operations).unwrap();
+        let got: Vec<&str> = all.iter().map(|v| v["id"].as_str().unwrap()).collect();
+        assert_eq!(got, ["op-1", "op-2", "op-3", "op-10", "op-11"]);
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn documents_round_trip_across_reopen() {

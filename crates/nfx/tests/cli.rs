@@ -312,3 +312,101 @@ fn json_dash_keeps_stdout_for_the_json_alone() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert!(v["answers"].is_array(), "{v}");
 }
+
+/// Kills a child process on drop.
+struct Kill(std::process::Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The CLI run beside `nfx up` (same directory, no token given) finds the token file
+/// `nfx up` wrote; operations list in the order they were made (op-2 before op-10);
+/// `nfx status | head -1` (stdout closed early) ends cleanly, not with a panic.
+#[test]
+fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let infra =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples/infrastructure.yaml");
+    let mut up = Command::new(NFX);
+    up.current_dir(dir.path())
+        .env_remove("NFX_TOKEN")
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            "ready",
+            "--infra",
+        ])
+        .arg(&infra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _up = Kill(up.spawn().unwrap());
+    let ready = dir.path().join("ready");
+    let t0 = std::time::Instant::now();
+    let addr = loop {
+        match std::fs::read_to_string(&ready) {
+            Ok(a) if !a.trim().is_empty() => break a.trim().to_string(),
+            _ => {
+                assert!(t0.elapsed().as_secs() < 20, "nfx up never became ready");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    let url = if addr.starts_with("http") {
+        addr
+    } else {
+        format!("http://{addr}")
+    };
+    std::fs::write(
+        dir.path().join("svc.yaml"),
+        "services:\n  - id: t\n    tenant: x\n    ingress: src\n    egress: dst\n    chain:\n      \
+         - { function: firewall, config: { default: allow } }\n    sla: { max_latency_us: 1000, min_throughput_gbps: 0.1 }\n",
+    )
+    .unwrap();
+    let cli = |args: &[&str]| {
+        Command::new(NFX)
+            .current_dir(dir.path())
+            .env_remove("NFX_TOKEN")
+            .env("NFX_URL", &url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for round in 0..6 {
+        let o = cli(&["deploy", "svc.yaml"]);
+        assert!(o.status.success(), "deploy {round}: {}", text(&o));
+        let o = cli(&["destroy", "t"]);
+        assert!(o.status.success(), "destroy {round}: {}", text(&o));
+    }
+    let o = cli(&["status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<u64> = v["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap()["op-".len()..].parse().unwrap())
+        .collect();
+    assert!(ids.len() >= 12, "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "not in order: {ids:?}");
+
+    // Closing the read end before `nfx status` has written (it first makes three
+    // requests) makes its write fail with EPIPE, as `| head -1` does.
+    let mut status = Command::new(NFX)
+        .current_dir(dir.path())
+        .env_remove("NFX_TOKEN")
+        .env("NFX_URL", &url)
+        .arg("status")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(status.stdout.take());
+    let o = status.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("panicked"), "{}", text(&o));
+}

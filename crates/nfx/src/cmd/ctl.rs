@@ -8,7 +8,7 @@ use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
 use nfx_control::vnfm::Vnfm;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::output::JsonOut;
@@ -33,13 +33,18 @@ pub enum CtlCmd {
     Agent(AgentArgs),
 }
 
+/// `nfx up`'s database unless told otherwise; its token file is this with `.token`.
+const DEFAULT_DB: &str = "nfx-state.db";
+
 /// Where the controller is and how to authenticate.
 #[derive(clap::Args)]
 pub struct Conn {
     /// Controller URL (default: env NFX_URL, else http://127.0.0.1:7878).
     #[arg(long)]
     url: Option<String>,
-    /// File holding the bearer token (env NFX_TOKEN takes precedence).
+    /// File holding the bearer token (env NFX_TOKEN takes precedence; default:
+    /// ./nfx-state.token, the file `nfx up` writes beside its default database, if it
+    /// exists).
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// Write the raw JSON answers to FILE (`-` or no FILE: stdout, one line each).
@@ -51,7 +56,7 @@ pub struct Conn {
 #[derive(clap::Args)]
 pub struct UpArgs {
     /// SQLite state database.
-    #[arg(long, default_value = "nfx-state.db")]
+    #[arg(long, default_value = DEFAULT_DB)]
     db: PathBuf,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7878")]
@@ -256,21 +261,22 @@ fn client(c: &Conn) -> anyhow::Result<Client> {
         .clone()
         .or_else(|| std::env::var("NFX_URL").ok())
         .unwrap_or_else(|| "http://127.0.0.1:7878".into());
-    Ok(Client::new(&url, load_token(c.token_file.as_deref())?))
+    let default = Path::new(DEFAULT_DB).with_extension("token");
+    let file = c
+        .token_file
+        .clone()
+        .or_else(|| default.exists().then_some(default));
+    Ok(Client::new(&url, load_token(file.as_deref())?))
 }
 
 /// Prints an answer; a closed stdout (e.g. `| head`) is not an error.
 fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
-    use std::io::Write;
     let text = match &c.json {
         Some(f @ JsonOut::File(_)) => return f.write(v),
         Some(JsonOut::Stdout) => v.to_string(),
         None => serde_json::to_string_pretty(v)?,
     };
-    match writeln!(std::io::stdout(), "{text}") {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
+    print_text(&format!("{text}\n"))
 }
 
 /// Fails with the server's message unless the status is `want`.
@@ -368,18 +374,21 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             serde_json::json!({"services": services, "instances": instances, "operations": ops});
         return show(&a.conn, &all);
     }
-    println!("services:");
+    use std::fmt::Write as _;
+    let mut out = String::from("services:\n");
     for s in services.as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<20} {:<11} op {}",
             s["service"]["id"].as_str().unwrap_or("?"),
             s["status"].as_str().unwrap_or("?"),
             s["operation"].as_str().unwrap_or("?")
         );
     }
-    println!("instances:");
+    out.push_str("instances:\n");
     for i in instances.as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<28} {:<9} {:<12} {:<10} {}",
             i["spec"]["id"].as_str().unwrap_or("?"),
             i["spec"]["function"].as_str().unwrap_or("?"),
@@ -388,9 +397,10 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             i["status"].as_str().unwrap_or("?")
         );
     }
-    println!("operations:");
+    out.push_str("operations:\n");
     for o in ops.as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<8} {:<8} {:<20} {}",
             o["id"].as_str().unwrap_or("?"),
             o["kind"].as_str().unwrap_or("?"),
@@ -398,7 +408,16 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             o["state"].as_str().unwrap_or("?")
         );
     }
-    Ok(())
+    print_text(&out)
+}
+
+/// Writes `text` to stdout; a closed stdout (e.g. `| head -1`) is not an error.
+fn print_text(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
