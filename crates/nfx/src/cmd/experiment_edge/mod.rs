@@ -11,7 +11,7 @@
 //! intervals. Writes `summary.json`, `details.json`, `chart.png` and `report.md`.
 
 mod flow;
-mod report;
+pub(crate) mod report;
 
 use super::experiment_energy::video::{encode_testsrc, TestClip};
 use anyhow::Context;

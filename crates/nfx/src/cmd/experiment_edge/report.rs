@@ -5,7 +5,7 @@
 use super::flow::Proto;
 use super::{Run, Vnf, CHUNKS, PROTOS};
 use nfx_chart::{Axes, Series, Style};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -56,12 +56,12 @@ pub struct Inputs<'a> {
 }
 
 /// One case in `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Case {
     /// `none`, `sw` or `hw`.
-    pub vnf: &'static str,
+    pub vnf: String,
     /// `tcp` or `udp`.
-    pub proto: &'static str,
+    pub proto: String,
     /// Chunk size, bytes.
     pub chunk: usize,
     /// Concurrent streams.
@@ -83,7 +83,7 @@ pub struct Case {
 }
 
 /// `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     /// Every case.
     pub cases: Vec<Case>,
@@ -128,8 +128,8 @@ fn case(i: &Inputs<'_>, vnf: Vnf, proto: Proto, chunk: usize) -> Option<Case> {
     let (em, ec) = mean_ci95(&rs.iter().map(|r| r.exec_ms).collect::<Vec<_>>());
     let (lm, lc) = mean_ci95(&rs.iter().map(|r| r.e2e_ms).collect::<Vec<_>>());
     Some(Case {
-        vnf: vnf.name(),
-        proto: proto_name(proto),
+        vnf: vnf.name().into(),
+        proto: proto_name(proto).into(),
         chunk,
         streams: 1,
         exec_ms_mean: em,

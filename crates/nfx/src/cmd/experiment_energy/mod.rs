@@ -7,8 +7,8 @@
 //! `configs/energy/infrastructure.yaml` driven by the boxes' CPU time) and the knobs.
 
 mod boxes;
-mod ramp;
-mod report;
+pub(crate) mod ramp;
+pub(crate) mod report;
 pub(crate) mod video;
 
 use anyhow::Context;
