@@ -434,6 +434,20 @@ mod tests {
         }
     }
 
+    fn inputs<'a>(runs: &'a [Run], energy_source: Option<&'static str>) -> Inputs<'a> {
+        Inputs {
+            runs,
+            clip_bytes: 1000,
+            clip_mbps: 1.0,
+            quick: true,
+            secs: 1,
+            device_core: 1,
+            elapsed_s: 1.0,
+            loadavg: "1 1 1".into(),
+            energy_source,
+        }
+    }
+
     #[test]
     fn ci_uses_students_t() {
         let (m, h) = mean_ci95(&[1.0, 3.0]);
@@ -456,17 +470,7 @@ mod tests {
                 }
             }
         }
-        let i = Inputs {
-            runs: &runs,
-            clip_bytes: 1000,
-            clip_mbps: 1.0,
-            quick: true,
-            secs: 1,
-            device_core: 1,
-            elapsed_s: 1.0,
-            loadavg: "1 1 1".into(),
-            energy_source: None,
-        };
+        let i = inputs(&runs, None);
         let s = summary(&i);
         assert_eq!(s.cases.len(), 18);
         assert!((s.hw_vs_sw_exec.unwrap() - 10.0).abs() < 1e-9);
@@ -517,17 +521,7 @@ mod tests {
                 runs.push(r);
             }
         }
-        let i = Inputs {
-            runs: &runs,
-            clip_bytes: 1000,
-            clip_mbps: 1.0,
-            quick: true,
-            secs: 1,
-            device_core: 1,
-            elapsed_s: 1.0,
-            loadavg: "1 1 1".into(),
-            energy_source: Some("model"),
-        };
+        let i = inputs(&runs, Some("model"));
         let s = summary(&i);
         assert_eq!(s.cases.len(), 5);
         // Single-stream cases only in the execution ratio.
