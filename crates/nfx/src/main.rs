@@ -42,6 +42,9 @@ enum Cmd {
     Ssm(cmd::ssm::Args),
     /// Rerun an experiment of the papers and write its report.
     Experiment(cmd::experiment::Args),
+    /// Run (or collect with --from) every paper's experiment into one self-contained
+    /// index.html and claims.json.
+    Report(cmd::report::Args),
     /// Controller and host-agent commands (up, plan, deploy, status, migrate, destroy, agent).
     #[command(flatten)]
     Ctl(cmd::ctl::CtlCmd),
@@ -94,6 +97,7 @@ fn main() {
         Cmd::Transcode(a) => cmd::transcode::run(a),
         Cmd::Ssm(a) => cmd::ssm::run(a),
         Cmd::Experiment(a) => cmd::experiment::run(a),
+        Cmd::Report(a) => cmd::report::run(a),
         Cmd::Ctl(c) => cmd::ctl::run(c),
         Cmd::Completions(a) => cmd::shell::completions(a, Cli::command()),
         Cmd::Man => cmd::shell::man(Cli::command()),

@@ -376,7 +376,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cpu_model() -> String {
+/// The CPU model from /proc/cpuinfo (what a recorded figure was measured on).
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {

@@ -291,9 +291,22 @@ pub(crate) fn start_device(
     core: Option<u32>,
     spin_us: Option<u64>,
 ) -> anyhow::Result<Children> {
+    start_device_with(sock, core, spin_us, &["--queue-pairs", "2"])
+}
+
+/// [`start_device`] with other `nfx accel serve` options (`args`: its queue pairs,
+/// slots...).
+pub(crate) fn start_device_with(
+    sock: &Path,
+    core: Option<u32>,
+    spin_us: Option<u64>,
+    args: &[&str],
+) -> anyhow::Result<Children> {
     let _ = std::fs::remove_file(sock);
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(["accel", "serve", "--queue-pairs", "2", "--socket"])
+    cmd.args(["accel", "serve"])
+        .args(args)
+        .arg("--socket")
         .arg(sock)
         .stdout(Stdio::null());
     if let Some(c) = core {

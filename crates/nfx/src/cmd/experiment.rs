@@ -19,6 +19,7 @@ use nfx_ssm::chart::{self, Point, Series};
 use nfx_ssm::{EmClient, EmStatus, Kind, Policy, PolicyConfig, Ssm};
 use nfx_testbed::process::ChildGuard;
 use nfx_testbed::{iperf, netns, Host, Spec, TestbedGuard};
+use serde::{Deserialize, Serialize};
 
 /// Arguments of this subcommand.
 #[derive(clap::Args)]
@@ -90,6 +91,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Hyper(a) => super::experiment_hyper::run(a),
         What::VpnLadder(a) => super::experiment_vpn::run(a),
     }
+}
+
+/// One tunnel's saturated phase in accel-switch's `summary.json`: means on a software
+/// engine and on `lookaside`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TunnelRow {
+    /// `t1` or `t2`.
+    pub name: String,
+    /// Gbit/s before the grant.
+    pub gbps_before: f64,
+    /// Gbit/s on the lookaside device.
+    pub gbps_with_accel: f64,
+    /// CPU % of the src endpoint before the grant.
+    pub cpu_pct_before: f64,
+    /// CPU % on the lookaside device.
+    pub cpu_pct_with_accel: f64,
+}
+
+/// accel-switch's `summary.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AccelSwitchSummary {
+    /// Both tunnels.
+    pub tunnels: Vec<TunnelRow>,
+    /// SSM reaction per grant (threshold-crossing sample → engine switched), ms.
+    pub reaction_ms: Vec<f64>,
+    /// Live engine switch per grant, µs.
+    pub switch_us: Vec<u64>,
+    /// Σ (src tx − dst rx) packets over both tunnels.
+    pub lost_packets: i64,
+    /// The SSM's poll period, ms.
+    pub period_ms: u64,
 }
 
 /// One tunnel of the experiment: endpoint in src (managed by the SSM) and in dst.
@@ -542,10 +574,13 @@ fn write_outputs(
             if gb > 0.0 { ga / gb } else { 0.0 },
             ca - cb
         );
-        tunnels.push(
-            serde_json::json!({"name": s.name, "gbps_before": gb, "gbps_with_accel": ga,
-            "cpu_pct_before": cb, "cpu_pct_with_accel": ca}),
-        );
+        tunnels.push(TunnelRow {
+            name: s.name.clone(),
+            gbps_before: gb,
+            gbps_with_accel: ga,
+            cpu_pct_before: cb,
+            cpu_pct_with_accel: ca,
+        });
     }
     let reaction: Vec<f64> = ssm
         .log()
@@ -562,8 +597,13 @@ fn write_outputs(
     println!(
         "SSM reaction (ms): {reaction:?}; engine switch (µs): {switch_us:?}; lost packets: {lost}"
     );
-    let summary = serde_json::json!({"tunnels": tunnels, "reaction_ms": reaction,
-        "switch_us": switch_us, "lost_packets": lost});
+    let summary = AccelSwitchSummary {
+        tunnels,
+        reaction_ms: reaction,
+        switch_us,
+        lost_packets: lost,
+        period_ms: a.period_ms,
+    };
     std::fs::write(
         a.out.join("summary.json"),
         serde_json::to_string_pretty(&summary)? + "\n",

@@ -11,7 +11,8 @@
 //! intervals. Writes `summary.json`, `details.json`, `chart.png` and `report.md`.
 
 mod flow;
-mod report;
+pub(crate) mod report;
+mod streams;
 
 use super::experiment_energy::video::{encode_testsrc, TestClip};
 use anyhow::Context;
@@ -44,6 +45,14 @@ pub struct Args {
     /// (`nfx accel serve --spin-us`; default: the device's own).
     #[arg(long)]
     device_spin_us: Option<u64>,
+    /// Concurrent streams of the multi-stream cases (the paper's Fig. 4), comma-separated;
+    /// default 5,25,50,100 (none with --quick).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    streams: Vec<u32>,
+    /// Infrastructure descriptor whose first host with a `power` model gives the energy
+    /// model of the multi-stream cases.
+    #[arg(long, default_value = "configs/energy/infrastructure.yaml")]
+    infrastructure: PathBuf,
     /// Testbed namespace prefix.
     #[arg(long, default_value = "nfx-edge-")]
     prefix: String,
@@ -79,6 +88,9 @@ impl Vnf {
 
 /// Chunk sizes of the paper.
 pub const CHUNKS: [usize; 3] = [128, 256, 512];
+/// Chunk size of the multi-stream cases (over UDP: the paper scaled its lowest-latency
+/// combination of Table 2).
+pub const MULTI_CHUNK: usize = 512;
 /// Transports of the paper.
 pub const PROTOS: [Proto; 2] = [Proto::Tcp, Proto::Udp];
 
@@ -91,6 +103,8 @@ pub struct Run {
     pub proto: &'static str,
     /// Chunk size, bytes.
     pub chunk: usize,
+    /// Concurrent streams (the figures are means over them).
+    pub streams: u32,
     /// Run number (1-based).
     pub run: u32,
     /// Mean VNF execution time per chunk, ms.
@@ -105,6 +119,8 @@ pub struct Run {
     pub ok_chunks: u64,
     /// ffmpeg decoded the reassembled stream without an error.
     pub decoded: bool,
+    /// Energy of the VNF threads and the device over the run, J (multi-stream runs).
+    pub energy_j: Option<f64>,
 }
 
 /// The clip: H.264 4K at 30 fps, ~15 Mbit/s (the paper's), or a small one with --quick.
@@ -206,16 +222,53 @@ struct Env<'a> {
 
 /// One stream of the clip through the chain.
 fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
+    let port = 7400 + c.run as u16 % 100;
+    finish(env, c, start(env, c, port, None)?, true)
+}
+
+/// The threads of one stream in flight.
+struct Pending {
+    src: std::thread::JoinHandle<anyhow::Result<()>>,
+    edge: std::thread::JoinHandle<anyhow::Result<u64>>,
+    cloud: std::thread::JoinHandle<anyhow::Result<u64>>,
+    dst: std::thread::JoinHandle<anyhow::Result<flow::Received>>,
+}
+
+impl Pending {
+    fn finished(&self) -> bool {
+        self.src.is_finished()
+            && self.edge.is_finished()
+            && self.cloud.is_finished()
+            && self.dst.is_finished()
+    }
+}
+
+/// (pid, tid) of the VNF threads (edge and cloud), for the energy meter.
+type VnfThreads = std::sync::Arc<std::sync::Mutex<Vec<(u32, u32)>>>;
+
+fn register(threads: &Option<VnfThreads>) {
+    if let Some(t) = threads {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        if let Ok(mut v) = t.lock() {
+            v.push((std::process::id(), tid));
+        }
+    }
+}
+
+/// Starts one stream of the clip through the chain on `port`.
+fn start(
+    env: &Env<'_>,
+    c: CaseRun,
+    port: u16,
+    threads: Option<VnfThreads>,
+) -> anyhow::Result<Pending> {
     let CaseRun {
-        vnf,
-        proto,
-        chunk,
-        run,
+        vnf, proto, chunk, ..
     } = c;
-    let (tb, clip, sock, work) = (env.tb, env.clip, env.sock, env.work);
+    let (tb, clip, sock) = (env.tb, env.clip, env.sock);
     let key = random_key()?;
     let limit = Duration::from_secs(10);
-    let port = 7400 + run as u16 % 100;
     let edge_in = SocketAddr::from((tb.edge_inside_ip(), port));
     let cloud_in = SocketAddr::from((tb.cloud_ip(), port));
     let dst_in = SocketAddr::from((tb.dst_ip(), port));
@@ -231,13 +284,16 @@ fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
     let (ek, ck) = (engine(vnf, sock)?, engine(vnf, sock)?);
     let cloud = {
         let key = key.clone();
+        let threads = threads.clone();
         in_ns(tb.ns(Host::Cloud), move || {
+            register(&threads);
             let up = Link::accept(proto, cloud_in, limit)?;
             let down = Link::connect(proto, dst_in, limit)?;
             flow::cloud(up, down, ChunkCipher::new(ck, &key, Direction::Decrypt)?)
         })
     };
     let edge = in_ns(tb.ns(Host::Edge), move || {
+        register(&threads);
         let up = Link::accept(proto, edge_in, limit)?;
         let down = Link::connect(proto, cloud_in, limit)?;
         flow::edge(
@@ -257,6 +313,23 @@ fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
             flow::source(link, &b, rate, t0)
         })
     };
+    Ok(Pending {
+        src,
+        edge,
+        cloud,
+        dst,
+    })
+}
+
+/// Waits for a stream's threads and checks what arrived (decoding it with ffmpeg when
+/// `decode`).
+fn finish(env: &Env<'_>, case: CaseRun, p: Pending, decode: bool) -> anyhow::Result<Run> {
+    let Pending {
+        src,
+        edge,
+        cloud,
+        dst,
+    } = p;
     // Every role is joined before any error is returned, and the error names each
     // role that failed (one failure breaks the others' connections).
     let (s, e, c, d) = (
@@ -278,21 +351,23 @@ fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
     anyhow::ensure!(errors.is_empty(), "{}", errors.join("; "));
     let (edge_bad, cloud_bad, got) = (e?, c?, d?);
     let decoded = match &got.stream {
-        Some(s) => decodes(work, s)?,
-        None => false,
+        Some(s) if decode => decodes(env.work, s)?,
+        _ => false,
     };
     let n = got.ok.len().max(1) as f64;
     Ok(Run {
-        vnf: vnf.name(),
-        proto: report::proto_name(proto),
-        chunk,
-        run,
+        vnf: case.vnf.name(),
+        proto: report::proto_name(case.proto),
+        chunk: case.chunk,
+        streams: 1,
+        run: case.run,
         exec_ms: got.ok.iter().map(|x| f64::from(x.0)).sum::<f64>() / n / 1e6,
         e2e_ms: got.ok.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
         lost_chunks: got.lost,
         corrupt_chunks: got.corrupt + edge_bad + cloud_bad,
         ok_chunks: got.ok.len() as u64,
         decoded,
+        energy_j: None,
     })
 }
 
@@ -307,6 +382,14 @@ fn random_key() -> anyhow::Result<Vec<u8>> {
 pub fn run(a: Args) -> anyhow::Result<()> {
     nfx_testbed::root::require_root()?;
     let runs = a.runs.unwrap_or(if a.quick { 2 } else { 10 });
+    let stream_counts = match (&a.streams[..], a.quick) {
+        ([], false) => vec![5, 25, 50, 100],
+        (s, _) => s.to_vec(),
+    };
+    anyhow::ensure!(
+        stream_counts.iter().all(|n| (2..=100).contains(n)),
+        "--streams {stream_counts:?}: each 2..=100"
+    );
     let secs = a.seconds.unwrap_or(if a.quick { 1 } else { 2 });
     anyhow::ensure!(
         (2..=50).contains(&runs),
@@ -326,8 +409,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
     .context("testbed")?;
     let sock = work.path().join("accel.sock");
-    let _device = super::bench_tunnel::start_device(&sock, Some(a.device_core), a.device_spin_us)?;
-    let total = runs as usize * Vnf::ALL.len() * PROTOS.len() * CHUNKS.len();
+    let device = super::bench_tunnel::start_device(&sock, Some(a.device_core), a.device_spin_us)?;
+    let total =
+        runs as usize * Vnf::ALL.len() * (PROTOS.len() * CHUNKS.len() + stream_counts.len());
     let progress = super::output::Progress::bar("edge-video", total as u64);
     let env = Env {
         tb: &tb,
@@ -363,9 +447,55 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     }
+    drop(device);
+    let mut energy_source = None;
+    if let Some(&most) = stream_counts.iter().max() {
+        let (_, model) = super::experiment_energy::power_host(&super::data::resolve(
+            &a.infrastructure,
+            work.path(),
+        )?)?;
+        // Two queue pairs per HW-VNF stream (edge and cloud), all held by this process;
+        // small slots (a chunk is at most 512 bytes) keep the shared memory small.
+        let qps = (2 * most).to_string();
+        let device = super::bench_tunnel::start_device_with(
+            &sock,
+            Some(a.device_core),
+            a.device_spin_us,
+            &[
+                "--queue-pairs",
+                &qps,
+                "--qps-per-client",
+                &qps,
+                "--slots",
+                "32",
+                "--slot-size",
+                "2048",
+            ],
+        )?;
+        let device_pid = device.0.first().map_or(0, |c| c.id());
+        for run in 1..=runs {
+            for &n in &stream_counts {
+                for vnf in Vnf::ALL {
+                    progress.message(format!("{} udp 512 B × {n} streams run {run}", vnf.name()));
+                    let c = CaseRun {
+                        vnf,
+                        proto: Proto::Udp,
+                        chunk: MULTI_CHUNK,
+                        run,
+                    };
+                    let (r, source) = streams::multi_run(&env, c, n, &model, device_pid)
+                        .with_context(|| format!("{} udp × {n} streams, run {run}", vnf.name()))?;
+                    energy_source = Some(source.as_str());
+                    all.push(r);
+                    progress.inc();
+                }
+            }
+        }
+    }
     drop(progress);
     drop(tb);
     let inputs = report::Inputs {
+        energy_source,
         runs: &all,
         clip_bytes: clip.bytes.len(),
         clip_mbps: clip.bits_per_s / 1e6,

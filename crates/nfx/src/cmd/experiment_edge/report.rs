@@ -3,9 +3,9 @@
 //! the paper's Table 2).
 
 use super::flow::Proto;
-use super::{Run, Vnf, CHUNKS, PROTOS};
+use super::{Run, Vnf, CHUNKS, MULTI_CHUNK, PROTOS};
 use nfx_chart::{Axes, Series, Style};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -53,15 +53,17 @@ pub struct Inputs<'a> {
     pub elapsed_s: f64,
     /// /proc/loadavg at the end.
     pub loadavg: String,
+    /// The energy meter's source (`model` or `rapl`) when multi-stream cases ran.
+    pub energy_source: Option<&'static str>,
 }
 
 /// One case in `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Case {
     /// `none`, `sw` or `hw`.
-    pub vnf: &'static str,
+    pub vnf: String,
     /// `tcp` or `udp`.
-    pub proto: &'static str,
+    pub proto: String,
     /// Chunk size, bytes.
     pub chunk: usize,
     /// Concurrent streams.
@@ -78,12 +80,13 @@ pub struct Case {
     pub lost_chunks: u64,
     /// Chunks corrupt, all runs.
     pub corrupt_chunks: u64,
-    /// Energy, J: not measured by this experiment yet (`null`).
+    /// Mean energy per run of the VNF threads and the lookaside device, J, from the
+    /// energy meter (multi-stream cases; `null` for single streams).
     pub energy_j: Option<f64>,
 }
 
 /// `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     /// Every case.
     pub cases: Vec<Case>,
@@ -116,11 +119,16 @@ pub fn mean_ci95(v: &[f64]) -> (f64, f64) {
     (m, t975(n - 1) * (var / n as f64).sqrt())
 }
 
-fn case(i: &Inputs<'_>, vnf: Vnf, proto: Proto, chunk: usize) -> Option<Case> {
+fn case(i: &Inputs<'_>, vnf: Vnf, proto: Proto, chunk: usize, streams: u32) -> Option<Case> {
     let rs: Vec<&Run> = i
         .runs
         .iter()
-        .filter(|r| r.vnf == vnf.name() && r.proto == proto_name(proto) && r.chunk == chunk)
+        .filter(|r| {
+            r.vnf == vnf.name()
+                && r.proto == proto_name(proto)
+                && r.chunk == chunk
+                && r.streams == streams
+        })
         .collect();
     if rs.is_empty() {
         return None;
@@ -128,17 +136,21 @@ fn case(i: &Inputs<'_>, vnf: Vnf, proto: Proto, chunk: usize) -> Option<Case> {
     let (em, ec) = mean_ci95(&rs.iter().map(|r| r.exec_ms).collect::<Vec<_>>());
     let (lm, lc) = mean_ci95(&rs.iter().map(|r| r.e2e_ms).collect::<Vec<_>>());
     Some(Case {
-        vnf: vnf.name(),
-        proto: proto_name(proto),
+        vnf: vnf.name().into(),
+        proto: proto_name(proto).into(),
         chunk,
-        streams: 1,
+        streams,
         exec_ms_mean: em,
         exec_ms_ci95: ec,
         e2e_ms_mean: lm,
         e2e_ms_ci95: lc,
         lost_chunks: rs.iter().map(|r| r.lost_chunks).sum(),
         corrupt_chunks: rs.iter().map(|r| r.corrupt_chunks).sum(),
-        energy_j: None,
+        energy_j: rs
+            .iter()
+            .map(|r| r.energy_j)
+            .sum::<Option<f64>>()
+            .map(|j| j / rs.len() as f64),
     })
 }
 
@@ -148,14 +160,27 @@ pub fn summary(i: &Inputs<'_>) -> Summary {
     for vnf in Vnf::ALL {
         for proto in PROTOS {
             for chunk in CHUNKS {
-                cases.extend(case(i, vnf, proto, chunk));
+                cases.extend(case(i, vnf, proto, chunk, 1));
             }
+        }
+    }
+    let mut counts: Vec<u32> = i
+        .runs
+        .iter()
+        .map(|r| r.streams)
+        .filter(|&n| n > 1)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    for n in counts {
+        for vnf in Vnf::ALL {
+            cases.extend(case(i, vnf, Proto::Udp, MULTI_CHUNK, n));
         }
     }
     let exec_512 = |v: &str| -> Option<f64> {
         let x: Vec<f64> = cases
             .iter()
-            .filter(|c| c.vnf == v && c.chunk == 512)
+            .filter(|c| c.vnf == v && c.chunk == 512 && c.streams == 1)
             .map(|c| c.exec_ms_mean)
             .collect();
         (!x.is_empty()).then(|| x.iter().sum::<f64>() / x.len() as f64)
@@ -183,6 +208,7 @@ pub fn write(dir: &Path, i: &Inputs<'_>) -> anyhow::Result<Summary> {
             "runs": i.runs, "clip_bytes": i.clip_bytes, "clip_mbps": i.clip_mbps,
             "quick": i.quick, "seconds": i.secs, "elapsed_s": i.elapsed_s,
             "loadavg": i.loadavg, "accelerator": accelerator(i.device_core),
+            "energy_source": i.energy_source,
         }))? + "\n",
     )?;
     chart(&dir.join("chart.png"), &s).map_err(anyhow::Error::msg)?;
@@ -214,7 +240,9 @@ fn chart(path: &Path, s: &Summary) -> Result<(), String> {
                     points: s
                         .cases
                         .iter()
-                        .filter(|c| c.vnf == vnf.name() && c.proto == proto_name(proto))
+                        .filter(|c| {
+                            c.vnf == vnf.name() && c.proto == proto_name(proto) && c.streams == 1
+                        })
                         .map(|c| (c.chunk as f64, f(c)))
                         .collect(),
                     style: Style::LinePoints,
@@ -248,22 +276,32 @@ fn chart(path: &Path, s: &Summary) -> Result<(), String> {
 /// The short table printed at the end of a run.
 pub fn console(s: &Summary, i: &Inputs<'_>) -> String {
     let mut o = format!(
-        "{:<5} {:<5} {:>6} {:>16} {:>16} {:>6} {:>8}\n",
-        "vnf", "proto", "chunk", "exec ms ±95%", "e2e ms ±95%", "lost", "corrupt"
+        "{:<5} {:<5} {:>6} {:>7} {:>16} {:>16} {:>6} {:>8} {:>9}\n",
+        "vnf",
+        "proto",
+        "chunk",
+        "streams",
+        "exec ms ±95%",
+        "e2e ms ±95%",
+        "lost",
+        "corrupt",
+        "energy J"
     );
     for c in &s.cases {
         let _ = writeln!(
             o,
-            "{:<5} {:<5} {:>6} {:>9.4} ±{:<6.4} {:>9.3} ±{:<6.3} {:>6} {:>8}",
+            "{:<5} {:<5} {:>6} {:>7} {:>9.4} ±{:<6.4} {:>9.3} ±{:<6.3} {:>6} {:>8} {:>9}",
             c.vnf,
             c.proto,
             c.chunk,
+            c.streams,
             c.exec_ms_mean,
             c.exec_ms_ci95,
             c.e2e_ms_mean,
             c.e2e_ms_ci95,
             c.lost_chunks,
-            c.corrupt_chunks
+            c.corrupt_chunks,
+            c.energy_j.map_or("–".into(), |j| format!("{j:.2}"))
         );
     }
     let _ = writeln!(
@@ -299,8 +337,7 @@ fn markdown(i: &Inputs<'_>, s: &Summary) -> String {
         m,
         "{} run(s) in all{}, {:.0} s; {decoded} of them decoded by ffmpeg without an error \
          (every run with no loss and no corruption is decoded); load average at the end \
-         `{}` (a shared 2-core machine: only ratios within the run mean anything). \
-         Energy and the 5–100-stream scaling of the paper's Fig. 4 are not measured yet.\n",
+         `{}` (a shared 2-core machine: only ratios within the run mean anything).\n",
         i.runs.len(),
         if i.quick { ", `--quick`" } else { "" },
         i.elapsed_s,
@@ -310,7 +347,7 @@ fn markdown(i: &Inputs<'_>, s: &Summary) -> String {
         m,
         "| case | proto | chunk | nfx exec ms (±95 %) | nfx E2E ms (±95 %) | lost | corrupt | paper exec ms | paper E2E ms |\n|---|---|---|---|---|---|---|---|---|"
     );
-    for c in &s.cases {
+    for c in s.cases.iter().filter(|c| c.streams == 1) {
         let p = PAPER
             .iter()
             .find(|p| p.0 == c.vnf && p.1 == c.proto && (p.2 == c.chunk || p.2 == 0));
@@ -335,7 +372,45 @@ fn markdown(i: &Inputs<'_>, s: &Summary) -> String {
         "\nSW-VNF execution time over HW-VNF's at 512-byte chunks: **{}** (the paper: 11–13×).",
         s.hw_vs_sw_exec.map_or("–".into(), |r| format!("{r:.2}×"))
     );
+    multi_stream_table(&mut m, i, s);
     m
+}
+
+/// The paper's Fig. 4 counterpart: UDP, 512-byte chunks, many streams at once.
+fn multi_stream_table(m: &mut String, i: &Inputs<'_>, s: &Summary) {
+    let multi: Vec<&Case> = s.cases.iter().filter(|c| c.streams > 1).collect();
+    if multi.is_empty() {
+        let _ = writeln!(
+            m,
+            "\nNo multi-stream cases in this run (`--streams`; the paper's Fig. 4)."
+        );
+        return;
+    }
+    let _ = writeln!(
+        m,
+        "\n## Many streams at once (the paper's Fig. 4: UDP, 512-byte chunks)\n\n\
+         Energy: the VNF threads (edge and cloud) and the lookaside device, from the energy \
+         meter — source **{}** (the host power model of the infrastructure descriptor \
+         unless `rapl`). The paper: HW-VNF latency about No-VNF's at every scale, SW-VNF's \
+         77 % above HW-VNF's at 100 streams; HW-VNF 72–76 % less energy than SW-VNF.\n\n\
+         | streams | case | E2E ms (±95 %) | exec ms | lost | corrupt | energy J per run |\n\
+         |---|---|---|---|---|---|---|",
+        i.energy_source.unwrap_or("none")
+    );
+    for c in multi {
+        let _ = writeln!(
+            m,
+            "| {} | {} | {:.3} ± {:.3} | {:.4} | {} | {} | {} |",
+            c.streams,
+            c.vnf,
+            c.e2e_ms_mean,
+            c.e2e_ms_ci95,
+            c.exec_ms_mean,
+            c.lost_chunks,
+            c.corrupt_chunks,
+            c.energy_j.map_or("–".into(), |j| format!("{j:.2}"))
+        );
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +422,7 @@ mod tests {
             vnf,
             proto,
             chunk,
+            streams: 1,
             run: k,
             exec_ms: exec,
             e2e_ms: 10.0 + exec + f64::from(k),
@@ -354,6 +430,21 @@ mod tests {
             corrupt_chunks: 0,
             ok_chunks: 100,
             decoded: true,
+            energy_j: None,
+        }
+    }
+
+    fn inputs<'a>(runs: &'a [Run], energy_source: Option<&'static str>) -> Inputs<'a> {
+        Inputs {
+            runs,
+            clip_bytes: 1000,
+            clip_mbps: 1.0,
+            quick: true,
+            secs: 1,
+            device_core: 1,
+            elapsed_s: 1.0,
+            loadavg: "1 1 1".into(),
+            energy_source,
         }
     }
 
@@ -379,16 +470,7 @@ mod tests {
                 }
             }
         }
-        let i = Inputs {
-            runs: &runs,
-            clip_bytes: 1000,
-            clip_mbps: 1.0,
-            quick: true,
-            secs: 1,
-            device_core: 1,
-            elapsed_s: 1.0,
-            loadavg: "1 1 1".into(),
-        };
+        let i = inputs(&runs, None);
         let s = summary(&i);
         assert_eq!(s.cases.len(), 18);
         assert!((s.hw_vs_sw_exec.unwrap() - 10.0).abs() < 1e-9);
@@ -417,11 +499,46 @@ mod tests {
             md.contains("| hw | udp | 512 |") && md.contains("| 1.91 | 24.45 |"),
             "{md}"
         );
+        assert!(md.contains("No multi-stream cases"), "{md}");
         let dir = nfx_testbed::tempfile::tempdir().unwrap();
         write(dir.path(), &i).unwrap();
         assert_eq!(
             &std::fs::read(dir.path().join("chart.png")).unwrap()[1..4],
             b"PNG"
+        );
+    }
+
+    #[test]
+    fn multi_stream_runs_become_their_own_cases_with_energy() {
+        let mut runs = Vec::new();
+        for k in 1..=2 {
+            runs.push(run("sw", "udp", 512, k, 0.2));
+            runs.push(run("hw", "udp", 512, k, 0.02));
+            for (v, j) in [("none", 1.0), ("sw", 4.0), ("hw", 2.0)] {
+                let mut r = run(v, "udp", MULTI_CHUNK, k, 0.1);
+                r.streams = 5;
+                r.energy_j = Some(j * f64::from(k));
+                runs.push(r);
+            }
+        }
+        let i = inputs(&runs, Some("model"));
+        let s = summary(&i);
+        assert_eq!(s.cases.len(), 5);
+        // Single-stream cases only in the execution ratio.
+        assert!((s.hw_vs_sw_exec.unwrap() - 10.0).abs() < 1e-9);
+        let multi: Vec<&Case> = s.cases.iter().filter(|c| c.streams == 5).collect();
+        assert_eq!(multi.len(), 3);
+        assert_eq!(multi[1].vnf, "sw");
+        assert_eq!(multi[1].energy_j, Some(6.0));
+        assert!(s
+            .cases
+            .iter()
+            .filter(|c| c.streams == 1)
+            .all(|c| c.energy_j.is_none()));
+        let md = markdown(&i, &s);
+        assert!(
+            md.contains("| 5 | sw |") && md.contains("source **model**"),
+            "{md}"
         );
     }
 }

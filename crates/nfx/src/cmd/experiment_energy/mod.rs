@@ -7,8 +7,8 @@
 //! `configs/energy/infrastructure.yaml` driven by the boxes' CPU time) and the knobs.
 
 mod boxes;
-mod ramp;
-mod report;
+pub(crate) mod ramp;
+pub(crate) mod report;
 pub(crate) mod video;
 
 use anyhow::Context;
@@ -103,6 +103,19 @@ struct Bench<'a> {
     targets: Targets,
 }
 
+/// The id and power model of the descriptor's first host with a `power` model (the host
+/// whose energy an experiment models).
+pub(crate) fn power_host(infra_path: &std::path::Path) -> anyhow::Result<(String, HostModel)> {
+    let infra = nfx_model::Infrastructure::load(infra_path)?;
+    let host = infra
+        .hosts
+        .iter()
+        .find(|h| h.power.is_some())
+        .with_context(|| format!("{}: no host has a power model", infra_path.display()))?;
+    let power = host.power.clone().context("checked")?;
+    Ok((host.id.clone(), HostModel::new(host.cores, power)))
+}
+
 /// Runs the subcommand.
 pub fn run(a: Args) -> anyhow::Result<()> {
     nfx_testbed::root::require_root()?;
@@ -120,13 +133,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let work = a.out.join("work");
     std::fs::create_dir_all(&work)?;
     let infra_path = super::data::resolve(&a.infrastructure, &work)?;
-    let infra = nfx_model::Infrastructure::load(&infra_path)?;
-    let host = infra
-        .hosts
-        .iter()
-        .find(|h| h.power.is_some())
-        .with_context(|| format!("{}: no host has a power model", infra_path.display()))?;
-    let model = HostModel::new(host.cores, host.power.clone().expect("checked"));
+    let (host_id, model) = power_host(&infra_path)?;
     let clip = if a.quick {
         Clip {
             width: 160,
@@ -180,7 +187,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             plan: &bench.plan,
             targets: &bench.targets,
             model: &bench.model,
-            host: &host.id,
+            host: &host_id,
             infra: &infra_path,
             clip,
             loadavg: load

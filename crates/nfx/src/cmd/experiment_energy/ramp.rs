@@ -2,10 +2,10 @@
 //! writes, and the pure arithmetic of its results: totals per case, SLA checks per step,
 //! energy per delivered Gbit, proportionality, and the Pareto frontier.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The ramp: video streams per step, step length and meter tick.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// Streams during each step.
     pub streams: Vec<u32>,
@@ -102,7 +102,7 @@ pub struct Tick {
 }
 
 /// Service-level targets of the experiment.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Targets {
     /// Share of offered throughput (and frames) that must be delivered.
     pub min_delivery: f64,
@@ -113,7 +113,7 @@ pub struct Targets {
 }
 
 /// One case's totals.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaseTotals {
     /// Case name.
     pub name: String,

@@ -9,7 +9,7 @@ use super::video::Clip;
 use super::CaseRun;
 use nfx_chart::{Axes, Series, Style};
 use nfx_energy::HostModel;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -34,7 +34,7 @@ pub struct Inputs<'a> {
 }
 
 /// `summary.json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Summary {
     /// `rapl` or `model`.
     pub energy_source: String,
@@ -67,7 +67,7 @@ pub struct Summary {
 }
 
 /// The model's parameters in the summary.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ModelParams {
     /// Host id.
     pub host: String,

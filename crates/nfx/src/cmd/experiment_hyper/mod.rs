@@ -8,7 +8,7 @@
 //! `details.json`, `chart.png` and `report.md`.
 
 mod measure;
-mod report;
+pub(crate) mod report;
 
 use anyhow::Context;
 use nfx_testbed::bench::{self, BenchOpts, FloodOpts, Generator, SinkKind};

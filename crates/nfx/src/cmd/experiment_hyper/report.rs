@@ -6,7 +6,7 @@ use super::measure::{Deploy, MigrationRun};
 use super::Fig4Case;
 use nfx_chart::{Axes, Series, Style};
 use nfx_testbed::bench::{median, BenchReport, CaseResult};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -49,7 +49,7 @@ pub struct Inputs<'a> {
 }
 
 /// One case in `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaseRow {
     /// Benchmark case name.
     pub name: String,
@@ -64,7 +64,7 @@ pub struct CaseRow {
 }
 
 /// Deploy time per tier (medians), ms.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeployMs {
     /// A software worker with the 16-rule firewall started until it answers.
     pub software: Option<f64>,
@@ -73,7 +73,7 @@ pub struct DeployMs {
 }
 
 /// `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     /// Every case.
     pub cases: Vec<CaseRow>,

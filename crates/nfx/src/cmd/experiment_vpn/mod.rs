@@ -10,7 +10,7 @@
 //! endpoint's processes from `/proc/<pid>/stat`. Writes `summary.json`, `details.json`,
 //! `chart.png` and `report.md`.
 
-mod report;
+pub(crate) mod report;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -2,10 +2,11 @@
 //! and what the accelerator is), `details.json` (every sample, per-end CPU, per-round
 //! ratios), `chart.png` and `report.md` (nfx's rungs beside the paper's Tables 1–2).
 
+use super::super::claim::Claim;
 use super::{Rung, Sample, STREAMS};
 use nfx_chart::{Axes, Series, Style};
 use nfx_testbed::bench::median;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -126,10 +127,10 @@ pub struct Inputs<'a> {
 }
 
 /// One rung × stream count in `summary.json` (medians over the rounds).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RungRow {
     /// `A`, `A1`, `A2` or `A3`.
-    pub name: &'static str,
+    pub name: String,
     /// Parallel TCP streams.
     pub streams: u32,
     /// Sender Gbit/s.
@@ -147,7 +148,7 @@ pub struct RungRow {
 }
 
 /// `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     /// Every rung × stream count.
     pub rungs: Vec<RungRow>,
@@ -200,7 +201,7 @@ fn row(i: &Inputs<'_>, rung: Rung, streams: u32) -> Option<RungRow> {
     let v = pick(i, rung.name(), streams);
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
     Some(RungRow {
-        name: rung.name(),
+        name: rung.name().into(),
         streams,
         send_gbps: r3(med(&v, |s| s.send_gbps)?),
         recv_gbps: r3(med(&v, |s| s.recv_gbps)?),
@@ -253,63 +254,57 @@ pub fn summary(i: &Inputs<'_>) -> Summary {
     }
 }
 
-/// One headline claim of the paper, the target nfx is held to for it, and whether it held.
-#[derive(Debug, Clone, Serialize)]
-pub struct Claim {
-    /// The claim.
-    pub claim: &'static str,
-    /// The paper's figure.
-    pub paper_value: String,
-    /// nfx's figure in this run.
-    pub nfx_value: String,
-    /// Whether the target holds in this run (`false` when not measured).
-    pub holds: bool,
-}
+/// The paper's name in claims.
+pub const PAPER: &str = "VPN+ (VPP with FPGA crypto offload)";
 
-/// The targets of the ladder, checked against this run's medians.
-pub fn claims(s: &Summary) -> Vec<Claim> {
-    let g = |n, k, f| get(&s.rungs, n, k, f);
+/// The targets of the ladder, checked against a run's medians (`None`: no run, every
+/// claim unmeasured).
+pub fn claims(s: Option<&Summary>) -> Vec<Claim> {
+    let rungs = s.map_or(&[][..], |s| &s.rungs[..]);
+    let g = |n, k, f| get(rungs, n, k, f);
     let recv = |r: &RungRow| r.recv_gbps;
     let (a2, a3) = (g("A2", 8, recv), g("A3", 8, recv));
-    let a3_retr = s
-        .rungs
+    let a3_retr = rungs
         .iter()
         .find(|r| r.name == "A3" && r.streams == 1)
         .map(|r| r.retransmits);
-    let fx =
-        |v: Option<f64>, unit: &str| v.map_or("not measured".into(), |x| format!("{x:.2}{unit}"));
     vec![
-        Claim {
-            claim: "A2/A1 receive rate ≥ 5× (8 streams)",
-            paper_value: format!("{:.2}×", paper::a2_over_a1()),
-            nfx_value: fx(s.a2_over_a1, "×"),
-            holds: s.a2_over_a1.is_some_and(|r| r >= 5.0),
-        },
-        Claim {
-            claim: "A3 throughput ≥ A2's (8 streams)",
-            paper_value: format!(
+        Claim::number(
+            PAPER,
+            "A2/A1 receive rate ≥ 5× (8 streams)",
+            format!("{:.2}×", paper::a2_over_a1()),
+            s.and_then(|s| s.a2_over_a1),
+            (2, "×"),
+            |r| r >= 5.0,
+        ),
+        Claim::new(
+            PAPER,
+            "A3 throughput ≥ A2's (8 streams)",
+            format!(
                 "{:.2} vs {:.2} Gbit/s",
                 paper::ROWS[5].recv_gbps,
                 paper::ROWS[4].recv_gbps
             ),
-            nfx_value: format!("{} vs {} Gbit/s", fx(a3, ""), fx(a2, "")),
-            holds: matches!((a3, a2), (Some(x), Some(y)) if x >= y),
-        },
-        Claim {
-            claim: "A3 endpoint CPU per GB ≤ 0.7× A2's (8 streams)",
-            paper_value: format!(
+            a3.zip(a2)
+                .map(|(x, y)| (format!("{x:.2} vs {y:.2} Gbit/s"), x >= y)),
+        ),
+        Claim::number(
+            PAPER,
+            "A3 endpoint CPU per GB ≤ 0.7× A2's (8 streams)",
+            format!(
                 "{:.2}× (5GC CPU per Gbit/s; 100 % → 59 % CPU)",
                 paper::a3_cpu_per_gbit_over_a2()
             ),
-            nfx_value: fx(s.a3_cpu_per_gb_over_a2, "×"),
-            holds: s.a3_cpu_per_gb_over_a2.is_some_and(|r| r <= 0.7),
-        },
-        Claim {
-            claim: "zero retransmissions on A3, 1 stream",
-            paper_value: "0 (A3 was measured with multiple streams only)".into(),
-            nfx_value: a3_retr.map_or("not measured".into(), |r| r.to_string()),
-            holds: a3_retr == Some(0),
-        },
+            s.and_then(|s| s.a3_cpu_per_gb_over_a2),
+            (2, "×"),
+            |r| r <= 0.7,
+        ),
+        Claim::new(
+            PAPER,
+            "zero retransmissions on A3, 1 stream",
+            "0 (A3 was measured with multiple streams only)",
+            a3_retr.map(|r| (r.to_string(), r == 0)),
+        ),
     ]
 }
 
@@ -401,7 +396,7 @@ pub fn write(dir: &Path, i: &Inputs<'_>) -> anyhow::Result<Summary> {
     )?;
     let details = Details {
         rungs: detail_rows(i),
-        claims: claims(&s),
+        claims: claims(Some(&s)),
         round_ratios: round_ratios(i),
         samples: i.samples,
         failures: i.failures,
@@ -441,7 +436,7 @@ fn chart(path: &Path, s: &Summary) -> Result<(), String> {
         s.rungs
             .iter()
             .filter(|r| r.streams == streams)
-            .map(|r| (x_of(r.name), f(r)))
+            .map(|r| (x_of(&r.name), f(r)))
             .collect()
     };
     let paper_pts = |streams: u32| -> Vec<(f64, f64)> {
@@ -520,12 +515,12 @@ pub fn console(s: &Summary, i: &Inputs<'_>) -> String {
             r.cpu_s_per_gb
         );
     }
-    for c in claims(s) {
+    for c in claims(Some(s)) {
         let _ = writeln!(
             o,
             "{}: nfx {} (paper {}) — {}",
             c.claim,
-            c.nfx_value,
+            c.shown(),
             c.paper_value,
             if c.holds { "holds" } else { "does not hold" }
         );
@@ -631,13 +626,13 @@ fn markdown(i: &Inputs<'_>, s: &Summary) -> String {
         m,
         "\n## Targets\n\n| claim | paper | nfx | holds? |\n|---|---|---|---|"
     );
-    for c in claims(s) {
+    for c in claims(Some(s)) {
         let _ = writeln!(
             m,
             "| {} | {} | {} | {} |",
             c.claim,
             c.paper_value,
-            c.nfx_value,
+            c.shown(),
             if c.holds { "yes" } else { "no" }
         );
     }
@@ -789,7 +784,7 @@ mod tests {
             assert_eq!(s.rungs[2].retransmits, 100);
             assert_eq!(s.rungs[0].cpu_user_pct, 25.0);
             assert!(s.accelerator.starts_with("modelled: reserved core running"));
-            let c = claims(&s);
+            let c = claims(Some(&s));
             assert!(c.iter().all(|c| c.holds), "{c:?}");
             let md = markdown(i, &s);
             for needle in [
@@ -829,7 +824,7 @@ mod tests {
             let s = summary(&i);
             assert_eq!(s.rungs.len(), 2);
             assert!(s.a2_over_a1.is_none() && s.a3_cpu_per_gb_over_a2.is_none());
-            assert!(claims(&s).iter().all(|c| !c.holds));
+            assert!(claims(Some(&s)).iter().all(|c| !c.holds));
             let md = markdown(&i, &s);
             assert!(
                 md.contains("**Rung A1 failed in round 1** (not measured there): IKE: no CHILD_SA"),
