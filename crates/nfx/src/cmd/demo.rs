@@ -292,6 +292,13 @@ fn real(
         spec.prefix,
         spec.subnet_base
     );
+    if nfx_testbed::hosts::recorded(&spec.prefix).is_some() {
+        bail!(
+            "a testbed with prefix {0:?} exists (another demo?); remove it with \
+             `nfx testbed down --prefix {0}` or pick another --prefix",
+            spec.prefix
+        );
+    }
     let bed = ControlledBed::up(spec, &dir.join("testbed"), &[dir.to_path_buf()])?;
     crate::say!(
         "controller up on {} (agents over mutual TLS; log {})",
@@ -354,7 +361,7 @@ fn with_bed(
     sum.instances = list.iter().map(InstanceSummary::from).collect();
     traffic(args, bed, &e, sum)?;
     if nfx_testbed::stop::requested() {
-        crate::say!("interrupted: destroying and tearing down");
+        crate::say!("interrupted: tearing down");
         return Ok(());
     }
     destroy(bed)?;
@@ -511,6 +518,11 @@ fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> any
         if stream.is_finished() && tcp.is_finished() && probes.is_finished() {
             break;
         }
+    }
+    if nfx_testbed::stop::requested() {
+        // The traffic threads are left to end with the namespaces the teardown removes
+        // (and with the process), rather than waited for.
+        return Ok(());
     }
     let stream = join(stream, "stream")?;
     let tcp = join(tcp, "iperf3");
