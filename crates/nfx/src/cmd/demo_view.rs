@@ -167,26 +167,28 @@ pub fn live_table(
     prev: Option<(&[InstanceView], Duration)>,
 ) -> String {
     let mut out = format!(
-        "── {title:<7}  {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9}  drops\n",
-        "service", "function", "host", "device", "vnfm", "packets", "pps"
+        "── {title:<7}  {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9} {:>7}  drops\n",
+        "service", "function", "host", "device", "vnfm", "packets", "pps", "Gbit/s"
     );
     for i in list {
         let c = i.counters();
-        let pps = prev
+        let (pps, bps) = prev
             .and_then(|(p, dt)| {
-                p.iter()
-                    .find(|x| x.spec.id == i.spec.id)
-                    .map(|x| (x.counters().packets, dt))
+                let x = p.iter().find(|x| x.spec.id == i.spec.id)?.counters();
+                let secs = dt.as_secs_f64().max(1e-3);
+                Some((
+                    c.packets.saturating_sub(x.packets) as f64 / secs,
+                    c.bytes.saturating_sub(x.bytes) as f64 * 8.0 / secs,
+                ))
             })
-            .map(|(p0, dt)| c.packets.saturating_sub(p0) as f64 / dt.as_secs_f64().max(1e-3))
-            .unwrap_or(0.0);
+            .unwrap_or((0.0, 0.0));
         let err = i
             .state_error
             .as_deref()
             .map(|e| format!(" (state: {e})"))
             .unwrap_or_default();
         out.push_str(&format!(
-            "            {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9.0}  {}{err}\n",
+            "            {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9.0} {:>7.3}  {}{err}\n",
             i.service(),
             i.spec.function,
             i.host,
@@ -194,6 +196,7 @@ pub fn live_table(
             i.kind_label(),
             c.packets,
             pps,
+            bps / 1e9,
             drops(&c)
         ));
     }
