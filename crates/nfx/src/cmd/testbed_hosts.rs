@@ -308,4 +308,28 @@ mod tests {
         assert_eq!(d[1].id, "h1-sw1");
         assert_eq!(software_devices("h2", 1).len(), 1);
     }
+
+    #[test]
+    fn infrastructure_with_and_without_agents() {
+        let lay = HostsSpec {
+            prefix: "t-".into(),
+            subnet_base: 152,
+            hosts: 3,
+            extra_endpoints: Vec::new(),
+        }
+        .layout();
+        let real = infrastructure(&lay, 2, true);
+        assert_eq!(
+            real.hosts[0].agent.as_deref(),
+            Some("https://10.152.201.2:7443")
+        );
+        let sim = infrastructure(&lay, 2, false);
+        assert!(sim.hosts.iter().all(|h| h.agent.is_none()));
+        assert_eq!(
+            (sim.hosts.len(), sim.devices.len(), sim.links.len()),
+            (3, 6, 3)
+        );
+        assert!(sim.management.is_none());
+        sim.validate("sim").unwrap();
+    }
 }
