@@ -262,6 +262,7 @@ fn demo_runs_through_the_controller_and_cleans_up() {
         "A's firewall saw B's packets: {v}"
     );
     assert_eq!(v["b_denied"][0], "TimedOut", "{v}");
+    assert!(v["b_elephants"].as_u64().unwrap() >= 1, "{v}");
     // Closed by default: nothing crossed before the deploy or after the destroy.
     assert_eq!(v["closed_before_after"], serde_json::json!([0, 0]), "{v}");
     assert_eq!(v["namespaces_left"], serde_json::json!([]), "{v}");

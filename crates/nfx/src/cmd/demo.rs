@@ -94,6 +94,8 @@ pub struct Summary {
     pub b_gbps: f64,
     /// Bytes tenant B's iperf3 delivered.
     pub b_bytes: u64,
+    /// Flows tenant B's elephant detector reported (its iperf3 flow is one).
+    pub b_elephants: u64,
     /// Tenant B's denied connection outcome and its firewall's `acl_deny` drops.
     pub b_denied: (String, u64),
     /// Packets tenant A's firewall saw (its own traffic only).
@@ -641,6 +643,13 @@ fn summarize(sum: &mut Summary, seen: &[InstanceView], o: Observed) {
             "tenant B's deny rule: connection to dst-b:{B_DENIED_PORT} {b_outcome:?}, acl_deny at \
              B's firewall = {b_deny}"
         ),
+    );
+    let elephants = find("tenant-b", "elephant").stats.elephants;
+    sum.b_elephants = elephants;
+    check(
+        sum,
+        elephants > 0,
+        format!("tenant B's elephant detector: {elephants} elephant flow(s) (its iperf3 flow)"),
     );
     let dpi = demo_view::drops(&a_dpi);
     check(

@@ -29,6 +29,7 @@ impl NodeCounters {
     fn add(&mut self, o: &NodeCounters) {
         self.packets += o.packets;
         self.bytes += o.bytes;
+        self.stats.elephants += o.stats.elephants;
         for (k, v) in &o.drops {
             *self.drops.entry(k.clone()).or_default() += v;
         }
@@ -58,6 +59,16 @@ pub struct NodeCounters {
     pub bytes: u64,
     /// Drops by reason.
     pub drops: BTreeMap<String, u64>,
+    /// The node's own figures (those the demo reads).
+    pub stats: NodeStats,
+}
+
+/// The figures of a node's `stats` the demo reads (absent ones are 0).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeStats {
+    /// Flows an elephant detector reported as elephants.
+    pub elephants: u64,
 }
 
 /// The VNFM's detail of a live instance.
@@ -224,12 +235,14 @@ mod tests {
             "host": "h1", "tier": "software", "status": "running", "users": ["tenant-a"],
             "vnfm": "remote",
             "state": {"packets": 7, "detail": {"node": {"name": "firewall", "packets": 9,
-                      "bytes": 900, "drops": {"acl_deny": 2, "other": 0}}}}
+                      "bytes": 900, "drops": {"acl_deny": 2, "other": 0},
+                      "stats": {"elephants": 1, "engine": "x"}}}}
         }))
         .unwrap();
         assert_eq!(v.service(), "tenant-a");
         assert_eq!(v.counters().packets, 9);
         assert_eq!(v.counters().drop_count("acl_deny"), 2);
+        assert_eq!(v.counters().stats.elephants, 1);
         assert_eq!(
             total(&[v.clone(), v.clone()], "tenant-a", "firewall").packets,
             18
