@@ -220,8 +220,8 @@ pub fn check(sum: &mut Summary, ok: bool, what: String) {
 }
 
 /// Deploys every service of the tenants' files through the controller; DPI functions
-/// read `patterns`.
-pub fn deploy(bed: &ControlledBed, files: &Files) -> anyhow::Result<()> {
+/// read `patterns`. Each line starts with `tag` (`SIMULATED ` or empty).
+pub fn deploy(bed: &ControlledBed, files: &Files, tag: &str) -> anyhow::Result<()> {
     for f in &files.tenants {
         for mut s in nfx_control::client::load_services(f)? {
             for hop in s["chain"].as_array_mut().into_iter().flatten() {
@@ -235,7 +235,7 @@ pub fn deploy(bed: &ControlledBed, files: &Files) -> anyhow::Result<()> {
             bed.wait_op(&op)
                 .with_context(|| format!("deploying {id} from {}", f.display()))?;
             crate::say!(
-                "deployed {id} from {} ({op}, {:.2} s)",
+                "{tag}deployed {id} from {} ({op}, {:.2} s)",
                 f.file_name().unwrap_or_default().to_string_lossy(),
                 t.elapsed().as_secs_f64()
             );
@@ -272,11 +272,11 @@ pub fn migrate(bed: &ControlledBed, service: &str, function: &str) -> anyhow::Re
     })
 }
 
-/// Destroys both tenants' services.
-pub fn destroy(bed: &ControlledBed) -> anyhow::Result<()> {
+/// Destroys both tenants' services; each line starts with `tag`.
+pub fn destroy(bed: &ControlledBed, tag: &str) -> anyhow::Result<()> {
     for s in ["tenant-a", "tenant-b"] {
         bed.delete(&format!("/api/v1/services/{s}"))?;
-        crate::say!("destroyed {s}");
+        crate::say!("{tag}destroyed {s}");
     }
     Ok(())
 }
@@ -357,7 +357,7 @@ fn with_bed(
             before.1, before.0
         ),
     );
-    deploy(bed, files)?;
+    deploy(bed, files, "")?;
     let list = demo_view::instances(&bed.api)?;
     crate::say!("{}", (demo_view::placement_table(&list)).trim_end());
     sum.instances = list.iter().map(InstanceSummary::from).collect();
@@ -366,7 +366,7 @@ fn with_bed(
         crate::say!("interrupted: tearing down");
         return Ok(());
     }
-    destroy(bed)?;
+    destroy(bed, "")?;
     let after = burst(e.src, e.dst, A_STREAM_PORT)?;
     let b_after = probe::tcp_request(
         &e.src_b.netns,

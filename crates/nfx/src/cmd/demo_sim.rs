@@ -16,7 +16,7 @@ pub fn run(spec: &HostsSpec, files: &Files, dir: &Path, sum: &mut Summary) -> an
          packets — the controller's simulated VNFM stands in for the agents"
     );
     let bed = ControlledBed::simulated(spec, &dir.join("controller"))?;
-    demo::deploy(&bed, files)?;
+    demo::deploy(&bed, files, "SIMULATED ")?;
     let list = demo_view::instances(&bed.api)?;
     crate::say!("{}", demo_view::placement_table(&list).trim_end());
     sum.instances = list.iter().map(InstanceSummary::from).collect();
@@ -36,7 +36,7 @@ pub fn run(spec: &HostsSpec, files: &Files, dir: &Path, sum: &mut Summary) -> an
         ),
     );
     sum.migration = Some(m);
-    demo::destroy(&bed)?;
+    demo::destroy(&bed, "SIMULATED ")?;
     let left = demo_view::instances(&bed.api)?.len();
     check(
         sum,
