@@ -183,41 +183,117 @@ fn bench_dataplane_writes_the_agreed_json() {
     assert!(ours("nfxe2e-bench-").is_empty());
 }
 
+/// Removes a multi-host testbed (`nfx testbed up --hosts`) on drop.
+struct HostsDown(&'static str);
+impl Drop for HostsDown {
+    fn drop(&mut self) {
+        let _ = nfx_testbed::hosts::down(self.0);
+    }
+}
+
+/// `nfx demo` through the controller on its 3-host testbed: both tenants deployed by the
+/// agents' real workers, the migration under tenant A's stream loses nothing, tenant A's
+/// deny rule drops its own denied datagrams while tenant B's iperf3 carries data and
+/// its firewall counts only B's denied connection, the path is closed before the deploy
+/// and after the destroy, and the teardown leaves no namespace, process or run file.
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
-fn demo_runs_and_cleans_up() {
+fn demo_runs_through_the_controller_and_cleans_up() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let _down = Down(Spec {
-        prefix: "nfxe2e-demo-".into(),
-        subnet_base: 245,
-    });
+    let prefix = "nfxe2e-demo-";
+    let _down = HostsDown(prefix);
+    let json = std::env::temp_dir().join(format!("nfxe2e-demo-{}.json", std::process::id()));
+    let t0 = std::time::Instant::now();
     let o = Command::new(NFX)
         .args([
             "demo",
             "--duration",
             "6",
             "--prefix",
-            "nfxe2e-demo-",
+            prefix,
             "--subnet-base",
             "245",
+            "--json",
         ])
+        .arg(&json)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
+    assert!(
+        t0.elapsed().as_secs() <= 60,
+        "the demo took {:?}",
+        t0.elapsed()
+    );
     for want in [
         "firewall",
         "nat",
-        "elephant",
         "dpi",
-        "summary",
+        "elephant",
         "acl_deny",
+        "real (remote)",
         "tearing down",
     ] {
         assert!(t.contains(want), "demo output lacks {want}: {t}");
     }
-    assert!(ours("nfxe2e-demo-").is_empty());
+    assert!(!t.contains("SIMULATED") && !t.contains("FAIL"), "{t}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(v["simulated"], false);
+    let insts = v["instances"].as_array().unwrap();
+    assert_eq!(insts.len(), 5, "{v}");
+    assert!(insts.iter().all(|i| i["vnfm"] == "remote"), "{v}");
+    // The migration under the counter stream: every datagram arrived.
+    assert!(v["a_stream_sent"].as_u64().unwrap() > 5_000, "{v}");
+    assert_eq!(v["migration_lost_packets"], 0, "{v}");
+    assert_eq!(v["a_stream_sent"], v["a_stream_received"], "{v}");
+    let m = &v["migration"];
+    assert_ne!(m["from"], m["to"], "{v}");
+    // Tenant A's deny rule drops A's denied datagrams; B's traffic is untouched by it.
+    let (sent, got, deny) = (&v["a_denied"][0], &v["a_denied"][1], &v["a_denied"][2]);
+    assert!(
+        sent.as_u64().unwrap() > 0 && got == 0 && deny.as_u64() >= sent.as_u64(),
+        "{v}"
+    );
+    assert!(v["b_bytes"].as_u64().unwrap() > 1_000_000, "{v}");
+    assert!(
+        v["a_firewall_packets"].as_u64().unwrap() < v["b_bytes"].as_u64().unwrap() / 1500,
+        "A's firewall saw B's packets: {v}"
+    );
+    assert_eq!(v["b_denied"][0], "TimedOut", "{v}");
+    assert!(v["b_elephants"].as_u64().unwrap() >= 1, "{v}");
+    // Closed by default: nothing crossed before the deploy or after the destroy.
+    assert_eq!(v["closed_before_after"], serde_json::json!([0, 0]), "{v}");
+    assert_eq!(v["namespaces_left"], serde_json::json!([]), "{v}");
+    assert!(ours(prefix).is_empty());
+    let procs = Command::new("pgrep").args(["-f", prefix]).output().unwrap();
+    assert!(
+        procs.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&procs.stdout)
+    );
+}
+
+/// `nfx demo --simulate` needs no root: the same control steps on simulated devices, every
+/// instance labelled SIMULATED.
+#[test]
+fn demo_simulate_is_labelled_and_needs_no_testbed() {
+    let o = Command::new(NFX)
+        .args(["demo", "--simulate", "--duration", "5", "--json", "-"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["simulated"], true);
+    let insts = v["instances"].as_array().unwrap();
+    assert_eq!(insts.len(), 5, "{v}");
+    assert!(insts.iter().all(|i| i["vnfm"] == "simulated"), "{v}");
+    assert_ne!(v["migration"]["from"], v["migration"]["to"], "{v}");
+    let human = String::from_utf8_lossy(&o.stderr);
+    assert!(human.contains("SIMULATED"), "{human}");
+    assert!(!human.contains("real (remote)"), "{human}");
 }
 
 #[test]

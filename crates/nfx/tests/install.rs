@@ -173,7 +173,7 @@ fn completions_and_man_page_come_from_the_cli() {
 }
 
 /// `cargo install` into a temporary root, then the demo from a directory outside the
-/// repository: the DPI patterns come from the binary itself.
+/// repository: the DPI patterns and the tenants' service files come from the binary itself.
 #[test]
 fn cargo_install_runs_the_demo_outside_the_repo() {
     if !root() {
@@ -234,7 +234,7 @@ fn cargo_install_runs_the_demo_outside_the_repo() {
         .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    assert!(t.contains("dpi_match events"), "{t}");
+    assert!(t.contains("tenant A's DPI"), "{t}");
     assert!(!t.contains("FAIL"), "{t}");
     assert!(
         std::fs::read_dir(cwd.path()).unwrap().next().is_none(),
@@ -242,16 +242,10 @@ fn cargo_install_runs_the_demo_outside_the_repo() {
     );
 }
 
-/// Removes the demo's testbed on drop, whatever happened in the test.
+/// Removes the demo's multi-host testbed on drop, whatever happened in the test.
 struct Down(&'static str);
 impl Drop for Down {
     fn drop(&mut self) {
-        let spec = nfx_testbed::Spec {
-            prefix: self.0.into(),
-            subnet_base: 158,
-        };
-        if let Ok(tb) = nfx_testbed::Testbed::attach(spec) {
-            let _ = tb.down();
-        }
+        let _ = nfx_testbed::hosts::down(self.0);
     }
 }

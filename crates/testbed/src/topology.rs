@@ -512,7 +512,7 @@ impl TestbedGuard {
         Ok(guard)
     }
 
-    /// Disarms the guard: the testbed stays up (e.g. `nfx demo --keep`).
+    /// Disarms the guard: the testbed stays up (e.g. to inspect it afterwards).
     pub fn keep(self) -> Testbed {
         let tb = self.tb.clone();
         std::mem::forget(self);

@@ -14,22 +14,22 @@
 //!   and from it to the end of the re-placements.
 
 use super::bench_tunnel::loadavg;
+use super::controlled_bed::ControlledBed;
 use super::testbed_hosts;
 use anyhow::{bail, Context};
-use nfx_control::client::{read_token_file, Client};
+use nfx_control::client::read_token_file;
 use nfx_control::hostagent::steering::HostPath;
 use nfx_control::netns_exec::NetnsExecutor;
 use nfx_control::tls;
 use nfx_control::vnfm::remote::{AgentLink, RemoteVnfm};
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
-use nfx_testbed::hosts::{HostsSpec, Layout};
+use nfx_testbed::hosts::HostsSpec;
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use nfx_testbed::{netns, sockperf};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 /// UDP port of the measured stream (service A).
@@ -90,26 +90,16 @@ pub struct RealReport {
     pub load_avg: (Option<f64>, Option<f64>),
 }
 
-/// The testbed, the controller and the clients; torn down on drop.
+/// The testbed and controller, with a direct client of every agent.
 struct Bed {
-    prefix: String,
-    out: PathBuf,
-    ctl: Option<Child>,
-    api: Client,
-    lay: Layout,
+    bed: ControlledBed,
     agents: BTreeMap<String, RemoteVnfm>,
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.ctl.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Err(e) = nfx_testbed::hosts::down(&self.prefix) {
-            eprintln!("bench control --real: teardown: {e:#}");
-        }
-        let _ = std::fs::remove_dir_all(&self.out);
+impl std::ops::Deref for Bed {
+    type Target = ControlledBed;
+    fn deref(&self) -> &ControlledBed {
+        &self.bed
     }
 }
 
@@ -122,64 +112,13 @@ fn now_ms() -> i64 {
 
 fn up(o: &RealOptions) -> anyhow::Result<Bed> {
     let out = std::env::temp_dir().join(format!("{}bench-control", o.prefix));
-    let _ = std::fs::remove_dir_all(&out);
     let spec = HostsSpec {
         prefix: o.prefix.clone(),
         subnet_base: o.subnet_base,
         hosts: 3,
         extra_endpoints: Vec::new(),
     };
-    // The guard exists before anything is built, so a failure half-way is cleaned up.
-    let mut bed = Bed {
-        prefix: o.prefix.clone(),
-        out: out.clone(),
-        ctl: None,
-        api: Client::new("http://127.0.0.1:1", None),
-        lay: spec.layout(),
-        agents: BTreeMap::new(),
-    };
-    bed.lay = testbed_hosts::up(&spec, &out)?;
-    let api_token = out.join("api-token");
-    nfx_control::client::write_new_token(&api_token)?;
-    let ready = out.join("ready");
-    let log = std::fs::File::create(out.join("controller.log"))?;
-    bed.ctl = Some(
-        Command::new(std::env::current_exe()?)
-            .args(["up", "--listen", "127.0.0.1:0"])
-            .arg("--db")
-            .arg(out.join("state.db"))
-            .arg("--infra")
-            .arg(out.join("infrastructure.yaml"))
-            .arg("--token-file")
-            .arg(&api_token)
-            .arg("--ready-file")
-            .arg(&ready)
-            .env_remove("NFX_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting the controller")?,
-    );
-    let t = Instant::now();
-    let addr = loop {
-        if let Ok(a) = std::fs::read_to_string(&ready) {
-            if !a.is_empty() {
-                break a;
-            }
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            bail!(
-                "the controller did not listen; see {}",
-                out.join("controller.log").display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    bed.api = Client::new(
-        &format!("http://{}", addr.trim()),
-        Some(read_token_file(&api_token)?),
-    );
+    let bed = ControlledBed::up(&spec, &out, &[])?;
     let exec = NetnsExecutor::start(&bed.lay.mgmt_netns, 2)?;
     let ctl_tls = tls::client_config(&tls::TlsFiles {
         ca: out.join("pki").join(tls::CA_FILE),
@@ -187,8 +126,9 @@ fn up(o: &RealOptions) -> anyhow::Result<Bed> {
         key: out.join("pki/controller.key"),
     })?;
     let token = read_token_file(&out.join("token"))?;
+    let mut agents = BTreeMap::new();
     for h in &bed.lay.hosts {
-        bed.agents.insert(
+        agents.insert(
             h.id.clone(),
             RemoteVnfm::with_link(AgentLink {
                 base: format!("https://{}:{}", h.mgmt, testbed_hosts::AGENT_PORT),
@@ -199,37 +139,7 @@ fn up(o: &RealOptions) -> anyhow::Result<Bed> {
             }),
         );
     }
-    Ok(bed)
-}
-
-impl Bed {
-    fn endpoint(&self, name: &str) -> anyhow::Result<&nfx_testbed::hosts::EndpointInfo> {
-        self.lay.endpoint(name).context("endpoint")
-    }
-
-    fn host_ns(&self, host: &str) -> String {
-        format!("{}{host}", self.prefix)
-    }
-
-    /// Waits for operation `id`; fails unless it completed.
-    fn wait_op(&self, id: &str) -> anyhow::Result<Value> {
-        let op = self.api.wait_operation(id, Duration::from_secs(60))?;
-        if op["state"] != "COMPLETED" {
-            bail!("operation {id} ended {}: {}", op["state"], op["error"]);
-        }
-        Ok(op)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> anyhow::Result<String> {
-        let a = self.api.post(path, body)?;
-        if a.status != 202 {
-            bail!("POST {path}: HTTP {}: {}", a.status, a.body);
-        }
-        a.body["id"]
-            .as_str()
-            .map(String::from)
-            .context("operation id")
-    }
+    Ok(Bed { bed, agents })
 }
 
 /// A service of the bench between `src` and `dst`: a firewall allowing `proto`/`port`.

@@ -12,6 +12,14 @@ use nfx_testbed::runconfig::locate;
 /// Repository-relative path and contents of every embedded data file.
 const EMBEDDED: &[(&str, &str)] = &[
     (
+        "configs/demo/tenant-a.yaml",
+        include_str!("../../../../configs/demo/tenant-a.yaml"),
+    ),
+    (
+        "configs/demo/tenant-b.yaml",
+        include_str!("../../../../configs/demo/tenant-b.yaml"),
+    ),
+    (
         "configs/dpi/patterns.txt",
         include_str!("../../../../configs/dpi/patterns.txt"),
     ),

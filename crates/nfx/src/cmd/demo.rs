@@ -1,22 +1,47 @@
-//! `nfx demo`: builds a testbed, runs the firewall → NAT → elephant → DPI chain on edge
-//! with `nfx run`, drives real traffic through it for a bounded time (iperf3 TCP, a UDP
-//! stream, a denied connection, a DPI test payload, a ping), prints a live per-VNF
-//! table every second and a final summary, then tears everything down.
+//! `nfx demo`: the product end to end, through the controller. Builds a 3-host testbed
+//! with TLS agents (`nfx testbed up --hosts 3`, in-process), starts the controller on its
+//! infrastructure.yaml (`nfx up`, a child process), deploys two tenants' services from
+//! YAML (configs/demo/), drives real traffic per tenant while printing every instance's
+//! live counters from the controller's status API, migrates one of tenant A's functions
+//! under a UDP counter stream, shows each tenant's deny rule acting on its own traffic
+//! only, destroys both services (the path closes again) and tears everything down — on
+//! error and Ctrl-C too. `--simulate` runs the same control steps on simulated devices
+//! without root, namespaces or traffic, labelled SIMULATED.
 
-use anyhow::Context;
-use nfx_testbed::acl::{DENIED_PORT, IPERF_PORT, UDPGEN_PORT};
+use super::controlled_bed::ControlledBed;
+use super::demo_view::{self, InstanceView};
+use super::output::JsonOut;
+use anyhow::{bail, Context};
+use nfx_testbed::hosts::{EndpointInfo, HostsSpec};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
-use nfx_testbed::nfxrun::{read_events, NfxRun};
-use nfx_testbed::probe::{self, EchoResult, TcpOutcome};
-use nfx_testbed::runconfig::{Chain, RunSpec};
-use nfx_testbed::udpgen::{self, GenSpec, Sink};
-use nfx_testbed::{control, Host, Spec, TestbedGuard};
-use serde_json::Value;
-use std::path::PathBuf;
+use nfx_testbed::probe::{self, TcpOutcome};
+use nfx_testbed::udpgen::{self, GenReport, GenSpec, Sink};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The DPI test string (pattern `nfx-test-alert` in configs/dpi/patterns.txt).
-const DPI_TEST: &[u8] = b"NFX-DPI-TEST hello from the nfx demo";
+/// Tenant A's counter stream (allowed by its firewall).
+const A_STREAM_PORT: u16 = 9000;
+/// Tenant A's DPI test payloads: alert, then drop.
+const A_DPI_ALERT_PORT: u16 = 9001;
+const A_DPI_DROP_PORT: u16 = 9002;
+/// A port of tenant A's selector that its firewall denies.
+const A_DENIED_PORT: u16 = 9050;
+/// Tenant B's iperf3 port.
+const B_IPERF_PORT: u16 = 5201;
+/// The port tenant B's firewall denies.
+const B_DENIED_PORT: u16 = 5299;
+/// Rate of tenant A's counter stream, datagrams/s (a worker's receive ring holds 250 ms
+/// of it, so a loaded 2-core machine starving a worker briefly loses nothing).
+const A_STREAM_PPS: u64 = 2_000;
+/// Datagrams of tenant A's denied probe.
+const A_DENIED_COUNT: u64 = 20;
+/// The DPI test strings (configs/dpi/patterns.txt: `nfx-test-alert`, `nfx-test-drop`).
+const DPI_ALERT: &[u8] = b"NFX-DPI-TEST hello from the nfx demo";
+const DPI_DROP: &[u8] = b"NFX-DPI-DROP-TEST from the nfx demo";
 
 /// Arguments of `nfx demo`.
 #[derive(clap::Args)]
@@ -24,334 +49,616 @@ pub struct Args {
     /// How long traffic runs, seconds (5..=600).
     #[arg(long, default_value_t = 20)]
     duration: u32,
-    /// Keep the testbed and the run directory afterwards (remove with `nfx testbed down --prefix nfx-demo-`).
-    #[arg(long)]
-    keep: bool,
-    /// Poll mode of the dataplane: busy, interrupt or adaptive.
-    #[arg(long, default_value = "adaptive")]
-    poll: String,
-    /// DPI pattern file.
+    /// DPI pattern file (tenant A's DPI reads it).
     #[arg(long, default_value = "configs/dpi/patterns.txt")]
     patterns: PathBuf,
+    /// Tenant A's service descriptor.
+    #[arg(long, default_value = "configs/demo/tenant-a.yaml")]
+    tenant_a: PathBuf,
+    /// Tenant B's service descriptor.
+    #[arg(long, default_value = "configs/demo/tenant-b.yaml")]
+    tenant_b: PathBuf,
     /// Testbed namespace prefix.
     #[arg(long, default_value = "nfx-demo-")]
     prefix: String,
     /// The b of the testbed's 10.b.x.x subnets.
     #[arg(long, default_value_t = 199)]
     subnet_base: u8,
+    /// Simulated devices instead of the testbed: the control steps only, no packets
+    /// (no root needed); every listing says SIMULATED.
+    #[arg(long)]
+    simulate: bool,
+    /// Write the summary as JSON to this file (`-` for stdout).
+    #[arg(long)]
+    json: Option<JsonOut>,
 }
 
-/// Results of the short probes (denied connection, DPI payload, ping).
-struct Probes {
-    denied: anyhow::Result<TcpOutcome>,
-    dpi_sent: anyhow::Result<u64>,
-    ping: anyhow::Result<EchoResult>,
+/// What the demo saw, checked and summarised (`--json`).
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    /// Whether the devices were simulated (no packets).
+    pub simulated: bool,
+    /// Instances deployed, with their VNFM kind.
+    pub instances: Vec<InstanceSummary>,
+    /// Tenant A's counter stream: datagrams sent and received at `dst`.
+    pub a_stream_sent: u64,
+    /// Datagrams of the stream received.
+    pub a_stream_received: u64,
+    /// The migration of tenant A's firewall.
+    pub migration: Option<Migration>,
+    /// Datagrams of the stream lost (sent − received; the migration ran under it).
+    pub migration_lost_packets: u64,
+    /// Tenant A's denied datagrams sent, received, and its firewall's `acl_deny` drops.
+    pub a_denied: (u64, u64, u64),
+    /// Tenant B's iperf3 goodput, Gbit/s, and bytes received.
+    pub b_gbps: f64,
+    /// Bytes tenant B's iperf3 delivered.
+    pub b_bytes: u64,
+    /// Flows tenant B's elephant detector reported (its iperf3 flow is one).
+    pub b_elephants: u64,
+    /// Tenant B's denied connection outcome and its firewall's `acl_deny` drops.
+    pub b_denied: (String, u64),
+    /// Packets tenant A's firewall saw (its own traffic only).
+    pub a_firewall_packets: u64,
+    /// Datagrams that crossed before deploy and after destroy.
+    pub closed_before_after: (u64, u64),
+    /// Namespaces of the testbed still present after the teardown.
+    pub namespaces_left: Vec<String>,
+    /// Checks that failed.
+    pub failed: Vec<String>,
+}
+
+/// A migration through the controller.
+#[derive(Debug, Clone, Serialize)]
+pub struct Migration {
+    /// The migrated instance.
+    pub instance: String,
+    /// Its device before.
+    pub from: String,
+    /// The device of its successor.
+    pub to: String,
+    /// Seconds the operation took.
+    pub secs: f64,
+}
+
+/// One instance in the summary.
+#[derive(Debug, Serialize)]
+pub struct InstanceSummary {
+    /// Instance id.
+    pub id: String,
+    /// Service using it.
+    pub service: String,
+    /// Function.
+    pub function: String,
+    /// Host.
+    pub host: String,
+    /// Device.
+    pub device: String,
+    /// VNFM kind (`remote`: an agent's real workers; `simulated`).
+    pub vnfm: String,
+}
+
+impl From<&InstanceView> for InstanceSummary {
+    fn from(i: &InstanceView) -> Self {
+        InstanceSummary {
+            id: i.spec.id.clone(),
+            service: i.service().into(),
+            function: i.spec.function.clone(),
+            host: i.host.clone(),
+            device: i.spec.device.clone(),
+            vnfm: i.vnfm.clone(),
+        }
+    }
 }
 
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    nfx_testbed::root::require_root()?;
     if !(5..=600).contains(&args.duration) {
-        anyhow::bail!("--duration must be 5..=600 seconds");
+        bail!("--duration must be 5..=600 seconds");
+    }
+    if !args.simulate {
+        nfx_testbed::root::require_root()?;
     }
     nfx_testbed::stop::install();
     let dir = nfx_testbed::tempfile::Builder::new()
         .prefix("nfx-demo-")
         .tempdir()?;
-    let patterns = super::data::resolve(&args.patterns, dir.path())?;
-    let spec = Spec {
+    // The agents let workers read files in the run directory only: the patterns go there.
+    let patterns = dir.path().join("dpi-patterns.txt");
+    std::fs::copy(super::data::resolve(&args.patterns, dir.path())?, &patterns)
+        .with_context(|| format!("copying {}", args.patterns.display()))?;
+    let files = Files {
+        patterns,
+        tenants: [
+            super::data::resolve(&args.tenant_a, dir.path())?,
+            super::data::resolve(&args.tenant_b, dir.path())?,
+        ],
+    };
+    let spec = HostsSpec {
         prefix: args.prefix.clone(),
         subnet_base: args.subnet_base,
+        hosts: 3,
+        // Round-robin from h1: dst-b on h1, src-b on h2 (tenant B enters at h2).
+        extra_endpoints: vec!["dst-b".into(), "src-b".into()],
     };
-    println!(
-        "nfx demo: building testbed {}{{src,edge,cloud,dst}} (10.{}.0.0/16)",
-        spec.prefix, spec.subnet_base
-    );
-    let tb = TestbedGuard::up(spec)?;
-    let res = demo(&args, &tb, &patterns, dir.path());
-    if args.keep {
-        let kept = dir.keep();
-        println!(
-            "kept testbed (prefix {}) and run directory {}",
-            args.prefix,
-            kept.display()
-        );
-        tb.keep();
+    let mut sum = Summary {
+        simulated: args.simulate,
+        ..Summary::default()
+    };
+    let res = if args.simulate {
+        super::demo_sim::run(&spec, &files, dir.path(), &mut sum)
     } else {
-        println!("tearing down testbed {}", args.prefix);
-    }
-    res
-}
-
-fn demo(
-    args: &Args,
-    tb: &TestbedGuard,
-    patterns: &std::path::Path,
-    dir: &std::path::Path,
-) -> anyhow::Result<()> {
-    tb.set_edge_forwarding(false)?;
-    let events = dir.join("events.jsonl");
-    let spec = RunSpec {
-        name: "demo-edge".into(),
-        control_socket: dir.join("demo-edge.sock"),
-        events: Some(events.clone()),
-        vector: 256,
-        poll: args.poll.clone(),
-        chain: Chain::Full {
-            patterns: patterns.to_path_buf(),
-            elephant_bytes: 1_000_000,
-        },
+        real(&args, &spec, &files, dir.path(), &mut sum)
     };
-    let exe = std::env::current_exe().context("locating the nfx binary")?;
-    let nfx = NfxRun::start(&exe, tb, &spec, &[], dir)?;
-    println!(
-        "dataplane up on {} (config {}), edge kernel forwarding off",
-        tb.ns(Host::Edge),
-        nfx.config().display()
-    );
-
-    let (src_ns, dst_ns, dst) = (tb.ns(Host::Src), tb.ns(Host::Dst), tb.dst_ip());
-    let _iperf_srv = IperfServer::start(&dst_ns, dst, IPERF_PORT)?;
-    let stream_sink = Sink::start(&dst_ns, UDPGEN_PORT, &[])?;
-    let dpi_sink = Sink::start(&dst_ns, UDPGEN_PORT + 1, b"NFX-DPI-TEST")?;
-    let traffic_secs = args.duration.saturating_sub(3).max(2);
-
-    let iperf_spec = ClientSpec::tcp(&src_ns, dst, IPERF_PORT, traffic_secs, 1);
-    let tcp = std::thread::spawn(move || iperf::client(&iperf_spec));
-    let mut stream = GenSpec::flood(
-        &src_ns,
-        dst,
-        UDPGEN_PORT,
-        Duration::from_secs(u64::from(traffic_secs)),
-    );
-    stream.payload = 200;
-    stream.flows = 1;
-    stream.batch = 16;
-    stream.pps = Some(20_000);
-    let udp = std::thread::spawn(move || udpgen::generate(stream));
-    let (p_src, p_dst) = (src_ns.clone(), dst);
-    let probes = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(1));
-        let denied = probe::tcp_request(
-            &p_src,
-            p_dst,
-            DENIED_PORT,
-            b"hello",
-            Duration::from_millis(1500),
-        );
-        let mut dpi = GenSpec::flood(&p_src, p_dst, UDPGEN_PORT + 1, Duration::from_millis(300));
-        dpi.payload = DPI_TEST.len();
-        dpi.pattern = DPI_TEST.to_vec();
-        dpi.flows = 1;
-        dpi.batch = 1;
-        dpi.pps = Some(10);
-        let dpi_sent = udpgen::generate(dpi).map(|r| r.sent);
-        let ping = probe::icmp_echo(&p_src, p_dst, 3, Duration::from_millis(200));
-        Probes {
-            denied,
-            dpi_sent,
-            ping,
-        }
-    });
-
-    let start = Instant::now();
-    let mut prev: Option<(Value, Instant)> = None;
-    let limit = Duration::from_secs(u64::from(args.duration));
-    while start.elapsed() < limit && !nfx_testbed::stop::requested() {
-        std::thread::sleep(Duration::from_secs(1));
-        let now = Instant::now();
-        match nfx.stats() {
-            Ok(s) => {
-                print!(
-                    "{}",
-                    live_table(
-                        start.elapsed(),
-                        &s,
-                        prev.as_ref().map(|(p, t)| (p, now - *t))
-                    )
-                );
-                prev = Some((s, now));
-            }
-            Err(e) => println!("stats unavailable: {e:#}"),
-        }
-        if tcp.is_finished() && udp.is_finished() && probes.is_finished() {
-            break;
-        }
+    if let Some(f) = &args.json {
+        f.write(&sum)?;
     }
-    let interrupted = nfx_testbed::stop::requested();
-    if interrupted {
-        println!("interrupted: stopping traffic and tearing down");
+    res?;
+    if nfx_testbed::stop::requested() {
+        bail!("demo interrupted");
     }
-    let tcp = tcp
-        .join()
-        .map_err(|_| anyhow::anyhow!("iperf3 thread panicked"))?;
-    let udp = udp
-        .join()
-        .map_err(|_| anyhow::anyhow!("UDP thread panicked"))?;
-    let probes = probes
-        .join()
-        .map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
-    let stream_got = stream_sink.finish()?;
-    let dpi_got = dpi_sink.finish()?;
-    let last = nfx.stats().ok();
-    let fin = nfx.stop()?;
-    let stats = if fin.get("nodes").is_some() {
-        fin
-    } else {
-        last.unwrap_or(fin)
-    };
-    let (evs, _) = read_events(&events);
-
-    println!(
-        "\n== nfx demo summary ({:.1} s) ==",
-        start.elapsed().as_secs_f64()
-    );
-    print!("{}", node_totals(&stats));
-    let mut failed = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        println!("  [{}] {what}", if ok { " ok " } else { "FAIL" });
-        if !ok {
-            failed.push(what);
-        }
-    };
-    match &tcp {
-        Ok(r) => check(
-            r.received_bytes > 0,
-            format!(
-                "iperf3 TCP src→dst: {:.2} Gbit/s, {} bytes delivered",
-                r.gbps, r.received_bytes
-            ),
-        ),
-        Err(e) => check(false, format!("iperf3 TCP: {e:#}")),
-    }
-    match &udp {
-        Ok(g) => check(
-            stream_got.packets > 0,
-            format!(
-                "UDP stream: {} sent, {} received at dst",
-                g.sent, stream_got.packets
-            ),
-        ),
-        Err(e) => check(false, format!("UDP stream: {e:#}")),
-    }
-    let acl_deny = control::total_drop(&stats, "acl_deny");
-    match &probes.denied {
-        Ok(o) => check(
-            *o == TcpOutcome::TimedOut && acl_deny > 0,
-            format!("connection to dst:{DENIED_PORT}: {o:?}; acl_deny drops = {acl_deny}"),
-        ),
-        Err(e) => check(false, format!("denied-port probe: {e:#}")),
-    }
-    let dpi_events = evs.iter().filter(|e| e["kind"] == "dpi_match").count();
-    match &probes.dpi_sent {
-        Ok(n) => check(
-            dpi_events > 0,
-            format!(
-                "DPI payload: {n} sent, {} arrived, {dpi_events} dpi_match events",
-                dpi_got.matched
-            ),
-        ),
-        Err(e) => check(false, format!("DPI payload: {e:#}")),
-    }
-    let elephants: Vec<&Value> = evs.iter().filter(|e| e["kind"] == "elephant").collect();
-    let iperf_elephant = elephants.iter().any(|e| {
-        e["flow"]["proto"] == 6
-            && (e["flow"]["dport"] == IPERF_PORT || e["flow"]["sport"] == IPERF_PORT)
-    });
-    let icmp_elephant = elephants.iter().any(|e| e["flow"]["proto"] == 1);
-    check(
-        iperf_elephant && !icmp_elephant,
-        format!(
-            "elephant events: {} (iperf3 flow: {iperf_elephant}, ICMP: {icmp_elephant})",
-            elephants.len()
-        ),
-    );
-    match &probes.ping {
-        Ok(p) => check(
-            p.received > 0,
-            format!("ping dst: {}/{} replies", p.received, p.sent),
-        ),
-        Err(e) => check(false, format!("ping: {e:#}")),
-    }
-    println!("  events: {} total in {}", evs.len(), events.display());
-    if interrupted {
-        anyhow::bail!("demo interrupted");
-    }
-    if !failed.is_empty() {
-        anyhow::bail!("{} demo check(s) failed", failed.len());
+    if !sum.failed.is_empty() {
+        bail!("{} demo check(s) failed", sum.failed.len());
     }
     Ok(())
 }
 
-/// One second of the live view: per worker CPU, per node packets, Gbit/s and drops.
-fn live_table(t: Duration, s: &Value, prev: Option<(&Value, Duration)>) -> String {
-    let mut out = format!("── t={:>4.0}s ", t.as_secs_f64());
-    for w in s["workers"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "worker {} cpu {:>5.1}%  ",
-            w["id"],
-            w["cpu_pct"].as_f64().unwrap_or(0.0)
-        ));
-    }
-    out.push_str(&format!(
-        "events dpi {} elephant {}\n",
-        control::events(s, "dpi_match"),
-        control::events(s, "elephant")
-    ));
-    out.push_str(&format!(
-        "   {:<10} {:>12} {:>8}  drops\n",
-        "node", "packets", "Gbit/s"
-    ));
-    for n in s["nodes"].as_array().into_iter().flatten() {
-        let name = n["name"].as_str().unwrap_or("?");
-        let bytes = n["bytes"].as_u64().unwrap_or(0);
-        let gbps = prev
-            .and_then(|(p, dt)| {
-                control::node(p, name).map(|pn| (pn["bytes"].as_u64().unwrap_or(0), dt))
-            })
-            .map(|(b0, dt)| {
-                bytes.saturating_sub(b0) as f64 * 8.0 / dt.as_secs_f64().max(1e-3) / 1e9
-            })
-            .unwrap_or(0.0);
-        out.push_str(&format!(
-            "   {:<10} {:>12} {:>8.3}  {}\n",
-            name,
-            n["packets"].as_u64().unwrap_or(0),
-            gbps,
-            drops(n)
-        ));
-    }
-    out
+/// The demo's input files, resolved (on disk or the embedded copies).
+pub struct Files {
+    /// DPI pattern file.
+    pub patterns: PathBuf,
+    /// Tenant A's and tenant B's service descriptors.
+    pub tenants: [PathBuf; 2],
 }
 
-/// Non-zero drop counters of a node as `reason=n ...`.
-fn drops(n: &Value) -> String {
-    n["drops"]
-        .as_object()
-        .map(|d| {
-            d.iter()
-                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
+/// Records a check: printed as `[ ok ]`/`[FAIL]`, failures kept in the summary.
+pub fn check(sum: &mut Summary, ok: bool, what: String) {
+    crate::say!("  [{}] {what}", if ok { " ok " } else { "FAIL" });
+    if !ok {
+        sum.failed.push(what);
+    }
 }
 
-/// Per-node totals for the summary.
-fn node_totals(s: &Value) -> String {
-    let mut out = format!(
-        "   {:<10} {:>12} {:>14}  drops\n",
-        "node", "packets", "bytes"
+/// Deploys every service of the tenants' files through the controller; DPI functions
+/// read `patterns`. Each line starts with `tag` (`SIMULATED ` or empty).
+pub fn deploy(bed: &ControlledBed, files: &Files, tag: &str) -> anyhow::Result<()> {
+    for f in &files.tenants {
+        for mut s in nfx_control::client::load_services(f)? {
+            for hop in s["chain"].as_array_mut().into_iter().flatten() {
+                if hop["function"] == "dpi" {
+                    hop["config"]["patterns"] = files.patterns.display().to_string().into();
+                }
+            }
+            let id = s["id"].as_str().unwrap_or("?").to_string();
+            let t = Instant::now();
+            let op = bed.post("/api/v1/services", &s)?;
+            bed.wait_op(&op)
+                .with_context(|| format!("deploying {id} from {}", f.display()))?;
+            crate::say!(
+                "{tag}deployed {id} from {} ({op}, {:.2} s)",
+                f.file_name().unwrap_or_default().to_string_lossy(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Migrates the instance of `service` running `function` (to the best other device of
+/// its host: the controller keeps a migration on its host).
+pub fn migrate(bed: &ControlledBed, service: &str, function: &str) -> anyhow::Result<Migration> {
+    let list = demo_view::instances(&bed.api)?;
+    let old = list
+        .iter()
+        .find(|i| i.service() == service && i.spec.function == function)
+        .with_context(|| format!("{service} has no {function}"))?;
+    let t = Instant::now();
+    let op = bed.post(
+        &format!("/api/v1/instances/{}/migrate", old.spec.id),
+        &serde_json::json!({}),
+    )?;
+    bed.wait_op(&op)?;
+    let secs = t.elapsed().as_secs_f64();
+    let list = demo_view::instances(&bed.api)?;
+    let new = list
+        .iter()
+        .find(|i| i.service() == service && i.spec.function == function)
+        .with_context(|| format!("{service} lost its {function}"))?;
+    Ok(Migration {
+        instance: old.spec.id.clone(),
+        from: old.spec.device.clone(),
+        to: new.spec.device.clone(),
+        secs,
+    })
+}
+
+/// Destroys both tenants' services; each line starts with `tag`.
+pub fn destroy(bed: &ControlledBed, tag: &str) -> anyhow::Result<()> {
+    for s in ["tenant-a", "tenant-b"] {
+        bed.delete(&format!("/api/v1/services/{s}"))?;
+        crate::say!("{tag}destroyed {s}");
+    }
+    Ok(())
+}
+
+fn real(
+    args: &Args,
+    spec: &HostsSpec,
+    files: &Files,
+    dir: &Path,
+    sum: &mut Summary,
+) -> anyhow::Result<()> {
+    crate::say!(
+        "nfx demo: building a 3-host testbed {}{{h1,h2,h3}} (10.{}.0.0/16), one TLS agent per \
+         host; tenant A: src (h1) → dst (h3), tenant B: src-b (h2) → dst-b (h1)",
+        spec.prefix,
+        spec.subnet_base
     );
-    for n in s["nodes"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "   {:<10} {:>12} {:>14}  {}\n",
-            n["name"].as_str().unwrap_or("?"),
-            n["packets"].as_u64().unwrap_or(0),
-            n["bytes"].as_u64().unwrap_or(0),
-            drops(n)
-        ));
+    if nfx_testbed::hosts::recorded(&spec.prefix).is_some() {
+        bail!(
+            "a testbed with prefix {0:?} exists (another demo?); remove it with \
+             `nfx testbed down --prefix {0}` or pick another --prefix",
+            spec.prefix
+        );
     }
-    out
+    let bed = ControlledBed::up(spec, &dir.join("testbed"), &[dir.to_path_buf()])?;
+    crate::say!(
+        "controller up on {} (agents over mutual TLS; log {})",
+        bed.out.join("infrastructure.yaml").display(),
+        bed.out.join("controller.log").display()
+    );
+    crate::say!(
+        "note: tenant B runs on software workers — the accelerator tier (an esp tunnel on a \
+         lookaside queue pair) is not yet driven by the controller"
+    );
+    let res = with_bed(args, &bed, files, sum);
+    let namespaces = bed.lay.namespaces();
+    crate::say!("tearing down testbed {}", spec.prefix);
+    drop(bed);
+    sum.namespaces_left = namespaces
+        .into_iter()
+        .filter(|ns| nfx_testbed::netns::exists(ns))
+        .collect();
+    let left = sum.namespaces_left.clone();
+    check(
+        sum,
+        left.is_empty(),
+        format!("teardown: namespaces left {left:?}"),
+    );
+    res
+}
+
+/// The endpoints the demo uses.
+struct Ends<'a> {
+    src: &'a EndpointInfo,
+    dst: &'a EndpointInfo,
+    src_b: &'a EndpointInfo,
+    dst_b: &'a EndpointInfo,
+}
+
+fn with_bed(
+    args: &Args,
+    bed: &ControlledBed,
+    files: &Files,
+    sum: &mut Summary,
+) -> anyhow::Result<()> {
+    let e = Ends {
+        src: bed.endpoint("src")?,
+        dst: bed.endpoint("dst")?,
+        src_b: bed.endpoint("src-b")?,
+        dst_b: bed.endpoint("dst-b")?,
+    };
+    let before = burst(e.src, e.dst, A_STREAM_PORT)?;
+    check(
+        sum,
+        before.1 == 0,
+        format!(
+            "closed before deploy: {} of {} datagrams crossed",
+            before.1, before.0
+        ),
+    );
+    deploy(bed, files, "")?;
+    let list = demo_view::instances(&bed.api)?;
+    crate::say!("{}", (demo_view::placement_table(&list)).trim_end());
+    sum.instances = list.iter().map(InstanceSummary::from).collect();
+    traffic(args, bed, &e, sum)?;
+    if nfx_testbed::stop::requested() {
+        crate::say!("interrupted: tearing down");
+        return Ok(());
+    }
+    destroy(bed, "")?;
+    let after = burst(e.src, e.dst, A_STREAM_PORT)?;
+    let b_after = probe::tcp_request(
+        &e.src_b.netns,
+        e.dst_b.address,
+        B_IPERF_PORT,
+        b"hello",
+        Duration::from_millis(1000),
+    )?;
+    sum.closed_before_after = (before.1, after.1);
+    check(
+        sum,
+        after.1 == 0 && b_after == TcpOutcome::TimedOut,
+        format!(
+            "closed after destroy: {} of {} datagrams of A crossed; B's connection: {b_after:?}",
+            after.1, after.0
+        ),
+    );
+    Ok(())
+}
+
+/// A short paced UDP burst from `src` to `dst:port`: (sent, received).
+fn burst(src: &EndpointInfo, dst: &EndpointInfo, port: u16) -> anyhow::Result<(u64, u64)> {
+    let sink = Sink::start(&dst.netns, port, b"")?;
+    let g = udpgen::generate(paced(src, dst.address, port, 300, 1_000))?;
+    std::thread::sleep(Duration::from_millis(200));
+    Ok((g.sent, sink.finish()?.packets))
+}
+
+/// A paced one-flow UDP stream of `ms` milliseconds at `pps`.
+fn paced(src: &EndpointInfo, dst: Ipv4Addr, port: u16, ms: u64, pps: u64) -> GenSpec {
+    let mut g = GenSpec::flood(&src.netns, dst, port, Duration::from_millis(ms));
+    g.payload = 64;
+    g.flows = 1;
+    g.batch = 1;
+    g.pps = Some(pps);
+    g
+}
+
+/// Sends `count` datagrams carrying `payload` from `src` to `dst:port`.
+fn payloads(
+    src: &EndpointInfo,
+    dst: Ipv4Addr,
+    port: u16,
+    payload: &[u8],
+    count: u64,
+) -> anyhow::Result<u64> {
+    let mut g = paced(src, dst, port, count * 10, 100);
+    g.payload = payload.len();
+    g.pattern = payload.to_vec();
+    Ok(udpgen::generate(g)?.sent)
+}
+
+/// Joins a traffic thread.
+fn join<T>(h: JoinHandle<anyhow::Result<T>>, what: &str) -> anyhow::Result<T> {
+    h.join()
+        .map_err(|_| anyhow::anyhow!("the {what} thread panicked"))?
+}
+
+/// The traffic phase: tenant A's counter stream and probes, tenant B's iperf3 and its
+/// denied connection, a migration of A's firewall half-way, live counters every second.
+fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> anyhow::Result<()> {
+    let secs = args.duration;
+    let stream_sink = Sink::start(&e.dst.netns, A_STREAM_PORT, b"")?;
+    let denied_sink = Sink::start(&e.dst.netns, A_DENIED_PORT, b"")?;
+    let alert_sink = Sink::start(&e.dst.netns, A_DPI_ALERT_PORT, b"NFX-DPI-TEST")?;
+    let drop_sink = Sink::start(&e.dst.netns, A_DPI_DROP_PORT, b"")?;
+    let _iperf = IperfServer::start(&e.dst_b.netns, e.dst_b.address, B_IPERF_PORT)?;
+    let stream = {
+        let g = paced(
+            e.src,
+            e.dst.address,
+            A_STREAM_PORT,
+            u64::from(secs) * 1000,
+            A_STREAM_PPS,
+        );
+        std::thread::spawn(move || udpgen::generate(g))
+    };
+    let tcp = {
+        let c = ClientSpec::tcp(&e.src_b.netns, e.dst_b.address, B_IPERF_PORT, secs - 1, 1);
+        std::thread::spawn(move || iperf::client(&c))
+    };
+    let probes = {
+        let (src, dst, src_b, dst_b) = (
+            e.src.clone(),
+            e.dst.address,
+            e.src_b.netns.clone(),
+            e.dst_b.address,
+        );
+        std::thread::spawn(move || -> anyhow::Result<(u64, u64, u64, TcpOutcome)> {
+            std::thread::sleep(Duration::from_secs(1));
+            let denied = payloads(
+                &src,
+                dst,
+                A_DENIED_PORT,
+                b"tenant A, denied",
+                A_DENIED_COUNT,
+            )?;
+            let alert = payloads(&src, dst, A_DPI_ALERT_PORT, DPI_ALERT, 5)?;
+            let dropped = payloads(&src, dst, A_DPI_DROP_PORT, DPI_DROP, 5)?;
+            let b = probe::tcp_request(
+                &src_b,
+                dst_b,
+                B_DENIED_PORT,
+                b"hello",
+                Duration::from_millis(1500),
+            )?;
+            Ok((denied, alert, dropped, b))
+        })
+    };
+
+    let start = Instant::now();
+    let mut prev: Option<(Vec<InstanceView>, Instant)> = None;
+    // The last counters of every instance seen, so a migrated one's count stays.
+    let mut seen = BTreeMap::new();
+    let mut remember = |list: &[InstanceView]| {
+        for i in list {
+            seen.insert(i.spec.id.clone(), i.clone());
+        }
+    };
+    let mut migrated = None;
+    while start.elapsed() < Duration::from_secs(u64::from(secs) + 2)
+        && !nfx_testbed::stop::requested()
+    {
+        std::thread::sleep(Duration::from_secs(1));
+        if migrated.is_none() && start.elapsed() >= Duration::from_secs(u64::from(secs / 2)) {
+            crate::say!("migrating tenant-a's firewall under traffic ...");
+            remember(&demo_view::instances(&bed.api)?);
+            let m = migrate(bed, "tenant-a", "firewall");
+            if let Ok(m) = &m {
+                crate::say!(
+                    "migrated {}: {} → {} in {:.2} s",
+                    m.instance,
+                    m.from,
+                    m.to,
+                    m.secs
+                );
+            }
+            migrated = Some(m);
+        }
+        let now = Instant::now();
+        match demo_view::instances(&bed.api) {
+            Ok(list) => {
+                let p = prev.as_ref().map(|(p, t)| (p.as_slice(), now - *t));
+                let title = format!("t={:>3.0}s", start.elapsed().as_secs_f64());
+                crate::say!("{}", demo_view::live_table(&title, &list, p).trim_end());
+                remember(&list);
+                prev = Some((list, now));
+            }
+            Err(e) => crate::say!("status unavailable: {e:#}"),
+        }
+        if stream.is_finished() && tcp.is_finished() && probes.is_finished() {
+            break;
+        }
+    }
+    if nfx_testbed::stop::requested() {
+        // The traffic threads are left to end with the namespaces the teardown removes
+        // (and with the process), rather than waited for.
+        return Ok(());
+    }
+    let stream = join(stream, "stream")?;
+    let tcp = join(tcp, "iperf3");
+    let probes = join(probes, "probe")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let got = stream_sink.finish()?.packets;
+    let denied_got = denied_sink.finish()?.packets;
+    let alert_got = alert_sink.finish()?;
+    let drop_got = drop_sink.finish()?.packets;
+    let list = demo_view::instances(&bed.api)?;
+    remember(&list);
+    crate::say!("\n== nfx demo summary ==");
+    crate::say!("{}", demo_view::live_table("final", &list, None).trim_end());
+    let seen: Vec<InstanceView> = seen.into_values().collect();
+    summarize(
+        sum,
+        &seen,
+        Observed {
+            stream,
+            got,
+            tcp,
+            probes,
+            denied_got,
+            alert_got: alert_got.matched,
+            drop_got,
+            migrated,
+        },
+    );
+    Ok(())
+}
+
+/// What the traffic phase measured.
+struct Observed {
+    stream: GenReport,
+    got: u64,
+    tcp: anyhow::Result<iperf::IperfResult>,
+    probes: (u64, u64, u64, TcpOutcome),
+    denied_got: u64,
+    alert_got: u64,
+    drop_got: u64,
+    migrated: Option<anyhow::Result<Migration>>,
+}
+
+/// Checks what the traffic phase saw; `seen` holds the last counters of every instance
+/// seen during it (a migrated function's old and new instance both).
+fn summarize(sum: &mut Summary, seen: &[InstanceView], o: Observed) {
+    let find = |svc: &str, f: &str| demo_view::total(seen, svc, f);
+    let (a_fw, b_fw, a_dpi) = (
+        find("tenant-a", "firewall"),
+        find("tenant-b", "firewall"),
+        find("tenant-a", "dpi"),
+    );
+    let (denied_sent, alert_sent, drop_sent, b_outcome) = o.probes;
+    sum.a_stream_sent = o.stream.sent;
+    sum.a_stream_received = o.got;
+    sum.migration_lost_packets = o.stream.sent.saturating_sub(o.got);
+    let lost = sum.migration_lost_packets;
+    match o.migrated {
+        Some(Ok(m)) => {
+            let what = format!(
+                "migration of tenant-a's firewall {} → {} ({:.2} s) under a {A_STREAM_PPS}/s \
+                 UDP stream: {} sent, {} received, {lost} lost",
+                m.from, m.to, m.secs, o.stream.sent, o.got
+            );
+            sum.migration = Some(m);
+            check(sum, lost == 0 && o.stream.sent > 0, what);
+        }
+        Some(Err(e)) => check(sum, false, format!("migration: {e:#}")),
+        None => check(sum, false, "migration: never started (interrupted?)".into()),
+    }
+    let a_deny = a_fw.drop_count("acl_deny");
+    sum.a_denied = (denied_sent, o.denied_got, a_deny);
+    check(
+        sum,
+        o.denied_got == 0 && a_deny >= denied_sent && denied_sent > 0,
+        format!(
+            "tenant A's deny rule: {denied_sent} datagrams to dst:{A_DENIED_PORT}, {} arrived, \
+             acl_deny at A's firewall = {a_deny}",
+            o.denied_got
+        ),
+    );
+    let a_pkts = a_fw.packets;
+    sum.a_firewall_packets = a_pkts;
+    let a_total = o.stream.sent + denied_sent + alert_sent + drop_sent;
+    match &o.tcp {
+        Ok(r) => {
+            sum.b_gbps = r.gbps;
+            sum.b_bytes = r.received_bytes;
+            check(
+                sum,
+                r.received_bytes > 0,
+                format!(
+                    "tenant B untouched by A's rules: iperf3 src-b→dst-b {:.2} Gbit/s, {} bytes, \
+                     no reset; B's firewall counted {} packets",
+                    r.gbps, r.received_bytes, b_fw.packets
+                ),
+            );
+        }
+        Err(e) => check(sum, false, format!("tenant B's iperf3: {e:#}")),
+    }
+    check(
+        sum,
+        a_pkts <= a_total,
+        format!(
+            "isolation: A's firewall counted only A's packets ({a_pkts} ≤ {a_total} A sent, \
+             while B's chain carried {})",
+            b_fw.packets
+        ),
+    );
+    let b_deny = b_fw.drop_count("acl_deny");
+    sum.b_denied = (format!("{b_outcome:?}"), b_deny);
+    check(
+        sum,
+        b_outcome == TcpOutcome::TimedOut && b_deny > 0,
+        format!(
+            "tenant B's deny rule: connection to dst-b:{B_DENIED_PORT} {b_outcome:?}, acl_deny at \
+             B's firewall = {b_deny}"
+        ),
+    );
+    let elephants = find("tenant-b", "elephant").stats.elephants;
+    sum.b_elephants = elephants;
+    check(
+        sum,
+        elephants > 0,
+        format!("tenant B's elephant detector: {elephants} elephant flow(s) (its iperf3 flow)"),
+    );
+    let dpi = demo_view::drops(&a_dpi);
+    check(
+        sum,
+        o.alert_got > 0 && o.drop_got == 0 && drop_sent > 0,
+        format!(
+            "tenant A's DPI: {alert_sent} alert payloads sent, {} arrived; {drop_sent} drop \
+             payloads sent, {} arrived (DPI drops: {dpi})",
+            o.alert_got, o.drop_got
+        ),
+    );
 }

@@ -42,6 +42,11 @@ pub fn default_out(prefix: &str) -> PathBuf {
 
 /// Builds the testbed, starts its agents and writes the files; returns the layout.
 pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
+    up_with(spec, out, &[])
+}
+
+/// [`up`], with agents that let workers read files (DPI patterns) under `allowed_dirs`.
+pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow::Result<Layout> {
     let lay = hosts::up(spec, &closed_ruleset())?;
     std::fs::create_dir_all(out.join("agents"))
         .with_context(|| format!("creating {}", out.display()))?;
@@ -70,42 +75,19 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get() as u32)
         .unwrap_or(1);
-    let mut infra = Infrastructure {
-        hosts: Vec::new(),
-        devices: Vec::new(),
-        links: lay
-            .links
-            .iter()
-            .map(|l| Link {
-                a: l.a.clone(),
-                b: l.b.clone(),
-                latency_us: f64::from(l.latency_us),
-                bandwidth_gbps: None,
-            })
-            .collect(),
-        management: Some(Management {
-            netns: Some(lay.mgmt_netns.clone()),
-            tls: Some(TlsFiles {
-                ca: PathBuf::from("pki").join(tls::CA_FILE),
-                cert: PathBuf::from("pki/controller.pem"),
-                key: PathBuf::from("pki/controller.key"),
-            }),
-            token_file: Some(PathBuf::from("token")),
+    let mut infra = infrastructure(&lay, cores, true);
+    infra.management = Some(Management {
+        netns: Some(lay.mgmt_netns.clone()),
+        tls: Some(TlsFiles {
+            ca: PathBuf::from("pki").join(tls::CA_FILE),
+            cert: PathBuf::from("pki/controller.pem"),
+            key: PathBuf::from("pki/controller.key"),
         }),
-    };
+        token_file: Some(PathBuf::from("token")),
+    });
     let nfx_bin = std::env::current_exe().context("locating the nfx binary")?;
     for h in &lay.hosts {
         let software = software_devices(&h.id, cores);
-        infra.hosts.push(Host {
-            id: h.id.clone(),
-            cores,
-            power: None,
-            agent: Some(format!("https://{}:{AGENT_PORT}", h.mgmt)),
-        });
-        infra
-            .devices
-            .extend(software.iter().map(|d| software_device(&h.id, d)));
-        infra.devices.extend(table_devices(h));
         let cfg = AgentConfig {
             host: h.id.clone(),
             listen: (h.mgmt, AGENT_PORT).into(),
@@ -128,7 +110,7 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
                 })
                 .collect(),
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
-            allowed_dirs: Vec::new(),
+            allowed_dirs: allowed_dirs.to_vec(),
         };
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
@@ -158,6 +140,42 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
         &serde_json::to_string_pretty(&eps)?,
     )?;
     Ok(lay)
+}
+
+/// The hosts (with their agents' URLs if `agents`), software devices and links of
+/// `lay`, without management settings. Without agents the controller serves every host
+/// with its simulated VNFM (`nfx demo --simulate`).
+pub fn infrastructure(lay: &Layout, cores: u32, agents: bool) -> Infrastructure {
+    let mut infra = Infrastructure {
+        hosts: Vec::new(),
+        devices: Vec::new(),
+        links: lay
+            .links
+            .iter()
+            .map(|l| Link {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                latency_us: f64::from(l.latency_us),
+                bandwidth_gbps: None,
+            })
+            .collect(),
+        management: None,
+    };
+    for h in &lay.hosts {
+        infra.hosts.push(Host {
+            id: h.id.clone(),
+            cores,
+            power: None,
+            agent: agents.then(|| format!("https://{}:{AGENT_PORT}", h.mgmt)),
+        });
+        infra.devices.extend(
+            software_devices(&h.id, cores)
+                .iter()
+                .map(|d| software_device(&h.id, d)),
+        );
+        infra.devices.extend(table_devices(h));
+    }
+    infra
 }
 
 /// The host's software devices: up to two workers sharing the host's cores, so that an
@@ -289,5 +307,29 @@ mod tests {
         assert_eq!((d[0].cores, d[1].cores), (2, 1));
         assert_eq!(d[1].id, "h1-sw1");
         assert_eq!(software_devices("h2", 1).len(), 1);
+    }
+
+    #[test]
+    fn infrastructure_with_and_without_agents() {
+        let lay = HostsSpec {
+            prefix: "t-".into(),
+            subnet_base: 152,
+            hosts: 3,
+            extra_endpoints: Vec::new(),
+        }
+        .layout();
+        let real = infrastructure(&lay, 2, true);
+        assert_eq!(
+            real.hosts[0].agent.as_deref(),
+            Some("https://10.152.201.2:7443")
+        );
+        let sim = infrastructure(&lay, 2, false);
+        assert!(sim.hosts.iter().all(|h| h.agent.is_none()));
+        assert_eq!(
+            (sim.hosts.len(), sim.devices.len(), sim.links.len()),
+            (3, 6, 3)
+        );
+        assert!(sim.management.is_none());
+        sim.validate("sim").unwrap();
     }
 }
