@@ -99,7 +99,7 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
         infra.hosts.push(Host {
             id: h.id.clone(),
             cores,
-            power: None,
+            power: Some(nfx_energy::model::default_power(cores)),
             agent: Some(format!("https://{}:{AGENT_PORT}", h.mgmt)),
         });
         infra
@@ -129,6 +129,7 @@ pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
                 .collect(),
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
             allowed_dirs: Vec::new(),
+            power: Some(nfx_energy::model::default_power(cores)),
         };
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
