@@ -16,7 +16,6 @@ use common::eventually;
 use nfx_control::client::Client;
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use serde_json::Value;
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "he-";
@@ -33,15 +32,6 @@ const IDLE_SHARE_W: f64 = 3.1;
 
 fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
-}
-
-fn endpoint(v: &Value, name: &str) -> (String, Ipv4Addr, String) {
-    let e = &v[name];
-    (
-        e["netns"].as_str().unwrap().into(),
-        e["address"].as_str().unwrap().parse().unwrap(),
-        e["host"].as_str().unwrap().into(),
-    )
 }
 
 /// The service's energy entry in `nfx status --json` (if reported).
@@ -69,7 +59,7 @@ fn cpu_s(pid: u32) -> f64 {
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 2);
-    let (src, dst) = (endpoint(&bed.eps, "src"), endpoint(&bed.eps, "dst"));
+    let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
     let (_ctl, url) = hostbed::controller(&bed.out, TOKEN);
     let file = bed.out.join("fw.yaml");
     std::fs::write(
@@ -119,26 +109,9 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     );
     // The agent's own report (workers and threads) through the controller's client.
     let c = Client::new(&url, Some(TOKEN.to_string().into()));
-    let agent_row = |c: &Client| -> Value {
-        let e = c.get("/api/v1/energy").unwrap().body;
-        e["hosts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|h| h["host"] == host)
-            .cloned()
-            .unwrap()
-    };
     let device = inst["device"].as_str().unwrap();
-    let row = agent_row(&c);
-    assert_eq!(row["source"], "model", "{row}");
-    let worker = row["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["device"] == device)
-        .cloned()
-        .unwrap_or_else(|| panic!("no worker {device}: {row}"));
+    let (source, worker) = worker_row(&c, host, device);
+    assert_eq!(source, "model", "{worker}");
     let pid = worker["pid"].as_u64().unwrap() as u32;
     threads_read_back(&worker);
     // CPU of the worker over ~2.5 s, read here, against the agent's figures in between.
@@ -182,6 +155,11 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     // 2.5 s window, so they agree within half the measured rate plus 0.05 core (the
     // scheduler's noise on a shared 2-core machine).
     let mean = agent_cores.iter().sum::<f64>() / agent_cores.len() as f64;
+    eprintln!(
+        "energy_agent_e2e: {got}/{sent} datagrams; service {j0:.1} J -> {j1:.1} J, {:.2} W ({}); worker {mean:.3} cores (agent) vs {measured:.3} (/proc)",
+        last["power_w"].as_f64().unwrap(),
+        last["source"]
+    );
     assert!(
         measured > 0.01 && (mean - measured).abs() <= 0.5 * measured + 0.05,
         "agent {mean:.3} cores vs /proc {measured:.3} cores ({agent_cores:?})"
@@ -208,6 +186,24 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     bed.down();
 }
 
+/// `host`'s source and its worker of `device` in the controller's energy summary.
+fn worker_row(c: &Client, host: &str, device: &str) -> (Value, Value) {
+    let e = c.get("/api/v1/energy").unwrap().body;
+    let h = e["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == host)
+        .unwrap_or_else(|| panic!("no host {host}: {e}"));
+    let w = h["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["device"] == device)
+        .unwrap_or_else(|| panic!("no worker {device}: {h}"));
+    (h["source"].clone(), w.clone())
+}
+
 /// The worker's dataplane threads as the agent read them back: the agent's adaptive
 /// poll mode, and the affinity the kernel reports for each thread here.
 fn threads_read_back(worker: &Value) {
@@ -226,20 +222,7 @@ fn threads_read_back(worker: &Value) {
 /// will) is what the agent reports for them, and so is undoing it.
 fn pinning_reads_back(c: &Client, host: &str, device: &str, pid: u32) {
     let affinities = || -> Vec<Vec<usize>> {
-        let e = c.get("/api/v1/energy").unwrap().body;
-        let h = e["hosts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|h| h["host"] == host)
-            .unwrap();
-        let w = h["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|w| w["device"] == device)
-            .unwrap();
-        w["threads"]
+        worker_row(c, host, device).1["threads"]
             .as_array()
             .unwrap()
             .iter()
