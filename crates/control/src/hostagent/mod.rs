@@ -236,14 +236,18 @@ impl HostAgent {
 
     /// The heartbeat answer.
     pub fn health(&self) -> Health {
+        let (energy, energy_error) = match self.power.report() {
+            Ok(r) => (r, None),
+            Err(e) => (None, Some(e)),
+        };
         Health {
             host: self.host.clone(),
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             lost: self.lost().clone(),
             paths: self.steering().paths().len(),
-            energy: self.power.report().ok().flatten(),
-            energy_error: self.power.report().err(),
+            energy,
+            energy_error,
         }
     }
 
