@@ -216,6 +216,14 @@ fn agent_answered(
     h: crate::hostagent::Health,
 ) -> bool {
     b.last_ok = Instant::now();
+    let figures = match (&h.energy, &h.energy_error) {
+        (_, Some(e)) => Some(crate::energy::HostFigures::Unmetered(e.clone())),
+        (Some(r), None) => Some(crate::energy::HostFigures::Report(r.clone())),
+        (None, None) => None,
+    };
+    if figures.is_some() {
+        ctl.record_energy(host, figures);
+    }
     let mut changed = false;
     if b.down {
         b.down = false;
@@ -255,6 +263,7 @@ fn agent_silent(agents: &Agents, ctl: &Controller, host: &str, b: &mut Beat, err
     }
     b.down = true;
     b.pid = None;
+    ctl.record_energy(host, None);
     if let Ok(mut d) = agents.down.write() {
         d.insert(host.to_string());
     }

@@ -63,6 +63,8 @@ pub struct Controller {
     med: Mutex<Mediator>,
     queue: Mutex<Option<mpsc::Sender<String>>>,
     seq: AtomicU64,
+    /// Each agent's latest energy figures (from its heartbeat).
+    energy: Mutex<BTreeMap<String, crate::energy::HostFigures>>,
 }
 
 fn rows_json<T: Serialize>(rows: &[(String, Option<T>)]) -> serde_json::Value {
@@ -96,6 +98,7 @@ impl Controller {
             med: Mutex::new(med),
             queue: Mutex::new(None),
             seq: AtomicU64::new(seq),
+            energy: Mutex::default(),
         }))
     }
 
@@ -740,6 +743,27 @@ impl Controller {
                 Err(e) => log::warn!("destroying orphan {id} on {host}: {e}"),
             }
         }
+    }
+
+    /// Records what `host`'s agent reported of its energy (`None`: forget it, e.g. the
+    /// agent is down and its figures are no longer live).
+    pub fn record_energy(&self, host: &str, figures: Option<crate::energy::HostFigures>) {
+        let mut g = self.energy.lock().unwrap_or_else(|e| e.into_inner());
+        match figures {
+            Some(f) => g.insert(host.to_string(), f),
+            None => g.remove(host),
+        };
+    }
+
+    /// Energy per host and per service from the agents' latest figures.
+    pub fn energy(&self) -> Result<crate::energy::EnergySummary, CtlError> {
+        let rows = self.instances()?;
+        let hosts = self
+            .energy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Ok(crate::energy::aggregate(&hosts, &rows))
     }
 
     /// The last `limit` events.

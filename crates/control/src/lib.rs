@@ -8,6 +8,7 @@ pub mod agents;
 pub mod api;
 pub mod client;
 pub mod controller;
+pub mod energy;
 pub mod enforcer;
 pub mod hostagent;
 pub mod mediator;

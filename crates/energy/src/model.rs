@@ -5,6 +5,25 @@
 
 use nfx_model::{FrequencyPower, PowerModel};
 
+/// Idle watts per core of [`default_power`]: half of the 6.2 W the energy paper measured
+/// on its idle 2-core host.
+pub const DEFAULT_IDLE_W_PER_CORE: f64 = 3.1;
+/// Full-load watts per core of [`default_power`]: half of the paper's 37.4 W at 2 busy
+/// cores.
+pub const DEFAULT_MAX_W_PER_CORE: f64 = 18.7;
+
+/// The power model nfx writes for a host of `cores` cores when none is given (the
+/// testbed's hosts): the energy paper's measured host scaled per core. It is a model,
+/// and every figure computed from it says `model`.
+pub fn default_power(cores: u32) -> PowerModel {
+    let n = f64::from(cores.max(1));
+    PowerModel {
+        idle_w: DEFAULT_IDLE_W_PER_CORE * n,
+        max_w: DEFAULT_MAX_W_PER_CORE * n,
+        frequencies: vec![],
+    }
+}
+
 /// A host's power model with the number of cores it spreads over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostModel {
@@ -125,6 +144,9 @@ mod tests {
             },
         );
         assert_eq!(m.pair_at(Some(1700)), (6.2, 37.4));
+        // The default model of a 2-core host is that measured host.
+        let d = default_power(2);
+        assert!((d.idle_w - 6.2).abs() < 1e-9 && (d.max_w - 37.4).abs() < 1e-9);
         assert!((m.power_w(1.0, Some(1700)) - 21.8).abs() < 1e-9);
     }
 }

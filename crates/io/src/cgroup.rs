@@ -106,6 +106,20 @@ impl CpuController {
         ))
     }
 
+    /// The CPU limit in force on thread `tid`, in cores (0.3 = 30 % of one core), read
+    /// from the kernel: its cgroup in this hierarchy (`/proc/<tid>/cgroup`) and that
+    /// group's `cpu.max` (v2) or CFS quota (v1). `None` when unlimited (the root group
+    /// has no limit file).
+    pub fn thread_limit_cores(&self, tid: u32) -> io::Result<Option<f64>> {
+        let cg = current_cgroup(self.version, tid);
+        let rel = cg.strip_prefix("/").unwrap_or(&cg);
+        if rel.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        let (q, p) = read_limit(self.version, &self.root.join(rel))?;
+        Ok(q.map(|q| q.as_secs_f64() / p.as_secs_f64().max(1e-9)))
+    }
+
     /// Creates (or reuses) the group `nfx/<name>`. On v2 it first enables the cpu
     /// controller for the children of the root and of `nfx`.
     pub fn create(&self, name: &str) -> io::Result<CpuGroup> {
@@ -130,6 +144,41 @@ impl CpuController {
             path,
             moved: Vec::new(),
         })
+    }
+}
+
+/// The CPU bandwidth limit of the cgroup directory `dir`: `(quota, period)`, quota
+/// `None` when unlimited.
+fn read_limit(version: Version, dir: &Path) -> io::Result<(Option<Duration>, Duration)> {
+    let bad = |p: &Path| {
+        err(
+            io::ErrorKind::InvalidData,
+            format!("{}: unexpected content", p.display()),
+        )
+    };
+    match version {
+        Version::V2 => {
+            let p = dir.join("cpu.max");
+            let text = read(&p)?;
+            let mut f = text.split_whitespace();
+            let q = f.next().ok_or_else(|| bad(&p))?;
+            let per: u64 = f
+                .next()
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| bad(&p))?;
+            let quota = match q {
+                "max" => None,
+                n => Some(Duration::from_micros(n.parse().map_err(|_| bad(&p))?)),
+            };
+            Ok((quota, Duration::from_micros(per)))
+        }
+        Version::V1 => {
+            let (qp, pp) = (dir.join("cpu.cfs_quota_us"), dir.join("cpu.cfs_period_us"));
+            let q: i64 = read(&qp)?.trim().parse().map_err(|_| bad(&qp))?;
+            let per: u64 = read(&pp)?.trim().parse().map_err(|_| bad(&pp))?;
+            let quota = u64::try_from(q).ok().map(Duration::from_micros);
+            Ok((quota, Duration::from_micros(per)))
+        }
     }
 }
 
@@ -260,39 +309,7 @@ impl CpuGroup {
     /// The limit in force, read back from the kernel: `(quota, period)`, quota `None`
     /// when unlimited.
     pub fn limit(&self) -> io::Result<(Option<Duration>, Duration)> {
-        let bad = |p: &Path| {
-            err(
-                io::ErrorKind::InvalidData,
-                format!("{}: unexpected content", p.display()),
-            )
-        };
-        match self.version {
-            Version::V2 => {
-                let p = self.path.join("cpu.max");
-                let text = read(&p)?;
-                let mut f = text.split_whitespace();
-                let q = f.next().ok_or_else(|| bad(&p))?;
-                let per: u64 = f
-                    .next()
-                    .and_then(|x| x.parse().ok())
-                    .ok_or_else(|| bad(&p))?;
-                let quota = match q {
-                    "max" => None,
-                    n => Some(Duration::from_micros(n.parse().map_err(|_| bad(&p))?)),
-                };
-                Ok((quota, Duration::from_micros(per)))
-            }
-            Version::V1 => {
-                let (qp, pp) = (
-                    self.path.join("cpu.cfs_quota_us"),
-                    self.path.join("cpu.cfs_period_us"),
-                );
-                let q: i64 = read(&qp)?.trim().parse().map_err(|_| bad(&qp))?;
-                let per: u64 = read(&pp)?.trim().parse().map_err(|_| bad(&pp))?;
-                let quota = u64::try_from(q).ok().map(Duration::from_micros);
-                Ok((quota, Duration::from_micros(per)))
-            }
-        }
+        read_limit(self.version, &self.path)
     }
 
     /// Thread ids in the group (v1 `tasks`, v2 `cgroup.threads`).

@@ -95,6 +95,15 @@ pub struct PowerModel {
     pub frequencies: Vec<FrequencyPower>,
 }
 
+impl PowerModel {
+    /// Checks the model as the infrastructure descriptor does (finite watts, `0 ≤ idle_w
+    /// ≤ max_w`, distinct frequencies), naming `field` of `file` in the error; for
+    /// copies of the model outside the descriptor (the host agent's configuration).
+    pub fn check(&self, file: &str, field: &str) -> Result<(), ModelError> {
+        check_power(file, field, self)
+    }
+}
+
 /// Idle and maximum power at one CPU frequency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -35,15 +35,6 @@ fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
 }
 
-fn endpoint(v: &Value, name: &str) -> (String, Ipv4Addr, String) {
-    let e = &v[name];
-    (
-        e["netns"].as_str().unwrap().into(),
-        e["address"].as_str().unwrap().parse().unwrap(),
-        e["host"].as_str().unwrap().into(),
-    )
-}
-
 /// The id and device of `service`'s only instance.
 fn instance_of(url: &str, service: &str) -> (String, String) {
     let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", url])).unwrap();
@@ -91,9 +82,9 @@ fn service(
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn controller_migrations_under_traffic_lose_nothing() {
     let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
-    let (out, eps) = (bed.out.clone(), bed.eps.clone());
+    let out = bed.out.clone();
     let out_s = out.to_str().unwrap();
-    let (src, dst) = (endpoint(&eps, "src"), endpoint(&eps, "dst"));
+    let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
     let (_ctl, url) = hostbed::controller(&out, TOKEN);
 
     for (id, proto, port) in [("udp-svc", "udp", UDP_PORT), ("tcp-svc", "tcp", TCP_PORT)] {

@@ -111,6 +111,7 @@ impl ApiMetrics {
             &mut f,
             Some((&ctl.operations()?, &ctl.instances()?, &ctl.services()?)),
         );
+        service_energy(&mut f, Some(&ctl.energy()?));
         self.register(&mut f);
         let up = agent_up(&mut f);
         let Some(agents) = &self.agents else {
@@ -144,6 +145,7 @@ impl ApiMetrics {
     pub fn sample_names() -> Vec<String> {
         let mut f = Families::default();
         store_gauges(&mut f, None);
+        service_energy(&mut f, None);
         ApiMetrics::default().register(&mut f);
         agent_up(&mut f);
         f.sample_names().to_vec()
@@ -155,6 +157,25 @@ fn agent_up(f: &mut Families) -> IntGauge {
         "nfx_agent_up",
         "1 if the host's agent answered the controller's scrape, 0 if not",
     )
+}
+
+/// Energy and power per service, summed over its instances' shares, as gauges with the
+/// service's source (families only when `energy` is `None`). Per instance and per host
+/// they come from the agents' scrapes (`nfx_energy_joules_total{host,vnf,source}`).
+fn service_energy(f: &mut Families, energy: Option<&crate::energy::EnergySummary>) {
+    let joules = f.gauge(
+        "nfx_service_energy_joules",
+        "Energy of a service's instances since each was first metered, J (drops when an instance is replaced; source: rapl = measured, model = power model driven by CPU time)",
+    );
+    let watts = f.gauge(
+        "nfx_service_power_watts",
+        "Power of a service's instances over the agents' last interval, W (source: rapl = measured, model = power model driven by CPU time)",
+    );
+    for s in energy.map(|e| e.services.as_slice()).unwrap_or_default() {
+        let l = labels(&[("service", &s.service), ("source", &s.source)]);
+        joules.get_or_create(&l).set(s.energy_j);
+        watts.get_or_create(&l).set(s.power_w);
+    }
 }
 
 /// What the store holds, as the scrape counts it.
@@ -221,6 +242,8 @@ mod tests {
             "nfx_instances",
             "nfx_services",
             "nfx_agent_up",
+            "nfx_service_energy_joules",
+            "nfx_service_power_watts",
         ] {
             assert!(names.iter().any(|x| x == n), "{n}: {names:?}");
         }

@@ -174,6 +174,7 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         .route("/api/v1/instances/{id}", get(get_instance))
         .route("/api/v1/instances/{id}/migrate", post(migrate))
         .route("/api/v1/operations", get(list_operations))
+        .route("/api/v1/energy", get(energy))
         .route("/api/v1/operations/{id}", get(get_operation))
         .route("/api/v1/events", get(events))
         .with_state(state.clone())
@@ -279,6 +280,11 @@ async fn migrate(
 async fn list_operations(State(st): State<Arc<ApiState>>) -> ApiResult {
     let ctl = st.ctl.clone();
     ok(StatusCode::OK, blocking(move || ctl.operations()).await?)
+}
+
+async fn energy(State(st): State<Arc<ApiState>>) -> ApiResult {
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.energy()).await?)
 }
 
 async fn get_operation(State(st): State<Arc<ApiState>>, Path(id): Path<String>) -> ApiResult {

@@ -76,6 +76,12 @@ pub const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ("get", "/api/v1/operations", "List operations.", None),
     (
         "get",
+        "/api/v1/energy",
+        "Energy (J) and power (W) per host and per service from the host agents' power agents, each with its source (rapl or model).",
+        None,
+    ),
+    (
+        "get",
         "/api/v1/operations/{id}",
         "One operation with its journaled steps.",
         None,

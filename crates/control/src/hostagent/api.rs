@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | GET | `/metrics` | its workers' and its own metrics ([`super::metrics`]) |
 //! | GET | `/agent/v1/health` | [`Health`] |
+//! | GET | `/agent/v1/energy` | [`super::power::EnergyReport`] (503 when the host is not metered or before the second sample) |
 //! | GET | `/agent/v1/paths` | `{service: HostPath}` |
 //! | PUT | `/agent/v1/paths` | replace every path with the body's map (204) |
 //! | PUT | `/agent/v1/paths/{service}` | program one path (204) |
@@ -48,6 +49,7 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
         Router::new()
             .route("/metrics", get(metrics))
             .route("/agent/v1/health", get(health))
+            .route("/agent/v1/energy", get(energy))
             .route("/agent/v1/paths", get(paths).put(sync))
             .route(
                 "/agent/v1/paths/{service}",
@@ -84,6 +86,17 @@ async fn blocking(f: impl FnOnce() -> Result<(), SteerError> + Send + 'static) -
 
 async fn health(State(st): State<Arc<St>>) -> Res {
     Ok(Json(st.agent.health()).into_response())
+}
+
+async fn energy(State(st): State<Arc<St>>) -> Res {
+    match st.agent.energy() {
+        Ok(Some(r)) => Ok(Json(r).into_response()),
+        Ok(None) => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no energy sample yet (the power agent samples once a second)".into(),
+        )),
+        Err(e) => Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, e)),
+    }
 }
 
 async fn paths(State(st): State<Arc<St>>) -> Res {

@@ -3,7 +3,9 @@
 //! --metrics-listen` would serve) with `host` and `worker` (the device) labels added,
 //! and the agent's own, with the `host` label: workers running, workers that ended
 //! without the agent stopping them, whether each worker answered, and the agent's API
-//! requests.
+//! requests; and the power agent's energy per instance and for the host
+//! (`nfx_energy_joules_total` and `nfx_power_watts` with `host`, `vnf` and `source`,
+//! [`nfx_energy::metrics`]).
 
 use super::HostAgent;
 use crate::api::metrics::ApiMetrics;
@@ -34,11 +36,14 @@ fn own(f: &mut Families, api: &ApiMetrics) -> Own {
     o
 }
 
-/// Every sample name of the agent's own families (its workers' are the dataplane's).
+/// Every sample name of the agent's own families (its workers' are the dataplane's),
+/// the energy names included.
 pub fn sample_names() -> Vec<String> {
     let mut f = Families::default();
     own(&mut f, &ApiMetrics::default());
-    f.sample_names().to_vec()
+    let mut names = f.sample_names().to_vec();
+    names.extend(nfx_energy::metrics::sample_names());
+    names
 }
 
 impl HostAgent {
@@ -78,6 +83,13 @@ impl HostAgent {
         out.add_labels(&[("host", host)]);
         for e in scraped {
             out.merge(e);
+        }
+        if let Ok(Some(r)) = self.power.report() {
+            let text = nfx_energy::metrics::render(&[super::power::as_reading(&r)]);
+            match Exposition::parse(&text) {
+                Ok(e) => out.merge(e),
+                Err(e) => log::error!("the energy metrics do not parse: {e}"),
+            }
         }
         out.render()
     }

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod metrics;
+pub mod power;
 pub mod stages;
 pub mod steering;
 
@@ -70,6 +71,11 @@ pub struct AgentConfig {
     /// configuration names (e.g. `/etc/nfx/dpi` for DPI pattern files).
     #[serde(default)]
     pub allowed_dirs: Vec<PathBuf>,
+    /// The host's power model (`hosts[].power` of the infrastructure descriptor): what
+    /// the power agent meters with where the host has no RAPL counters. Absent on such
+    /// a host: energy is not metered and the agent's energy report says why.
+    #[serde(default)]
+    pub power: Option<nfx_model::PowerModel>,
 }
 
 /// A software device of the host.
@@ -95,6 +101,9 @@ impl AgentConfig {
                 path.display(),
                 stages::MAX_DEVICES
             );
+        }
+        if let Some(p) = &c.power {
+            p.check(&path.display().to_string(), "power")?;
         }
         Ok(c)
     }
@@ -127,6 +136,13 @@ pub struct Health {
     pub lost: Vec<LostInstance>,
     /// Services with a path through this host.
     pub paths: usize,
+    /// The power agent's latest figures (absent until its second sample, or when the
+    /// host is not metered).
+    #[serde(default)]
+    pub energy: Option<power::EnergyReport>,
+    /// Why the host is not metered (no RAPL and no power model).
+    #[serde(default)]
+    pub energy_error: Option<String>,
 }
 
 /// One host's agent.
@@ -140,6 +156,8 @@ pub struct HostAgent {
     exits: AtomicU64,
     /// The agent's API requests.
     api: ApiMetrics,
+    /// Energy per instance and the power knobs' read-back.
+    power: power::PowerAgent,
 }
 
 impl HostAgent {
@@ -188,11 +206,23 @@ impl HostAgent {
             started: Instant::now(),
             exits: AtomicU64::new(0),
             api: ApiMetrics::default(),
+            power: power::PowerAgent::new(
+                &cfg.host,
+                cfg.software
+                    .iter()
+                    .map(|d| (d.id.clone(), d.cores))
+                    .collect(),
+                cfg.power.clone(),
+            ),
         });
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
             .name("agent-housekeeping".into())
             .spawn(move || housekeeping(weak))?;
+        let weak = Arc::downgrade(&agent);
+        std::thread::Builder::new()
+            .name("agent-power".into())
+            .spawn(move || metering(weak))?;
         Ok(agent)
     }
 
@@ -206,13 +236,25 @@ impl HostAgent {
 
     /// The heartbeat answer.
     pub fn health(&self) -> Health {
+        let (energy, energy_error) = match self.power.report() {
+            Ok(r) => (r, None),
+            Err(e) => (None, Some(e)),
+        };
         Health {
             host: self.host.clone(),
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             lost: self.lost().clone(),
             paths: self.steering().paths().len(),
+            energy,
+            energy_error,
         }
+    }
+
+    /// The power agent's latest figures (`None` before its second sample); `Err` says
+    /// why the host is not metered.
+    pub fn energy(&self) -> Result<Option<power::EnergyReport>, String> {
+        self.power.report()
     }
 
     /// Programs the host's part of `service`'s path, make-before-break: the workers of
@@ -361,6 +403,14 @@ fn selector_config(s: &Selector) -> SelectorConfig {
     }
 }
 
+fn metering(agent: Weak<HostAgent>) {
+    while let Some(a) = agent.upgrade() {
+        a.power.sample(&a.local.worker_processes());
+        drop(a);
+        std::thread::sleep(power::METER_EVERY);
+    }
+}
+
 fn housekeeping(agent: Weak<HostAgent>) {
     while let Some(a) = agent.upgrade() {
         a.tick();
@@ -443,6 +493,30 @@ mod tests {
                 .map(|(d, c)| (d.to_string(), c.iter().map(|i| i.to_string()).collect()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_bad_power_model_is_refused_with_its_field() {
+        let dir = std::env::temp_dir().join(format!("nfx-agent-power-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("agent.yaml");
+        let base = "host: h1\nlisten: 127.0.0.1:0\ntoken_file: /t\nrun_dir: /r\n";
+        std::fs::write(&file, format!("{base}power: {{ idle_w: 40, max_w: 20 }}\n")).unwrap();
+        let e = format!("{:#}", AgentConfig::load(&file).unwrap_err());
+        assert!(
+            e.contains("power.max_w") || e.contains("power.idle_w"),
+            "{e}"
+        );
+        std::fs::write(
+            &file,
+            format!("{base}power: {{ idle_w: 6.2, max_w: 37.4 }}\n"),
+        )
+        .unwrap();
+        assert_eq!(AgentConfig::load(&file).unwrap().power.unwrap().max_w, 37.4);
+        // Absent: the agent starts and says the host is not metered (power::tests).
+        std::fs::write(&file, base).unwrap();
+        assert_eq!(AgentConfig::load(&file).unwrap().power, None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

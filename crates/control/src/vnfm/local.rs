@@ -139,6 +139,19 @@ pub struct DeadWorker {
     pub exit: Option<String>,
 }
 
+/// A running worker process (see [`LocalVnfm::worker_processes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerProcess {
+    /// Its device.
+    pub device: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its control socket.
+    pub socket: PathBuf,
+    /// Its instances: `(instance id, dataplane node name)`, in chain order.
+    pub instances: Vec<(String, String)>,
+}
+
 /// The local VNFM.
 pub struct LocalVnfm {
     cfg: LocalConfig,
@@ -297,6 +310,32 @@ impl LocalVnfm {
             .iter()
             .filter(|(_, w)| w.pid.is_some())
             .map(|(d, _)| (d.clone(), self.socket(d)))
+            .collect()
+    }
+
+    /// The running workers' processes: device, pid, control socket and, per instance,
+    /// its id and its dataplane node name (what the power agent meters and splits).
+    pub fn worker_processes(&self) -> Vec<WorkerProcess> {
+        self.lock()
+            .iter()
+            .filter_map(|(d, w)| {
+                let pid = w.pid?;
+                let instances = w
+                    .instances
+                    .iter()
+                    .enumerate()
+                    .map(|(k, i)| {
+                        let node = w.nodes.get(k).cloned().unwrap_or_else(|| i.id.clone());
+                        (i.id.clone(), node)
+                    })
+                    .collect();
+                Some(WorkerProcess {
+                    device: d.clone(),
+                    pid,
+                    socket: self.socket(d),
+                    instances,
+                })
+            })
             .collect()
     }
 

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context};
 use nfx_control::client::{ensure_token, load_services, load_token, token_file_or_new, Client};
+use nfx_control::energy::EnergySummary;
 use nfx_control::hostagent::AgentConfig as HostAgentConfig;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
@@ -369,9 +370,11 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
     let services = expect(cl.get("/api/v1/services")?, &[200], "services")?;
     let instances = expect(cl.get("/api/v1/instances")?, &[200], "instances")?;
     let ops = expect(cl.get("/api/v1/operations")?, &[200], "operations")?;
+    let energy: EnergySummary =
+        serde_json::from_value(expect(cl.get("/api/v1/energy")?, &[200], "energy")?)
+            .context("energy: the controller's answer does not match its format")?;
     if a.conn.json.is_some() {
-        let all =
-            serde_json::json!({"services": services, "instances": instances, "operations": ops});
+        let all = serde_json::json!({"services": services, "instances": instances, "operations": ops, "energy": energy});
         return show(&a.conn, &all);
     }
     use std::fmt::Write as _;
@@ -397,6 +400,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             i["status"].as_str().unwrap_or("?")
         );
     }
+    write_energy(&mut out, &energy);
     out.push_str("operations:\n");
     for o in ops.as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -417,6 +421,38 @@ fn print_text(text: &str) -> anyhow::Result<()> {
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
+    }
+}
+
+/// The energy section of `nfx status`: per service, then per host, each with its source.
+fn write_energy(out: &mut String, e: &EnergySummary) {
+    use std::fmt::Write as _;
+    out.push_str("energy:\n");
+    if !e.reported && e.hosts.iter().all(|h| h.error.is_none()) {
+        out.push_str("  not reported (no host agent has sent figures yet)\n");
+    }
+    for s in &e.services {
+        let unmetered = if s.unmetered.is_empty() {
+            String::new()
+        } else {
+            format!("  unmetered: {}", s.unmetered.join(","))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>12.1} J {:>8.2} W  {}{unmetered}",
+            s.service, s.energy_j, s.power_w, s.source
+        );
+    }
+    for h in &e.hosts {
+        let _ = match (&h.source, &h.error) {
+            (_, Some(err)) => writeln!(out, "  host {:<15} not metered: {err}", h.host),
+            (Some(src), None) => writeln!(
+                out,
+                "  host {:<15} {:>12.1} J {:>8.2} W  {src}",
+                h.host, h.energy_j, h.power_w
+            ),
+            (None, None) => Ok(()),
+        };
     }
 }
 

@@ -111,6 +111,7 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
                 .collect(),
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
             allowed_dirs: allowed_dirs.to_vec(),
+            power: Some(nfx_energy::model::default_power(cores)),
         };
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
@@ -165,7 +166,7 @@ pub fn infrastructure(lay: &Layout, cores: u32, agents: bool) -> Infrastructure 
         infra.hosts.push(Host {
             id: h.id.clone(),
             cores,
-            power: None,
+            power: Some(nfx_energy::model::default_power(cores)),
             agent: agents.then(|| format!("https://{}:{AGENT_PORT}", h.mgmt)),
         });
         infra.devices.extend(

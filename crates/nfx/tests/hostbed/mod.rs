@@ -80,6 +80,18 @@ pub fn testbed_up(token: &str, prefix: &'static str, base: &str, hosts: u32) -> 
 }
 
 impl Testbed {
+    /// Endpoint `name` of endpoints.json: its namespace, address and host.
+    // hosts_e2e reads its endpoints into its own type.
+    #[allow(dead_code)]
+    pub fn endpoint(&self, name: &str) -> (String, std::net::Ipv4Addr, String) {
+        let e = &self.eps[name];
+        (
+            e["netns"].as_str().unwrap().into(),
+            e["address"].as_str().unwrap().parse().unwrap(),
+            e["host"].as_str().unwrap().into(),
+        )
+    }
+
     /// Tears the testbed down now (the directory stays until drop).
     pub fn down(&mut self) {
         self.down.take();

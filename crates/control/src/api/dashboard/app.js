@@ -109,7 +109,7 @@ function render(s) {
   drawChains(s);
   drawNodes(s);
   drawAccel(s);
-  $('energy').textContent = s.energy.reported ? '' : s.energy.reason;
+  drawEnergy(s.energy);
   drawOps(s);
 }
 
@@ -234,6 +234,28 @@ function drawAccel(s) {
       el('svg:polyline', { points: pts, fill: 'none', stroke: TIER.accelerator, 'stroke-width': 2 }));
     box.append(el('div', { 'data-device': d.id },
       el('p', { text: `${d.id} on ${d.host}: ${fmt(d.capacity_used, 1)} of ${fmt(d.capacity_total)} queue pairs granted to ${d.instances} instance(s)` }), svg));
+  }
+}
+
+// Energy per service and per host as the agents report it; every figure shows its
+// source (rapl = measured, model = the host's power model driven by CPU time).
+function drawEnergy(e) {
+  $('energy').textContent = e.reported ? '' : e.reason;
+  const svc = $('energy-services').tBodies[0];
+  svc.replaceChildren();
+  for (const v of e.services) {
+    svc.append(el('tr', { 'data-service': v.service },
+      el('td', { text: v.service }), el('td', { class: 'num', text: v.energy_j.toFixed(1) }),
+      el('td', { class: 'num', text: v.power_w.toFixed(2) }), el('td', { class: 'source', text: v.source }),
+      el('td', { text: v.unmetered.join(', ') })));
+  }
+  const hosts = $('energy-hosts').tBodies[0];
+  hosts.replaceChildren();
+  for (const h of e.hosts) {
+    hosts.append(el('tr', { 'data-host': h.host },
+      el('td', { text: h.host }), el('td', { class: 'num', text: h.error ? '' : h.energy_j.toFixed(1) }),
+      el('td', { class: 'num', text: h.error ? '' : h.power_w.toFixed(2) }),
+      el('td', { class: 'source', text: h.error ? 'not metered: ' + h.error : h.source })));
   }
 }
 

@@ -5,6 +5,7 @@
 //! the difference with the previous sample.
 
 use crate::controller::{Controller, CtlError};
+use crate::energy::{HostEnergy, ServiceEnergy};
 use crate::mediator::is_down;
 use crate::ops::{Operation, StepStatus};
 use crate::vnfm::{InstanceState, Vnfm};
@@ -162,13 +163,17 @@ pub struct LiveCounters {
     pub drops_per_s: Option<f64>,
 }
 
-/// Energy per service, or why there is none.
+/// Energy per service and per host from the agents' power agents, or why there is none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnergyView {
     /// Whether the controller has energy figures.
     pub reported: bool,
     /// Why not, when it has none.
     pub reason: String,
+    /// Per service, each with its source.
+    pub services: Vec<ServiceEnergy>,
+    /// Per host, each with its source or why it is not metered.
+    pub hosts: Vec<HostEnergy>,
 }
 
 /// An operation of the log.
@@ -213,7 +218,22 @@ pub struct Previous {
     at: HashMap<String, (Instant, u64, Option<u64>)>,
 }
 
-const ENERGY_REASON: &str = "not reported: the controller receives no energy figures (the energy meter is not served by any long-running nfx process yet)";
+const ENERGY_REASON: &str = "not reported: no host agent has sent energy figures (hosts without an agent, or agents not metering)";
+
+/// The energy part of a snapshot.
+fn energy_view(ctl: &Controller) -> Result<EnergyView, CtlError> {
+    let e = ctl.energy()?;
+    Ok(EnergyView {
+        reported: e.reported,
+        reason: if e.reported {
+            String::new()
+        } else {
+            ENERGY_REASON.into()
+        },
+        services: e.services,
+        hosts: e.hosts,
+    })
+}
 
 /// Reads one snapshot (blocking: store reads and VNFM calls); `prev` turns counters into
 /// rates and is updated.
@@ -348,10 +368,7 @@ pub fn take(ctl: &Controller, seq: u64, prev: &mut Previous) -> Result<Snapshot,
         devices,
         services,
         instances,
-        energy: EnergyView {
-            reported: false,
-            reason: ENERGY_REASON.into(),
-        },
+        energy: energy_view(ctl)?,
         operations: ops.iter().map(operation_view).collect(),
     })
 }

@@ -1,0 +1,372 @@
+//! The agent's power agent: meters its host once a second with the energy crate's
+//! [`Meter`] — RAPL where `/sys/class/powercap` has it, else the host's power model
+//! (the agent configuration's `power`, from the infrastructure descriptor) driven by the
+//! CPU time of the host's worker processes (`/proc/<pid>/task/*/schedstat`) — and
+//! attributes each worker's energy to its VNF instances by the TSC cycles the worker's
+//! dataplane spent in each instance's node over the interval (evenly while none
+//! processed a packet). It also reads back, per worker thread, what the power knobs act
+//! on: the poll mode (from the worker), the affinity and the CPU limit (from the kernel).
+//! Every figure carries its [`Source`].
+
+use crate::vnfm::local::WorkerProcess;
+use nfx_energy::meter::{Figure, GroupKind, GroupReading, Reading};
+use nfx_energy::{Group, HostBusy, HostModel, Meter, MeterConfig, Source, Target};
+use nfx_io::cgroup::CpuController;
+use nfx_model::PowerModel;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// How often the power agent samples its host.
+pub const METER_EVERY: Duration = Duration::from_secs(1);
+
+/// The power agent's latest figures (`GET /agent/v1/energy`, and the heartbeat's
+/// `energy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnergyReport {
+    /// Host id.
+    pub host: String,
+    /// Where every figure comes from (`rapl` or `model`).
+    pub source: Source,
+    /// When it was sampled, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// Seconds the watts average over.
+    pub interval_s: f64,
+    /// The host's average power over the interval, W.
+    pub power_w: f64,
+    /// The host's energy since the agent started metering, J.
+    pub energy_j: f64,
+    /// The host's idle power (from its model), W.
+    pub idle_w: f64,
+    /// Busy cores of the host over the interval (its workers' CPU time).
+    pub busy_cores: f64,
+    /// Per VNF instance.
+    pub instances: Vec<InstanceEnergy>,
+    /// Per worker process, with its threads' knob settings.
+    pub workers: Vec<WorkerPower>,
+}
+
+/// One VNF instance's energy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceEnergy {
+    /// Instance id.
+    pub instance: String,
+    /// Its device (worker).
+    pub device: String,
+    /// Its share of its worker's power over the interval, W.
+    pub power_w: f64,
+    /// Its energy since the agent started metering it, J.
+    pub energy_j: f64,
+    /// Cores of CPU time attributed to it over the interval.
+    pub cpu_cores: f64,
+    /// `rapl` or `model`.
+    pub source: Source,
+}
+
+/// One worker process: its metered figures and its threads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerPower {
+    /// Device id.
+    pub device: String,
+    /// Process id.
+    pub pid: u32,
+    /// Cores it used over the interval (all its threads, from `/proc`).
+    pub cpu_cores: f64,
+    /// Its power over the interval (dynamic from its CPU time + idle share), W.
+    pub power_w: f64,
+    /// Its energy since the agent started metering it, J.
+    pub energy_j: f64,
+    /// Its dataplane threads as the worker and the kernel report them (empty when the
+    /// worker did not answer).
+    pub threads: Vec<ThreadKnobs>,
+}
+
+/// A dataplane thread's knob settings, read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadKnobs {
+    /// Worker thread index in the dataplane.
+    pub worker: usize,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Poll mode in force (`busy`, `adaptive`, `interrupt`).
+    pub poll: String,
+    /// CPUs it may run on (`sched_getaffinity`).
+    pub affinity: Vec<usize>,
+    /// Its cgroup's CPU limit in cores (`cpu.max` or the v1 CFS quota); `None` when
+    /// unlimited or the host has no readable cpu controller.
+    pub cpu_max_cores: Option<f64>,
+}
+
+/// What the agent meters with.
+struct State {
+    meter: Meter,
+    /// pid of each device's worker as metered.
+    pids: BTreeMap<String, u32>,
+    /// Cumulative cycles of each (device, node) at the last sample.
+    cycles: BTreeMap<(String, String), f64>,
+    /// Joules of each instance.
+    joules: BTreeMap<String, f64>,
+    cpu: Option<CpuController>,
+}
+
+/// The power agent of one host.
+pub struct PowerAgent {
+    host: String,
+    cores: BTreeMap<String, u32>,
+    state: Mutex<Result<State, String>>,
+    latest: Mutex<Option<EnergyReport>>,
+}
+
+impl PowerAgent {
+    /// A power agent for `host` whose devices own `cores` (device → cores), with the
+    /// host's power `model` (required where there is no RAPL; the error says so and is
+    /// reported by [`PowerAgent::report`]).
+    pub fn new(host: &str, cores: BTreeMap<String, u32>, model: Option<PowerModel>) -> Self {
+        let total: u32 = cores.values().sum();
+        let cfg = MeterConfig {
+            host: host.to_string(),
+            model: model.map(|m| HostModel::new(total.max(1), m)),
+            busy: HostBusy::Groups,
+            use_rapl: true,
+        };
+        let state = Meter::new(cfg)
+            .map(|meter| State {
+                meter,
+                pids: BTreeMap::new(),
+                cycles: BTreeMap::new(),
+                joules: BTreeMap::new(),
+                cpu: CpuController::detect().ok(),
+            })
+            .map_err(|e| e.to_string());
+        if let Err(e) = &state {
+            log::warn!("energy is not metered: {e}");
+        }
+        PowerAgent {
+            host: host.to_string(),
+            cores,
+            state: Mutex::new(state),
+            latest: Mutex::new(None),
+        }
+    }
+
+    /// The latest figures; `Err` says why the host is not metered.
+    pub fn report(&self) -> Result<Option<EnergyReport>, String> {
+        if let Err(e) = &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e.clone());
+        }
+        Ok(self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone())
+    }
+
+    /// Takes one sample over the running `workers`.
+    pub fn sample(&self, workers: &[WorkerProcess]) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(st) = &mut *g else { return };
+        match self.sample_with(st, workers) {
+            Ok(r) => *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(r),
+            Err(e) => log::warn!("metering {}: {e}", self.host),
+        }
+    }
+
+    fn sample_with(
+        &self,
+        st: &mut State,
+        workers: &[WorkerProcess],
+    ) -> std::io::Result<EnergyReport> {
+        for w in workers {
+            if st.pids.get(&w.device) != Some(&w.pid) {
+                st.meter.add_group(Group {
+                    name: w.device.clone(),
+                    kind: GroupKind::Vnf,
+                    targets: vec![Target::Process { pid: w.pid }],
+                    reserved_cores: f64::from(self.cores.get(&w.device).copied().unwrap_or(0)),
+                });
+                st.pids.insert(w.device.clone(), w.pid);
+            }
+        }
+        let gone: Vec<String> = st
+            .pids
+            .keys()
+            .filter(|d| !workers.iter().any(|w| &w.device == *d))
+            .cloned()
+            .collect();
+        for d in gone {
+            st.meter.remove_group(&d);
+            st.pids.remove(&d);
+        }
+        let reading = st.meter.sample()?;
+        let source = reading.energy.source;
+        let mut instances = Vec::new();
+        let mut out_workers = Vec::new();
+        for w in workers {
+            let Some(g) = reading.groups.iter().find(|g| g.name == w.device) else {
+                continue;
+            };
+            let stats = nfx_dataplane::control::fetch_stats(&w.socket)
+                .map_err(|e| log::debug!("stats of worker {}: {e:#}", w.device))
+                .ok();
+            let work: Vec<f64> = w
+                .instances
+                .iter()
+                .map(|(_, node)| {
+                    let now = stats
+                        .as_ref()
+                        .and_then(|s| s.nodes.iter().find(|n| &n.name == node))
+                        .map(|n| n.packets as f64 * n.cycles_per_packet)
+                        .unwrap_or(0.0);
+                    let key = (w.device.clone(), node.clone());
+                    let before = st.cycles.insert(key, now).unwrap_or(0.0);
+                    (now - before).max(0.0)
+                })
+                .collect();
+            let interval_j = g.energy.watts * reading.interval_s;
+            for ((id, _), share) in w.instances.iter().zip(split_shares(&work)) {
+                let j = st.joules.entry(id.clone()).or_insert(0.0);
+                *j += interval_j * share;
+                instances.push(InstanceEnergy {
+                    instance: id.clone(),
+                    device: w.device.clone(),
+                    power_w: g.energy.watts * share,
+                    energy_j: *j,
+                    cpu_cores: g.cpu_cores * share,
+                    source,
+                });
+            }
+            out_workers.push(WorkerPower {
+                device: w.device.clone(),
+                pid: w.pid,
+                cpu_cores: g.cpu_cores,
+                power_w: g.energy.watts,
+                energy_j: g.energy.joules,
+                threads: stats
+                    .map(|s| threads(&s, st.cpu.as_ref()))
+                    .unwrap_or_default(),
+            });
+        }
+        st.joules
+            .retain(|id, _| instances.iter().any(|i| &i.instance == id));
+        st.cycles.retain(|(d, n), _| {
+            workers
+                .iter()
+                .any(|w| &w.device == d && w.instances.iter().any(|(_, x)| x == n))
+        });
+        Ok(EnergyReport {
+            host: self.host.clone(),
+            source,
+            at_unix_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            interval_s: reading.interval_s,
+            power_w: reading.energy.watts,
+            energy_j: reading.energy.joules,
+            idle_w: reading.idle_w,
+            busy_cores: reading.busy_cores,
+            instances,
+            workers: out_workers,
+        })
+    }
+}
+
+/// Each instance's share of its worker from the cycles each spent in the interval;
+/// equal shares when none spent any.
+pub fn split_shares(work: &[f64]) -> Vec<f64> {
+    let total: f64 = work.iter().sum();
+    if total > 0.0 {
+        work.iter().map(|w| w / total).collect()
+    } else {
+        vec![1.0 / work.len().max(1) as f64; work.len()]
+    }
+}
+
+/// The worker's threads with their knobs read back from the kernel.
+fn threads(s: &nfx_dataplane::Stats, cpu: Option<&CpuController>) -> Vec<ThreadKnobs> {
+    s.workers
+        .iter()
+        .map(|w| ThreadKnobs {
+            worker: w.id,
+            tid: w.tid,
+            poll: w.poll.clone(),
+            affinity: nfx_io::affinity::affinity(w.tid).unwrap_or_default(),
+            cpu_max_cores: cpu.and_then(|c| c.thread_limit_cores(w.tid).ok().flatten()),
+        })
+        .collect()
+}
+
+/// The report as the energy crate's reading (instances as VNF groups), for its
+/// Prometheus names.
+pub fn as_reading(r: &EnergyReport) -> Reading {
+    let fig = |watts, joules| Figure {
+        watts,
+        joules,
+        source: r.source,
+    };
+    Reading {
+        host: r.host.clone(),
+        t_s: 0.0,
+        interval_s: r.interval_s,
+        busy_cores: r.busy_cores,
+        mhz: None,
+        energy: fig(r.power_w, r.energy_j),
+        idle_w: r.idle_w,
+        groups: r
+            .instances
+            .iter()
+            .map(|i| GroupReading {
+                name: i.instance.clone(),
+                kind: GroupKind::Vnf,
+                cpu_cores: i.cpu_cores,
+                dynamic_w: 0.0,
+                idle_w: 0.0,
+                energy: fig(i.power_w, i.energy_j),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_follow_cycles_and_are_even_when_idle() {
+        assert_eq!(split_shares(&[300.0, 100.0]), vec![0.75, 0.25]);
+        assert_eq!(split_shares(&[0.0, 0.0]), vec![0.5, 0.5]);
+        assert!(split_shares(&[]).is_empty());
+    }
+
+    #[test]
+    fn no_power_model_and_no_rapl_is_a_clear_error() {
+        if nfx_energy::rapl::RaplReader::discover().is_some() {
+            return; // a host with RAPL needs no model
+        }
+        let a = PowerAgent::new("h9", BTreeMap::from([("d".into(), 1)]), None);
+        let e = a.report().unwrap_err();
+        assert!(e.contains("host h9") && e.contains("power"), "{e}");
+        a.sample(&[]);
+        assert!(a.report().is_err());
+    }
+
+    #[test]
+    fn a_model_host_reports_its_idle_power_with_no_workers() {
+        let model = nfx_energy::model::default_power(2);
+        let a = PowerAgent::new(
+            "h1",
+            BTreeMap::from([("a".into(), 1), ("b".into(), 1)]),
+            Some(model),
+        );
+        assert_eq!(a.report().unwrap(), None);
+        a.sample(&[]);
+        std::thread::sleep(Duration::from_millis(20));
+        a.sample(&[]);
+        let r = a.report().unwrap().unwrap();
+        if r.source == Source::Model {
+            assert!((r.power_w - 6.2).abs() < 1e-9, "{r:?}");
+            assert!(r.energy_j > 0.0 && r.instances.is_empty());
+        }
+    }
+}
