@@ -44,7 +44,10 @@ pub fn strawman(net: &Network, q: &Query, path: &mut Vec<u32>) -> StrawmanAnswer
             Status::InfeasibleLatency
         },
         true_latency_ns: Some(net.path_latency_ns(q, path)),
-        resources_ok: path.iter().all(|&x| net.inst(x).serves(&q.needs)),
+        resources_ok: path
+            .iter()
+            .enumerate()
+            .all(|(k, &x)| net.inst(x).serves(&q.needs_at(k))),
     }
 }
 
@@ -61,6 +64,9 @@ pub enum Marking {
 #[derive(Debug, Default, Clone)]
 pub struct HyperLoop {
     chainer: Chainer,
+    /// Marks per (stage, instance): a stage may need more capacity than another, so an
+    /// instance failing one stage can still serve the next. A node mark (the paper's
+    /// variant) removes the node at every stage.
     marked_inst: Vec<bool>,
     marked_node: Vec<bool>,
     /// DP rounds run by the last query.
@@ -81,28 +87,29 @@ impl HyperLoop {
     /// Answers `q` the paper's way: latency DP over unmarked instances; if the best path
     /// exceeds the bound, stop; else check its instances' resources, mark failures, repeat.
     pub fn solve(&mut self, net: &Network, q: &Query, marking: Marking) -> Outcome {
+        let (ni, nn, stages) = (net.insts().len(), net.node_count(), q.chain.len());
         self.marked_inst.clear();
-        self.marked_inst.resize(net.insts().len(), false);
+        self.marked_inst.resize(ni * stages, false);
         self.marked_node.clear();
-        self.marked_node.resize(net.node_count(), false);
+        self.marked_node.resize(nn, false);
         self.rounds = 0;
         loop {
             self.rounds += 1;
             let (mi, mn) = (&self.marked_inst, &self.marked_node);
-            let res = self.chainer.best_path(net, q, |x| {
-                !mi[x as usize] && !mn[net.inst(x).node as usize]
+            let res = self.chainer.best_path(net, q, |k, x| {
+                !mi[k * ni + x as usize] && !mn[net.inst(x).node as usize]
             });
             let o = classify(q, res);
             if o.status != Status::Ok {
                 return o;
             }
             let mut failed = false;
-            for &x in self.chainer.path() {
+            for (k, &x) in self.chainer.path().iter().enumerate() {
                 let i = net.inst(x);
-                if !i.serves(&q.needs) {
+                if !i.serves(&q.needs_at(k)) {
                     failed = true;
                     match marking {
-                        Marking::Instance => self.marked_inst[x as usize] = true,
+                        Marking::Instance => self.marked_inst[k * ni + x as usize] = true,
                         Marking::Node => self.marked_node[i.node as usize] = true,
                     }
                 }
@@ -144,10 +151,9 @@ pub fn judge(exact: &Outcome, claimed: Status, latency_ns: Option<u64>, valid: b
 /// and the latency bound.
 pub fn path_valid(net: &Network, q: &Query, path: &[u32]) -> bool {
     path.len() == q.chain.len()
-        && path
-            .iter()
-            .zip(&q.chain)
-            .all(|(&x, &f)| f != NONE && net.inst(x).function == f && net.inst(x).serves(&q.needs))
+        && path.iter().zip(&q.chain).enumerate().all(|(k, (&x, &f))| {
+            f != NONE && net.inst(x).function == f && net.inst(x).serves(&q.needs_at(k))
+        })
         && net.path_latency_ns(q, path) <= q.bound_ns
 }
 
@@ -191,6 +197,7 @@ mod tests {
             latency_bound_us: bound,
             throughput_gbps: 1.0,
             capacity_need: 1.0,
+            stage_capacity: Vec::new(),
         };
         n.query("t", "s", &s).unwrap()
     }

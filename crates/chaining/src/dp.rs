@@ -67,15 +67,14 @@ impl Chainer {
 
     /// Answers `q` exactly: filter by free throughput/capacity, then the stage DP.
     pub fn solve(&mut self, net: &Network, q: &Query) -> Outcome {
-        let needs = q.needs;
-        let res = self.best_path(net, q, |x| net.inst(x).serves(&needs));
+        let res = self.best_path(net, q, |k, x| net.inst(x).serves(&q.needs_at(k)));
         classify(q, res)
     }
 
-    /// Minimum-latency path for `q` over the instances `usable` accepts. `Ok(latency_ns)`
-    /// with the path in [`Chainer::path`], or `Err(stage)` for the first stage with no
-    /// usable instance.
-    pub fn best_path<F: Fn(u32) -> bool>(
+    /// Minimum-latency path for `q` over the instances `usable(stage, instance)` accepts.
+    /// `Ok(latency_ns)` with the path in [`Chainer::path`], or `Err(stage)` for the first
+    /// stage with no usable instance.
+    pub fn best_path<F: Fn(usize, u32) -> bool>(
         &mut self,
         net: &Network,
         q: &Query,
@@ -99,7 +98,7 @@ impl Chainer {
                 let m = net.inst(list[i]).node;
                 let mut chosen = NONE;
                 while i < list.len() && net.inst(list[i]).node == m {
-                    if chosen == NONE && usable(list[i]) {
+                    if chosen == NONE && usable(k, list[i]) {
                         chosen = list[i];
                     }
                     i += 1;
@@ -219,6 +218,7 @@ mod tests {
             latency_bound_us: bound,
             throughput_gbps: gbps,
             capacity_need: 1.0,
+            stage_capacity: Vec::new(),
         }
     }
 

@@ -9,11 +9,12 @@ pub fn solve(net: &Network, q: &Query) -> (Outcome, Vec<u32>) {
     let stages: Vec<Vec<u32>> = q
         .chain
         .iter()
-        .map(|&f| {
+        .enumerate()
+        .map(|(k, &f)| {
             net.instances_of(f)
                 .iter()
                 .copied()
-                .filter(|&x| net.inst(x).serves(&q.needs))
+                .filter(|&x| net.inst(x).serves(&q.needs_at(k)))
                 .collect()
         })
         .collect();

@@ -17,7 +17,8 @@ fn resources(net: &Network, q: &Query, first: usize) -> String {
     let mut s = String::new();
     for (k, &f) in q.chain.iter().enumerate().skip(first) {
         let list = net.instances_of(f);
-        if list.iter().any(|&x| net.inst(x).serves(&q.needs)) {
+        let needs = q.needs_at(k);
+        if list.iter().any(|&x| net.inst(x).serves(&needs)) {
             continue;
         }
         if !s.is_empty() {
@@ -30,11 +31,11 @@ fn resources(net: &Network, q: &Query, first: usize) -> String {
         }
         let short_gbps = list
             .iter()
-            .filter(|&&x| net.inst(x).free_gbps < q.needs.throughput_gbps)
+            .filter(|&&x| net.inst(x).free_gbps < needs.throughput_gbps)
             .count();
         let short_cap = list
             .iter()
-            .filter(|&&x| net.inst(x).free_capacity < q.needs.capacity)
+            .filter(|&&x| net.inst(x).free_capacity < needs.capacity)
             .count();
         let best = list
             .iter()
@@ -49,8 +50,8 @@ fn resources(net: &Network, q: &Query, first: usize) -> String {
              {} with {:.3} Gbit/s and {:.3} capacity)",
             k + 1,
             list.len(),
-            q.needs.throughput_gbps,
-            q.needs.capacity,
+            needs.throughput_gbps,
+            needs.capacity,
             net.inst_id(best),
             bi.free_gbps,
             bi.free_capacity
@@ -90,10 +91,11 @@ fn latency(net: &Network, q: &Query, o: &Outcome, path: &[u32]) -> String {
     let min_proc: u64 = q
         .chain
         .iter()
-        .map(|&f| {
+        .enumerate()
+        .map(|(k, &f)| {
             net.instances_of(f)
                 .iter()
-                .filter(|&&x| net.inst(x).serves(&q.needs))
+                .filter(|&&x| net.inst(x).serves(&q.needs_at(k)))
                 .map(|&x| net.inst(x).proc_ns)
                 .min()
                 .unwrap_or(0)

@@ -38,8 +38,9 @@ pub fn network_from_model(
     Ok(net)
 }
 
-/// The chaining query for a service: its hosts, functions and SLA; the capacity need is
-/// the largest of its functions' needs (one number applies to every stage).
+/// The chaining query for a service: its hosts, functions and SLA; each stage needs its
+/// own function's `capacity_need` (`capacity_need` of the query is the largest, for
+/// readers of the one-number form).
 pub fn sla_for_service(s: &Service) -> SlaSpec {
     SlaSpec {
         id: s.id.as_str().into(),
@@ -49,6 +50,7 @@ pub fn sla_for_service(s: &Service) -> SlaSpec {
         latency_bound_us: s.sla.max_latency_us,
         throughput_gbps: s.sla.min_throughput_gbps,
         capacity_need: s.chain.iter().map(|c| c.capacity_need).fold(0.0, f64::max),
+        stage_capacity: s.chain.iter().map(|c| c.capacity_need).collect(),
     }
 }
 
@@ -92,6 +94,7 @@ services:
         let net = network_from_model("i.yaml", &infra, &model).unwrap();
         let sla = sla_for_service(&svc.services[0]);
         assert_eq!(sla.capacity_need, 8.0);
+        assert_eq!(sla.stage_capacity, [8.0, 1.0]);
         let q = net.query("s.yaml", "services[0]", &sla).unwrap();
         let mut c = Chainer::new();
         let o = c.solve(&net, &q);

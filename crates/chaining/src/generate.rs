@@ -147,6 +147,7 @@ pub fn generate(shape: &Shape, seed: u64) -> Workload {
                 latency_bound_us: tenth(rng.random_range(100.0..900.0)),
                 throughput_gbps: tenth(rng.random_range(0.5..5.0)),
                 capacity_need: rng.random_range(1..=4) as f64,
+                stage_capacity: Vec::new(),
             }
         })
         .collect();

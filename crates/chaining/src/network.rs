@@ -66,8 +66,26 @@ pub struct Query {
     pub names: Vec<String>,
     /// Latency bound, ns.
     pub bound_ns: u64,
-    /// Per-instance needs.
+    /// What every instance on the path needs, unless `stage_capacity` says otherwise.
     pub needs: Needs,
+    /// Capacity each stage's instance needs (one entry per stage: a firewall's table
+    /// entries, a tunnel's queue pair); empty: `needs.capacity` at every stage.
+    pub stage_capacity: Vec<f64>,
+}
+
+impl Query {
+    /// What the instance at stage `k` must have free.
+    #[inline]
+    pub fn needs_at(&self, k: usize) -> Needs {
+        Needs {
+            throughput_gbps: self.needs.throughput_gbps,
+            capacity: self
+                .stage_capacity
+                .get(k)
+                .copied()
+                .unwrap_or(self.needs.capacity),
+        }
+    }
 }
 
 /// Nodes, transfer latencies and instances, ready for repeated queries.
@@ -280,6 +298,20 @@ impl Network {
         )?;
         check_amount(file, &format!("{field}.throughput_gbps"), s.throughput_gbps)?;
         check_amount(file, &format!("{field}.capacity_need"), s.capacity_need)?;
+        if !s.stage_capacity.is_empty() && s.stage_capacity.len() != s.chain.len() {
+            return Err(ModelError::new(
+                file,
+                format!("{field}.stage_capacity"),
+                format!(
+                    "has {} entries for a chain of {} functions",
+                    s.stage_capacity.len(),
+                    s.chain.len()
+                ),
+            ));
+        }
+        for (k, &c) in s.stage_capacity.iter().enumerate() {
+            check_amount(file, &format!("{field}.stage_capacity[{k}]"), c)?;
+        }
         Ok(Query {
             src,
             dst,
@@ -299,6 +331,7 @@ impl Network {
                 throughput_gbps: s.throughput_gbps,
                 capacity: s.capacity_need,
             },
+            stage_capacity: s.stage_capacity.clone(),
         })
     }
 
@@ -500,6 +533,7 @@ mod tests {
             latency_bound_us: 100.0,
             throughput_gbps: 1.0,
             capacity_need: 1.0,
+            stage_capacity: Vec::new(),
         };
         let q = n.query("w", "slas[0]", &s).unwrap();
         assert_eq!(q.chain, vec![0, NONE]);
@@ -511,6 +545,24 @@ mod tests {
             "slas[0].dst_node"
         );
         s.dst_node = "b".into();
+        s.stage_capacity = vec![16.0, 1.0];
+        let q = n.query("w", "slas[0]", &s).unwrap();
+        assert_eq!(
+            (q.needs_at(0).capacity, q.needs_at(1).capacity),
+            (16.0, 1.0)
+        );
+        s.stage_capacity = vec![16.0];
+        assert!(n
+            .query("w", "slas[0]", &s)
+            .unwrap_err()
+            .message
+            .contains("1 entries"));
+        s.stage_capacity = vec![1.0, -2.0];
+        assert_eq!(
+            n.query("w", "slas[0]", &s).unwrap_err().field,
+            "slas[0].stage_capacity[1]"
+        );
+        s.stage_capacity.clear();
         s.throughput_gbps = -1.0;
         assert_eq!(
             n.query("w", "slas[0]", &s).unwrap_err().field,

@@ -77,7 +77,7 @@ pub fn solve_with_retry(
             &q.names[stage],
             net.node_id(node),
             to_us(budget_ns),
-            q.needs,
+            q.needs_at(stage),
         );
         if let Some(spec) = placed {
             if spec.function.to_string() != q.names[stage] {
@@ -129,7 +129,7 @@ fn around_tables(
         at.iter_mut().for_each(|x| *x = INF);
         for &x in net.instances_of(q.chain[k]) {
             let i = net.inst(x);
-            if i.serves(&q.needs) {
+            if i.serves(&q.needs_at(k)) {
                 let v = i.node as usize;
                 at[v] = at[v].min(arrive[k][v].saturating_add(i.proc_ns));
             }
@@ -146,7 +146,7 @@ fn around_tables(
             at.iter_mut().for_each(|x| *x = INF);
             for &x in net.instances_of(q.chain[k + 1]) {
                 let i = net.inst(x);
-                if i.serves(&q.needs) {
+                if i.serves(&q.needs_at(k + 1)) {
                     let v = i.node as usize;
                     at[v] = at[v].min(i.proc_ns.saturating_add(leave[k + 1][v]));
                 }
@@ -254,6 +254,7 @@ mod tests {
             latency_bound_us: bound,
             throughput_gbps: 1.0,
             capacity_need: 1.0,
+            stage_capacity: Vec::new(),
         }
     }
 

@@ -91,8 +91,14 @@ pub struct SlaSpec {
     pub latency_bound_us: f64,
     /// Free throughput every instance on the path must have, Gbit/s.
     pub throughput_gbps: f64,
-    /// Free capacity every instance on the path must have.
+    /// Free capacity every instance on the path must have (unless `stage_capacity`
+    /// gives each stage its own).
     pub capacity_need: f64,
+    /// Free capacity the instance of each stage must have, one entry per function of
+    /// `chain` (its units are its tier's: cores, table entries, queue pairs); empty:
+    /// `capacity_need` at every stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage_capacity: Vec<f64>,
 }
 
 /// Largest latency accepted anywhere (µs): keeps integer-nanosecond sums far from overflow.

@@ -1,5 +1,6 @@
-//! The exact DP against the exhaustive oracle on random small networks, including both
-//! kinds of infeasibility; explanations name the failing stage.
+//! The exact DP against the exhaustive oracle on random small networks (SLAs with one
+//! capacity need or one per stage), including both kinds of infeasibility; explanations
+//! name the failing stage.
 
 use nfx_chaining::baseline::{HyperLoop, Marking};
 use nfx_chaining::explain::explain;
@@ -19,10 +20,11 @@ fn workload() -> impl Strategy<Value = Workload> {
             (
                 0..n,
                 0..n,
-                prop::collection::vec(0usize..4, 0..5),
+                prop::collection::vec((0usize..4, 0u32..4), 0..5),
                 0u32..300,
                 0u32..6,
                 0u32..4,
+                any::<bool>(),
             ),
             1..6,
         );
@@ -60,14 +62,19 @@ fn workload() -> impl Strategy<Value = Workload> {
             let slas = slas
                 .iter()
                 .enumerate()
-                .map(|(k, (s, d, chain, bound, tput, cap))| SlaSpec {
+                .map(|(k, (s, d, chain, bound, tput, cap, per_stage))| SlaSpec {
                     id: Id::Text(format!("s{k}")),
                     src_node: nodes[*s].clone(),
                     dst_node: nodes[*d].clone(),
-                    chain: chain.iter().map(|&f| Id::from(FNS[f])).collect(),
+                    chain: chain.iter().map(|&(f, _)| Id::from(FNS[f])).collect(),
                     latency_bound_us: f64::from(*bound),
                     throughput_gbps: f64::from(*tput) / 2.0,
                     capacity_need: f64::from(*cap),
+                    stage_capacity: if *per_stage {
+                        chain.iter().map(|&(_, c)| f64::from(c)).collect()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect();
             Workload {
@@ -104,9 +111,9 @@ fn check_all(w: &Workload) -> HashMap<Status, usize> {
             _ => {
                 let path = dp.path();
                 assert_eq!(path.len(), s.chain.len());
-                for (&x, f) in path.iter().zip(&s.chain) {
+                for (k, (&x, f)) in path.iter().zip(&s.chain).enumerate() {
                     assert_eq!(net.function_name(net.inst(x).function), f.to_string());
-                    assert!(net.inst(x).serves(&q.needs));
+                    assert!(net.inst(x).serves(&q.needs_at(k)));
                 }
                 assert_eq!(Some(net.path_latency_ns(&q, path)), got.latency_ns);
                 let text = explain(&net, &q, &got, path);

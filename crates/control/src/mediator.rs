@@ -66,8 +66,12 @@ pub struct PathRow {
     pub latency_us: f64,
     /// Throughput reserved on every hop, Gbit/s.
     pub throughput_gbps: f64,
-    /// Capacity reserved on every hop.
+    /// The largest capacity reserved on a hop.
     pub capacity: f64,
+    /// Capacity reserved on each hop (its function's `capacity_need`, in its tier's
+    /// units); empty in rows stored without it: `capacity` on every hop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacities: Vec<f64>,
     /// Where the service enters and leaves and which packets are its (what real hosts
     /// need to steer it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,8 +313,9 @@ impl Mediator {
             .map_err(bad)?;
         }
         for p in self.paths.values() {
-            for h in &p.hops {
-                m.reserve(&h.instance, p.throughput_gbps, p.capacity)
+            for (k, h) in p.hops.iter().enumerate() {
+                let cap = p.capacities.get(k).copied().unwrap_or(p.capacity);
+                m.reserve(&h.instance, p.throughput_gbps, cap)
                     .map_err(bad)?;
             }
         }
@@ -491,6 +496,7 @@ impl Mediator {
             latency_bound_us: svc.sla.max_latency_us,
             throughput_gbps: needs.throughput_gbps,
             capacity_need: needs.capacity,
+            stage_capacity: svc.chain.iter().map(|c| c.capacity_need).collect(),
         };
         let function_configs: Vec<(String, serde_json::Value)> = svc
             .chain
@@ -550,8 +556,12 @@ impl Mediator {
         let mut shares = PathShares::default();
         let mut hops = Vec::new();
         for (k, id) in path_ids.iter().enumerate() {
+            let hop_needs = Needs {
+                throughput_gbps: needs.throughput_gbps,
+                capacity: svc.chain[k].capacity_need,
+            };
             shares
-                .reserve(&self.model, &rows, id, needs)
+                .reserve(&self.model, &rows, id, hop_needs)
                 .map_err(|e| PlanError::Conflict(format!("{id}: {e}")))?;
             let mut row = match rows.get(id) {
                 Some(r) => r.clone(),
@@ -580,6 +590,7 @@ impl Mediator {
                 latency_us: plan.latency_us.unwrap_or(0.0),
                 throughput_gbps: needs.throughput_gbps,
                 capacity: needs.capacity,
+                capacities: svc.chain.iter().map(|c| c.capacity_need).collect(),
                 ends: Some(ServiceEnds {
                     ingress: svc.ingress.clone(),
                     egress: svc.egress.clone(),

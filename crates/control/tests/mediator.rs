@@ -181,3 +181,36 @@ fn failed_deploy_rolls_back_everything() {
     assert_eq!(op.state, OpState::Completed);
     assert!(ctl.services().unwrap().is_empty());
 }
+
+/// Each function of a chain reserves its own `capacity_need`, in its own tier's units:
+/// the shipped example's firewall asks for 16 table entries, its NAT and DPI one core
+/// each, on the shipped infrastructure whose software devices have one core. With one
+/// need applied to every hop (the largest), no software device could take the NAT or the
+/// DPI and the service did not plan.
+#[test]
+fn shipped_examples_plan_with_a_capacity_need_per_function() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples");
+    let infra = Infrastructure::load(&dir.join("infrastructure.yaml")).unwrap();
+    let set = nfx_model::ServiceSet::load(&dir.join("services.yaml"), &infra).unwrap();
+    let sim = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let med = Mediator::new(infra, VnfmMap::new(sim), Arc::new(Enforcer::default())).unwrap();
+    let ctl =
+        Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap();
+    for s in &set.services {
+        let plan = ctl.plan(s).unwrap_or_else(|e| panic!("{}: {e}", s.id));
+        let path = plan.paths[0].1.as_ref().unwrap();
+        let want: Vec<f64> = s.chain.iter().map(|c| c.capacity_need).collect();
+        assert_eq!(path.capacities, want, "{}", s.id);
+    }
+    let web = set.services.iter().find(|s| s.id == "web-acme").unwrap();
+    let plan = ctl.plan(web).unwrap();
+    let tier = |f: &str| {
+        plan.placements
+            .iter()
+            .find(|p| p.function == f)
+            .map(|p| p.tier)
+            .unwrap()
+    };
+    assert_eq!(tier("firewall"), nfx_model::Tier::Table, "{plan:?}");
+    assert_eq!(tier("nat"), nfx_model::Tier::Software, "{plan:?}");
+}
