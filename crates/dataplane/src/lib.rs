@@ -10,6 +10,8 @@ pub mod config;
 pub mod control;
 pub mod fastpath;
 pub mod graph;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod mem_port;
 pub mod metrics;
 pub mod runtime;
 pub mod services;

@@ -323,3 +323,35 @@ fn control_socket_refuses_other_users_and_admits_its_group() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The `control_line` fuzz target's seed session, on a worker with real VNFs (the
+/// builder `nfx run` uses): each line gets the answer it should, so the seed takes the
+/// fuzzer into every command's success and error paths.
+#[test]
+fn control_seed_session_reaches_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig::parse(
+        "name: t\nports:\n  inside: {iface: in0, peer_mac: '02:00:00:00:00:01'}\n  outside: {iface: out0, peer_mac: '02:00:00:00:00:02'}\npoll: interrupt\nservices:\n  - {id: web, selector: {}, chain: [fw, nat]}\ninstances:\n  fw: {function: firewall, config: {default: allow}}\n  nat: {function: nat, config: {snat: {public_ip: 192.0.2.1}}}\n",
+        "test.yaml",
+    )
+    .unwrap();
+    let (open, _inside, _outside) = crate::mem_port::mem_ports();
+    let dp = Dataplane::start_with_ports(&cfg, crate::vnf_builder(dir.path()), open).unwrap();
+    let ctl = dp.controller();
+    let session = include_str!("../fuzz/seeds/control_line/session.txt");
+    let answers: Vec<serde_json::Value> = session
+        .lines()
+        .map(|l| serde_json::from_str(&ctl.handle_line(l.trim())).unwrap())
+        .collect();
+    let errors: Vec<bool> = answers.iter().map(|a| a.get("error").is_some()).collect();
+    // stats, export fw, import "AAAA" (not a blob), hold, release, drain, release, steer,
+    // poll, reconfigure (services), reconfigure (chain), export firewall, bogus, not JSON
+    let want = [
+        false, false, true, false, false, false, false, true, false, false, false, false, true,
+        true,
+    ];
+    assert_eq!(errors, want, "{answers:#?}");
+    assert!(answers[0].get("workers").is_some());
+    assert_eq!(answers[11]["node"], "firewall");
+    dp.stop().unwrap();
+}
