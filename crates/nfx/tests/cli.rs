@@ -389,15 +389,6 @@ fn json_dash_keeps_stdout_for_the_json_alone() {
     assert!(v["answers"].is_array(), "{v}");
 }
 
-/// Kills a child process on drop.
-struct Kill(std::process::Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The CLI run beside `nfx up` (same directory, no token given) finds the token file
 /// `nfx up` wrote; operations list in the order they were made (op-2 before op-10);
 /// `nfx status | head -1` (stdout closed early) ends cleanly, not with a panic.
@@ -420,7 +411,7 @@ fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
         .arg(&infra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let _up = Kill(up.spawn().unwrap());
+    let _up = nfx_testbed::process::ChildGuard::spawn(up).unwrap();
     let ready = dir.path().join("ready");
     let t0 = std::time::Instant::now();
     let addr = loop {
