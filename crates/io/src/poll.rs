@@ -142,6 +142,15 @@ impl Waiter {
             Err(e) => Err(e),
         }
     }
+
+    /// Whether descriptor `i` (in the order given to [`Waiter::new`]) was readable, or
+    /// hung up, at the last [`Waiter::wait`]: a worker serving many sockets reads only
+    /// those.
+    pub fn ready(&self, i: usize) -> bool {
+        self.fds
+            .get(i)
+            .is_some_and(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+    }
 }
 
 #[cfg(test)]
@@ -165,9 +174,11 @@ mod tests {
         n.notify();
         n.notify();
         assert!(w.wait(Duration::from_secs(5)).unwrap());
+        assert!(w.ready(0));
         let dup = Notifier::from_fd(n.as_fd().try_clone_to_owned().unwrap()).unwrap();
         dup.clear();
         assert!(!w.wait(Duration::ZERO).unwrap());
+        assert!(!w.ready(0) && !w.ready(9));
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         assert!(Notifier::from_fd(a.into()).is_err());
         n.clear();

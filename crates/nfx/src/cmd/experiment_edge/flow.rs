@@ -6,9 +6,9 @@
 //! the moment `src` sent the record that completed it.
 
 use anyhow::{bail, Context};
-use nfx_accel::{Alg, Direction, Engine, Iv, Layout, Op, SessionId, SessionSpec};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Video bytes per `src` record (seven 188-byte MPEG-TS packets, as video over UDP).
@@ -16,11 +16,11 @@ pub const RECORD: usize = 1316;
 /// Largest chunk the VNF makes.
 pub const MAX_CHUNK: usize = 512;
 /// Header of a `src` record: offset u64, send time u64 (ns), payload length u16.
-const REC_HDR: usize = 18;
+pub const REC_HDR: usize = 18;
 /// Header of a chunk frame: seq u64, source time u64, edge exec ns u32, length u16.
-const FRAME_HDR: usize = 22;
+pub const FRAME_HDR: usize = 22;
 /// Sequence number of the end-of-stream frame.
-const END: u64 = u64::MAX;
+pub const END: u64 = u64::MAX;
 
 /// Transport between the hops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,14 @@ impl Link {
         }
     }
 
+    /// The socket's descriptor (a worker polls many links at once).
+    pub fn fd(&self) -> RawFd {
+        match self {
+            Link::Tcp(s) => s.as_raw_fd(),
+            Link::Udp(s, _) => s.as_raw_fd(),
+        }
+    }
+
     /// Sends one message (a length-prefixed unit on TCP, a datagram on UDP).
     pub fn send(&mut self, msg: &[u8]) -> anyhow::Result<()> {
         match self {
@@ -221,70 +229,6 @@ fn record(offset: u64, t: u64, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The chunk cipher of a VNF: PRESENT-80-CTR on an engine, or none (the No-VNF case
-/// forwards chunks unchanged through the same code).
-pub struct ChunkCipher {
-    engine: Option<(Box<dyn Engine>, SessionId)>,
-    done: Vec<nfx_accel::Completion>,
-}
-
-impl ChunkCipher {
-    /// A cipher on `engine` with `key` (10 bytes) in direction `dir`; `None`: no cipher.
-    pub fn new(
-        engine: Option<Box<dyn Engine>>,
-        key: &[u8],
-        dir: Direction,
-    ) -> anyhow::Result<Self> {
-        let engine = match engine {
-            Some(mut e) => {
-                let sid = e
-                    .create_session(SessionSpec::new(Alg::Present80Ctr, dir, key, &[]))
-                    .context("PRESENT-80-CTR session")?;
-                Some((e, sid))
-            }
-            None => None,
-        };
-        Ok(Self {
-            engine,
-            done: Vec::new(),
-        })
-    }
-
-    /// Encrypts or decrypts chunk `seq` in place. The counter block starts at `seq * 64`
-    /// (a chunk is at most 64 PRESENT blocks), so no two chunks of a key share a counter.
-    pub fn apply(&mut self, seq: u64, data: &mut [u8]) -> anyhow::Result<()> {
-        let Some((e, sid)) = self.engine.as_mut() else {
-            return Ok(());
-        };
-        anyhow::ensure!(data.len() <= MAX_CHUNK, "chunk of {} bytes", data.len());
-        let mut buf = e.alloc_buf(MAX_CHUNK)?;
-        buf.fill_from(data)?;
-        let mut ops = vec![Op {
-            session: *sid,
-            iv: Iv::new(&(seq * 64).to_be_bytes()),
-            layout: Layout::packed(0, data.len()),
-            buf,
-            user: seq,
-        }];
-        while !ops.is_empty() {
-            e.submit(&mut ops)?;
-        }
-        self.done.clear();
-        while self.done.is_empty() {
-            e.wait_ready(1, Duration::from_millis(100));
-            e.poll(&mut self.done, 1);
-        }
-        let c = &self.done[0];
-        anyhow::ensure!(
-            c.status == nfx_accel::Status::Ok,
-            "chunk {seq}: {}",
-            c.status.as_str()
-        );
-        data.copy_from_slice(&c.op.buf.as_slice()[..data.len()]);
-        Ok(())
-    }
-}
-
 /// Reassembles the byte stream from records into chunks of `size`; a chunk with a gap
 /// (a lost record on UDP) is dropped, and `dst` counts it lost.
 pub struct Chunker {
@@ -359,56 +303,8 @@ impl Chunker {
     }
 }
 
-/// The edge VNF: records in from `src`, encrypted chunks out to the cloud.
-pub fn edge(
-    mut up: Link,
-    mut down: Link,
-    chunk: usize,
-    mut cipher: ChunkCipher,
-) -> anyhow::Result<u64> {
-    let mut chunker = Chunker::new(chunk);
-    let mut buf = Vec::new();
-    let mut bad = 0u64;
-    let mut out = |seq: u64, t_src: u64, data: &mut Vec<u8>| -> anyhow::Result<()> {
-        let t = Instant::now();
-        cipher.apply(seq, data)?;
-        let exec_ns = t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32;
-        down.send(
-            &Frame {
-                seq,
-                t_src,
-                exec_ns,
-                data: data.clone(),
-            }
-            .encode(),
-        )
-    };
-    while up.recv(REC_HDR, RECORD, &mut buf)? {
-        let Some((off, t, payload)) = parse_record(&buf) else {
-            bad += 1;
-            continue;
-        };
-        if payload.is_empty() {
-            chunker.finish(off, &mut |seq, d| out(seq, t, d))?;
-            break;
-        }
-        chunker.push(off, payload, &mut |seq, d| out(seq, t, d))?;
-    }
-    for _ in 0..3 {
-        down.send(
-            &Frame {
-                seq: END,
-                t_src: 0,
-                exec_ns: 0,
-                data: Vec::new(),
-            }
-            .encode(),
-        )?;
-    }
-    Ok(bad)
-}
-
-fn parse_record(b: &[u8]) -> Option<(u64, u64, &[u8])> {
+/// Parses a `src` record: (offset, send time, payload); `None` when malformed.
+pub fn parse_record(b: &[u8]) -> Option<(u64, u64, &[u8])> {
     let h = b.get(..REC_HDR)?;
     let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
     let payload = b.get(REC_HDR..)?;
@@ -420,25 +316,6 @@ fn parse_record(b: &[u8]) -> Option<(u64, u64, &[u8])> {
         u64::from_be_bytes(h[8..16].try_into().ok()?),
         payload,
     ))
-}
-
-/// The cloud VNF: decrypts every chunk and forwards it to `dst`.
-pub fn cloud(mut up: Link, mut down: Link, mut cipher: ChunkCipher) -> anyhow::Result<u64> {
-    let mut buf = Vec::new();
-    let mut bad = 0u64;
-    while up.recv(FRAME_HDR, MAX_CHUNK, &mut buf)? {
-        let Some(mut f) = Frame::decode(&buf) else {
-            bad += 1;
-            continue;
-        };
-        if f.seq == END {
-            down.send_last(&f.encode())?;
-            break;
-        }
-        cipher.apply(f.seq, &mut f.data)?;
-        down.send(&f.encode())?;
-    }
-    Ok(bad)
 }
 
 /// What `dst` saw of one stream.
@@ -611,30 +488,5 @@ mod tests {
         let r = sink(Link::Udp(rx, to), &clip, 256, Instant::now()).unwrap();
         assert_eq!((r.ok.len(), r.corrupt, r.lost), (2, 4, 1));
         assert!(r.stream.is_none());
-    }
-
-    #[test]
-    fn present_chunks_decrypt_to_the_original_on_every_engine_pair() {
-        let key = [7u8; 10];
-        let data: Vec<u8> = (0..512u32).map(|i| i as u8).collect();
-        let soft = || Some(nfx_accel::soft_engine());
-        let bits = || Some(nfx_accel::bitsliced_engine());
-        let mut enc = ChunkCipher::new(soft(), &key, Direction::Encrypt).unwrap();
-        let mut dec = ChunkCipher::new(bits(), &key, Direction::Decrypt).unwrap();
-        let mut d = data.clone();
-        enc.apply(3, &mut d).unwrap();
-        assert_ne!(d, data);
-        let mut again = data.clone();
-        ChunkCipher::new(bits(), &key, Direction::Encrypt)
-            .unwrap()
-            .apply(3, &mut again)
-            .unwrap();
-        assert_eq!(again, d, "the portable and bitsliced engines agree");
-        dec.apply(3, &mut d).unwrap();
-        assert_eq!(d, data);
-        let mut none = ChunkCipher::new(None, &key, Direction::Encrypt).unwrap();
-        let mut same = data.clone();
-        none.apply(3, &mut same).unwrap();
-        assert_eq!(same, data);
     }
 }

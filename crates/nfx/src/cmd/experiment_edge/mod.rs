@@ -10,13 +10,16 @@
 //! time and the end-to-end latency; means of `--runs` runs with 95 % confidence
 //! intervals. Writes `summary.json`, `details.json`, `chart.png` and `report.md`.
 
+mod cipher;
 mod flow;
 pub(crate) mod report;
 mod streams;
+mod vnf;
 
 use super::experiment_energy::video::{encode_testsrc, TestClip};
 use anyhow::Context;
-use flow::{ChunkCipher, Link, Proto};
+use cipher::ChunkCipher;
+use flow::{Link, Proto};
 use nfx_accel::{Direction, Engine, EngineKind, LookasideEngine};
 use nfx_testbed::{Host, Spec, TestbedGuard};
 use std::net::SocketAddr;
@@ -115,6 +118,9 @@ pub struct Run {
     pub lost_chunks: u64,
     /// Chunks that arrived different from the clip.
     pub corrupt_chunks: u64,
+    /// Chunks a VNF dropped because the engine failed their operation (they count as
+    /// lost at `dst` too).
+    pub vnf_dropped: u64,
     /// Chunks verified.
     pub ok_chunks: u64,
     /// ffmpeg decoded the reassembled stream without an error.
@@ -223,23 +229,25 @@ struct Env<'a> {
 /// One stream of the clip through the chain.
 fn one_run(env: &Env<'_>, c: CaseRun) -> anyhow::Result<Run> {
     let port = 7400 + c.run as u16 % 100;
-    finish(env, c, start(env, c, port, None)?, true)
+    let mut runs = finish(env, c, start(env, c, &[port], None)?, true)?;
+    runs.pop().context("one stream, one run")
 }
 
-/// The threads of one stream in flight.
+/// The threads of a run in flight: a `src` and a `dst` per stream, one edge and one
+/// cloud VNF worker serving every stream.
 struct Pending {
-    src: std::thread::JoinHandle<anyhow::Result<()>>,
-    edge: std::thread::JoinHandle<anyhow::Result<u64>>,
-    cloud: std::thread::JoinHandle<anyhow::Result<u64>>,
-    dst: std::thread::JoinHandle<anyhow::Result<flow::Received>>,
+    srcs: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+    edge: std::thread::JoinHandle<anyhow::Result<vnf::VnfCounts>>,
+    cloud: std::thread::JoinHandle<anyhow::Result<vnf::VnfCounts>>,
+    dsts: Vec<std::thread::JoinHandle<anyhow::Result<flow::Received>>>,
 }
 
 impl Pending {
     fn finished(&self) -> bool {
-        self.src.is_finished()
+        self.srcs.iter().all(|t| t.is_finished())
             && self.edge.is_finished()
             && self.cloud.is_finished()
-            && self.dst.is_finished()
+            && self.dsts.iter().all(|t| t.is_finished())
     }
 }
 
@@ -256,119 +264,155 @@ fn register(threads: &Option<VnfThreads>) {
     }
 }
 
-/// Starts one stream of the clip through the chain on `port`.
+/// A VNF worker in namespace `ns`: accepts every stream's upstream on `ins`, connects
+/// each downstream to `outs`, then runs `work` over the hops.
+fn vnf_worker(
+    ns: String,
+    (proto, limit): (Proto, Duration),
+    (ins, outs): (Vec<SocketAddr>, Vec<SocketAddr>),
+    threads: Option<VnfThreads>,
+    work: impl FnOnce(Vec<vnf::Hop>) -> anyhow::Result<vnf::VnfCounts> + Send + 'static,
+) -> std::thread::JoinHandle<anyhow::Result<vnf::VnfCounts>> {
+    in_ns(ns, move || {
+        register(&threads);
+        let ups = ins
+            .iter()
+            .map(|a| Link::accept(proto, *a, limit))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut hops = Vec::with_capacity(ups.len());
+        for (up, to) in ups.into_iter().zip(outs) {
+            let down = Link::connect(proto, to, limit)?;
+            hops.push(vnf::Hop { up, down });
+        }
+        work(hops)
+    })
+}
+
+/// Starts one stream of the clip through the chain per port of `ports`, each with its
+/// own key.
 fn start(
     env: &Env<'_>,
     c: CaseRun,
-    port: u16,
+    ports: &[u16],
     threads: Option<VnfThreads>,
 ) -> anyhow::Result<Pending> {
     let CaseRun {
         vnf, proto, chunk, ..
     } = c;
     let (tb, clip, sock) = (env.tb, env.clip, env.sock);
-    let key = random_key()?;
+    let keys = ports
+        .iter()
+        .map(|_| random_key())
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let limit = Duration::from_secs(10);
-    let edge_in = SocketAddr::from((tb.edge_inside_ip(), port));
-    let cloud_in = SocketAddr::from((tb.cloud_ip(), port));
-    let dst_in = SocketAddr::from((tb.dst_ip(), port));
+    let at = |ip: std::net::Ipv4Addr| -> Vec<SocketAddr> {
+        ports.iter().map(|&p| SocketAddr::from((ip, p))).collect()
+    };
+    let (edge_in, cloud_in, dst_in) = (at(tb.edge_inside_ip()), at(tb.cloud_ip()), at(tb.dst_ip()));
     let t0 = Instant::now();
     let bytes = std::sync::Arc::new(clip.bytes.clone());
-    let dst = {
-        let b = bytes.clone();
-        in_ns(tb.ns(Host::Dst), move || {
-            let up = Link::accept(proto, dst_in, limit)?;
-            flow::sink(up, &b, chunk, t0)
+    let dsts = dst_in
+        .iter()
+        .map(|&a| {
+            let b = bytes.clone();
+            in_ns(tb.ns(Host::Dst), move || {
+                let up = Link::accept(proto, a, limit)?;
+                flow::sink(up, &b, chunk, t0)
+            })
         })
-    };
+        .collect();
     let (ek, ck) = (engine(vnf, sock)?, engine(vnf, sock)?);
     let cloud = {
-        let key = key.clone();
-        let threads = threads.clone();
-        in_ns(tb.ns(Host::Cloud), move || {
-            register(&threads);
-            let up = Link::accept(proto, cloud_in, limit)?;
-            let down = Link::connect(proto, dst_in, limit)?;
-            flow::cloud(up, down, ChunkCipher::new(ck, &key, Direction::Decrypt)?)
-        })
-    };
-    let edge = in_ns(tb.ns(Host::Edge), move || {
-        register(&threads);
-        let up = Link::accept(proto, edge_in, limit)?;
-        let down = Link::connect(proto, cloud_in, limit)?;
-        flow::edge(
-            up,
-            down,
-            chunk,
-            ChunkCipher::new(ek, &key, Direction::Encrypt)?,
+        let cipher = ChunkCipher::new(ck, &keys, Direction::Decrypt)?;
+        vnf_worker(
+            tb.ns(Host::Cloud),
+            (proto, limit),
+            (cloud_in.clone(), dst_in),
+            threads.clone(),
+            move |hops| vnf::cloud(hops, cipher, limit),
         )
-    });
-    let rate = clip.bits_per_s;
-    let src = {
-        let b = bytes.clone();
-        in_ns(tb.ns(Host::Src), move || {
-            // UDP has no handshake: give the receivers a moment to bind.
-            std::thread::sleep(Duration::from_millis(50));
-            let link = Link::connect(proto, edge_in, limit)?;
-            flow::source(link, &b, rate, t0)
-        })
     };
+    let edge = {
+        let cipher = ChunkCipher::new(ek, &keys, Direction::Encrypt)?;
+        vnf_worker(
+            tb.ns(Host::Edge),
+            (proto, limit),
+            (edge_in.clone(), cloud_in),
+            threads,
+            move |hops| vnf::edge(hops, chunk, cipher, limit),
+        )
+    };
+    let rate = clip.bits_per_s;
+    let srcs = edge_in
+        .into_iter()
+        .map(|a| {
+            let b = bytes.clone();
+            in_ns(tb.ns(Host::Src), move || {
+                // UDP has no handshake: give the receivers a moment to bind.
+                std::thread::sleep(Duration::from_millis(50));
+                let link = Link::connect(proto, a, limit)?;
+                flow::source(link, &b, rate, t0)
+            })
+        })
+        .collect();
     Ok(Pending {
-        src,
+        srcs,
         edge,
         cloud,
-        dst,
+        dsts,
     })
 }
 
-/// Waits for a stream's threads and checks what arrived (decoding it with ffmpeg when
-/// `decode`).
-fn finish(env: &Env<'_>, case: CaseRun, p: Pending, decode: bool) -> anyhow::Result<Run> {
+/// Waits for a run's threads and checks what arrived, one `Run` per stream (decoding
+/// the first stream with ffmpeg when `decode`).
+fn finish(env: &Env<'_>, case: CaseRun, p: Pending, decode: bool) -> anyhow::Result<Vec<Run>> {
     let Pending {
-        src,
+        srcs,
         edge,
         cloud,
-        dst,
+        dsts,
     } = p;
     // Every role is joined before any error is returned, and the error names each
     // role that failed (one failure breaks the others' connections).
-    let (s, e, c, d) = (
-        join(src, "src"),
-        join(edge, "edge VNF"),
-        join(cloud, "cloud VNF"),
-        join(dst, "dst"),
-    );
-    let errors: Vec<String> = [
-        s.as_ref().err(),
-        e.as_ref().err(),
-        c.as_ref().err(),
-        d.as_ref().err(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|e| format!("{e:#}"))
-    .collect();
+    let srcs: Vec<_> = srcs.into_iter().map(|t| join(t, "src")).collect();
+    let (e, c) = (join(edge, "edge VNF"), join(cloud, "cloud VNF"));
+    let dsts: Vec<_> = dsts.into_iter().map(|t| join(t, "dst")).collect();
+    let mut errors: Vec<String> = srcs
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .chain(e.as_ref().err())
+        .chain(c.as_ref().err())
+        .chain(dsts.iter().filter_map(|r| r.as_ref().err()))
+        .map(|e| format!("{e:#}"))
+        .collect();
+    errors.dedup();
     anyhow::ensure!(errors.is_empty(), "{}", errors.join("; "));
-    let (edge_bad, cloud_bad, got) = (e?, c?, d?);
-    let decoded = match &got.stream {
-        Some(s) if decode => decodes(env.work, s)?,
-        _ => false,
-    };
-    let n = got.ok.len().max(1) as f64;
-    Ok(Run {
-        vnf: case.vnf.name(),
-        proto: report::proto_name(case.proto),
-        chunk: case.chunk,
-        streams: 1,
-        run: case.run,
-        exec_ms: got.ok.iter().map(|x| f64::from(x.0)).sum::<f64>() / n / 1e6,
-        e2e_ms: got.ok.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
-        lost_chunks: got.lost,
-        corrupt_chunks: got.corrupt + edge_bad + cloud_bad,
-        ok_chunks: got.ok.len() as u64,
-        decoded,
-        energy_j: None,
-    })
+    let (edge, cloud) = (e?, c?);
+    let mut runs = Vec::with_capacity(dsts.len());
+    for (i, got) in dsts.into_iter().enumerate() {
+        let got = got?;
+        let decoded = match &got.stream {
+            Some(s) if decode && i == 0 => decodes(env.work, s)?,
+            _ => false,
+        };
+        let n = got.ok.len().max(1) as f64;
+        runs.push(Run {
+            vnf: case.vnf.name(),
+            proto: report::proto_name(case.proto),
+            chunk: case.chunk,
+            streams: 1,
+            run: case.run,
+            exec_ms: got.ok.iter().map(|x| f64::from(x.0)).sum::<f64>() / n / 1e6,
+            e2e_ms: got.ok.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
+            lost_chunks: got.lost,
+            corrupt_chunks: got.corrupt + edge.malformed[i] + cloud.malformed[i],
+            vnf_dropped: edge.dropped[i] + cloud.dropped[i],
+            ok_chunks: got.ok.len() as u64,
+            decoded,
+            energy_j: None,
+        });
+    }
+    Ok(runs)
 }
 
 fn random_key() -> anyhow::Result<Vec<u8>> {
@@ -409,7 +453,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
     .context("testbed")?;
     let sock = work.path().join("accel.sock");
-    let device = super::bench_tunnel::start_device(&sock, Some(a.device_core), a.device_spin_us)?;
+    // Two queue pairs per run (the edge and the cloud VNF worker, each serving every
+    // stream of the run), with room for the previous run's pair while the device
+    // releases it; slots of 2 KiB (a chunk is at most 512 bytes), enough for the ring.
+    let device = super::bench_tunnel::start_device_with(
+        &sock,
+        Some(a.device_core),
+        a.device_spin_us,
+        &[
+            "--queue-pairs",
+            "4",
+            "--slots",
+            "256",
+            "--slot-size",
+            "2048",
+        ],
+    )?;
+    let device_pid = device.0.first().map_or(0, |c| c.id());
     let total =
         runs as usize * Vnf::ALL.len() * (PROTOS.len() * CHUNKS.len() + stream_counts.len());
     let progress = super::output::Progress::bar("edge-video", total as u64);
@@ -447,32 +507,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     }
-    drop(device);
     let mut energy_source = None;
-    if let Some(&most) = stream_counts.iter().max() {
+    if !stream_counts.is_empty() {
         let (_, model) = super::experiment_energy::power_host(&super::data::resolve(
             &a.infrastructure,
             work.path(),
         )?)?;
-        // Two queue pairs per HW-VNF stream (edge and cloud), all held by this process;
-        // small slots (a chunk is at most 512 bytes) keep the shared memory small.
-        let qps = (2 * most).to_string();
-        let device = super::bench_tunnel::start_device_with(
-            &sock,
-            Some(a.device_core),
-            a.device_spin_us,
-            &[
-                "--queue-pairs",
-                &qps,
-                "--qps-per-client",
-                &qps,
-                "--slots",
-                "32",
-                "--slot-size",
-                "2048",
-            ],
-        )?;
-        let device_pid = device.0.first().map_or(0, |c| c.id());
         for run in 1..=runs {
             for &n in &stream_counts {
                 for vnf in Vnf::ALL {
@@ -493,6 +533,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     drop(progress);
+    drop(device);
     drop(tb);
     let inputs = report::Inputs {
         energy_source,

@@ -428,6 +428,7 @@ mod tests {
             e2e_ms: 10.0 + exec + f64::from(k),
             lost_chunks: 0,
             corrupt_chunks: 0,
+            vnf_dropped: 0,
             ok_chunks: 100,
             decoded: true,
             energy_j: None,

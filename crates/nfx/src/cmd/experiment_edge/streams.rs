@@ -1,5 +1,6 @@
 //! The multi-stream cases (the paper's Fig. 4): `n` streams of the clip at once through
-//! the chain, each on its own ports and key. Per run: the mean over the streams of their
+//! the chain, each on its own ports and key, all served by one edge and one cloud VNF
+//! worker (HW-VNF: one queue pair each, batches across streams). Per run: the mean over the streams of their
 //! execution time and E2E latency, the chunks lost and corrupt, and the energy of the
 //! VNF threads (edge and cloud) and the lookaside device from the energy meter, labelled
 //! with the meter's source (`model` where there is no RAPL).
@@ -32,10 +33,8 @@ pub fn multi_run(
 ) -> anyhow::Result<(Run, Source)> {
     let threads: VnfThreads = Default::default();
     let base = ports(n);
-    let mut pending = Vec::new();
-    for i in 0..n {
-        pending.push(start(env, c, base + i as u16, Some(threads.clone()))?);
-    }
+    let ports: Vec<u16> = (0..n).map(|i| base + i as u16).collect();
+    let pending = start(env, c, &ports, Some(threads.clone()))?;
     let mut meter = Meter::new(MeterConfig {
         host: "edge".into(),
         model: Some(model.clone()),
@@ -44,9 +43,9 @@ pub fn multi_run(
     })?;
     let source = meter.source();
     let registered = Instant::now();
-    while threads.lock().map_or(0, |v| v.len()) < 2 * n as usize
+    while threads.lock().map_or(0, |v| v.len()) < 2
         && registered.elapsed() < Duration::from_secs(10)
-        && !pending.iter().all(|p| p.finished())
+        && !pending.finished()
     {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -72,14 +71,11 @@ pub fn multi_run(
         if let Some(g) = meter.sample()?.groups.first() {
             joules = g.energy.joules;
         }
-        if pending.iter().all(|p| p.finished()) {
+        if pending.finished() {
             break;
         }
     }
-    let mut runs = Vec::new();
-    for (i, p) in pending.into_iter().enumerate() {
-        runs.push(finish(env, c, p, i == 0)?);
-    }
+    let runs = finish(env, c, pending, true)?;
     Ok((combine(&runs, n, joules), source))
 }
 
@@ -94,6 +90,7 @@ fn combine(runs: &[Run], n: u32, joules: f64) -> Run {
         e2e_ms: runs.iter().map(|r| r.e2e_ms).sum::<f64>() / k,
         lost_chunks: runs.iter().map(|r| r.lost_chunks).sum(),
         corrupt_chunks: runs.iter().map(|r| r.corrupt_chunks).sum(),
+        vnf_dropped: runs.iter().map(|r| r.vnf_dropped).sum(),
         ok_chunks: runs.iter().map(|r| r.ok_chunks).sum(),
         decoded: first.decoded,
         energy_j: Some(joules),
@@ -117,6 +114,7 @@ mod tests {
             e2e_ms: e2e,
             lost_chunks: lost,
             corrupt_chunks: 0,
+            vnf_dropped: 0,
             ok_chunks: 10,
             decoded: true,
             energy_j: None,
