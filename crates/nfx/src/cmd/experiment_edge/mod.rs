@@ -264,13 +264,34 @@ fn register(threads: &Option<VnfThreads>) {
     }
 }
 
+/// How many receivers of a run have bound their sockets: a UDP `src` starts sending only
+/// once every receiver (each `dst` and both VNF workers) listens, since a datagram to an
+/// unbound port is lost (with hundreds of threads starting on a loaded machine, a fixed
+/// head start is not enough).
+#[derive(Clone, Default)]
+struct Bound(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Bound {
+    fn mark(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Waits until `n` receivers are bound, at most `limit`.
+    fn wait(&self, n: usize, limit: Duration) {
+        let end = Instant::now() + limit;
+        while self.0.load(std::sync::atomic::Ordering::SeqCst) < n && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
 /// A VNF worker in namespace `ns`: accepts every stream's upstream on `ins`, connects
 /// each downstream to `outs`, then runs `work` over the hops.
 fn vnf_worker(
     ns: String,
     (proto, limit): (Proto, Duration),
     (ins, outs): (Vec<SocketAddr>, Vec<SocketAddr>),
-    threads: Option<VnfThreads>,
+    (threads, bound): (Option<VnfThreads>, Bound),
     work: impl FnOnce(Vec<vnf::Hop>) -> anyhow::Result<vnf::VnfCounts> + Send + 'static,
 ) -> std::thread::JoinHandle<anyhow::Result<vnf::VnfCounts>> {
     in_ns(ns, move || {
@@ -279,6 +300,7 @@ fn vnf_worker(
             .iter()
             .map(|a| Link::accept(proto, *a, limit))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        bound.mark();
         let mut hops = Vec::with_capacity(ups.len());
         for (up, to) in ups.into_iter().zip(outs) {
             let down = Link::connect(proto, to, limit)?;
@@ -311,12 +333,15 @@ fn start(
     let (edge_in, cloud_in, dst_in) = (at(tb.edge_inside_ip()), at(tb.cloud_ip()), at(tb.dst_ip()));
     let t0 = Instant::now();
     let bytes = std::sync::Arc::new(clip.bytes.clone());
+    let bound = Bound::default();
     let dsts = dst_in
         .iter()
         .map(|&a| {
             let b = bytes.clone();
+            let bound = bound.clone();
             in_ns(tb.ns(Host::Dst), move || {
                 let up = Link::accept(proto, a, limit)?;
+                bound.mark();
                 flow::sink(up, &b, chunk, t0)
             })
         })
@@ -328,7 +353,7 @@ fn start(
             tb.ns(Host::Cloud),
             (proto, limit),
             (cloud_in.clone(), dst_in),
-            threads.clone(),
+            (threads.clone(), bound.clone()),
             move |hops| vnf::cloud(hops, cipher, limit),
         )
     };
@@ -338,18 +363,22 @@ fn start(
             tb.ns(Host::Edge),
             (proto, limit),
             (edge_in.clone(), cloud_in),
-            threads,
+            (threads, bound.clone()),
             move |hops| vnf::edge(hops, chunk, cipher, limit),
         )
     };
     let rate = clip.bits_per_s;
+    let receivers = ports.len() + 2;
     let srcs = edge_in
         .into_iter()
         .map(|a| {
             let b = bytes.clone();
+            let bound = bound.clone();
             in_ns(tb.ns(Host::Src), move || {
-                // UDP has no handshake: give the receivers a moment to bind.
-                std::thread::sleep(Duration::from_millis(50));
+                // UDP has no handshake (TCP's connect retries until the edge listens).
+                if proto == Proto::Udp {
+                    bound.wait(receivers, limit);
+                }
                 let link = Link::connect(proto, a, limit)?;
                 flow::source(link, &b, rate, t0)
             })

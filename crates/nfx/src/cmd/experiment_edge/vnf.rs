@@ -76,7 +76,8 @@ impl Inbox {
 
     /// Gathers one batch: waits up to `idle` for a first message, then reads one
     /// message from each readable stream per round. `on(stream, message)` gets each
-    /// (`None`: the upstream closed) and says whether the stream has ended.
+    /// (`None`: the upstream closed, or every stream was idle for `idle` — their end
+    /// markers were lost — and all end) and says whether the stream has ended.
     fn gather(
         &mut self,
         hops: &mut [Hop],
@@ -89,7 +90,15 @@ impl Inbox {
         for round in 0..MAX_ROUNDS {
             let wait = if round == 0 { idle } else { Duration::ZERO };
             if !self.waiter.wait(wait)? {
-                anyhow::ensure!(round > 0, "no message from upstream within {idle:?}");
+                if round == 0 {
+                    // Nothing from any stream for `idle`: their ends were lost (UDP).
+                    // End them all; `dst` counts what never came as lost.
+                    for s in self.slots.clone() {
+                        on(s, None)?;
+                        self.live[s] = false;
+                    }
+                    self.rebuild(hops);
+                }
                 return Ok(());
             }
             let ready: Vec<usize> = (0..self.slots.len())
