@@ -168,17 +168,19 @@ fn end_frame() -> Vec<u8> {
     .encode()
 }
 
-/// The edge VNF: records in from every stream's `src`, cut into `chunk`-byte chunks,
-/// encrypted in batches across streams, out to the cloud VNF.
-pub fn edge(
+/// What a worker makes of one well-delivered message of stream `s`: chunks pushed to the
+/// batch, malformed messages counted; returns whether the stream has ended.
+type Parse<'a> = dyn FnMut(usize, &[u8], &mut Vec<Chunk>, &mut u64) -> anyhow::Result<bool> + 'a;
+
+/// The worker loop shared by both VNFs: gather a batch across streams with `parse`,
+/// cipher it, send it on, and send the end marker of every stream that ended.
+fn serve(
     mut hops: Vec<Hop>,
-    chunk: usize,
     mut cipher: ChunkCipher,
-    idle: Duration,
+    (limits, stamp, idle): ((usize, usize), bool, Duration),
+    parse: &mut Parse<'_>,
 ) -> anyhow::Result<VnfCounts> {
-    let n = hops.len();
-    let mut counts = VnfCounts::new(n);
-    let mut chunkers: Vec<Chunker> = (0..n).map(|_| Chunker::new(chunk)).collect();
+    let mut counts = VnfCounts::new(hops.len());
     let mut inbox = Inbox::new(&hops);
     let mut batch = std::cell::RefCell::new(Vec::new());
     let mut ended = Vec::new();
@@ -186,41 +188,21 @@ pub fn edge(
         let malformed = &mut counts.malformed;
         inbox.gather(
             &mut hops,
-            (REC_HDR, RECORD),
+            limits,
             idle,
             &|| batch.borrow().len() >= MAX_BATCH,
             &mut |s, msg| {
-                let Some(msg) = msg else {
+                let end = match msg {
+                    Some(m) => parse(s, m, &mut batch.borrow_mut(), &mut malformed[s])?,
+                    None => true,
+                };
+                if end {
                     ended.push(s);
-                    return Ok(true);
-                };
-                let Some((off, t_src, payload)) = parse_record(msg) else {
-                    malformed[s] += 1;
-                    return Ok(false);
-                };
-                let mut b = batch.borrow_mut();
-                let mut emit = |seq: u64, d: &mut Vec<u8>| {
-                    b.push(Chunk {
-                        stream: s,
-                        frame: Frame {
-                            seq,
-                            t_src,
-                            exec_ns: 0,
-                            data: std::mem::take(d),
-                        },
-                    });
-                    Ok(())
-                };
-                if payload.is_empty() {
-                    chunkers[s].finish(off, &mut emit)?;
-                    ended.push(s);
-                    return Ok(true);
                 }
-                chunkers[s].push(off, payload, &mut emit)?;
-                Ok(false)
+                Ok(end)
             },
         )?;
-        run_batch(&mut hops, &mut cipher, batch.get_mut(), &mut counts, true)?;
+        run_batch(&mut hops, &mut cipher, batch.get_mut(), &mut counts, stamp)?;
         for s in ended.drain(..) {
             hops[s].down.send_last(&end_frame())?;
         }
@@ -228,46 +210,130 @@ pub fn edge(
     Ok(counts)
 }
 
-/// The cloud VNF: chunk frames in from the edge VNF on every stream, decrypted in
-/// batches across streams, out to each stream's `dst`.
-pub fn cloud(
-    mut hops: Vec<Hop>,
-    mut cipher: ChunkCipher,
+/// The edge VNF: records in from every stream's `src`, cut into `chunk`-byte chunks,
+/// encrypted in batches across streams, out to the cloud VNF.
+pub fn edge(
+    hops: Vec<Hop>,
+    chunk: usize,
+    cipher: ChunkCipher,
     idle: Duration,
 ) -> anyhow::Result<VnfCounts> {
-    let n = hops.len();
-    let mut counts = VnfCounts::new(n);
-    let mut inbox = Inbox::new(&hops);
-    let mut batch = std::cell::RefCell::new(Vec::new());
-    let mut ended = Vec::new();
-    while inbox.any_live() {
-        let malformed = &mut counts.malformed;
-        inbox.gather(
-            &mut hops,
-            (FRAME_HDR, MAX_CHUNK),
-            idle,
-            &|| batch.borrow().len() >= MAX_BATCH,
-            &mut |s, msg| {
-                let Some(msg) = msg else {
-                    ended.push(s);
-                    return Ok(true);
-                };
-                let Some(frame) = Frame::decode(msg) else {
-                    malformed[s] += 1;
-                    return Ok(false);
-                };
-                if frame.seq == END {
-                    ended.push(s);
-                    return Ok(true);
-                }
-                batch.borrow_mut().push(Chunk { stream: s, frame });
-                Ok(false)
-            },
-        )?;
-        run_batch(&mut hops, &mut cipher, batch.get_mut(), &mut counts, false)?;
-        for s in ended.drain(..) {
-            hops[s].down.send_last(&end_frame())?;
+    let mut chunkers: Vec<Chunker> = (0..hops.len()).map(|_| Chunker::new(chunk)).collect();
+    let parse = &mut |s: usize, msg: &[u8], batch: &mut Vec<Chunk>, malformed: &mut u64| {
+        let Some((off, t_src, payload)) = parse_record(msg) else {
+            *malformed += 1;
+            return Ok(false);
+        };
+        let mut emit = |seq: u64, d: &mut Vec<u8>| {
+            batch.push(Chunk {
+                stream: s,
+                frame: Frame {
+                    seq,
+                    t_src,
+                    exec_ns: 0,
+                    data: std::mem::take(d),
+                },
+            });
+            Ok(())
+        };
+        if payload.is_empty() {
+            chunkers[s].finish(off, &mut emit)?;
+            return Ok(true);
+        }
+        chunkers[s].push(off, payload, &mut emit)?;
+        Ok(false)
+    };
+    serve(hops, cipher, ((REC_HDR, RECORD), true, idle), parse)
+}
+
+/// The cloud VNF: chunk frames in from the edge VNF on every stream, decrypted in
+/// batches across streams, out to each stream's `dst`.
+pub fn cloud(hops: Vec<Hop>, cipher: ChunkCipher, idle: Duration) -> anyhow::Result<VnfCounts> {
+    let parse = &mut |s: usize, msg: &[u8], batch: &mut Vec<Chunk>, malformed: &mut u64| {
+        let Some(frame) = Frame::decode(msg) else {
+            *malformed += 1;
+            return Ok(false);
+        };
+        if frame.seq == END {
+            return Ok(true);
+        }
+        batch.push(Chunk { stream: s, frame });
+        Ok(false)
+    };
+    serve(hops, cipher, ((FRAME_HDR, MAX_CHUNK), false, idle), parse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::experiment_edge::flow::{self, Received};
+    use nfx_accel::Direction;
+    use std::net::{SocketAddr, UdpSocket};
+
+    fn bound() -> (UdpSocket, SocketAddr) {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let a = s.local_addr().unwrap();
+        (s, a)
+    }
+
+    fn to(peer: SocketAddr) -> Link {
+        Link::Udp(UdpSocket::bind("127.0.0.1:0").unwrap(), peer)
+    }
+
+    #[test]
+    fn streams_through_both_workers_arrive_whole_in_order_and_decrypted() {
+        let clips: Vec<Vec<u8>> = (0..3u32)
+            .map(|k| (0..9000 + k * 777).map(|i| (i * 31 + k) as u8).collect())
+            .collect();
+        let keys: Vec<Vec<u8>> = (0..3u8).map(|k| vec![k + 1; 10]).collect();
+        let limit = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let (mut edge_hops, mut cloud_hops, mut sinks, mut srcs) = (vec![], vec![], vec![], vec![]);
+        for clip in &clips {
+            let (dst, dst_at) = bound();
+            let (cloud_up, cloud_at) = bound();
+            let (edge_up, edge_at) = bound();
+            let c = clip.clone();
+            sinks.push(std::thread::spawn(move || {
+                flow::sink(Link::Udp(dst, dst_at), &c, 256, t0).unwrap()
+            }));
+            cloud_hops.push(Hop {
+                up: Link::Udp(cloud_up, cloud_at),
+                down: to(dst_at),
+            });
+            edge_hops.push(Hop {
+                up: Link::Udp(edge_up, edge_at),
+                down: to(cloud_at),
+            });
+            srcs.push((to(edge_at), clip.clone()));
+        }
+        let enc = ChunkCipher::new(Some(nfx_accel::soft_engine()), &keys, Direction::Encrypt);
+        let dec = ChunkCipher::new(
+            Some(nfx_accel::bitsliced_engine()),
+            &keys,
+            Direction::Decrypt,
+        );
+        let (enc, dec) = (enc.unwrap(), dec.unwrap());
+        let cloud = std::thread::spawn(move || cloud(cloud_hops, dec, limit).unwrap());
+        let edge = std::thread::spawn(move || edge(edge_hops, 256, enc, limit).unwrap());
+        let srcs: Vec<_> = srcs
+            .into_iter()
+            .map(|(l, c)| std::thread::spawn(move || flow::source(l, &c, 20e6, t0).unwrap()))
+            .collect();
+        srcs.into_iter().for_each(|t| t.join().unwrap());
+        let (e, c) = (edge.join().unwrap(), cloud.join().unwrap());
+        assert_eq!(e, VnfCounts::new(3));
+        assert_eq!(c, VnfCounts::new(3));
+        for (sink, clip) in sinks.into_iter().zip(&clips) {
+            let r: Received = sink.join().unwrap();
+            assert_eq!((r.lost, r.corrupt), (0, 0));
+            assert_eq!(r.ok.len(), clip.len().div_ceil(256));
+            assert_eq!(r.stream.as_deref(), Some(clip.as_slice()));
+            assert!(
+                r.ok.iter().all(|(exec, _)| *exec > 0),
+                "execution times stamped"
+            );
         }
     }
-    Ok(counts)
 }
