@@ -835,6 +835,17 @@ impl Mediator {
                 old.status
             )));
         }
+        let tunnel_of = self.paths.values().find(|p| {
+            let t = p.ends.as_ref().and_then(|e| e.tunnel.as_ref());
+            t.is_some_and(|t| t.from_instance == instance || t.to_instance == instance)
+        });
+        if let Some(p) = tunnel_of {
+            return Err(PlanError::Invalid(format!(
+                "instance {instance} is an endpoint of service {}'s tunnel: tunnel endpoints \
+                 are not migrated; destroy and deploy the service to move its tunnel",
+                p.service
+            )));
+        }
         let om = self
             .model
             .instance(instance)

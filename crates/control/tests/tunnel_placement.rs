@@ -92,6 +92,9 @@ fn both_endpoints_take_one_queue_pair_each_and_destroy_frees_them() {
     assert_eq!(peer("h1").as_deref(), Some("h2"));
     assert_eq!(peer("h2").as_deref(), Some("h1"));
 
+    let e = ctl.migrate("vpn-esp-h1", None).unwrap_err().to_string();
+    assert!(e.contains("endpoint of service vpn's tunnel"), "{e}");
+
     let op = ctl.destroy("vpn").unwrap();
     assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
     assert!(ctl.instances().unwrap().is_empty());
