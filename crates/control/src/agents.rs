@@ -10,7 +10,7 @@
 //! told apart by the selector there).
 
 use crate::controller::Controller;
-use crate::enforcer::{Programmer, Steered};
+use crate::enforcer::{Programmer, Steered, TunnelEnds};
 use crate::hostagent::steering::HostPath;
 use crate::mediator::{is_down, DownHosts};
 use crate::netns_exec::NetnsExecutor;
@@ -349,7 +349,7 @@ impl Agents {
 }
 
 /// The hosts of `path` in order (see the module doc), avoiding `down` between waypoints.
-fn host_route(
+pub(crate) fn host_route(
     infra: &Infrastructure,
     down: &BTreeSet<String>,
     path: &Steered,
@@ -398,6 +398,17 @@ fn host_paths(
         .as_ref()
         .and_then(|e| e.selector.clone())
         .ok_or("the service has no selector: hosts run by agents forward only a service's selected traffic")?;
+    let tunnel = path.ends.as_ref().and_then(|e| e.tunnel.as_ref());
+    if let Some(t) = tunnel {
+        if !route.windows(2).any(|w| w[0] == t.from && w[1] == t.to) {
+            return Err(format!(
+                "the path ({}) no longer goes from {} straight to {}, its tunnel's ends",
+                route.join(" → "),
+                t.from,
+                t.to
+            ));
+        }
+    }
     let mut out = Vec::new();
     for (i, host) in route.iter().enumerate() {
         if !agent(host) {
@@ -423,18 +434,40 @@ fn host_paths(
                 .or_default()
                 .push(h.instance.clone());
         }
+        let prev = i.checked_sub(1).map(|k| route[k].clone());
+        let next = route.get(i + 1).cloned();
+        let (tunnel_prev, tunnel_next) =
+            tunnel_sides(tunnel, host, prev.as_deref(), next.as_deref());
         out.push((
             host.clone(),
             HostPath {
                 selector: selector.clone(),
-                prev: i.checked_sub(1).map(|k| route[k].clone()),
-                next: route.get(i + 1).cloned(),
+                prev,
+                next,
                 stages,
                 instances,
+                tunnel_next,
+                tunnel_prev,
             },
         ));
     }
     Ok(out)
+}
+
+/// On `host` of a path with `tunnel`: the tunnel endpoints its traffic arrives from
+/// `prev` and leaves to `next` through (`(tunnel_prev, tunnel_next)`).
+fn tunnel_sides(
+    tunnel: Option<&TunnelEnds>,
+    host: &str,
+    prev: Option<&str>,
+    next: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let Some(t) = tunnel else {
+        return (None, None);
+    };
+    let out = (host == t.from && next == Some(t.to.as_str())).then(|| t.from_instance.clone());
+    let inn = (host == t.to && prev == Some(t.from.as_str())).then(|| t.to_instance.clone());
+    (inn, out)
 }
 
 /// The host sequence of least total link latency from `a` to `b` not crossing `down`

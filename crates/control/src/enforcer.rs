@@ -35,6 +35,23 @@ pub struct ServiceEnds {
     /// The service's packets (forward direction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Selector>,
+    /// The ESP tunnel the traffic crosses between two neighbouring hosts of the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelEnds>,
+}
+
+/// A placed ESP tunnel: its two endpoint instances, each on a queue pair of its host's
+/// accelerator-tier device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelEnds {
+    /// Host where the forward traffic enters the tunnel.
+    pub from: String,
+    /// Host where it leaves the tunnel.
+    pub to: String,
+    /// The endpoint instance on `from`.
+    pub from_instance: String,
+    /// The endpoint instance on `to`.
+    pub to_instance: String,
 }
 
 /// A service's programmed path.
@@ -249,6 +266,7 @@ mod tests {
             ingress: "h1".into(),
             egress: "h3".into(),
             selector: None,
+            tunnel: None,
         };
         e.install("s", &[hop("a")], Some(&ends)).unwrap();
         e.install("s", &[hop("a"), hop("b")], None).unwrap();

@@ -13,7 +13,7 @@
 //! returns are persisted with the operation, and `apply_rows` commits them: the model
 //! is always rebuilt from those rows.
 
-use crate::enforcer::{Enforcer, Hop, ServiceEnds};
+use crate::enforcer::{Enforcer, Hop, ServiceEnds, TunnelEnds};
 use crate::ops::Step;
 use crate::topology::transfer_matrix;
 use crate::vnfm::{InstanceSpec, InstanceState, Vnfm, VnfmError};
@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 mod placer;
+mod tunnel;
 
 /// Most hosts the chaining DP considers for one service (the nearest by lower bound).
 pub const MAX_CHAIN_NODES: usize = 128;
@@ -76,6 +77,24 @@ pub struct PathRow {
     /// need to steer it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ends: Option<ServiceEnds>,
+}
+
+impl PathRow {
+    /// The instances the service holds, each once: its hops' in path order, then its
+    /// tunnel's endpoints.
+    pub fn members(&self) -> Vec<String> {
+        let tunnel = self.ends.as_ref().and_then(|e| e.tunnel.as_ref());
+        let ends = tunnel
+            .into_iter()
+            .flat_map(|t| [t.from_instance.clone(), t.to_instance.clone()]);
+        let mut out: Vec<String> = Vec::new();
+        for id in self.hops.iter().map(|h| h.instance.clone()).chain(ends) {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        out
+    }
 }
 
 /// Why a placement went where it did (kept in the `placements` table).
@@ -531,6 +550,14 @@ impl Mediator {
             .iter()
             .map(|&i| net.inst_id(i).to_string())
             .collect();
+        let tunnel = match &svc.tunnel {
+            Some(t) => Some(self.place_tunnel(svc, t, &path_ids, &mut placer, needs)?),
+            None => None,
+        };
+        let tunnel_ids: Vec<&str> = tunnel
+            .iter()
+            .flat_map(|t| [t.from_instance.as_str(), t.to_instance.as_str()])
+            .collect();
         let placed = placer.placed;
         let mut plan = Plan {
             steps: Vec::new(),
@@ -540,8 +567,14 @@ impl Mediator {
             latency_us: ans.outcome.latency_ns.map(nfx_chaining::network::to_us),
         };
         let mut rows: BTreeMap<String, InstanceRow> = BTreeMap::new();
-        for (row, rec) in placed {
-            if path_ids.contains(&row.spec.id) {
+        for (row, mut rec) in placed {
+            let end = tunnel_ids.contains(&row.spec.id.as_str());
+            if path_ids.contains(&row.spec.id) || end {
+                let mut row = row;
+                if end {
+                    row.users.push(svc.id.clone());
+                    rec.reason = format!("{} (service {})", rec.reason, svc.id);
+                }
                 plan.steps.push(Step::Deploy {
                     spec: row.spec.clone(),
                 });
@@ -595,10 +628,59 @@ impl Mediator {
                     ingress: svc.ingress.clone(),
                     egress: svc.egress.clone(),
                     selector: svc.selector.clone(),
+                    tunnel,
                 }),
             }),
         )];
         Ok(plan)
+    }
+
+    /// Places the endpoints of `svc`'s tunnel once its chain is placed (`path_ids`, the
+    /// hops' instances): the path's hosts must cross the tunnel's link in its direction.
+    fn place_tunnel(
+        &self,
+        svc: &Service,
+        t: &nfx_model::TunnelSpec,
+        path_ids: &[String],
+        placer: &mut Placer<'_>,
+        needs: Needs,
+    ) -> Result<TunnelEnds, PlanError> {
+        t.validate("service", "tunnel", &self.infra)
+            .map_err(|e| PlanError::Invalid(e.to_string()))?;
+        let mut hops = Vec::new();
+        for (k, id) in path_ids.iter().enumerate() {
+            let row = placer
+                .placed
+                .iter()
+                .map(|(r, _)| r)
+                .chain(self.instances.get(id))
+                .find(|r| r.spec.id == *id)
+                .ok_or_else(|| PlanError::Conflict(format!("hop {id} is not placed")))?;
+            hops.push(Hop {
+                function: svc.chain[k].function.clone(),
+                instance: id.clone(),
+                device: row.spec.device.clone(),
+                host: row.host.clone(),
+            });
+        }
+        let steered = crate::enforcer::Steered {
+            ends: Some(ServiceEnds {
+                ingress: svc.ingress.clone(),
+                egress: svc.egress.clone(),
+                selector: None,
+                tunnel: None,
+            }),
+            hops,
+            hosts: Vec::new(),
+        };
+        let route = crate::agents::host_route(&self.infra, &self.down_hosts_now(), &steered)
+            .map_err(PlanError::Conflict)?;
+        tunnel::check_route(t, &route)?;
+        tunnel::place(placer, &self.infra, t, needs.throughput_gbps)
+    }
+
+    fn down_hosts_now(&self) -> BTreeSet<String> {
+        self.down.read().map(|d| d.clone()).unwrap_or_default()
     }
 
     /// The chaining network restricted to hosts that can lie on a path meeting `bound`:
@@ -672,21 +754,19 @@ impl Mediator {
             placements: Vec::new(),
             latency_us: None,
         };
-        let mut seen = Vec::new();
-        for h in &path.hops {
-            if seen.contains(&h.instance) {
+        for id in path.members() {
+            if !self.instances.contains_key(&id) {
                 continue;
             }
-            seen.push(h.instance.clone());
-            let mut row = self.instances[&h.instance].clone();
+            let mut row = self.instances[&id].clone();
             row.users.retain(|u| u != service);
             if row.users.is_empty() {
                 row.status = "destroying".into();
                 plan.steps.push(Step::Destruct {
-                    instance: h.instance.clone(),
+                    instance: id.clone(),
                 });
             }
-            plan.instances.push((h.instance.clone(), Some(row)));
+            plan.instances.push((id, Some(row)));
         }
         Ok(plan)
     }
@@ -706,8 +786,8 @@ impl Mediator {
         let mut instances = saved.0.clone();
         let mut paths = saved.1.clone();
         paths.remove(&svc.id);
-        for h in &old.hops {
-            if let Some(r) = instances.get_mut(&h.instance) {
+        for id in old.members() {
+            if let Some(r) = instances.get_mut(&id) {
                 r.users.retain(|u| u != &svc.id);
             }
         }
@@ -722,21 +802,21 @@ impl Mediator {
         }
         let kept: BTreeSet<&str> = plan.instances.iter().map(|(id, _)| id.as_str()).collect();
         let mut gone = Vec::new();
-        for h in &old.hops {
-            if kept.contains(h.instance.as_str()) || gone.iter().any(|(id, _)| id == &h.instance) {
+        for id in old.members() {
+            if kept.contains(id.as_str()) {
                 continue;
             }
-            let mut row = self.instances[&h.instance].clone();
+            let mut row = self.instances[&id].clone();
             row.users.retain(|u| u != &svc.id);
             if row.users.is_empty() {
                 if row.status != "lost" {
                     row.status = "destroying".into();
                 }
                 plan.steps.push(Step::Destruct {
-                    instance: h.instance.clone(),
+                    instance: id.clone(),
                 });
             }
-            gone.push((h.instance.clone(), Some(row)));
+            gone.push((id, Some(row)));
         }
         plan.instances.extend(gone);
         Ok(plan)
@@ -753,6 +833,17 @@ impl Mediator {
             return Err(PlanError::Conflict(format!(
                 "instance {instance} is {}, not running",
                 old.status
+            )));
+        }
+        let tunnel_of = self.paths.values().find(|p| {
+            let t = p.ends.as_ref().and_then(|e| e.tunnel.as_ref());
+            t.is_some_and(|t| t.from_instance == instance || t.to_instance == instance)
+        });
+        if let Some(p) = tunnel_of {
+            return Err(PlanError::Invalid(format!(
+                "instance {instance} is an endpoint of service {}'s tunnel: tunnel endpoints \
+                 are not migrated; destroy and deploy the service to move its tunnel",
+                p.service
             )));
         }
         let om = self

@@ -18,4 +18,4 @@ pub use infra::{
 };
 pub use resource::{DeviceModel, InstanceModel, Pool, ResourceError, ResourceModel};
 pub use selector::{Cidr, PortRange, Proto, Selector};
-pub use service::{ChainFunction, ServiceSet, Sla};
+pub use service::{ChainFunction, ServiceSet, Sla, TunnelSpec, TUNNEL_ALGS};

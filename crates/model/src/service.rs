@@ -35,6 +35,101 @@ pub struct Service {
     /// path (no selector: the service cannot be steered on hosts run by agents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Selector>,
+    /// An ESP tunnel the service's traffic crosses between two neighbouring hosts of its
+    /// path, each end on a queue pair of its host's accelerator-tier device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelSpec>,
+}
+
+/// An IPsec ESP tunnel (IKEv2-keyed) between two linked hosts: the service's packets
+/// leave `from` encrypted towards `to`, and its replies the other way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelSpec {
+    /// Host of the endpoint the forward traffic enters the tunnel at.
+    pub from: String,
+    /// Host of the endpoint it leaves the tunnel at (a link away from `from`).
+    pub to: String,
+    /// ESP transform offered in IKEv2 (`aes-128-gcm`, `aes-256-gcm`,
+    /// `chacha20-poly1305`).
+    #[serde(default = "default_tunnel_alg")]
+    pub alg: String,
+}
+
+/// The ESP transforms a controller-placed tunnel may negotiate.
+pub const TUNNEL_ALGS: [&str; 3] = ["aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"];
+
+fn default_tunnel_alg() -> String {
+    TUNNEL_ALGS[0].to_string()
+}
+
+impl TunnelSpec {
+    /// Checks the tunnel against `infra`: known, distinct, linked hosts, a known
+    /// transform, and on each end a device of the accelerator tier that runs `esp` with
+    /// that transform. `field` names the block in errors.
+    pub fn validate(
+        &self,
+        file: &str,
+        field: &str,
+        infra: &Infrastructure,
+    ) -> Result<(), ModelError> {
+        for (name, host) in [("from", &self.from), ("to", &self.to)] {
+            if infra.host_index(host).is_none() {
+                return Err(ModelError::new(
+                    file,
+                    format!("{field}.{name}"),
+                    format!("unknown host {host:?}"),
+                ));
+            }
+        }
+        if self.from == self.to {
+            return Err(ModelError::new(
+                file,
+                format!("{field}.to"),
+                "a tunnel joins two different hosts",
+            ));
+        }
+        let linked = infra
+            .links
+            .iter()
+            .any(|l| (l.a == self.from && l.b == self.to) || (l.a == self.to && l.b == self.from));
+        if !linked {
+            return Err(ModelError::new(
+                file,
+                field.to_string(),
+                format!(
+                    "hosts {:?} and {:?} share no link: a tunnel's ends must be neighbours",
+                    self.from, self.to
+                ),
+            ));
+        }
+        if !TUNNEL_ALGS.contains(&self.alg.as_str()) {
+            return Err(ModelError::new(
+                file,
+                format!("{field}.alg"),
+                format!("{:?} is not one of {}", self.alg, TUNNEL_ALGS.join(", ")),
+            ));
+        }
+        for (name, host) in [("from", &self.from), ("to", &self.to)] {
+            let has = infra.devices.iter().any(|d| {
+                d.host == *host
+                    && d.tier == crate::infra::Tier::Accelerator
+                    && d.supports("esp")
+                    && d.algorithms.contains(&self.alg)
+            });
+            if !has {
+                return Err(ModelError::new(
+                    file,
+                    format!("{field}.{name}"),
+                    format!(
+                        "host {host:?} has no accelerator-tier device running esp with {}",
+                        self.alg
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One step of a chain with its VNF configuration.
@@ -119,6 +214,9 @@ impl ServiceSet {
                 sel.validate()
                     .map_err(|m| ModelError::new(file, format!("{f}.selector"), m))?;
             }
+            if let Some(t) = &s.tunnel {
+                t.validate(file, &format!("{f}.tunnel"), infra)?;
+            }
             positive(
                 file,
                 &format!("{f}.sla.max_latency_us"),
@@ -193,6 +291,47 @@ services:
         assert_eq!(e.field, "services[0].sla.min_throughput_gbps");
         let e = mutate("max_latency_us: 500,", "max_latency_us: 500, jitter_us: 3,");
         assert_eq!(e.field, "services[0].sla.jitter_us");
+    }
+
+    #[test]
+    fn tunnels_are_checked_against_the_infrastructure() {
+        let infra = Infrastructure::from_yaml(
+            "infra.yaml",
+            &INFRA.replace(
+                "links:",
+                "  - { id: acc-e, host: edge, tier: accelerator, functions: [esp], latency_us: 5, throughput_gbps: 10, queue_pairs: 2, algorithms: [aes-128-gcm] }\n\
+                 \x20 - { id: acc-c, host: cloud, tier: accelerator, functions: [esp], latency_us: 5, throughput_gbps: 10, queue_pairs: 2, algorithms: [aes-128-gcm, aes-256-gcm] }\n\
+                 links:",
+            ),
+        )
+        .unwrap();
+        let with = |t: &str| {
+            GOOD.replacen(
+                "    sla: { max_latency_us: 500,",
+                &format!("    tunnel: {t}\n    sla: {{ max_latency_us: 500,"),
+                1,
+            )
+        };
+        let ok =
+            ServiceSet::from_yaml("svc.yaml", &with("{ from: edge, to: cloud }"), &infra).unwrap();
+        let t = ok.services[0].tunnel.as_ref().unwrap();
+        assert_eq!((t.from.as_str(), t.alg.as_str()), ("edge", "aes-128-gcm"));
+        let bad = |t: &str, i: &Infrastructure| {
+            ServiceSet::from_yaml("svc.yaml", &with(t), i).unwrap_err()
+        };
+        let e = bad("{ from: edge, to: moon }", &infra);
+        assert_eq!(e.field, "services[0].tunnel.to");
+        let e = bad("{ from: edge, to: edge }", &infra);
+        assert!(e.message.contains("two different hosts"), "{e}");
+        let e = bad("{ from: edge, to: cloud, alg: des }", &infra);
+        assert_eq!(e.field, "services[0].tunnel.alg");
+        let e = bad("{ from: edge, to: cloud, alg: aes-256-gcm }", &infra);
+        assert_eq!(e.field, "services[0].tunnel.from");
+        assert!(e.message.contains("no accelerator-tier device"), "{e}");
+        let e = bad("{ from: edge, to: cloud }", &self::infra());
+        assert_eq!(e.field, "services[0].tunnel.from");
+        let e = bad("{ from: edge, to: cloud, key: 00 }", &infra);
+        assert!(e.field.contains("tunnel"), "{e}");
     }
 
     #[test]

@@ -36,6 +36,7 @@ fn path(hops: Vec<Hop>, egress: &str) -> Steered {
             ingress: "h1".into(),
             egress: egress.into(),
             selector: Some(serde_json::from_str(r#"{"dst": "10.0.3.0/24"}"#).unwrap()),
+            tunnel: None,
         }),
         hops,
         hosts: Vec::new(),
@@ -108,4 +109,35 @@ fn unsteerable_paths_are_refused_with_the_reason() {
     let p = path(vec![hop("a", "h1-sw0", "h1")], "sim");
     let e = host_paths(&infra(), &down, &p, agent).unwrap_err();
     assert!(e.contains("no route"), "{e}");
+}
+
+#[test]
+fn a_tunnel_hop_names_its_endpoints_on_both_hosts_and_a_path_off_its_link_is_refused() {
+    let mut p = path(vec![hop("a", "h1-sw0", "h1")], "h3");
+    p.ends.as_mut().unwrap().tunnel = Some(TunnelEnds {
+        from: "h2".into(),
+        to: "h3".into(),
+        from_instance: "s-esp-h2".into(),
+        to_instance: "s-esp-h3".into(),
+    });
+    let parts = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap();
+    let sides: Vec<(&str, Option<&str>, Option<&str>)> = parts
+        .iter()
+        .map(|(h, hp)| {
+            let (prev, next) = (hp.tunnel_prev.as_deref(), hp.tunnel_next.as_deref());
+            (h.as_str(), prev, next)
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        [
+            ("h1", None, None),
+            ("h2", None, Some("s-esp-h2")),
+            ("h3", Some("s-esp-h3"), None)
+        ]
+    );
+    // h2 down: the path takes the h1–h3 chord and no longer crosses the tunnel's link.
+    let down = BTreeSet::from(["h2".to_string()]);
+    let e = host_paths(&infra(), &down, &p, agent).unwrap_err();
+    assert!(e.contains("no longer goes from h2 straight to h3"), "{e}");
 }

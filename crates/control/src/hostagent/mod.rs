@@ -492,6 +492,8 @@ mod tests {
                 .iter()
                 .map(|(d, c)| (d.to_string(), c.iter().map(|i| i.to_string()).collect()))
                 .collect(),
+            tunnel_next: None,
+            tunnel_prev: None,
         }
     }
 

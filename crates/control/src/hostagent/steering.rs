@@ -67,6 +67,14 @@ pub struct HostPath {
     /// the chain its worker runs for this service's frames (and only for them).
     #[serde(default)]
     pub instances: BTreeMap<String, Vec<String>>,
+    /// The local ESP tunnel endpoint (instance id) whose TUN device carries the traffic
+    /// to `next` instead of the link (the endpoint encrypts it onto the link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_next: Option<String>,
+    /// The local ESP tunnel endpoint whose TUN device the traffic from `prev` arrives
+    /// on (decrypted), and which carries the replies back to `prev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_prev: Option<String>,
 }
 
 /// A neighbor host as the agent's configuration names it.
@@ -136,6 +144,8 @@ pub struct Steering {
     tools: Box<dyn HostTools>,
     neighbors: BTreeMap<String, NeighborLink>,
     stages: BTreeMap<String, Stage>,
+    /// The TUN device of each local tunnel endpoint (by instance), as a link.
+    tunnels: BTreeMap<String, NeighborLink>,
     services: BTreeMap<String, Programmed>,
     /// Marks whose rule and table are installed.
     routed: BTreeSet<u32>,
@@ -165,6 +175,7 @@ impl Steering {
             tools,
             neighbors,
             stages,
+            tunnels: BTreeMap::new(),
             services: BTreeMap::new(),
             routed: BTreeSet::new(),
             next_slot: 1,
@@ -193,6 +204,17 @@ impl Steering {
         self.services.clear();
         self.routed.clear();
         self.commit()
+    }
+
+    /// Makes the TUN device `tun` (gateway `gw` on it) the way through tunnel endpoint
+    /// `instance` for the paths that name it.
+    pub fn set_tunnel(&mut self, instance: &str, tun: NeighborLink) {
+        self.tunnels.insert(instance.to_string(), tun);
+    }
+
+    /// Forgets tunnel endpoint `instance` (paths naming it can no longer be programmed).
+    pub fn remove_tunnel(&mut self, instance: &str) {
+        self.tunnels.remove(instance);
     }
 
     /// The programmed paths.
@@ -370,6 +392,25 @@ impl Steering {
             .ok_or_else(|| SteerError::Invalid(format!("{host:?} is not a neighbor of this host")))
     }
 
+    /// The link towards a neighbouring host of the path: the local tunnel endpoint's
+    /// TUN device when the hop crosses the tunnel, else the host's link.
+    fn hop_link(
+        &self,
+        host: Option<&str>,
+        tunnel: Option<&str>,
+    ) -> Result<Option<NeighborLink>, SteerError> {
+        match (host, tunnel) {
+            (None, None) => Ok(None),
+            (None, Some(t)) => Err(SteerError::Invalid(format!(
+                "tunnel endpoint {t:?} named at an end of the path"
+            ))),
+            (Some(h), None) => Ok(Some(self.neighbor(h)?.clone())),
+            (Some(_), Some(t)) => self.tunnels.get(t).cloned().map(Some).ok_or_else(|| {
+                SteerError::Invalid(format!("tunnel endpoint {t:?} does not run on this host"))
+            }),
+        }
+    }
+
     fn stage(&self, device: &str) -> Result<&Stage, SteerError> {
         self.stages.get(device).ok_or_else(|| {
             SteerError::Invalid(format!("{device:?} is not a software device of this host"))
@@ -407,14 +448,8 @@ impl Steering {
         if let Some(d) = path.stages.iter().find(|d| !seen.insert(*d)) {
             return Err(SteerError::Invalid(format!("stage {d:?} appears twice")));
         }
-        let prev = match &path.prev {
-            Some(h) => Some(self.neighbor(h)?.clone()),
-            None => None,
-        };
-        let next = match &path.next {
-            Some(h) => Some(self.neighbor(h)?.clone()),
-            None => None,
-        };
+        let prev = self.hop_link(path.prev.as_deref(), path.tunnel_prev.as_deref())?;
+        let next = self.hop_link(path.next.as_deref(), path.tunnel_next.as_deref())?;
         let entry_iif = match &prev {
             Some(n) => Some(n.iface.clone()),
             None => self.route_dev(path.selector.src.as_ref()),

@@ -77,7 +77,10 @@ impl<'a> Draft<'a> {
     }
 
     /// The devices of `host` (with their model index) as the draft sees them, in model order.
-    fn devices_on<'s>(&'s self, host: &str) -> impl Iterator<Item = (usize, &'s DeviceModel)> + 's {
+    pub(super) fn devices_on<'s>(
+        &'s self,
+        host: &str,
+    ) -> impl Iterator<Item = (usize, &'s DeviceModel)> + 's {
         let idx = self
             .host_index
             .get(host)
@@ -90,7 +93,13 @@ impl<'a> Draft<'a> {
     /// Reserves `throughput`/`capacity` on device `dev` for a new instance of `function`:
     /// the checks and arithmetic of `ResourceModel::deploy`; `false` (nothing changed)
     /// when they fail.
-    fn deploy(&mut self, dev: usize, function: &str, throughput: f64, capacity: f64) -> bool {
+    pub(super) fn deploy(
+        &mut self,
+        dev: usize,
+        function: &str,
+        throughput: f64,
+        capacity: f64,
+    ) -> bool {
         let mut d = self
             .touched
             .get(&dev)
@@ -122,7 +131,35 @@ pub(super) struct Placer<'a> {
 }
 
 impl Placer<'_> {
-    fn id_is_free(&self, id: &str) -> bool {
+    /// Records a new instance (`planned`, no user yet) on `host` and why it went there.
+    pub(super) fn record(
+        &mut self,
+        spec: InstanceSpec,
+        host: &str,
+        tier: Tier,
+        latency_us: f64,
+        reason: String,
+    ) {
+        let rec = PlacementRecord {
+            instance: spec.id.clone(),
+            function: spec.function.clone(),
+            device: spec.device.clone(),
+            host: host.to_string(),
+            tier,
+            reason,
+        };
+        let row = InstanceRow {
+            spec,
+            host: host.to_string(),
+            tier,
+            latency_us,
+            status: "planned".into(),
+            users: Vec::new(),
+        };
+        self.placed.push((row, rec));
+    }
+
+    pub(super) fn id_is_free(&self, id: &str) -> bool {
         !self.taken.contains_key(id)
             && self.draft.model.instance(id).is_none()
             && !self.placed.iter().any(|(r, _)| r.spec.id == id)
@@ -211,29 +248,12 @@ impl nfx_chaining::Mediator for Placer<'_> {
         let spec = InstanceSpec {
             id: id.clone(),
             function: function.to_string(),
-            device: dev_id.clone(),
+            device: dev_id,
             config,
             throughput_gbps: needs.throughput_gbps,
             capacity: needs.capacity,
         };
-        self.placed.push((
-            InstanceRow {
-                spec,
-                host: host.clone(),
-                tier,
-                latency_us: lat,
-                status: "planned".into(),
-                users: Vec::new(),
-            },
-            PlacementRecord {
-                instance: id.clone(),
-                function: function.to_string(),
-                device: dev_id,
-                host: host.clone(),
-                tier,
-                reason,
-            },
-        ));
+        self.record(spec, &host, tier, lat, reason);
         Some(nfx_chaining::InstanceSpec {
             id: id.into(),
             function: function.into(),

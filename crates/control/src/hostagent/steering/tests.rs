@@ -75,6 +75,8 @@ fn path(prev: Option<&str>, next: Option<&str>, stages: &[&str]) -> HostPath {
             .iter()
             .map(|s| (s.to_string(), vec![format!("{s}-fw")]))
             .collect(),
+        tunnel_next: None,
+        tunnel_prev: None,
     }
 }
 
@@ -261,4 +263,48 @@ fn a_refused_transaction_keeps_the_previous_paths() {
         .unwrap_err();
     assert!(matches!(e, SteerError::Failed(_)), "{e}");
     assert_eq!(s.paths().keys().collect::<Vec<_>>(), ["a"]);
+}
+
+#[test]
+fn a_tunnel_hop_goes_through_the_endpoints_tun_device() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let mut p = path(Some("h1"), Some("h3"), &[]);
+    p.tunnel_next = Some("vpn-esp-h2".into());
+    let e = s.program("vpn", &p).unwrap_err();
+    assert!(e.to_string().contains("does not run on this host"), "{e}");
+    s.set_tunnel(
+        "vpn-esp-h2",
+        NeighborLink {
+            iface: "nt0".into(),
+            peer: "169.254.200.2".parse().unwrap(),
+        },
+    );
+    s.program("vpn", &p).unwrap();
+    let calls = rec.take();
+    let script = nft_scripts(&calls)[0];
+    // Forward traffic from h1 is routed into the TUN; replies come back out of it.
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("route replace default via 169.254.200.2 dev nt0 onlink")),
+        "{calls:?}"
+    );
+    assert!(
+        script.contains("iifname \"nt0\" ip saddr 10.9.2.2/32"),
+        "{script}"
+    );
+    assert!(!script.contains("to-h3"), "{script}");
+    p.tunnel_next = None;
+    p.tunnel_prev = Some("vpn-esp-h2".into());
+    s.program("vpn", &p).unwrap();
+    let script = nft_scripts(&rec.take())[0].clone();
+    assert!(
+        script.contains("iifname \"nt0\" ip saddr 10.9.1.2/32"),
+        "{script}"
+    );
+    let mut end = path(None, Some("h3"), &[]);
+    end.tunnel_prev = Some("vpn-esp-h2".into());
+    let e = s.program("bad", &end).unwrap_err();
+    assert!(e.to_string().contains("at an end of the path"), "{e}");
 }

@@ -1,0 +1,150 @@
+//! Placement of a service's ESP tunnel through the controller on the simulated VNFM: one
+//! `esp` endpoint on each end host's accelerator device, one queue pair each, freed on
+//! destroy; a tunnel without an accelerator device, without a free queue pair, or
+//! against the path's direction is refused at plan with the reason.
+
+use nfx_control::controller::Controller;
+use nfx_control::enforcer::Enforcer;
+use nfx_control::mediator::{Mediator, VnfmMap};
+use nfx_control::ops::OpState;
+use nfx_control::store::Store;
+use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
+use nfx_model::service::Service;
+use nfx_model::{Infrastructure, Tier};
+use std::sync::Arc;
+
+/// Three hosts in a line; h1 has one queue pair, h2 two, h3 no accelerator.
+const INFRA: &str = "
+hosts: [{ id: h1, cores: 4 }, { id: h2, cores: 4 }, { id: h3, cores: 4 }]
+devices:
+  - { id: h1-sw, host: h1, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 2 }
+  - { id: h2-sw, host: h2, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 2 }
+  - { id: h3-sw, host: h3, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 2 }
+  - { id: h1-acc, host: h1, tier: accelerator, functions: [esp], latency_us: 10, throughput_gbps: 10, queue_pairs: 1, algorithms: [aes-128-gcm] }
+  - { id: h2-acc, host: h2, tier: accelerator, functions: [esp], latency_us: 10, throughput_gbps: 10, queue_pairs: 2, algorithms: [aes-128-gcm, aes-256-gcm] }
+links: [{ a: h1, b: h2, latency_us: 20 }, { a: h2, b: h3, latency_us: 20 }]
+";
+
+fn controller() -> Arc<Controller> {
+    let infra = Infrastructure::from_yaml("infra.yaml", INFRA).unwrap();
+    let sim = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let med = Mediator::new(infra, VnfmMap::new(sim), Arc::new(Enforcer::default())).unwrap();
+    Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap()
+}
+
+fn svc(id: &str, tunnel: serde_json::Value) -> Service {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "tenant": "globex", "ingress": "h1", "egress": "h3",
+        "chain": [{"function": "firewall", "config": {"default": "allow"}}],
+        "sla": {"max_latency_us": 1000.0, "min_throughput_gbps": 1.0},
+        "tunnel": tunnel,
+    }))
+    .unwrap()
+}
+
+/// Queue pairs in use on `device`.
+fn used_qps(ctl: &Controller, device: &str) -> f64 {
+    ctl.with_mediator(|m| {
+        let d = m.model().devices().iter().find(|d| d.id == device).cloned();
+        let d = d.expect("device in the model");
+        assert_eq!(d.tier, Tier::Accelerator);
+        d.capacity.used
+    })
+}
+
+#[test]
+fn both_endpoints_take_one_queue_pair_each_and_destroy_frees_them() {
+    let ctl = controller();
+    let s = svc("vpn", serde_json::json!({"from": "h1", "to": "h2"}));
+    let plan = ctl.plan(&s).unwrap();
+    let esp: Vec<_> = plan
+        .placements
+        .iter()
+        .filter(|p| p.function == "esp")
+        .collect();
+    assert_eq!(esp.len(), 2, "{plan:?}");
+    assert_eq!(
+        (esp[0].device.as_str(), esp[1].device.as_str()),
+        ("h1-acc", "h2-acc")
+    );
+    assert!(esp[0].reason.contains("initiator"), "{}", esp[0].reason);
+    assert!(esp[1].reason.contains("responder"), "{}", esp[1].reason);
+    let op = ctl.deploy(s).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    assert_eq!(
+        (used_qps(&ctl, "h1-acc"), used_qps(&ctl, "h2-acc")),
+        (1.0, 1.0)
+    );
+    let rows = ctl.instances().unwrap();
+    let ends: Vec<_> = rows.iter().filter(|r| r.spec.function == "esp").collect();
+    assert_eq!(ends.len(), 2);
+    for r in &ends {
+        assert_eq!(r.status, "running");
+        assert_eq!(r.users, vec!["vpn".to_string()]);
+        assert_eq!(r.spec.capacity, 1.0);
+        assert_eq!(r.spec.config["tunnel"], "vpn");
+    }
+    let peer = |host: &str| {
+        ends.iter()
+            .find(|r| r.host == host)
+            .map(|r| r.spec.config["peer_host"].as_str().unwrap().to_string())
+    };
+    assert_eq!(peer("h1").as_deref(), Some("h2"));
+    assert_eq!(peer("h2").as_deref(), Some("h1"));
+
+    let e = ctl.migrate("vpn-esp-h1", None).unwrap_err().to_string();
+    assert!(e.contains("endpoint of service vpn's tunnel"), "{e}");
+
+    let op = ctl.destroy("vpn").unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    assert!(ctl.instances().unwrap().is_empty());
+    assert_eq!(
+        (used_qps(&ctl, "h1-acc"), used_qps(&ctl, "h2-acc")),
+        (0.0, 0.0)
+    );
+}
+
+#[test]
+fn a_full_accelerator_is_refused_at_plan_with_its_queue_pairs() {
+    let ctl = controller();
+    let op = ctl
+        .deploy(svc("a", serde_json::json!({"from": "h1", "to": "h2"})))
+        .unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    let e = ctl
+        .plan(&svc("b", serde_json::json!({"from": "h1", "to": "h2"})))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no free queue pair"), "{e}");
+    assert!(e.contains("h1-acc: 0 of 1 queue pairs free"), "{e}");
+}
+
+#[test]
+fn tunnels_without_an_accelerator_or_against_the_path_are_refused() {
+    let ctl = controller();
+    let e = ctl
+        .plan(&svc("x", serde_json::json!({"from": "h2", "to": "h3"})))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("h3") && e.contains("no accelerator-tier device"),
+        "{e}"
+    );
+    let e = ctl
+        .plan(&svc("y", serde_json::json!({"from": "h2", "to": "h1"})))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not go from h2 straight to h1"), "{e}");
+    let e = ctl
+        .plan(&svc(
+            "z",
+            serde_json::json!({"from": "h1", "to": "h2", "alg": "aes-256-gcm"}),
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("h1") && e.contains("aes-256-gcm"), "{e}");
+    assert!(
+        ctl.instances().unwrap().is_empty(),
+        "a refused plan reserves nothing"
+    );
+}
