@@ -312,6 +312,22 @@ impl CpuGroup {
         read_limit(self.version, &self.path)
     }
 
+    /// The limit files as the kernel shows them: `cpu.max=<text>` (v2) or
+    /// `cpu.cfs_quota_us=<q> cpu.cfs_period_us=<p>` (v1), for read-back in answers.
+    pub fn limit_text(&self) -> io::Result<String> {
+        let file = |f: &str| -> io::Result<String> {
+            Ok(format!("{f}={}", read(&self.path.join(f))?.trim()))
+        };
+        match self.version {
+            Version::V2 => file("cpu.max"),
+            Version::V1 => Ok(format!(
+                "{} {}",
+                file("cpu.cfs_quota_us")?,
+                file("cpu.cfs_period_us")?
+            )),
+        }
+    }
+
     /// Thread ids in the group (v1 `tasks`, v2 `cgroup.threads`).
     pub fn threads(&self) -> io::Result<Vec<u32>> {
         let f = match self.version {
@@ -434,6 +450,7 @@ mod tests {
             g.limit().unwrap(),
             (Some(Duration::from_millis(25)), Duration::from_millis(100))
         );
+        assert_eq!(g.limit_text().unwrap(), "cpu.max=25000 100000");
         g.set_cores(None).unwrap();
         assert_eq!(g.limit().unwrap().0, None);
         assert!(c.create("../escape").is_err());

@@ -68,6 +68,7 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
         read_token: Some(Zeroizing::new(READ_TOKEN.into())),
         agents: Vec::new(),
         ready_file: Some(ready.clone()),
+        power_manager: false,
     };
     std::thread::spawn(move || run_up(cfg));
     format!("http://{}", wait_ready(&ready))
