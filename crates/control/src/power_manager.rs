@@ -6,9 +6,10 @@
 //! frames sent, both in bit/s over the interval between two reports) and the CPU time
 //! the agent metered. Its SLA is the service descriptor's: `min_throughput_gbps` (capped
 //! by what is offered, 95 % of it must be delivered) and `max_latency_us` (latency is not
-//! measured by the agents, so only throughput and delivery constrain the probe). Each
-//! change it decides becomes a knob call on the worker's agent and an operation record
-//! of kind `power` with its reason.
+//! measured by the agents; instead the knob never goes below the level whose worst-case
+//! wait for CPU, `(1 − level) × the CFS period` of 100 ms, exceeds it). Each change it
+//! decides becomes a knob call on the worker's agent and an operation record of kind
+//! `power` with its reason.
 
 use crate::agents::Agents;
 use crate::controller::{Controller, ServiceRow};
@@ -74,13 +75,22 @@ pub struct WorkerSetting {
     pub speed: f64,
 }
 
-/// The managers of every service.
+/// The managers of every service (or only of the services named).
 #[derive(Default)]
 pub struct PowerManagers {
     services: BTreeMap<String, Managed>,
+    only: Vec<String>,
 }
 
 impl PowerManagers {
+    /// Managers for the services named in `only` (every service when empty).
+    pub fn new(only: Vec<String>) -> Self {
+        Self {
+            services: BTreeMap::new(),
+            only,
+        }
+    }
+
     /// One round: from the recorded `services` and `instances`, each host's latest
     /// `figures` and each host's cores, the knob changes to make.
     pub fn decide(
@@ -94,7 +104,12 @@ impl PowerManagers {
         let mut out = Vec::new();
         self.services
             .retain(|id, _| services.iter().any(|s| &s.service.id == id));
-        for row in services.iter().filter(|s| s.status == "active") {
+        let wanted = |id: &String| self.only.is_empty() || self.only.contains(id);
+        let active: Vec<&ServiceRow> = services
+            .iter()
+            .filter(|s| s.status == "active" && wanted(&s.service.id))
+            .collect();
+        for row in active {
             let svc = &row.service;
             let workers = exclusive_workers(&svc.id, instances, device_cores);
             if workers.is_empty() {
@@ -172,13 +187,16 @@ fn exclusive_workers(
 /// A manager for `row`'s service over `workers`, from its SLA.
 fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String, u32>) -> Managed {
     let sla = &row.service.sla;
+    let mut probe = ProbeConfig::default();
+    let floor = latency_floor(sla.max_latency_us);
+    probe.levels.retain(|&l| l >= floor);
     let policy = ServicePolicy {
         sla: Sla {
             min_bps: sla.min_throughput_gbps * 1e9,
             max_latency_us: sla.max_latency_us,
             min_delivery: MIN_DELIVERY,
         },
-        probe: ProbeConfig::default(),
+        probe,
         busy_above_pps: BUSY_ABOVE_PPS,
         consolidate_below_cores: CONSOLIDATE_BELOW_CORES,
     };
@@ -201,6 +219,13 @@ fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String,
         workers,
         last: BTreeMap::new(),
     }
+}
+
+/// The lowest speed whose worst-case wait for CPU under the CPU limit, `(1 − level) ×`
+/// [`nfx_io::cgroup::CORES_PERIOD`], stays within `max_latency_us`.
+pub fn latency_floor(max_latency_us: f64) -> f64 {
+    let period_us = nfx_io::cgroup::CORES_PERIOD.as_secs_f64() * 1e6;
+    (1.0 - max_latency_us / period_us).clamp(0.0, 1.0)
 }
 
 /// `w`'s worker in the host's latest report.
@@ -234,27 +259,29 @@ fn sample(
         return None;
     }
     let dt = (at - at0) as f64 / 1000.0;
-    let busy = wp.threads.iter().any(|t| t.poll == "busy");
+    let spins = wp.threads.iter().any(|t| t.poll != "interrupt");
     Some(traffic_sample(
         &t0,
         &wp.traffic,
         dt,
         wp.cpu_cores,
         speed * f64::from(w.cores),
-        busy,
+        spins,
     ))
 }
 
 /// Offered and delivered throughput between two counter readings `dt` seconds apart,
-/// and the share of the `allowed` cores the worker used (not for a busy poller, which
-/// uses everything it is given).
+/// and the share of the `allowed` cores the worker used — only for a worker that sleeps
+/// when it has nothing to do (`interrupt`): a busy or adaptive poller spins on whatever
+/// it is given (adaptive: 200 µs after every packet), so for them only lost throughput
+/// marks the knee.
 pub fn traffic_sample(
     a: &WorkerTraffic,
     b: &WorkerTraffic,
     dt: f64,
     cpu_cores: f64,
     allowed: f64,
-    busy: bool,
+    spins: bool,
 ) -> BoxSample {
     let d = |x: u64, y: u64| y.saturating_sub(x) as f64;
     let (rx_p, rx_b) = (d(a.rx_packets, b.rx_packets), d(a.rx_bytes, b.rx_bytes));
@@ -266,7 +293,7 @@ pub fn traffic_sample(
             offered_bps: (rx_b + drops * frame) * 8.0 / dt,
             delivered_bps: d(a.tx_bytes, b.tx_bytes) * 8.0 / dt,
             latency_us: None,
-            utilization: (!busy && allowed > 0.0).then(|| (cpu_cores / allowed).min(1.0)),
+            utilization: (!spins && allowed > 0.0).then(|| (cpu_cores / allowed).min(1.0)),
         },
         pps: (rx_p + drops) / dt,
         cpu_cores,
@@ -298,7 +325,12 @@ fn to_decision(service: &str, workers: &[Worker], a: Action) -> Option<Decision>
 /// Runs the managers every [`MANAGE_EVERY`] until `ctl` is dropped: decides from the
 /// heartbeats' reports, has each host's agent apply the knob, and records every decision
 /// (applied or refused) as an operation.
-pub fn start(ctl: &Arc<Controller>, agents: &Arc<Agents>, infra: &Infrastructure) {
+pub fn start(
+    ctl: &Arc<Controller>,
+    agents: &Arc<Agents>,
+    infra: &Infrastructure,
+    only: Vec<String>,
+) {
     let device_cores: BTreeMap<String, u32> = infra
         .devices
         .iter()
@@ -314,7 +346,7 @@ pub fn start(ctl: &Arc<Controller>, agents: &Arc<Agents>, infra: &Infrastructure
     let spawned = std::thread::Builder::new()
         .name("power-manager".into())
         .spawn(move || {
-            let mut pm = PowerManagers::default();
+            let mut pm = PowerManagers::new(only);
             loop {
                 std::thread::sleep(MANAGE_EVERY);
                 let (Some(ctl), Some(agents)) = (ctl.upgrade(), agents.upgrade()) else {
@@ -361,11 +393,17 @@ mod tests {
     use crate::vnfm::InstanceSpec;
     use nfx_energy::Source;
 
+    /// A service whose SLA allows the CPU limit's wait (100 ms latency: a buffered
+    /// video stream's) unless `max_latency_us` says otherwise.
     fn service(id: &str) -> ServiceRow {
+        service_with(id, 100_000.0)
+    }
+
+    fn service_with(id: &str, max_latency_us: f64) -> ServiceRow {
         ServiceRow {
             service: serde_yaml_ng::from_str(&format!(
                 "{{ id: {id}, tenant: t, ingress: h1, egress: h1, chain: [{{ function: firewall }}],
-                   sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }} }}"
+                   sla: {{ max_latency_us: {max_latency_us}, min_throughput_gbps: 1 }} }}"
             ))
             .unwrap(),
             status: "active".into(),
@@ -514,6 +552,31 @@ mod tests {
         // The speed is exported for /metrics.
         let s = pm.settings();
         assert_eq!((s[0].device.as_str(), s[0].speed), ("h1-sw0", 0.7));
+    }
+
+    #[test]
+    fn a_tight_latency_sla_keeps_the_worker_unlimited_and_unnamed_services_are_left_alone() {
+        assert_eq!(latency_floor(100_000.0), 0.0);
+        assert!((latency_floor(1_000.0) - 0.99).abs() < 1e-12);
+        assert!((latency_floor(50_000.0) - 0.5).abs() < 1e-12);
+        let rows = [row("fw", "h1-sw0", Tier::Software, &["s"])];
+        let cores = BTreeMap::from([("h1-sw0".to_string(), 1)]);
+        let hosts = BTreeMap::from([("h1".to_string(), 2)]);
+        for (mut pm, svc) in [
+            (PowerManagers::default(), service_with("s", 1_000.0)),
+            (PowerManagers::new(vec!["other".into()]), service("s")),
+        ] {
+            let mut b = Box1 {
+                at_ms: 0,
+                t: WorkerTraffic::default(),
+                limit: 1.0,
+            };
+            for _ in 0..12 {
+                let f = b.second(0.3, 40e6);
+                let d = pm.decide(std::slice::from_ref(&svc), &rows, &f, &cores, &hosts);
+                assert!(d.is_empty(), "{d:?}");
+            }
+        }
     }
 
     #[test]

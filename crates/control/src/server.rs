@@ -42,6 +42,8 @@ pub struct UpConfig {
     pub ready_file: Option<PathBuf>,
     /// Run the power manager ([`crate::power_manager`]) over the host agents' workers.
     pub power_manager: bool,
+    /// Only these services are managed (all when empty).
+    pub power_services: Vec<String>,
 }
 
 /// A small default infrastructure for a single machine: one host, one software device.
@@ -203,7 +205,7 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
                 "nfx up: power manager on (every {:?})",
                 crate::power_manager::MANAGE_EVERY
             );
-            crate::power_manager::start(&ctl, a, &cfg.infra);
+            crate::power_manager::start(&ctl, a, &cfg.infra, cfg.power_services.clone());
         }
     }
     let state = Arc::new(ApiState {

@@ -45,6 +45,7 @@ fn child_server() {
         agents: Vec::new(),
         ready_file: Some(dir.join("ready")),
         power_manager: false,
+        power_services: Vec::new(),
     })
     .unwrap();
 }

@@ -18,6 +18,11 @@ use std::time::Duration;
 /// The nfx-owned directory under the cpu controller's root.
 pub const SUBTREE: &str = "nfx";
 
+/// The bandwidth period of [`CpuGroup::set_cores`] (the kernel's default). A group
+/// limited to `q` cores of one may wait up to `(1 − q)` of it for CPU: the delay a
+/// limit can add to a packet.
+pub const CORES_PERIOD: Duration = Duration::from_millis(100);
+
 /// Which cgroup interface the cpu controller speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -297,9 +302,9 @@ impl CpuGroup {
     }
 
     /// Limits the group to `cores` cores' worth of CPU time (0.3 = 30 % of one core) per
-    /// 100 ms period; `None` lifts the limit.
+    /// [`CORES_PERIOD`]; `None` lifts the limit.
     pub fn set_cores(&self, cores: Option<f64>) -> io::Result<()> {
-        let period = Duration::from_millis(100);
+        let period = CORES_PERIOD;
         self.set_limit(
             cores.map(|c| Duration::from_secs_f64(period.as_secs_f64() * c.max(0.0))),
             period,

@@ -92,6 +92,9 @@ pub struct UpArgs {
     /// load; every decision is an operation record (docs/energy.md). Off by default.
     #[arg(long)]
     power_manager: bool,
+    /// Run the power manager on this service only (repeatable; implies --power-manager).
+    #[arg(long, value_name = "SERVICE")]
+    power_manager_service: Vec<String>,
 }
 
 /// A service file and connection.
@@ -239,7 +242,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         local,
         agents,
         ready_file: a.ready_file,
-        power_manager: a.power_manager,
+        power_manager: a.power_manager || !a.power_manager_service.is_empty(),
+        power_services: a.power_manager_service,
     })
 }
 

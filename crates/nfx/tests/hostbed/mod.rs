@@ -100,10 +100,18 @@ impl Testbed {
 
 /// Starts `nfx up` on the testbed's infrastructure.yaml with `token` (its log in
 /// `out/controller.log`); returns its guard and URL once it is ready.
+// power_manager_e2e starts its controller with controller_with.
+#[allow(dead_code)]
 pub fn controller(out: &Path, token: &str) -> (Ctl, String) {
+    controller_with(out, token, &[])
+}
+
+/// [`controller`] with extra `nfx up` arguments.
+pub fn controller_with(out: &Path, token: &str, extra: &[&str]) -> (Ctl, String) {
     let ready = out.join("ready");
     let ctl = Command::new(NFX)
         .args(["up", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .arg("--db")
         .arg(out.join("state.db"))
         .arg("--infra")
