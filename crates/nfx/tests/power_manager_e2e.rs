@@ -94,16 +94,6 @@ fn worker(e: &Value, host: &str, device: &str) -> Option<Value> {
         .cloned()
 }
 
-/// CPU seconds of every thread of `pid`, from `/proc`.
-fn cpu_s(pid: u32) -> f64 {
-    nfx_io::cpu::thread_ids(pid)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|t| nfx_io::cpu::task_cpu_time(pid, t).ok())
-        .map(|d| d.as_secs_f64())
-        .sum()
-}
-
 /// The CPU limit of cgroup `nfx/<device>` in cores, read from the kernel's files here.
 fn kernel_limit(device: &str) -> Option<f64> {
     let ctl = nfx_io::cgroup::CpuController::detect().ok()?;
@@ -240,7 +230,7 @@ fn the_power_manager_lowers_a_workers_cpu_max_and_keeps_its_sla() {
     let before: Vec<(u64, f64)> = svcs
         .iter()
         .zip(&sinks)
-        .map(|(s, k)| (k.packets(), cpu_s(s.pid)))
+        .map(|(s, k)| (k.packets(), hostbed::cpu_s(s.pid)))
         .collect();
     let tw = Instant::now();
     let mut watts = [0.0f64; 2];
@@ -257,7 +247,7 @@ fn the_power_manager_lowers_a_workers_cpu_max_and_keeps_its_sla() {
     let after: Vec<(u64, f64)> = svcs
         .iter()
         .zip(&sinks)
-        .map(|(s, k)| (k.packets(), cpu_s(s.pid)))
+        .map(|(s, k)| (k.packets(), hostbed::cpu_s(s.pid)))
         .collect();
     let got: Vec<u64> = (0..2).map(|k| after[k].0 - before[k].0).collect();
     let cores: Vec<f64> = (0..2).map(|k| (after[k].1 - before[k].1) / secs).collect();

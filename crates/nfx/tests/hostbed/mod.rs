@@ -135,3 +135,15 @@ pub fn controller_with(out: &Path, token: &str, extra: &[&str]) -> (Ctl, String)
     };
     (ctl, format!("http://{addr}"))
 }
+
+/// CPU seconds of every thread of `pid`, from `/proc` (0 once it is gone).
+// hosts_e2e measures no CPU.
+#[allow(dead_code)]
+pub fn cpu_s(pid: u32) -> f64 {
+    nfx_io::cpu::thread_ids(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| nfx_io::cpu::task_cpu_time(pid, t).ok())
+        .map(|d| d.as_secs_f64())
+        .sum()
+}
