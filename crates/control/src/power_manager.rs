@@ -101,6 +101,12 @@ impl PowerManagers {
         device_cores: &BTreeMap<String, u32>,
         host_cores: &BTreeMap<String, u32>,
     ) -> Vec<Decision> {
+        let limited: Vec<WorkerSetting> = self
+            .settings()
+            .into_iter()
+            .filter(|s| s.speed < 1.0)
+            .collect();
+        let mut renewed = Vec::new();
         let mut out = Vec::new();
         self.services
             .retain(|id, _| services.iter().any(|s| &s.service.id == id));
@@ -119,6 +125,7 @@ impl PowerManagers {
             let m = match self.services.get_mut(&svc.id) {
                 Some(m) if m.workers == workers => m,
                 _ => {
+                    renewed.push(svc.id.clone());
                     let m = managed(row, workers, host_cores);
                     self.services.insert(svc.id.clone(), m);
                     self.services.get_mut(&svc.id).expect("inserted above")
@@ -137,7 +144,51 @@ impl PowerManagers {
                 }
             }
         }
-        out
+        let mut lifts = self.lift(limited, &renewed, figures);
+        lifts.append(&mut out);
+        lifts
+    }
+
+    /// Lifts the limit of each worker in `limited` that no manager holds any more (its
+    /// service gone, not active, or sharing it), or whose service's manager was
+    /// `renewed` (its workers changed; the new one starts at full speed), while the
+    /// worker still runs.
+    fn lift(
+        &self,
+        limited: Vec<WorkerSetting>,
+        renewed: &[String],
+        figures: &BTreeMap<String, HostFigures>,
+    ) -> Vec<Decision> {
+        let held = self.settings();
+        limited
+            .into_iter()
+            .filter(|l| {
+                renewed.contains(&l.service)
+                    || !held
+                        .iter()
+                        .any(|h| h.host == l.host && h.device == l.device)
+            })
+            .filter(|l| {
+                let w = Worker {
+                    host: l.host.clone(),
+                    device: l.device.clone(),
+                    cores: 0,
+                };
+                report_of(figures, &w).is_some()
+            })
+            .map(|l| Decision {
+                reason: format!(
+                    "{}: cpu.max unlimited: no longer managed for {} (its workers changed, it stopped, or the worker is shared)",
+                    l.device, l.service
+                ),
+                request: KnobRequest {
+                    device: l.device.clone(),
+                    setting: KnobSetting::CpuMax(None),
+                },
+                service: l.service,
+                host: l.host,
+            })
+            .collect()
     }
 
     /// The speed each managed worker runs at.
@@ -552,6 +603,21 @@ mod tests {
         // The speed is exported for /metrics.
         let s = pm.settings();
         assert_eq!((s[0].device.as_str(), s[0].speed), ("h1-sw0", 0.7));
+        // Another service's instance lands on the worker: its limit is lifted once.
+        let rows = [
+            row("fw", "h1-sw0", Tier::Software, &["s"]),
+            row("nat", "h1-sw0", Tier::Software, &["u"]),
+        ];
+        let cores = BTreeMap::from([("h1-sw0".to_string(), 1)]);
+        let hosts = BTreeMap::from([("h1".to_string(), 2)]);
+        let f = b.second(0.6, 80e6);
+        let d = pm.decide(&[service("s"), service("u")], &rows, &f, &cores, &hosts);
+        assert_eq!(cpu_max(&d), [None], "{d:#?}");
+        assert!(d[0].reason.contains("no longer managed"), "{}", d[0].reason);
+        let f = b.second(0.6, 80e6);
+        assert!(pm
+            .decide(&[service("s"), service("u")], &rows, &f, &cores, &hosts)
+            .is_empty());
     }
 
     #[test]
