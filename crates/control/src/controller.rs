@@ -65,6 +65,8 @@ pub struct Controller {
     seq: AtomicU64,
     /// Each agent's latest energy figures (from its heartbeat).
     energy: Mutex<BTreeMap<String, crate::energy::HostFigures>>,
+    /// The power manager's knob setting per worker (empty when it is off).
+    power: Mutex<Vec<crate::power_manager::WorkerSetting>>,
 }
 
 fn rows_json<T: Serialize>(rows: &[(String, Option<T>)]) -> serde_json::Value {
@@ -99,6 +101,7 @@ impl Controller {
             queue: Mutex::new(None),
             seq: AtomicU64::new(seq),
             energy: Mutex::default(),
+            power: Mutex::default(),
         }))
     }
 
@@ -687,6 +690,59 @@ impl Controller {
         let mut v = serde_json::to_value(row).unwrap_or_default();
         v["path"] = serde_json::to_value(path).unwrap_or_default();
         Ok(v)
+    }
+
+    /// Each agent's latest energy figures, by host.
+    pub fn energy_figures(&self) -> BTreeMap<String, crate::energy::HostFigures> {
+        self.energy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records a power manager decision on `service` as a final operation of kind
+    /// `power` with its `reason`: `COMPLETED` with what the agent read back, or
+    /// `ROLLED_BACK` with why the agent refused (nothing was changed).
+    pub fn record_power_decision(
+        &self,
+        service: &str,
+        reason: &str,
+        outcome: Result<String, String>,
+    ) -> Result<Operation, CtlError> {
+        let mut op = Operation::new(self.next_op_id(), OpKind::Power, service.into(), vec![]);
+        let bad = |e: crate::ops::TransitionError| CtlError::Internal(e.to_string());
+        op.go(OpState::Processing).map_err(bad)?;
+        let detail = match outcome {
+            Ok(readback) => {
+                op.go(OpState::Completed).map_err(bad)?;
+                op.reason = Some(format!("{reason}; {readback}"));
+                serde_json::json!({"operation": op.id, "service": service, "reason": reason, "read_back": readback})
+            }
+            Err(e) => {
+                op.reason = Some(reason.to_string());
+                op.error = Some(e.clone());
+                for s in [
+                    OpState::FailedTemp,
+                    OpState::RollingBack,
+                    OpState::RolledBack,
+                ] {
+                    op.go(s).map_err(bad)?;
+                }
+                serde_json::json!({"operation": op.id, "service": service, "reason": reason, "error": e})
+            }
+        };
+        self.save_op(&op, vec![Write::Event("power.decision".into(), detail)])?;
+        Ok(op)
+    }
+
+    /// Sets the power manager's knob settings (for `/metrics`).
+    pub fn set_power_settings(&self, s: Vec<crate::power_manager::WorkerSetting>) {
+        *self.power.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    /// The power manager's knob setting per worker.
+    pub fn power_settings(&self) -> Vec<crate::power_manager::WorkerSetting> {
+        self.power.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Every recorded instance.

@@ -14,6 +14,7 @@ pub mod hostagent;
 pub mod mediator;
 pub mod netns_exec;
 pub mod ops;
+pub mod power_manager;
 pub mod scale;
 pub mod server;
 pub mod store;

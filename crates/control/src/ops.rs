@@ -87,6 +87,8 @@ pub enum OpKind {
     Migrate,
     /// Place a service again after it lost instances or a host on its path went down.
     Replace,
+    /// A power manager decision: one knob on one worker of a service (no steps).
+    Power,
 }
 
 /// One unit of work, executed against VNFMs, the enforcer or the resource model.
@@ -190,6 +192,9 @@ pub struct Operation {
     pub steps: Vec<StepRecord>,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// Why it was decided (power manager decisions: the knob and the probe's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Set when a restarted controller picked the operation up.
     #[serde(default)]
     pub recovered: bool,
@@ -231,6 +236,7 @@ impl Operation {
                 })
                 .collect(),
             error: None,
+            reason: None,
             recovered: false,
             restore: serde_json::Value::Null,
             created_ms: now,

@@ -40,6 +40,10 @@ pub struct UpConfig {
     pub agents: Vec<(String, String)>,
     /// File written with the bound address once the server listens.
     pub ready_file: Option<PathBuf>,
+    /// Run the power manager ([`crate::power_manager`]) over the host agents' workers.
+    pub power_manager: bool,
+    /// Only these services are managed (all when empty).
+    pub power_services: Vec<String>,
 }
 
 /// A small default infrastructure for a single machine: one host, one software device.
@@ -196,6 +200,13 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
             crate::agents::HEARTBEAT
         );
         a.start_monitor(&ctl);
+        if cfg.power_manager {
+            eprintln!(
+                "nfx up: power manager on (every {:?})",
+                crate::power_manager::MANAGE_EVERY
+            );
+            crate::power_manager::start(&ctl, a, &cfg.infra, cfg.power_services.clone());
+        }
     }
     let state = Arc::new(ApiState {
         ctl,

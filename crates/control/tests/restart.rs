@@ -44,6 +44,8 @@ fn child_server() {
         read_token: None,
         agents: Vec::new(),
         ready_file: Some(dir.join("ready")),
+        power_manager: false,
+        power_services: Vec::new(),
     })
     .unwrap();
 }

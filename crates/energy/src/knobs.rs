@@ -183,6 +183,17 @@ impl Actuator {
         }
     }
 
+    /// The cgroup nfx made for worker `name`, if a CPU limit was ever set on it.
+    pub fn group(&self, name: &str) -> Option<&CpuGroup> {
+        self.groups.get(name)
+    }
+
+    /// Why a CPU limit cannot be applied on this host (no cpu cgroup controller, or
+    /// none this process can see), if so.
+    pub fn cgroup_error(&self) -> Option<&str> {
+        self.cgroups.as_ref().err().map(String::as_str)
+    }
+
     /// What the kernel reports for worker `name`'s threads.
     pub fn read_back(&self, name: &str, targets: &[Target]) -> io::Result<KnobState> {
         let mut affinity = BTreeMap::new();

@@ -18,6 +18,11 @@ use std::time::Duration;
 /// The nfx-owned directory under the cpu controller's root.
 pub const SUBTREE: &str = "nfx";
 
+/// The bandwidth period of [`CpuGroup::set_cores`] (the kernel's default). A group
+/// limited to `q` cores of one may wait up to `(1 − q)` of it for CPU: the delay a
+/// limit can add to a packet.
+pub const CORES_PERIOD: Duration = Duration::from_millis(100);
+
 /// Which cgroup interface the cpu controller speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -297,9 +302,9 @@ impl CpuGroup {
     }
 
     /// Limits the group to `cores` cores' worth of CPU time (0.3 = 30 % of one core) per
-    /// 100 ms period; `None` lifts the limit.
+    /// [`CORES_PERIOD`]; `None` lifts the limit.
     pub fn set_cores(&self, cores: Option<f64>) -> io::Result<()> {
-        let period = Duration::from_millis(100);
+        let period = CORES_PERIOD;
         self.set_limit(
             cores.map(|c| Duration::from_secs_f64(period.as_secs_f64() * c.max(0.0))),
             period,
@@ -310,6 +315,22 @@ impl CpuGroup {
     /// when unlimited.
     pub fn limit(&self) -> io::Result<(Option<Duration>, Duration)> {
         read_limit(self.version, &self.path)
+    }
+
+    /// The limit files as the kernel shows them: `cpu.max=<text>` (v2) or
+    /// `cpu.cfs_quota_us=<q> cpu.cfs_period_us=<p>` (v1), for read-back in answers.
+    pub fn limit_text(&self) -> io::Result<String> {
+        let file = |f: &str| -> io::Result<String> {
+            Ok(format!("{f}={}", read(&self.path.join(f))?.trim()))
+        };
+        match self.version {
+            Version::V2 => file("cpu.max"),
+            Version::V1 => Ok(format!(
+                "{} {}",
+                file("cpu.cfs_quota_us")?,
+                file("cpu.cfs_period_us")?
+            )),
+        }
     }
 
     /// Thread ids in the group (v1 `tasks`, v2 `cgroup.threads`).
@@ -434,6 +455,7 @@ mod tests {
             g.limit().unwrap(),
             (Some(Duration::from_millis(25)), Duration::from_millis(100))
         );
+        assert_eq!(g.limit_text().unwrap(), "cpu.max=25000 100000");
         g.set_cores(None).unwrap();
         assert_eq!(g.limit().unwrap().0, None);
         assert!(c.create("../escape").is_err());

@@ -45,16 +45,6 @@ fn service_energy(url: &str) -> Option<Value> {
         .cloned()
 }
 
-/// CPU seconds of every thread of `pid`, from `/proc`.
-fn cpu_s(pid: u32) -> f64 {
-    nfx_io::cpu::thread_ids(pid)
-        .unwrap()
-        .into_iter()
-        .filter_map(|t| nfx_io::cpu::task_cpu_time(pid, t).ok())
-        .map(|d| d.as_secs_f64())
-        .sum()
-}
-
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
@@ -115,7 +105,7 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     let pid = worker["pid"].as_u64().unwrap() as u32;
     threads_read_back(&worker);
     // CPU of the worker over ~2.5 s, read here, against the agent's figures in between.
-    let (t0, c0) = (Instant::now(), cpu_s(pid));
+    let (t0, c0) = (Instant::now(), hostbed::cpu_s(pid));
     let mut agent_cores = Vec::new();
     let mut last = first.clone();
     while t0.elapsed() < Duration::from_millis(2500) {
@@ -135,7 +125,7 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
         agent_cores.push(cores);
         last = now;
     }
-    let measured = (cpu_s(pid) - c0) / t0.elapsed().as_secs_f64();
+    let measured = (hostbed::cpu_s(pid) - c0) / t0.elapsed().as_secs_f64();
     let sent = gen.join().unwrap().unwrap().sent;
     std::thread::sleep(Duration::from_millis(200));
     let got = sink.finish().unwrap().packets;

@@ -111,7 +111,9 @@ impl ApiMetrics {
             &mut f,
             Some((&ctl.operations()?, &ctl.instances()?, &ctl.services()?)),
         );
-        service_energy(&mut f, Some(&ctl.energy()?));
+        let energy = ctl.energy()?;
+        service_energy(&mut f, Some(&energy));
+        worker_knobs(&mut f, Some((&energy, &ctl.power_settings())));
         self.register(&mut f);
         let up = agent_up(&mut f);
         let Some(agents) = &self.agents else {
@@ -146,6 +148,7 @@ impl ApiMetrics {
         let mut f = Families::default();
         store_gauges(&mut f, None);
         service_energy(&mut f, None);
+        worker_knobs(&mut f, None);
         ApiMetrics::default().register(&mut f);
         agent_up(&mut f);
         f.sample_names().to_vec()
@@ -175,6 +178,45 @@ fn service_energy(f: &mut Families, energy: Option<&crate::energy::EnergySummary
         let l = labels(&[("service", &s.service), ("source", &s.source)]);
         joules.get_or_create(&l).set(s.energy_j);
         watts.get_or_create(&l).set(s.power_w);
+    }
+}
+
+/// The power knobs per worker: the power manager's speed setting and the CPU limit the
+/// agents read back from the kernel (families only when `knobs` is `None`).
+fn worker_knobs(
+    f: &mut Families,
+    knobs: Option<(
+        &crate::energy::EnergySummary,
+        &[crate::power_manager::WorkerSetting],
+    )>,
+) {
+    let speed = f.gauge(
+        "nfx_power_knob_speed",
+        "Power manager's setting of a worker: fraction of full speed (1 = no CPU limit)",
+    );
+    let limit = f.gauge(
+        "nfx_worker_cpu_limit_cores",
+        "CPU bandwidth limit of a worker's dataplane thread, cores, read back from the kernel by its agent (cpu.max or the CFS quota; absent when unlimited)",
+    );
+    let Some((energy, settings)) = knobs else {
+        return;
+    };
+    for s in settings {
+        let l = labels(&[
+            ("service", &s.service),
+            ("host", &s.host),
+            ("device", &s.device),
+        ]);
+        speed.get_or_create(&l).set(s.speed);
+    }
+    for h in &energy.hosts {
+        for w in &h.workers {
+            if let Some(c) = w.threads.iter().find_map(|t| t.cpu_max_cores) {
+                limit
+                    .get_or_create(&labels(&[("host", &h.host), ("device", &w.device)]))
+                    .set(c);
+            }
+        }
     }
 }
 

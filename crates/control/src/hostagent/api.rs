@@ -6,6 +6,7 @@
 //! | GET | `/metrics` | its workers' and its own metrics ([`super::metrics`]) |
 //! | GET | `/agent/v1/health` | [`Health`] |
 //! | GET | `/agent/v1/energy` | [`super::power::EnergyReport`] (503 when the host is not metered or before the second sample) |
+//! | POST | `/agent/v1/knobs` | set a worker's knob ([`super::knobs::KnobRequest`]); answers [`super::knobs::KnobAnswer`] read back from the kernel (400 bad value, 404 no such worker, 503 refused) |
 //! | GET | `/agent/v1/paths` | `{service: HostPath}` |
 //! | PUT | `/agent/v1/paths` | replace every path with the body's map (204) |
 //! | PUT | `/agent/v1/paths/{service}` | program one path (204) |
@@ -50,6 +51,7 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
             .route("/metrics", get(metrics))
             .route("/agent/v1/health", get(health))
             .route("/agent/v1/energy", get(energy))
+            .route("/agent/v1/knobs", axum::routing::post(knob))
             .route("/agent/v1/paths", get(paths).put(sync))
             .route(
                 "/agent/v1/paths/{service}",
@@ -97,6 +99,23 @@ async fn energy(State(st): State<Arc<St>>) -> Res {
         )),
         Err(e) => Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, e)),
     }
+}
+
+async fn knob(State(st): State<Arc<St>>, body: Bytes) -> Res {
+    use super::knobs::{KnobError, KnobRequest};
+    let req: KnobRequest = parse_body(&body)?;
+    let answer = tokio::task::spawn_blocking(move || st.agent.set_knob(&req))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| {
+            let code = match e {
+                KnobError::Invalid(_) => StatusCode::BAD_REQUEST,
+                KnobError::NotFound(_) => StatusCode::NOT_FOUND,
+                KnobError::Failed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            ApiError(code, e.to_string())
+        })?;
+    Ok(Json(answer).into_response())
 }
 
 async fn paths(State(st): State<Arc<St>>) -> Res {

@@ -5,6 +5,7 @@
 //! controller's heartbeat. It listens on the host's management address over mutual TLS.
 
 pub mod api;
+pub mod knobs;
 pub mod metrics;
 pub mod power;
 pub mod stages;
@@ -158,6 +159,8 @@ pub struct HostAgent {
     api: ApiMetrics,
     /// Energy per instance and the power knobs' read-back.
     power: power::PowerAgent,
+    /// The power knobs (CPU limits live as long as the agent).
+    knobs: Mutex<nfx_energy::knobs::Actuator>,
 }
 
 impl HostAgent {
@@ -214,6 +217,7 @@ impl HostAgent {
                     .collect(),
                 cfg.power.clone(),
             ),
+            knobs: Mutex::new(nfx_energy::knobs::Actuator::new()),
         });
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
@@ -255,6 +259,25 @@ impl HostAgent {
     /// why the host is not metered.
     pub fn energy(&self) -> Result<Option<power::EnergyReport>, String> {
         self.power.report()
+    }
+
+    /// Sets one worker's power knob and reads it back (`POST /agent/v1/knobs`).
+    pub fn set_knob(
+        &self,
+        req: &knobs::KnobRequest,
+    ) -> Result<knobs::KnobAnswer, knobs::KnobError> {
+        let mut act = self.knobs.lock().unwrap_or_else(|e| e.into_inner());
+        let r = knobs::apply(
+            &mut act,
+            &self.local.worker_processes(),
+            self.power.cores(),
+            req,
+        );
+        match &r {
+            Ok(_) => log::info!("knob {}: {}", req.device, req.setting.label()),
+            Err(e) => log::warn!("knob {}: {e}", req.device),
+        }
+        r
     }
 
     /// Programs the host's part of `service`'s path, make-before-break: the workers of

@@ -77,9 +77,41 @@ pub struct WorkerPower {
     pub power_w: f64,
     /// Its energy since the agent started metering it, J.
     pub energy_j: f64,
+    /// Its ports' cumulative counters (what the power manager derives offered and
+    /// delivered throughput from).
+    #[serde(default)]
+    pub traffic: WorkerTraffic,
     /// Its dataplane threads as the worker and the kernel report them (empty when the
     /// worker did not answer).
     pub threads: Vec<ThreadKnobs>,
+}
+
+/// A worker's cumulative port counters, from its stats (zero when it did not answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerTraffic {
+    /// Frames received on its ports.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames the kernel dropped before the worker read them (socket buffer full).
+    pub socket_drops: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+}
+
+impl WorkerTraffic {
+    /// The sums over a worker's ports.
+    pub fn of(s: &nfx_dataplane::Stats) -> Self {
+        s.ports.iter().fold(Self::default(), |t, p| Self {
+            rx_packets: t.rx_packets + p.rx_packets,
+            rx_bytes: t.rx_bytes + p.rx_bytes,
+            socket_drops: t.socket_drops + p.socket_drops,
+            tx_packets: t.tx_packets + p.tx_packets,
+            tx_bytes: t.tx_bytes + p.tx_bytes,
+        })
+    }
 }
 
 /// A dataplane thread's knob settings, read back.
@@ -148,6 +180,11 @@ impl PowerAgent {
             state: Mutex::new(state),
             latest: Mutex::new(None),
         }
+    }
+
+    /// Cores of each of the host's software devices.
+    pub fn cores(&self) -> &BTreeMap<String, u32> {
+        &self.cores
     }
 
     /// The latest figures; `Err` says why the host is not metered.
@@ -242,8 +279,9 @@ impl PowerAgent {
                 cpu_cores: g.cpu_cores,
                 power_w: g.energy.watts,
                 energy_j: g.energy.joules,
+                traffic: stats.as_ref().map(WorkerTraffic::of).unwrap_or_default(),
                 threads: stats
-                    .map(|s| threads(&s, st.cpu.as_ref()))
+                    .map(|s| thread_knobs(&s, st.cpu.as_ref()))
                     .unwrap_or_default(),
             });
         }
@@ -284,7 +322,10 @@ pub fn split_shares(work: &[f64]) -> Vec<f64> {
 }
 
 /// The worker's threads with their knobs read back from the kernel.
-fn threads(s: &nfx_dataplane::Stats, cpu: Option<&CpuController>) -> Vec<ThreadKnobs> {
+pub(crate) fn thread_knobs(
+    s: &nfx_dataplane::Stats,
+    cpu: Option<&CpuController>,
+) -> Vec<ThreadKnobs> {
     s.workers
         .iter()
         .map(|w| ThreadKnobs {

@@ -136,6 +136,15 @@ impl RemoteVnfm {
         decode(self.send(self.req("GET", "/health"), None)?)
     }
 
+    /// Sets one worker's power knob; the answer is read back from the kernel.
+    pub fn set_knob(
+        &self,
+        req: &crate::hostagent::knobs::KnobRequest,
+    ) -> Result<crate::hostagent::knobs::KnobAnswer, VnfmError> {
+        let body = serde_json::to_value(req).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        decode(self.send(self.req("POST", "/knobs"), Some(body))?)
+    }
+
     /// Programs the host's part of `service`'s path.
     pub fn put_path(&self, service: &str, path: &HostPath) -> Result<(), VnfmError> {
         let body = serde_json::to_value(path).map_err(|e| VnfmError::Invalid(e.to_string()))?;

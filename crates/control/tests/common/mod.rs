@@ -68,6 +68,8 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
         read_token: Some(Zeroizing::new(READ_TOKEN.into())),
         agents: Vec::new(),
         ready_file: Some(ready.clone()),
+        power_manager: false,
+        power_services: Vec::new(),
     };
     std::thread::spawn(move || run_up(cfg));
     format!("http://{}", wait_ready(&ready))

@@ -87,6 +87,14 @@ pub struct UpArgs {
     /// Write the bound address here once listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Run the power manager: per service, probe each exclusive worker's CPU limit down
+    /// while its delivered throughput holds and the SLA is kept, choose its poll mode by
+    /// load; every decision is an operation record (docs/energy.md). Off by default.
+    #[arg(long)]
+    power_manager: bool,
+    /// Run the power manager on this service only (repeatable; implies --power-manager).
+    #[arg(long, value_name = "SERVICE")]
+    power_manager_service: Vec<String>,
 }
 
 /// A service file and connection.
@@ -234,6 +242,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         local,
         agents,
         ready_file: a.ready_file,
+        power_manager: a.power_manager || !a.power_manager_service.is_empty(),
+        power_services: a.power_manager_service,
     })
 }
 
@@ -405,11 +415,15 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
     for o in ops.as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "  {:<8} {:<8} {:<20} {}",
+            "  {:<8} {:<8} {:<20} {}{}",
             o["id"].as_str().unwrap_or("?"),
             o["kind"].as_str().unwrap_or("?"),
             o["target"].as_str().unwrap_or("?"),
-            o["state"].as_str().unwrap_or("?")
+            o["state"].as_str().unwrap_or("?"),
+            o["reason"]
+                .as_str()
+                .map(|r| format!("  {r}"))
+                .unwrap_or_default()
         );
     }
     print_text(&out)

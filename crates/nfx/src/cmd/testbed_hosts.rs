@@ -236,7 +236,7 @@ fn stop_agent(h: &HostInfo, dir: &Path) {
     let _ = std::fs::remove_file(pid_file);
 }
 
-/// Starts `nfx agent --config` inside the host's namespace in its own session (it
+/// Starts `nfx agent --config` inside the host's network namespace in its own session (it
 /// outlives this command; `nfx testbed down` stops it), unless it already runs, and
 /// waits until it listens.
 fn start_agent(h: &HostInfo, cfg: &AgentConfig, dir: &Path, nfx_bin: &Path) -> anyhow::Result<()> {
@@ -257,8 +257,12 @@ fn start_agent(h: &HostInfo, cfg: &AgentConfig, dir: &Path, nfx_bin: &Path) -> a
     let log_file = dir.join(format!("{}.log", h.id));
     let log = std::fs::File::create(&log_file)
         .with_context(|| format!("creating {}", log_file.display()))?;
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &h.netns])
+    // Only the network namespace is entered (not `ip netns exec`, which remounts /sys
+    // without the cgroup mounts): the agent sees the host's cgroups and can put a CPU
+    // limit on its workers.
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", nfx_io::netns::netns_path(&h.netns)))
+        .arg("--")
         .arg(nfx_bin)
         .arg("agent")
         .arg("--config")

@@ -100,10 +100,18 @@ impl Testbed {
 
 /// Starts `nfx up` on the testbed's infrastructure.yaml with `token` (its log in
 /// `out/controller.log`); returns its guard and URL once it is ready.
+// power_manager_e2e starts its controller with controller_with.
+#[allow(dead_code)]
 pub fn controller(out: &Path, token: &str) -> (Ctl, String) {
+    controller_with(out, token, &[])
+}
+
+/// [`controller`] with extra `nfx up` arguments.
+pub fn controller_with(out: &Path, token: &str, extra: &[&str]) -> (Ctl, String) {
     let ready = out.join("ready");
     let ctl = Command::new(NFX)
         .args(["up", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .arg("--db")
         .arg(out.join("state.db"))
         .arg("--infra")
@@ -126,4 +134,16 @@ pub fn controller(out: &Path, token: &str) -> (Ctl, String) {
         }
     };
     (ctl, format!("http://{addr}"))
+}
+
+/// CPU seconds of every thread of `pid`, from `/proc` (0 once it is gone).
+// hosts_e2e measures no CPU.
+#[allow(dead_code)]
+pub fn cpu_s(pid: u32) -> f64 {
+    nfx_io::cpu::thread_ids(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| nfx_io::cpu::task_cpu_time(pid, t).ok())
+        .map(|d| d.as_secs_f64())
+        .sum()
 }
