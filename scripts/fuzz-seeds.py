@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of the VNF and tunnel fuzz targets into
-crates/{vnf,tunnel}/fuzz/seeds/<target>/ (docs/fuzzing.md): valid frames, state blobs,
-TCP bursts, TSO/USO super-packets and sealed payloads, so that the fuzzer starts past
+"""Writes the seed inputs of the VNF, tunnel and controller fuzz targets into
+crates/{vnf,tunnel,control}/fuzz/seeds/<target>/ (docs/fuzzing.md): valid frames, state blobs,
+TCP bursts, TSO/USO super-packets, sealed payloads and REST sessions, so that the fuzzer starts past
 the checksum, header and blob checks instead of rediscovering them."""
+import json
 import os
 import struct
 
@@ -196,6 +197,46 @@ def tunnel_seeds():
         write("tunnel", "esp_open", "sealed_%d" % mode, bytes([mode, len(payload)]) + payload)
 
 
+def control_seeds():
+    # rest_api: per request a selector byte (method bits 0..2, token bits 3..4, path index
+    # bits 5..7 + low nibble of the next byte << 3; index 15 = the path leads the body up
+    # to a newline), a 16-bit LE length, then the body.
+    methods = {"GET": 0, "POST": 1, "DELETE": 2, "PUT": 3, "HEAD": 4}
+    paths = ["/api/v1/plan", "/api/v1/services", "/api/v1/services/web", "/api/v1/instances",
+             "/api/v1/instances/web-firewall-0", "/api/v1/instances/web-firewall-0/migrate",
+             "/api/v1/operations", "/api/v1/operations/1", "/api/v1/energy", "/api/v1/dashboard",
+             "/metrics", "/agent/v1/instances"]
+
+    def call(method, token, path, body=b""):
+        i = paths.index(path) if path in paths else 15
+        if i == 15:
+            body = path.encode() + b"\n" + body
+        sel = methods[method] | (token << 3) | ((i & 7) << 5)
+        return bytes([sel, i >> 3]) + struct.pack("<H", len(body)) + body
+
+    svc = json.dumps({"id": "web", "tenant": "acme", "ingress": "edge", "egress": "cloud",
+                      "chain": [{"function": "firewall", "config": {"rules": [{"action": "allow", "dport": 80}]}},
+                                {"function": "nat", "config": {"snat": {"public_ip": "10.200.2.100"}}}],
+                      "sla": {"max_latency_us": 500.0, "min_throughput_gbps": 1.0}}).encode()
+    admin, read, wrong = 1, 2, 3
+    sessions = {
+        "deploy_list_destroy": [call("POST", admin, "/api/v1/services", svc), call("GET", read, "/api/v1/services"),
+                                call("DELETE", read, "/api/v1/services/web"), call("GET", admin, "/api/v1/operations"),
+                                call("DELETE", admin, "/api/v1/services/web")],
+        "plan_read_token": [call("POST", read, "/api/v1/plan", svc), call("POST", read, "/api/v1/services", svc)],
+        "migrate": [call("POST", admin, "/api/v1/services", svc),
+                    call("POST", admin, "/api/v1/instances/web-firewall-0/migrate", b'{"device":"sw-cloud"}'),
+                    call("GET", admin, "/api/v1/instances")],
+        "agent_and_metrics": [call("POST", admin, "/agent/v1/instances", b'{"id":"a"}'), call("GET", 0, "/metrics"),
+                              call("GET", admin, "/metrics"), call("GET", wrong, "/api/v1/energy")],
+        "custom_path": [call("GET", admin, "/api/v1/services/../../etc/passwd"),
+                        call("PUT", admin, "/agent/v1/instances/a/config", b"{}"), call("GET", admin, "/openapi.json")],
+    }
+    for name, calls in sessions.items():
+        write("control", "rest_api", name, b"".join(calls))
+
+
 if __name__ == "__main__":
     vnf_seeds()
     tunnel_seeds()
+    control_seeds()

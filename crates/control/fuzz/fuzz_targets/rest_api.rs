@@ -1,0 +1,223 @@
+//! Fuzz target: the controller's REST API takes any method, path, token and body from any
+//! client that reaches its port. Each input is a session of up to eight requests against a
+//! fresh controller (simulated VNFM, its own SQLite journal). Nothing panics; without a
+//! token every protected route answers 401 (or 405) and the read-only token never
+//! changes anything (403); every answer that is not a success is JSON `{"error": ...}`;
+//! afterwards the service list still answers, and the journal reopens and reconciles,
+//! holding the same services: a bad request loses no state.
+#![no_main]
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use libfuzzer_sys::fuzz_target;
+use nfx_control::api::metrics::ApiMetrics;
+use nfx_control::api::{router, ApiState, Tokens};
+use nfx_control::server::{build, UpConfig};
+use nfx_control::vnfm::sim::SimConfig;
+use nfx_model::Infrastructure;
+use tower::ServiceExt;
+use zeroize::Zeroizing;
+
+const ADMIN: &str = "fuzz-admin-token-0123456789";
+const READ: &str = "fuzz-read-token-9876543210";
+
+const INFRA: &str = "
+hosts: [{ id: edge, cores: 8 }, { id: cloud, cores: 8 }]
+devices:
+  - { id: sw-edge, host: edge, tier: software, functions: [firewall, nat, dpi], latency_us: 30, throughput_gbps: 10, cpu_cores: 4, cost: 1 }
+  - { id: tt-edge, host: edge, tier: table, functions: [firewall, nat], latency_us: 2, throughput_gbps: 100, table_entries: 64, cost: 5 }
+  - { id: sw-cloud, host: cloud, tier: software, functions: [firewall, nat, dpi], latency_us: 30, throughput_gbps: 10, cpu_cores: 4, cost: 1 }
+links: [{ a: edge, b: cloud, latency_us: 20 }]
+";
+
+const METHODS: [&str; 5] = ["GET", "POST", "DELETE", "PUT", "HEAD"];
+
+/// Routes behind the tokens; the last byte-chosen index means "path from the input".
+const PATHS: [&str; 12] = [
+    "/api/v1/plan",
+    "/api/v1/services",
+    "/api/v1/services/web",
+    "/api/v1/instances",
+    "/api/v1/instances/web-firewall-0",
+    "/api/v1/instances/web-firewall-0/migrate",
+    "/api/v1/operations",
+    "/api/v1/operations/1",
+    "/api/v1/energy",
+    "/api/v1/dashboard",
+    "/metrics",
+    "/agent/v1/instances",
+];
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    })
+}
+
+fn config(db: PathBuf) -> UpConfig {
+    UpConfig {
+        db,
+        listen: "127.0.0.1:0".parse().expect("address"),
+        token: Zeroizing::new(ADMIN.into()),
+        read_token: Some(Zeroizing::new(READ.into())),
+        infra: Infrastructure::from_yaml("infra.yaml", INFRA).expect("infrastructure"),
+        sim: SimConfig::default(),
+        local: None,
+        agents: Vec::new(),
+        ready_file: None,
+        power_manager: false,
+        power_services: Vec::new(),
+    }
+}
+
+fn open(cfg: &UpConfig) -> (Router, Arc<nfx_control::controller::Controller>) {
+    let built = build(cfg).expect("controller");
+    built.ctl.recover().expect("recover");
+    let ctl = built.ctl.clone();
+    let state = Arc::new(ApiState {
+        ctl: built.ctl,
+        tokens: Tokens {
+            admin: Zeroizing::new(ADMIN.into()),
+            read: Some(Zeroizing::new(READ.into())),
+        },
+        metrics: ApiMetrics::federating(None),
+    });
+    (router(state, Some(built.agent_vnfm)), ctl)
+}
+
+/// One request of the session: its method, path, token choice and body.
+struct Call {
+    method: &'static str,
+    path: String,
+    token: u8,
+    body: Vec<u8>,
+}
+
+/// Splits the input into calls: a selector byte (method: bits 0–2, token: bits 3–4,
+/// path: bits 5–7 plus the low half of the next byte), a little-endian 16-bit length
+/// (at most 4 KiB), then that many bytes of body; a "path from the input" call takes the
+/// body's bytes up to a newline.
+fn calls(mut data: &[u8]) -> Vec<Call> {
+    let mut out = Vec::new();
+    while out.len() < 8 {
+        let [sel, p, lo, hi, rest @ ..] = data else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(4096);
+        let take = len.min(rest.len());
+        let (bytes, tail) = rest.split_at(take);
+        data = tail;
+        let idx = usize::from(sel >> 5) | (usize::from(p & 15) << 3);
+        let (path, body) = if idx < PATHS.len() {
+            (PATHS[idx].to_string(), bytes.to_vec())
+        } else {
+            let end = bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(bytes.len());
+            let path = String::from_utf8_lossy(&bytes[..end]).into_owned();
+            (path, bytes.get(end + 1..).unwrap_or_default().to_vec())
+        };
+        out.push(Call {
+            method: METHODS[usize::from(sel & 7) % METHODS.len()],
+            path,
+            token: (sel >> 3) & 3,
+            body,
+        });
+    }
+    out
+}
+
+fn send(app: &Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {
+    let mut req = Request::builder().method(c.method).uri(c.path.as_str());
+    req = match c.token {
+        1 => req.header("authorization", format!("Bearer {ADMIN}")),
+        2 => req.header("authorization", format!("Bearer {READ}")),
+        3 => req.header("authorization", "Bearer fuzz-admin-token-012345678X"),
+        _ => req,
+    };
+    let req = req.body(Body::from(c.body.clone())).ok()?;
+    Some(runtime().block_on(async {
+        let resp = app.clone().oneshot(req).await.expect("infallible");
+        let code = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 8 << 20)
+            .await
+            .expect("answer body");
+        (code, bytes.to_vec())
+    }))
+}
+
+fn service_ids(ctl: &nfx_control::controller::Controller) -> Vec<String> {
+    let mut ids: Vec<String> = ctl
+        .services()
+        .expect("services still list")
+        .into_iter()
+        .map(|s| s.service.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fuzz_target!(|data: &[u8]| {
+    let session = calls(data);
+    // The event and dashboard streams never end: they are not requests a session can await.
+    if session.is_empty()
+        || session
+            .iter()
+            .any(|c| c.path.contains("stream") || c.path.contains("events"))
+    {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nfx-fuzz-rest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let cfg = config(dir.join("state.db"));
+    let (app, ctl) = open(&cfg);
+    for c in &session {
+        let Some((code, answer)) = send(&app, c) else {
+            continue;
+        };
+        let known = PATHS.contains(&c.path.as_str());
+        if known && (c.token == 0 || c.token == 3) {
+            assert!(
+                code == StatusCode::UNAUTHORIZED || code == StatusCode::METHOD_NOT_ALLOWED,
+                "{} {} without the token: {code}",
+                c.method,
+                c.path
+            );
+        }
+        if c.token == 2 && code.is_success() {
+            let dry_run = c.method == "POST" && c.path == "/api/v1/plan";
+            assert!(
+                c.method == "GET" || c.method == "HEAD" || dry_run,
+                "the read-only token did {} {}",
+                c.method,
+                c.path
+            );
+        }
+        if !code.is_success() && c.method != "HEAD" {
+            let v: serde_json::Value = serde_json::from_slice(&answer)
+                .unwrap_or_else(|e| panic!("{code} {} {}: not JSON ({e})", c.method, c.path));
+            assert!(v["error"].is_string(), "{code}: {v}");
+        }
+    }
+    let before = service_ids(&ctl);
+    drop(app);
+    drop(ctl);
+    let (_, reopened) = open(&cfg);
+    assert_eq!(
+        service_ids(&reopened),
+        before,
+        "the journal lost or gained services"
+    );
+    drop(reopened);
+    let _ = std::fs::remove_dir_all(&dir);
+});
