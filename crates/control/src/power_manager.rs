@@ -26,6 +26,12 @@ use std::time::Duration;
 
 /// How often the manager decides (the agents meter once a second).
 pub const MANAGE_EVERY: Duration = Duration::from_secs(1);
+/// A relative change of offered load that starts a new probe. The load is counted at the
+/// worker, where a CPU limit turns a steady stream into bursts (one quota period's worth
+/// at a time), so a one-second sample moves by up to a tenth either way with no change
+/// at the source: the standalone prober's 20 % would re-probe on that noise alone.
+const LOAD_CHANGE: f64 = 0.35;
+
 /// Share of the offered load a service must deliver (its SLA's delivery floor).
 pub const MIN_DELIVERY: f64 = 0.95;
 /// Packet rate above which a worker busy-polls (adaptive again below half of it).
@@ -238,7 +244,10 @@ fn exclusive_workers(
 /// A manager for `row`'s service over `workers`, from its SLA.
 fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String, u32>) -> Managed {
     let sla = &row.service.sla;
-    let mut probe = ProbeConfig::default();
+    let mut probe = ProbeConfig {
+        load_change: LOAD_CHANGE,
+        ..ProbeConfig::default()
+    };
     let floor = latency_floor(sla.max_latency_us);
     probe.levels.retain(|&l| l >= floor);
     let policy = ServicePolicy {

@@ -383,3 +383,18 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
     );
     assert!(text.contains("nfx_api_request_duration_seconds_count"));
 }
+
+#[test]
+fn a_wrong_method_gets_405_with_a_json_error() {
+    let dir = tmp("method");
+    let base = start(&dir, Duration::ZERO);
+    let c = authed(&base);
+    for a in [
+        c.post("/api/v1/instances", &serde_json::json!({})).unwrap(),
+        c.delete("/api/v1/operations").unwrap(),
+        c.send("PUT", "/api/v1/services", Some("{}")).unwrap(),
+    ] {
+        assert_eq!(a.status, 405, "{a:?}");
+        assert!(err(&a).contains("not allowed"), "{a:?}");
+    }
+}

@@ -189,6 +189,16 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .merge(page)
+        .method_not_allowed_fallback(|req: Request| async move {
+            ApiError(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "method {} not allowed on {}; see /openapi.json",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+        })
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
