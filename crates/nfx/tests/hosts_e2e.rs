@@ -91,13 +91,9 @@ fn events(c: &Client) -> Vec<Value> {
 
 /// The completed re-placements of `svc`.
 fn replaced(c: &Client, svc: &str) -> usize {
-    c.get("/api/v1/operations")
-        .unwrap()
-        .body
-        .as_array()
-        .unwrap()
+    hostbed::operations(c, "replace", svc)
         .iter()
-        .filter(|o| o["kind"] == "replace" && o["target"] == svc && o["state"] == "COMPLETED")
+        .filter(|o| o["state"] == "COMPLETED")
         .count()
 }
 

@@ -115,15 +115,7 @@ fn kernel_limit(device: &str) -> Option<f64> {
 
 /// The power operations on `service`.
 fn power_ops(c: &Client, service: &str) -> Vec<Value> {
-    c.get("/api/v1/operations")
-        .unwrap()
-        .body
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["kind"] == "power" && o["target"] == service)
-        .cloned()
-        .collect()
+    hostbed::operations(c, "power", service)
 }
 
 #[test]

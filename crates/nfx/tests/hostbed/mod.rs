@@ -147,3 +147,17 @@ pub fn cpu_s(pid: u32) -> f64 {
         .map(|d| d.as_secs_f64())
         .sum()
 }
+
+/// The controller's operations of `kind` on `target` (`GET /api/v1/operations`).
+#[allow(dead_code)]
+pub fn operations(c: &nfx_control::client::Client, kind: &str, target: &str) -> Vec<Value> {
+    c.get("/api/v1/operations")
+        .unwrap()
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == kind && o["target"] == target)
+        .cloned()
+        .collect()
+}
