@@ -3,7 +3,9 @@
 //! the client's engine counted (its `EngineStats`): during the run the device's per
 //! queue-pair counters never run ahead of what the client submitted, at rest they equal
 //! what it got back; the grant, the session and the release show up. With
-//! `--metrics-token-file`, a scrape without the token gets 401 and no series. Needs no root.
+//! `--metrics-token-file`, a scrape without the token gets 401 and no series. And
+//! `nfx ssm --metrics-listen` polling a live and a dead element manager: its polls,
+//! decisions, unreachable counts and the live one's CPU and engine. Needs no root.
 
 mod scrape;
 
@@ -181,5 +183,103 @@ fn device_metrics_follow_the_client_counts() {
             "the queue pair was never released"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A minimal element manager: answers every request with a `soft`-engine status at
+/// 12.5 % CPU, and counts the requests that carried `token`.
+fn fake_em(token: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let authorized = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = authorized.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().map_while(Result::ok) {
+            let mut req = [0u8; 4096];
+            let n = s.read(&mut req).unwrap_or(0);
+            let head = String::from_utf8_lossy(&req[..n]).to_ascii_lowercase();
+            if head.contains(&format!("authorization: bearer {token}")) {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let body =
+                r#"{"engine":"soft","alg":"aes-128-gcm","cpu_pct":12.5,"mean_packet_bytes":1400}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, authorized)
+}
+
+#[test]
+fn ssm_metrics_count_its_polls_per_em_behind_a_token() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let em_token = dir.path().join("em.token");
+    std::fs::write(&em_token, "em-token-1\n").unwrap();
+    let metrics_token = dir.path().join("metrics.token");
+    std::fs::write(&metrics_token, "ssm-metrics-token\n").unwrap();
+    let (live, authorized) = fake_em("em-token-1");
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", gone.local_addr().unwrap());
+    drop(gone);
+    let addr = free_addr();
+    let mut cmd = Command::new(NFX);
+    cmd.args(["ssm", "--queue-pairs", "1", "--period-ms", "100"])
+        .arg(format!("--em=live={live}"))
+        .arg(format!("--em=dead={dead}"))
+        .arg("--device")
+        .arg(dir.path().join("accel.sock"))
+        .arg("--em-token-file")
+        .arg(&em_token)
+        .args(["--metrics-listen", &addr.to_string()])
+        .arg("--metrics-token-file")
+        .arg(&metrics_token)
+        .arg("--events")
+        .arg(dir.path().join("events.jsonl"))
+        .args(["--duration-s", "20"])
+        .env_remove("NFX_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let _ssm = ChildGuard::spawn(cmd).unwrap();
+    let polls = format!(
+        "nfx_ssm_polls_total{{device=\"{}\"}}",
+        dir.path().join("accel.sock").display()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let token = Some("ssm-metrics-token");
+    let m = loop {
+        assert!(Instant::now() < deadline, "the SSM never polled 5 times");
+        std::thread::sleep(Duration::from_millis(100));
+        let (status, body) = get_metrics(addr, token);
+        if status != 200 {
+            continue;
+        }
+        let m = parse(&body);
+        if m.get(&polls).is_some_and(|&p| p >= 5.0) {
+            break m;
+        }
+    };
+    let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("{k} missing: {m:?}"));
+    let noops_live = get(r#"nfx_ssm_decisions_total{vnf="live",decision="noop"}"#);
+    let unreachable = get(r#"nfx_ssm_em_unreachable_total{vnf="dead"}"#);
+    assert!(noops_live >= 5.0 && unreachable >= 5.0, "{m:?}");
+    assert_eq!(get(r#"nfx_ssm_vnf_cpu_percent{vnf="live"}"#), 12.5);
+    assert_eq!(
+        get(r#"nfx_ssm_vnf_engine_info{vnf="live",engine="soft"}"#),
+        1.0
+    );
+    assert_eq!(get(r#"nfx_ssm_holding{vnf="live"}"#), 0.0);
+    assert!(!m.contains_key(r#"nfx_ssm_vnf_cpu_percent{vnf="dead"}"#));
+    assert!(
+        authorized.load(std::sync::atomic::Ordering::Relaxed) as f64 >= noops_live,
+        "every poll of the EM carries its token"
+    );
+    for wrong in [None, Some("not-the-token")] {
+        let (status, body) = get_metrics(addr, wrong);
+        assert_eq!(status, 401, "{wrong:?}: {body}");
+        assert!(!body.contains("nfx_ssm_"), "{wrong:?}: {body}");
     }
 }

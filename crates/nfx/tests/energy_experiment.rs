@@ -21,7 +21,7 @@ fn quick_energy_experiment_writes_sane_outputs() {
         "--quick",
         // Shorter than --quick's own ramp: this checks structure, not the figures.
         "--step-s",
-        "1.5",
+        "1",
         "--streams",
         "4",
         "--prefix",

@@ -78,6 +78,7 @@ fn exported() -> BTreeSet<String> {
         nfx_tunnel::metrics::sample_names(),
         nfx_control::api::metrics::ApiMetrics::sample_names(),
         nfx_control::hostagent::metrics::sample_names(),
+        nfx_ssm::metrics::sample_names(),
     ]
     .into_iter()
     .flatten()

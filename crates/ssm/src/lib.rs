@@ -5,6 +5,7 @@
 pub mod chart;
 pub mod decision;
 pub mod em;
+pub mod metrics;
 pub mod policy;
 pub mod runner;
 

@@ -3,10 +3,12 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::decision::{Decision, Kind};
 use crate::em::EmClient;
+use crate::metrics::Stats;
 use crate::policy::{Action, Observation, Policy, Sample};
 
 /// The SSM: the policy plus one EM client per VNF and the lookaside device to hand out.
@@ -16,17 +18,24 @@ pub struct Ssm {
     device: String,
     log: Vec<Decision>,
     sink: Option<Box<dyn Write + Send>>,
+    stats: Arc<Mutex<Stats>>,
 }
 
 impl Ssm {
     /// An SSM over `ems` (name, client) granting queue pairs of the device at `device`.
     pub fn new(policy: Policy, ems: Vec<(String, EmClient)>, device: &str) -> Ssm {
+        let stats = Stats {
+            device: device.to_string(),
+            queue_pairs: policy.config().queue_pairs,
+            ..Stats::default()
+        };
         Ssm {
             policy,
             ems,
             device: device.to_string(),
             log: Vec::new(),
             sink: None,
+            stats: Arc::new(Mutex::new(stats)),
         }
     }
 
@@ -39,6 +48,12 @@ impl Ssm {
     /// Every decision so far.
     pub fn log(&self) -> &[Decision] {
         &self.log
+    }
+
+    /// The counters a metrics endpoint renders ([`crate::metrics::render`]), updated after
+    /// every poll.
+    pub fn stats(&self) -> Arc<Mutex<Stats>> {
+        self.stats.clone()
     }
 
     /// The policy (for holders and unreachable counts).
@@ -117,7 +132,23 @@ impl Ssm {
             }
         }
         self.log.extend(decisions.iter().cloned());
+        self.update_stats(&obs, &decisions);
         decisions
+    }
+
+    fn update_stats(&self, obs: &[(String, Observation)], decisions: &[Decision]) {
+        let mut st = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        st.record(decisions);
+        let holders = self.policy.holders();
+        let unreachable = self.policy.unreachable_counts();
+        for (name, o) in obs {
+            let v = st.vnfs.entry(name.clone()).or_default();
+            v.holding = holders.contains(name);
+            v.unreachable = unreachable.get(name).copied().unwrap_or(0);
+            if let Observation::Sample(s) = o {
+                v.last = Some((s.cpu_pct, s.engine.clone()));
+            }
+        }
     }
 
     /// Polls every `period` until `stop` is set (the sleep is the poll period itself).

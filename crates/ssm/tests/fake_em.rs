@@ -225,6 +225,13 @@ fn moves_the_queue_pair_revoking_first() {
         .iter()
         .any(|v| v["decision"] == "revoke" && v["vnf"] == "t1"));
     assert_eq!(lines.len(), ssm.log().len());
+    let st = ssm.stats().lock().unwrap().clone();
+    assert!(st.vnfs["t2"].holding && !st.vnfs["t1"].holding);
+    assert_eq!(st.vnfs["t1"].decisions["grant"], 1);
+    assert_eq!(st.vnfs["t1"].decisions["revoke"], 1);
+    assert_eq!(st.vnfs["t1"].last_grant, Some((501.0, 80)));
+    assert_eq!(st.vnfs["t2"].last, Some((99.0, "lookaside".to_string())));
+    assert_eq!(st.polls, 5);
 }
 
 #[test]

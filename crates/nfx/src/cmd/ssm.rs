@@ -49,6 +49,13 @@ pub struct Args {
     /// Append decision events (JSON lines) to this file; default stdout.
     #[arg(long)]
     pub events: Option<PathBuf>,
+    /// Serve Prometheus metrics on `http://ADDR/metrics` (polls, decisions per VNF and
+    /// kind, holders, each VNF's last CPU sample and engine, the last grant's times).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Require `Authorization: Bearer <token>` on `/metrics`, the token read from this file.
+    #[arg(long, value_name = "FILE", requires = "metrics_listen")]
+    pub metrics_token_file: Option<PathBuf>,
     /// Stop after this many seconds (default: run until killed; events are flushed per line).
     #[arg(long)]
     pub duration_s: Option<u64>,
@@ -103,6 +110,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Box::new(std::io::stdout()),
     };
     let mut ssm = Ssm::new(Policy::new(cfg, cal), ems, &args.device).with_sink(sink);
+    if let Some(listen) = args.metrics_listen {
+        let token = args
+            .metrics_token_file
+            .as_deref()
+            .map(|f| {
+                nfx_io::token::read_file(f)
+                    .map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
+            })
+            .transpose()?;
+        let stats = ssm.stats();
+        let render = move || -> anyhow::Result<String> {
+            let snapshot = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Ok(nfx_ssm::metrics::render(&snapshot))
+        };
+        let addr =
+            nfx_metrics::http::serve(nfx_metrics::http::bind(listen)?, Arc::new(render), token)?;
+        eprintln!("nfx ssm: metrics on http://{addr}/metrics");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     if let Some(s) = args.duration_s {
         let st = stop.clone();
