@@ -12,4 +12,6 @@ target/tools/cargo-deny/bin/cargo-deny --offline check licenses bans sources
 # `cargo +nightly fuzz` builds them): check in one call that they still compile against
 # the workspace's APIs (docs/fuzzing.md).
 cargo check --locked --quiet --workspace --bins --manifest-path fuzz/Cargo.toml
-cargo test --release --workspace
+# Libraries, binaries and test targets; nfx has no doc tests (doc comments carry no code
+# examples), so rustdoc is not started once per crate for nothing.
+cargo test --release --workspace --lib --bins --tests
