@@ -4,8 +4,9 @@
 //! REST API on a real `nfx run` worker and iperf3 traffic crosses it. Checks: the page
 //! shows the new service's chain, the instance marked REAL with its tier, and its packet
 //! counter increasing while traffic runs, each change on the page within 1 s of the
-//! worker's counter reaching it; then the Destroy button, after its confirmation dialog,
-//! destroys the service. A screenshot taken under traffic is kept as a test artifact:
+//! worker's counter reaching it; then the Migrate button, after its confirmation dialog
+//! with the other device chosen, moves the instance to that device; then the Destroy
+//! button, after its confirmation dialog, destroys the service. A screenshot taken under traffic is kept as a test artifact:
 //! `$NFX_TEST_ARTIFACTS/dashboard.png`, by default `target/tmp/dashboard.png`.
 //!
 //! Needs root (namespaces) and the browser (`scripts/deps.sh`); without the browser the
@@ -25,6 +26,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "dashboard-e2e-token-0123456789";
+
+/// The edge's two software devices: the Migrate dialog offers the other one.
+const DEVICES: [&str; 2] = ["w0", "w1"];
 
 /// Longest a counter change may take to reach the page: the dashboard's freshness target (docs/api.md).
 const REACH: Duration = Duration::from_secs(1);
@@ -131,6 +135,64 @@ async fn wait_text(b: &Client, css: &str, limit: Duration, ok: impl Fn(&str) -> 
     false
 }
 
+/// Clicks the instance's Migrate button, picks the other device in the confirmation
+/// dialog and confirms; returns the new instance's id once the controller has moved it
+/// (nothing moves before the confirmation).
+async fn migrate_from_the_page(
+    b: &Client,
+    c: &nfx_control::client::Client,
+    id: &str,
+) -> Result<String, String> {
+    let spec = |c: &nfx_control::client::Client| {
+        c.get("/api/v1/instances").unwrap().body[0]["spec"].clone()
+    };
+    let from = spec(c)["device"].as_str().unwrap_or_default().to_string();
+    let to = DEVICES.iter().find(|d| **d != from).unwrap().to_string();
+    click(b, &format!("button[data-instance=\"{id}\"]")).await?;
+    if !wait_text(b, "#confirm-text", Duration::from_secs(2), |t| {
+        t.contains(&format!("Migrate instance {id}"))
+    })
+    .await
+    {
+        return Err("no confirmation dialog for Migrate".into());
+    }
+    b.find(Locator::Css("#confirm-target"))
+        .await
+        .map_err(|e| e.to_string())?
+        .select_by_value(&to)
+        .await
+        .map_err(|e| format!("choosing {to}: {e}"))?;
+    if spec(c)["id"] != id {
+        return Err("migrated before confirming".into());
+    }
+    click(b, "#confirm-ok").await?;
+    let moved = || {
+        let all = c.get("/api/v1/instances").unwrap().body;
+        all.as_array().is_some_and(|a| a.len() == 1) && all[0]["spec"]["device"] == to.as_str()
+    };
+    if !eventually(Duration::from_secs(30), moved) {
+        return Err(format!(
+            "the instance never moved to {to}: {}",
+            c.get("/api/v1/operations").unwrap().body
+        ));
+    }
+    if !wait_text(b, "#action-result", Duration::from_secs(2), |t| {
+        t.contains("/migrate: operation")
+    })
+    .await
+    {
+        return Err(format!(
+            "the page did not report the operation: {:?}",
+            text(b, "#action-result").await
+        ));
+    }
+    let new_id = spec(c)["id"].as_str().unwrap_or_default().to_string();
+    if new_id == id {
+        return Err("the migration kept the instance id".into());
+    }
+    Ok(new_id)
+}
+
 /// The packets the instance's worker reports through the API.
 fn worker_packets(c: &nfx_control::client::Client, id: &str) -> u64 {
     c.get(&format!("/api/v1/instances/{id}")).unwrap().body["state"]["packets"]
@@ -158,7 +220,7 @@ fn browser_sees_the_deploy_and_the_counters_move_under_traffic() {
     .unwrap();
     tb.set_edge_forwarding(false).unwrap();
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let up = up::start(&tb, dir.path(), &["w0"], TOKEN, 3365);
+    let up = up::start(&tb, dir.path(), &DEVICES, TOKEN, 3365);
     let (_driver, driver_url) = chromedriver();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -262,6 +324,19 @@ async fn drive(b: &Client, tb: &TestbedGuard, up: &up::Up) -> Result<(), String>
         "screenshot of {} bytes",
         shot.len()
     );
+
+    let id = migrate_from_the_page(b, c, &id).await?;
+    let row = format!("#nodes tr[data-instance=\"{id}\"]");
+    if !wait_text(b, &row, Duration::from_secs(2), |t| {
+        t.contains("REAL local")
+    })
+    .await
+    {
+        return Err(format!(
+            "the page does not show the migrated instance {id}: {:?}",
+            text(b, "#nodes").await
+        ));
+    }
 
     click(b, "button[data-service=\"masq\"]").await?;
     if !wait_text(b, "#confirm-text", Duration::from_secs(2), |t| {
