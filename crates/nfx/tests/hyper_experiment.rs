@@ -1,6 +1,9 @@
-//! `nfx experiment hyper --quick` end to end on its own testbed: summary.json has
-//! exactly the agreed names with a measurement in every field, chart.png is a PNG and
-//! report.md puts HYPER's figures beside nfx's. Structure and sanity, not speed.
+//! `nfx experiment hyper --quick` end to end on its own testbed, run the way `nfx report
+//! --only hyper --quick` runs it (with the report's `--prefix` and `--subnet-base` passed
+//! on): summary.json has exactly the agreed names with a measurement in every field,
+//! chart.png is a PNG and report.md puts HYPER's figures beside nfx's; the report page
+//! and claims are written and no namespace of the prefix is left. Structure and sanity,
+//! not speed.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,17 +15,19 @@ const NFX: &str = env!("CARGO_BIN_EXE_nfx");
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn quick_hyper_experiment_writes_the_agreed_summary() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let out = dir.path().join("hyper");
+    let report = dir.path().join("report");
+    let out = report.join("hyper");
     let mut cmd = Command::new(NFX);
     cmd.args([
-        "experiment",
+        "report",
+        "--only",
         "hyper",
         "--quick",
         "--prefix",
         "nfxe2e-hyper-",
     ])
     .args(["--subnet-base", "161", "--out"])
-    .arg(&out)
+    .arg(&report)
     .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
     let started = Instant::now();
     let o = nfx_testbed::process::output_within(cmd, Duration::from_secs(300)).unwrap();
@@ -31,8 +36,23 @@ fn quick_hyper_experiment_writes_the_agreed_summary() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(o.status.success(), "{text}");
+    let log = std::fs::read_to_string(out.join("run.log")).unwrap_or_default();
+    assert!(o.status.success(), "{text}\n{log}");
     eprintln!("quick hyper experiment took {:?}", started.elapsed());
+    let command = std::fs::read_to_string(out.join("command.txt")).unwrap();
+    assert!(
+        command.contains("--prefix nfxe2e-hyper- --subnet-base 161"),
+        "{command}"
+    );
+    for f in ["index.html", "claims.json"] {
+        assert!(report.join(f).exists(), "{f} missing");
+    }
+    for ns in nfx_testbed::netns::list() {
+        assert!(
+            !ns.starts_with("nfxe2e-hyper-"),
+            "namespace {ns} left behind"
+        );
+    }
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let mut keys: Vec<&String> = s.as_object().unwrap().keys().collect();

@@ -19,6 +19,9 @@ pub const MAX_CHUNK: usize = 512;
 pub const REC_HDR: usize = 18;
 /// Header of a chunk frame: seq u64, source time u64, edge exec ns u32, length u16.
 pub const FRAME_HDR: usize = 22;
+/// End of the stream a record may reach (256 TiB; no clip comes near it): the chunk
+/// arithmetic on offsets stays far from overflow.
+pub const MAX_STREAM: u64 = 1 << 48;
 /// Sequence number of the end-of-stream frame.
 pub const END: u64 = u64::MAX;
 
@@ -250,12 +253,16 @@ impl Chunker {
     }
 
     /// Feeds the record at `offset`; calls `emit(seq, chunk)` for every chunk it completes.
+    /// A record reaching past [`MAX_STREAM`] is ignored (`parse_record` refuses it).
     pub fn push(
         &mut self,
         offset: u64,
         mut payload: &[u8],
         emit: &mut dyn FnMut(u64, &mut Vec<u8>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
+        if !within_stream(offset, payload.len()) {
+            return Ok(());
+        }
         let c = self.size as u64;
         let mut pos = offset;
         while !payload.is_empty() {
@@ -303,16 +310,25 @@ impl Chunker {
     }
 }
 
-/// Parses a `src` record: (offset, send time, payload); `None` when malformed.
+/// Whether `len` bytes at `offset` end within [`MAX_STREAM`].
+fn within_stream(offset: u64, len: usize) -> bool {
+    offset
+        .checked_add(len as u64)
+        .is_some_and(|end| end <= MAX_STREAM)
+}
+
+/// Parses a `src` record: (offset, send time, payload); `None` when malformed or when it
+/// reaches past [`MAX_STREAM`].
 pub fn parse_record(b: &[u8]) -> Option<(u64, u64, &[u8])> {
     let h = b.get(..REC_HDR)?;
     let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
     let payload = b.get(REC_HDR..)?;
-    if payload.len() != len || len > RECORD {
+    let offset = u64::from_be_bytes(h[0..8].try_into().ok()?);
+    if payload.len() != len || len > RECORD || !within_stream(offset, len) {
         return None;
     }
     Some((
-        u64::from_be_bytes(h[0..8].try_into().ok()?),
+        offset,
         u64::from_be_bytes(h[8..16].try_into().ok()?),
         payload,
     ))
@@ -410,6 +426,23 @@ mod tests {
             Frame::decode(&huge).is_none(),
             "bodies over MAX_CHUNK are refused"
         );
+    }
+
+    #[test]
+    fn records_past_the_stream_limit_are_refused_and_ignored() {
+        let far = record(u64::MAX - 5, 1, &[7; 64]);
+        assert!(parse_record(&far).is_none());
+        let edge = record(MAX_STREAM - 64, 1, &[7; 64]);
+        assert!(parse_record(&edge).is_some());
+        assert!(parse_record(&record(MAX_STREAM - 63, 1, &[7; 64])).is_none());
+        let mut c = Chunker::new(128);
+        let mut n = 0;
+        c.push(u64::MAX - 5, &[7; 64], &mut |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
     }
 
     fn chunks_of(records: &[(u64, Vec<u8>)], size: usize, total: u64) -> Vec<(u64, Vec<u8>)> {

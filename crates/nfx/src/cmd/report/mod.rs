@@ -31,6 +31,13 @@ pub struct Args {
     /// Experiments to include, comma-separated (default: all).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     only: Vec<Experiment>,
+    /// Namespace prefix every experiment's testbed uses (default: each experiment's
+    /// own), so a report can run beside another testbed.
+    #[arg(long, conflicts_with = "from")]
+    prefix: Option<String>,
+    /// Subnet base (10.N.x.x) every experiment's testbed uses (default: each one's own).
+    #[arg(long, conflicts_with = "from")]
+    subnet_base: Option<u8>,
 }
 
 /// One paper's experiment.
@@ -221,10 +228,17 @@ fn machine(load_start: String) -> Machine {
 }
 
 /// Runs `nfx experiment <name> --out dir …`, its output into `dir/run.log`.
-fn run_one(e: Experiment, dir: &Path, quick: bool) -> (String, Result<(), String>) {
+fn run_one(a: &Args, e: Experiment, dir: &Path) -> (String, Result<(), String>) {
+    let quick = a.quick;
     let mut args = vec!["experiment".to_string(), e.name().into(), "--out".into()];
     args.push(dir.to_string_lossy().into());
     args.extend(e.extra_args(quick).into_iter().map(String::from));
+    if let Some(p) = &a.prefix {
+        args.extend(["--prefix".into(), p.clone()]);
+    }
+    if let Some(n) = a.subnet_base {
+        args.extend(["--subnet-base".into(), n.to_string()]);
+    }
     let command = format!("nfx {}", args.join(" "));
     let run = || -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -300,7 +314,7 @@ fn section(a: &Args, e: Experiment, dir: &Path) -> Section {
             ),
         },
         None => {
-            let (c, r) = run_one(e, dir, a.quick);
+            let (c, r) = run_one(a, e, dir);
             (c, r, Some(started.elapsed().as_secs_f64()))
         }
     };
