@@ -18,6 +18,15 @@ use crate::CONTENT_TYPE;
 /// Renders the metrics of one scrape, or says why it cannot.
 pub type Render = dyn Fn() -> anyhow::Result<String> + Send + Sync;
 
+/// The bearer token a `--metrics-token-file` names, when one is given (the error names
+/// the flag).
+pub fn token_file(file: Option<&std::path::Path>) -> anyhow::Result<Option<nfx_io::token::Token>> {
+    file.map(|f| {
+        nfx_io::token::read_file(f).map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
+    })
+    .transpose()
+}
+
 /// Binds the endpoint's socket now, in the caller's network namespace (before a worker
 /// enters its ports' namespace).
 pub fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {

@@ -99,14 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             let listener = a.metrics_listen.map(metrics_http::bind).transpose()?;
-            let token = a
-                .metrics_token_file
-                .as_deref()
-                .map(|f| {
-                    nfx_io::token::read_file(f)
-                        .map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
-                })
-                .transpose()?;
+            let token = metrics_http::token_file(a.metrics_token_file.as_deref())?;
             let device = a.socket.display().to_string();
             serve(cfg, move |probe| {
                 if let Some(l) = listener {

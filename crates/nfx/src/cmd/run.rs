@@ -87,13 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let metrics = args.metrics_listen.map(metrics_http::bind).transpose()?;
-    let metrics_token = args
-        .metrics_token_file
-        .as_deref()
-        .map(|f| {
-            nfx_io::token::read_file(f).map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
-        })
-        .transpose()?;
+    let metrics_token = metrics_http::token_file(args.metrics_token_file.as_deref())?;
     let dp = Dataplane::start(&cfg, vnf_builder(cfg.file_scope()))?;
     let server = ControlServer::start(&cfg.socket_path(), dp.controller(), cfg.control_gid()?)?;
     if let Some(listener) = metrics {

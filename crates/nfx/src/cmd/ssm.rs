@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use nfx_metrics::http as metrics_http;
 use nfx_ssm::{EmClient, Policy, PolicyConfig, Ssm};
 
 /// Arguments of this subcommand.
@@ -111,21 +112,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut ssm = Ssm::new(Policy::new(cfg, cal), ems, &args.device).with_sink(sink);
     if let Some(listen) = args.metrics_listen {
-        let token = args
-            .metrics_token_file
-            .as_deref()
-            .map(|f| {
-                nfx_io::token::read_file(f)
-                    .map_err(|e| anyhow::anyhow!("--metrics-token-file: {e}"))
-            })
-            .transpose()?;
+        let token = metrics_http::token_file(args.metrics_token_file.as_deref())?;
         let stats = ssm.stats();
         let render = move || -> anyhow::Result<String> {
             let snapshot = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
             Ok(nfx_ssm::metrics::render(&snapshot))
         };
-        let addr =
-            nfx_metrics::http::serve(nfx_metrics::http::bind(listen)?, Arc::new(render), token)?;
+        let addr = metrics_http::serve(metrics_http::bind(listen)?, Arc::new(render), token)?;
         eprintln!("nfx ssm: metrics on http://{addr}/metrics");
     }
     let stop = Arc::new(AtomicBool::new(false));
