@@ -717,6 +717,20 @@ mod tests {
         rec(items, 0, cap1, cap2)
     }
 
+    /// Knapsack items from (w1, w2, value, copies), values divided by `div`.
+    fn two_dim(raw: &[(u64, u64, u32, u32)], div: f64) -> Vec<KItem> {
+        raw.iter()
+            .enumerate()
+            .map(|(t, &(w1, w2, v, c))| KItem {
+                t: t as u32,
+                w1,
+                w2,
+                v: f64::from(v) / div,
+                copies: c,
+            })
+            .collect()
+    }
+
     fn check(items: &[KItem], cap1: u64, cap2: u64, ans: &KAnswer) {
         let (mut a, mut b, mut v) = (0, 0, 0.0);
         for &(t, n) in &ans.items {
@@ -737,9 +751,7 @@ mod tests {
             cap1 in 0u64..30,
             cap2 in 0u64..12,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 7.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 7.0);
             for no_quick in [false, true] {
                 let ans = Pricer { no_quick, ..Pricer::default() }.solve(&items, cap1, cap2);
                 check(&items, cap1, cap2, &ans);
@@ -755,9 +767,7 @@ mod tests {
             cap1 in 500u64..3000,
             cap2 in 10u64..100,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 3.0);
             let ans = Pricer { no_quick: true, ..Pricer::default() }.solve(&items, cap1, cap2);
             check(&items, cap1, cap2, &ans);
             let want = brute(&items, cap1, cap2);
@@ -779,9 +789,7 @@ mod tests {
             cap1 in 20u64..120,
             cap2 in 10u64..80,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 3.0);
             let mut pricer = Pricer::default();
             for caps in [(cap1, cap2), (cap2, cap1)] {
                 pricer.dp2_first.push((caps, DP2_FIRST_SOLVES));
@@ -808,9 +816,7 @@ mod tests {
             cap1 in 0u64..120,
             cap2 in 0u64..260,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 3.0);
             let ans = Pricer::default().dp2(&items, cap1 as usize, cap2 as usize);
             check(&items, cap1, cap2, &ans);
             prop_assert!((ans.value - brute(&items, cap1, cap2)).abs() < 1e-6);
