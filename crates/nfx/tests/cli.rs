@@ -304,10 +304,7 @@ fn bench_placement_reports_each_family() {
             "placement",
             "--families",
             "throughput,few-expensive",
-            "--per-family",
-            "2",
-            "--time-limit",
-            "1",
+            "--quick",
             "--json",
             "-",
         ])
@@ -328,6 +325,7 @@ fn bench_placement_reports_each_family() {
         assert!(f["max_gap_pct"].as_f64().unwrap() >= f["mean_gap_pct"].as_f64().unwrap());
         assert!(f["max_seconds"].as_f64().unwrap() < 2.0, "{f}");
         assert_eq!(f["worse_than_ffd"], 0, "{f}");
+        assert!(f["vs_ffd_worst"].as_f64().unwrap() <= 0.0, "{f}");
     }
     assert_eq!(v["rows"].as_array().unwrap().len(), 4, "{v}");
     let err = String::from_utf8_lossy(&o.stderr);

@@ -200,6 +200,9 @@ pub struct FamilySummary {
     pub max_seconds: f64,
     /// Instances where exact is worse than FFD (must be 0).
     pub worse_than_ffd: usize,
+    /// Max of (exact − FFD) / FFD, in percent: ≤ 0 when the exact solver is never worse
+    /// than FFD (−20 means it beat FFD by at least 20 % on every instance).
+    pub vs_ffd_worst: f64,
 }
 
 /// Summarises the rows of one family.
@@ -217,6 +220,11 @@ pub fn summarize_family(family: &str, rows: &[BenchRow]) -> FamilySummary {
         mean_gap_pct: s.exact_gap_mean_pct,
         max_seconds: s.exact_max_seconds,
         worse_than_ffd: s.exact_worse_than_ffd,
+        vs_ffd_worst: rows
+            .iter()
+            .map(|r| pct(r.exact.objective, r.ffd.objective))
+            .reduce(f64::max)
+            .unwrap_or(0.0),
     }
 }
 

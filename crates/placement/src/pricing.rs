@@ -75,7 +75,14 @@ pub struct Pricer {
     /// The branch and bound stops here as if out of nodes (its answer is then not
     /// exact, its upper bound still valid).
     deadline: Option<Instant>,
+    /// Capacities (primary, secondary) whose last branch and bound ran out of nodes,
+    /// with how many more solves go straight to the exact two-capacity program.
+    dp2_first: Vec<((u64, u64), u32)>,
 }
+
+/// Solves that skip the branch and bound after it ran out of nodes on the same
+/// capacities (then it is tried again: the duals may have made it easy).
+const DP2_FIRST_SOLVES: u32 = 4;
 
 impl Pricer {
     /// Makes later branch-and-bound solves stop at `deadline` (`None`: node limit only),
@@ -301,6 +308,14 @@ impl Pricer {
         } else {
             NODE_LIMIT
         };
+        // Where the search ran out of nodes on these capacities last time, it most
+        // likely does again: the exact program at once.
+        if dp2_work <= DP_LIMIT && self.take_dp2_first(cap_a, cap_b) {
+            let order = std::mem::take(&mut self.order);
+            let ans = self.dp2(&order, cap_a as usize, cap_b as usize);
+            self.order = order;
+            return ans;
+        }
         // A quick search with the Dantzig bound alone first; the suffix tables are
         // built only if it does not finish.
         for t in &mut self.suffix {
@@ -345,6 +360,8 @@ impl Pricer {
         let exact = st.nodes < st.limit;
         if !exact && dp2_work <= DP_LIMIT && self.deadline.is_none_or(|d| Instant::now() < d) {
             // Out of nodes: the exact two-capacity dynamic program.
+            self.dp2_first.retain(|&(c, _)| c != (cap_a, cap_b));
+            self.dp2_first.push(((cap_a, cap_b), DP2_FIRST_SOLVES));
             let order = std::mem::take(&mut self.order);
             let ans = self.dp2(&order, cap_a as usize, cap_b as usize);
             self.order = order;
@@ -360,6 +377,23 @@ impl Pricer {
             },
             more,
         }
+    }
+
+    /// Whether this solve on capacities (`cap_a`, `cap_b`) goes straight to the exact
+    /// program (see [`DP2_FIRST_SOLVES`]); counts the solve.
+    fn take_dp2_first(&mut self, cap_a: u64, cap_b: u64) -> bool {
+        let Some(i) = self
+            .dp2_first
+            .iter()
+            .position(|&(c, _)| c == (cap_a, cap_b))
+        else {
+            return false;
+        };
+        self.dp2_first[i].1 -= 1;
+        if self.dp2_first[i].1 == 0 {
+            self.dp2_first.swap_remove(i);
+        }
+        true
     }
 
     /// Exact dynamic program over both capacities (`cap1 + 1` × `cap2 + 1` cells,
@@ -683,6 +717,20 @@ mod tests {
         rec(items, 0, cap1, cap2)
     }
 
+    /// Knapsack items from (w1, w2, value, copies), values divided by `div`.
+    fn two_dim(raw: &[(u64, u64, u32, u32)], div: f64) -> Vec<KItem> {
+        raw.iter()
+            .enumerate()
+            .map(|(t, &(w1, w2, v, c))| KItem {
+                t: t as u32,
+                w1,
+                w2,
+                v: f64::from(v) / div,
+                copies: c,
+            })
+            .collect()
+    }
+
     fn check(items: &[KItem], cap1: u64, cap2: u64, ans: &KAnswer) {
         let (mut a, mut b, mut v) = (0, 0, 0.0);
         for &(t, n) in &ans.items {
@@ -703,9 +751,7 @@ mod tests {
             cap1 in 0u64..30,
             cap2 in 0u64..12,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 7.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 7.0);
             for no_quick in [false, true] {
                 let ans = Pricer { no_quick, ..Pricer::default() }.solve(&items, cap1, cap2);
                 check(&items, cap1, cap2, &ans);
@@ -721,9 +767,7 @@ mod tests {
             cap1 in 500u64..3000,
             cap2 in 10u64..100,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 3.0);
             let ans = Pricer { no_quick: true, ..Pricer::default() }.solve(&items, cap1, cap2);
             check(&items, cap1, cap2, &ans);
             let want = brute(&items, cap1, cap2);
@@ -736,15 +780,43 @@ mod tests {
             }
         }
 
+        /// A solve sent straight to the exact two-capacity program (the branch and
+        /// bound ran out of nodes on these capacities before) stays exact, and the
+        /// skip is used up after its solves.
+        #[test]
+        fn solves_after_an_out_of_nodes_search_match_brute_force(
+            raw in proptest::collection::vec((1u64..40, 1u64..30, 1u32..60, 1u32..4), 2..8),
+            cap1 in 20u64..120,
+            cap2 in 10u64..80,
+        ) {
+            let items = two_dim(&raw, 3.0);
+            let mut pricer = Pricer::default();
+            for caps in [(cap1, cap2), (cap2, cap1)] {
+                pricer.dp2_first.push((caps, DP2_FIRST_SOLVES));
+            }
+            let want = brute(&items, cap1, cap2);
+            for _ in 0..=DP2_FIRST_SOLVES {
+                let ans = pricer.solve(&items, cap1, cap2);
+                check(&items, cap1, cap2, &ans);
+                prop_assert!((ans.value - want).abs() < 1e-6, "{} vs {}", ans.value, want);
+            }
+            // Loads as `solve` sees them: copies cut to what fits alone.
+            let fit = |i: &KItem| u64::from(i.copies).min(cap1 / i.w1).min(cap2 / i.w2);
+            let load = |w: fn(&KItem) -> u64| items.iter().map(|i| w(i) * fit(i)).sum::<u64>();
+            if load(|i| i.w1) > cap1 && load(|i| i.w2) > cap2 {
+                // Both capacities bind: the branch and bound's order was skipped
+                // DP2_FIRST_SOLVES times, then searched (and finished) again.
+                prop_assert_eq!(pricer.dp2_first.len(), 1);
+            }
+        }
+
         #[test]
         fn two_capacity_dp_matches_brute_force(
             raw in proptest::collection::vec((0u64..40, 0u64..90, 1u32..60, 1u32..4), 1..8),
             cap1 in 0u64..120,
             cap2 in 0u64..260,
         ) {
-            let items: Vec<KItem> = raw.iter().enumerate().map(|(t, &(w1, w2, v, c))| KItem {
-                t: t as u32, w1, w2, v: f64::from(v) / 3.0, copies: c,
-            }).collect();
+            let items = two_dim(&raw, 3.0);
             let ans = Pricer::default().dp2(&items, cap1 as usize, cap2 as usize);
             check(&items, cap1, cap2, &ans);
             prop_assert!((ans.value - brute(&items, cap1, cap2)).abs() < 1e-6);

@@ -27,12 +27,18 @@ pub struct Args {
     /// tight-latency, throughput, few-expensive, mixed).
     #[arg(long, value_delimiter = ',')]
     families: Option<Vec<String>>,
-    /// Instances per family (sizes 30, 60, 120 in turn, seeds 0, 0, 0, 1, 1, 1, ...).
-    #[arg(long, default_value_t = 9)]
-    per_family: usize,
-    /// Time limit of the exact solver per instance, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    time_limit: f64,
+    /// Instances per family (sizes 30, 60, 120 in turn, seeds 0, 0, 0, 1, 1, 1, ...)
+    /// [default: 9, 2 with --quick].
+    #[arg(long)]
+    per_family: Option<usize>,
+    /// Time limit of the exact solver per instance, in seconds [default: 10, 1 with
+    /// --quick].
+    #[arg(long)]
+    time_limit: Option<f64>,
+    /// A short CI-sized run: 2 instances per family (30 and 60 VNF instances), 1 s
+    /// each, unless --per-family or --time-limit say otherwise.
+    #[arg(long)]
+    quick: bool,
     /// Generated HYPER-style instances per size (30, 60 and 120 VNF instances)
     /// [default: 10, 0 with --families].
     #[arg(long)]
@@ -47,13 +53,14 @@ pub struct Args {
 
 /// Runs the benchmark.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !(args.time_limit.is_finite() && args.time_limit > 0.0) {
-        anyhow::bail!(
-            "--time-limit: must be a positive number of seconds, got {}",
-            args.time_limit
-        );
+    let time_limit = args
+        .time_limit
+        .unwrap_or(if args.quick { 1.0 } else { 10.0 });
+    if !(time_limit.is_finite() && time_limit > 0.0) {
+        anyhow::bail!("--time-limit: must be a positive number of seconds, got {time_limit}");
     }
-    let limit = Duration::from_secs_f64(args.time_limit);
+    let per_family = args.per_family.unwrap_or(if args.quick { 2 } else { 9 });
+    let limit = Duration::from_secs_f64(time_limit);
     let families = match &args.families {
         Some(names) => parse_families(names)?,
         None => Vec::new(),
@@ -68,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => DEFAULT_SETS.iter().map(|s| s.to_string()).collect(),
     };
     let progress = Progress::bar("placement", 0);
-    let extra = (3 * generated + families.len() * args.per_family) as u64;
+    let extra = (3 * generated + families.len() * per_family) as u64;
     if !sets.is_empty() {
         let dir = match args.data.clone().or_else(bpp::data_dir) {
             Some(d) => d,
@@ -126,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut family_summaries: Vec<FamilySummary> = Vec::new();
     for family in families {
         let mut rows = Vec::new();
-        for i in 0..args.per_family {
+        for i in 0..per_family {
             let inst = family_instance(family, i);
             progress.message(inst.name.clone());
             rows.push(
@@ -143,7 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(progress);
     if let Some(out) = &args.json {
         out.write(&serde_json::json!({
-            "time_limit_s": args.time_limit,
+            "time_limit_s": time_limit,
             "sets": summaries,
             "families": family_summaries,
             "rows": all_rows,
@@ -206,7 +213,7 @@ fn planned(optima: &[bpp::OptimumEntry], sets: &[String], cap: usize) -> u64 {
 
 fn report_family(s: &FamilySummary) {
     crate::say!(
-        "{:<14} proven {}/{}  within 1 % {}/{}  gap mean {:.2} % max {:.2} %  max {:.3} s  worse-than-ffd {}",
+        "{:<14} proven {}/{}  within 1 % {}/{}  gap mean {:.2} % max {:.2} %  max {:.3} s  worse-than-ffd {}  vs ffd worst {:+.2} %",
         s.family,
         s.proven,
         s.instances,
@@ -215,7 +222,8 @@ fn report_family(s: &FamilySummary) {
         s.mean_gap_pct,
         s.max_gap_pct,
         s.max_seconds,
-        s.worse_than_ffd
+        s.worse_than_ffd,
+        s.vs_ffd_worst
     );
 }
 
