@@ -247,6 +247,7 @@ mod tests {
                 delivered_bps: offered * (level / need).min(1.0),
                 latency_us: Some(800.0),
                 utilization: None,
+                used: None,
             },
             pps,
             cpu_cores: need.min(level),

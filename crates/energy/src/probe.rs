@@ -9,6 +9,15 @@
 //! cgroup throttling or CPU time): above `saturation` the knee is reached before any
 //! packet is lost, so the probe itself need not dent the throughput. A busy-polling
 //! worker always uses everything it is given; its sampler passes no utilisation.
+//!
+//! When the sampler also says how much CPU the box *used* (as a fraction of full
+//! speed), the loop keeps headroom: it never settles below `headroom` × the CPU the box
+//! used at the lowest level that held its delivery, scaled by the offered load since
+//! (so a contended host, which delays a box at its limit, still finds margin there).
+//! For a busy or adaptive poller that figure is an upper bound of its need (it spins
+//! on what it is given), so the floor sits `headroom` above the knee the probe found.
+//! The same figure lets the probe skip the levels that leave the box `headroom` × what
+//! it used: they hold by construction.
 
 use serde::Serialize;
 
@@ -25,6 +34,8 @@ pub struct ProbeConfig {
     pub idle_bps: f64,
     /// Utilisation of the level's capacity at which the level counts as saturated.
     pub saturation: f64,
+    /// Margin over the measured need below which the loop never settles (1.5).
+    pub headroom: f64,
 }
 
 impl Default for ProbeConfig {
@@ -35,6 +46,7 @@ impl Default for ProbeConfig {
             load_change: 0.2,
             idle_bps: 1e5,
             saturation: 0.9,
+            headroom: 1.5,
         }
     }
 }
@@ -71,6 +83,8 @@ pub struct Sample {
     pub latency_us: Option<f64>,
     /// Share of the level's capacity in use (0..1), if known.
     pub utilization: Option<f64>,
+    /// CPU the box used, as a fraction of full speed, if known (for the headroom floor).
+    pub used: Option<f64>,
 }
 
 /// Where the loop is.
@@ -111,6 +125,9 @@ pub struct Prober {
     /// Settled at full speed only because the SLA was broken there (e.g. a VNF still
     /// starting): probe again once it is kept.
     retry: bool,
+    /// The need measured at the lowest level that held in this probe: (CPU used as a
+    /// fraction of full speed, offered bit/s then).
+    held: Option<(f64, f64)>,
 }
 
 fn pct(x: f64) -> String {
@@ -130,6 +147,7 @@ impl Prober {
             load_ref: None,
             steps: 0,
             retry: false,
+            held: None,
         }
     }
 
@@ -157,6 +175,45 @@ impl Prober {
         ((offered - r).abs() > self.cfg.load_change * scale).then_some(offered > r)
     }
 
+    /// The lowest level the headroom allows at offered load `offered` (0 when no need
+    /// was measured): `headroom` × the need at the held level, scaled by the load.
+    pub fn floor(&self, offered: f64) -> f64 {
+        match self.held {
+            Some((used, at)) if at >= self.cfg.idle_bps => {
+                self.cfg.headroom * used * (offered / at).max(1.0)
+            }
+            Some((used, _)) => self.cfg.headroom * used,
+            None => 0.0,
+        }
+    }
+
+    /// Raises the level to the lowest one at or above the floor for `offered`; returns
+    /// the floor when it did.
+    fn raise_to_floor(&mut self, offered: f64) -> Option<f64> {
+        let floor = self.floor(offered);
+        let lowest_ok = self
+            .cfg
+            .levels
+            .iter()
+            .rposition(|&l| l >= floor - 1e-9)
+            .unwrap_or(0);
+        (lowest_ok < self.idx).then(|| {
+            self.idx = lowest_ok;
+            floor
+        })
+    }
+
+    fn headroom_note(&self, floor: f64) -> String {
+        let used = self.held.map_or(0.0, |h| h.0);
+        format!(
+            "; raised to {} for headroom ({:.1} × the {} of full speed it used at the lowest level that held = {})",
+            pct(self.level()),
+            self.cfg.headroom,
+            pct(used),
+            pct(floor)
+        )
+    }
+
     fn decide(&mut self, from: usize, reason: String) -> Decision {
         Decision {
             level: self.level(),
@@ -176,6 +233,7 @@ impl Prober {
             self.load_ref = Some(s.offered_bps);
             self.phase = Phase::Probing;
             self.reference = None;
+            self.held = None;
             self.steps = 1;
             let why = format!(
                 "offered load {} from {:.2} to {:.2} Mbit/s",
@@ -202,6 +260,11 @@ impl Prober {
         let saturated = s
             .utilization
             .is_some_and(|u| u >= self.cfg.saturation && self.idx > 0);
+        if self.phase == Phase::Probing && kept && !dropped && !saturated {
+            if let Some(used) = s.used {
+                self.held = Some((used, s.offered_bps));
+            }
+        }
         match self.phase {
             Phase::Probing if !kept || dropped || saturated => {
                 let cause = if !kept {
@@ -221,17 +284,27 @@ impl Prober {
                 self.retry = from == 0;
                 self.idx = self.idx.saturating_sub(1);
                 self.phase = Phase::Settled;
-                self.decide(
-                    from,
-                    format!(
-                        "at {} {cause}: stepped back to {}",
-                        pct(self.cfg.levels[from]),
-                        pct(self.level())
-                    ),
-                )
+                let mut why = format!(
+                    "at {} {cause}: stepped back to {}",
+                    pct(self.cfg.levels[from]),
+                    pct(self.level())
+                );
+                if let Some(f) = self.raise_to_floor(s.offered_bps) {
+                    why += &self.headroom_note(f);
+                }
+                self.decide(from, why)
             }
             Phase::Probing if self.idx + 1 < self.cfg.levels.len() => {
+                // Levels that leave the box `headroom` × what it used hold by
+                // construction: skipped.
+                let skip_to = s.used.map_or(0.0, |u| u * self.cfg.headroom);
                 self.idx += 1;
+                while self.idx + 1 < self.cfg.levels.len()
+                    && self.cfg.levels[self.idx + 1] >= skip_to
+                    && skip_to > 0.0
+                {
+                    self.idx += 1;
+                }
                 self.decide(
                     from,
                     format!(
@@ -243,13 +316,15 @@ impl Prober {
             }
             Phase::Probing => {
                 self.phase = Phase::Settled;
-                self.decide(
-                    from,
-                    format!("throughput holds at the lowest level {}", pct(self.level())),
-                )
+                let mut why = format!("throughput holds at the lowest level {}", pct(self.level()));
+                if let Some(f) = self.raise_to_floor(s.offered_bps) {
+                    why += &self.headroom_note(f);
+                }
+                self.decide(from, why)
             }
             Phase::Settled if self.retry && kept => {
                 self.retry = false;
+                self.held = None;
                 self.phase = Phase::Probing;
                 self.reference = Some(ratio);
                 self.steps = 1;
@@ -274,7 +349,13 @@ impl Prober {
                     ),
                 )
             }
-            Phase::Settled => self.decide(from, format!("settled at {}", pct(self.level()))),
+            Phase::Settled => match self.raise_to_floor(s.offered_bps) {
+                Some(f) => {
+                    let why = format!("settled, the load grew{}", self.headroom_note(f));
+                    self.decide(from, why)
+                }
+                None => self.decide(from, format!("settled at {}", pct(self.level()))),
+            },
         }
     }
 }
@@ -294,6 +375,7 @@ mod tests {
             delivered_bps: delivered,
             latency_us: Some(if level >= need { 500.0 } else { 50_000.0 }),
             utilization: None,
+            used: None,
         };
         (sample, 10.0 + 30.0 * used)
     }
@@ -396,6 +478,7 @@ mod tests {
             delivered_bps: 10e6,
             latency_us: None,
             utilization: None,
+            used: None,
         };
         let d = p.step(&s);
         assert_eq!((d.level, d.phase), (1.0, Phase::Settled));
@@ -410,6 +493,7 @@ mod tests {
             delivered_bps: 0.0,
             latency_us: None,
             utilization: None,
+            used: None,
         };
         assert_eq!(p.step(&starting).phase, Phase::Settled);
         let (s, _) = curve(1.0, 0.3, 100e6);
@@ -422,6 +506,41 @@ mod tests {
     }
 
     #[test]
+    fn a_poller_that_uses_its_whole_limit_settles_with_headroom_that_follows_the_load() {
+        let mut p = Prober::new(ProbeConfig::default(), sla());
+        // Needs 4 % of full speed, spins on whatever it is given: throughput holds down
+        // to the lowest level (5 %), where it used 5 %; 1.5 × 5 % = 7.5 % → 8 %.
+        let spinner = |level: f64, offered: f64| {
+            let (mut s, _) = curve(level, 0.04 * offered / 100e6, offered);
+            s.used = Some(level);
+            s
+        };
+        let mut last = None;
+        for _ in 0..10 {
+            last = Some(p.step(&spinner(p.level(), 100e6)));
+            if p.phase() == Phase::Settled {
+                break;
+            }
+        }
+        let d = last.unwrap();
+        assert_eq!((p.level(), d.phase), (0.08, Phase::Settled), "{d:?}");
+        assert!(
+            d.reason.contains("headroom") && d.reason.contains("8 %"),
+            "{d:?}"
+        );
+        assert!((p.floor(100e6) - 0.075).abs() < 1e-9);
+        // Holds while the load holds.
+        assert!(!p.step(&spinner(p.level(), 100e6)).changed);
+        // 15 % more load (no new probe below 20 %): the floor follows, 8.6 % → 12 %.
+        let d = p.step(&spinner(p.level(), 115e6));
+        assert!(d.changed && d.phase == Phase::Settled, "{d:?}");
+        assert_eq!(p.level(), 0.12);
+        // A new probe forgets the old need.
+        p.step(&spinner(p.level(), 200e6));
+        assert_eq!(p.floor(200e6), 0.0);
+    }
+
+    #[test]
     fn idle_box_probes_to_the_lowest_level() {
         let mut p = Prober::new(ProbeConfig::default(), sla());
         let idle = Sample {
@@ -429,6 +548,7 @@ mod tests {
             delivered_bps: 0.0,
             latency_us: None,
             utilization: Some(0.0),
+            used: None,
         };
         let mut last = None;
         for _ in 0..10 {

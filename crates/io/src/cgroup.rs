@@ -18,10 +18,29 @@ use std::time::Duration;
 /// The nfx-owned directory under the cpu controller's root.
 pub const SUBTREE: &str = "nfx";
 
-/// The bandwidth period of [`CpuGroup::set_cores`] (the kernel's default). A group
-/// limited to `q` cores of one may wait up to `(1 − q)` of it for CPU: the delay a
-/// limit can add to a packet.
-pub const CORES_PERIOD: Duration = Duration::from_millis(100);
+/// Shortest bandwidth period [`CpuGroup::set_cores`] uses. A thread limited to `q`
+/// cores of one may wait up to `(1 − q)` of the period for CPU (the delay a limit adds
+/// to a packet), so the period is kept short: 20 ms, not the kernel's default 100 ms.
+pub const MIN_PERIOD_US: u64 = 20_000;
+/// Longest bandwidth period [`CpuGroup::set_cores`] uses (the kernel's default).
+pub const MAX_PERIOD_US: u64 = 100_000;
+/// The kernel's smallest quota (`cpu.cfs_quota_us`, `cpu.max`).
+pub const MIN_QUOTA_US: u64 = 1_000;
+
+/// The period and quota, µs, of a limit of `cores`: the shortest period from
+/// [`MIN_PERIOD_US`] up to [`MAX_PERIOD_US`] whose quota the kernel accepts.
+pub fn period_quota_us(cores: f64) -> (u64, u64) {
+    let c = cores.max(1e-6);
+    let period = ((MIN_QUOTA_US as f64 / c).ceil() as u64).clamp(MIN_PERIOD_US, MAX_PERIOD_US);
+    let quota = ((c * period as f64).round() as u64).max(MIN_QUOTA_US);
+    (period, quota)
+}
+
+/// The longest a single thread limited to `cores` waits for CPU in one period.
+pub fn worst_wait(cores: f64) -> Duration {
+    let (period, quota) = period_quota_us(cores);
+    Duration::from_micros(period.saturating_sub(quota))
+}
 
 /// Which cgroup interface the cpu controller speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,13 +321,18 @@ impl CpuGroup {
     }
 
     /// Limits the group to `cores` cores' worth of CPU time (0.3 = 30 % of one core) per
-    /// [`CORES_PERIOD`]; `None` lifts the limit.
+    /// period ([`period_quota_us`]); `None` lifts the limit.
     pub fn set_cores(&self, cores: Option<f64>) -> io::Result<()> {
-        let period = CORES_PERIOD;
-        self.set_limit(
-            cores.map(|c| Duration::from_secs_f64(period.as_secs_f64() * c.max(0.0))),
-            period,
-        )
+        match cores {
+            Some(c) => {
+                let (period, quota) = period_quota_us(c);
+                self.set_limit(
+                    Some(Duration::from_micros(quota)),
+                    Duration::from_micros(period),
+                )
+            }
+            None => self.set_limit(None, Duration::from_micros(MIN_PERIOD_US)),
+        }
     }
 
     /// The limit in force, read back from the kernel: `(quota, period)`, quota `None`
@@ -392,6 +416,17 @@ impl Drop for CpuGroup {
 mod tests {
     use super::*;
 
+    #[test]
+    fn limits_use_the_shortest_period_the_kernels_minimum_quota_allows() {
+        assert_eq!(period_quota_us(0.25), (20_000, 5_000));
+        assert_eq!(period_quota_us(0.05), (20_000, 1_000));
+        assert_eq!(period_quota_us(0.04), (25_000, 1_000));
+        assert_eq!(period_quota_us(0.001), (100_000, 1_000));
+        assert_eq!(period_quota_us(1.5), (20_000, 30_000));
+        assert_eq!(worst_wait(0.08), Duration::from_micros(18_400));
+        assert_eq!(worst_wait(2.0), Duration::ZERO);
+    }
+
     fn tmp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("nfx-cgroup-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -449,13 +484,13 @@ mod tests {
         g.set_cores(Some(0.25)).unwrap();
         assert_eq!(
             std::fs::read_to_string(g.path().join("cpu.max")).unwrap(),
-            "25000 100000"
+            "5000 20000"
         );
         assert_eq!(
             g.limit().unwrap(),
-            (Some(Duration::from_millis(25)), Duration::from_millis(100))
+            (Some(Duration::from_millis(5)), Duration::from_millis(20))
         );
-        assert_eq!(g.limit_text().unwrap(), "cpu.max=25000 100000");
+        assert_eq!(g.limit_text().unwrap(), "cpu.max=5000 20000");
         g.set_cores(None).unwrap();
         assert_eq!(g.limit().unwrap().0, None);
         assert!(c.create("../escape").is_err());
@@ -502,7 +537,7 @@ mod tests {
         g.set_cores(Some(0.2)).unwrap();
         assert_eq!(
             g.limit().unwrap(),
-            (Some(Duration::from_millis(20)), Duration::from_millis(100))
+            (Some(Duration::from_millis(4)), Duration::from_millis(20))
         );
         assert!(g.threads().unwrap().contains(&tid));
         let c0 = crate::cpu::task_cpu_time(pid, tid).unwrap();

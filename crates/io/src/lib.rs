@@ -15,6 +15,7 @@ pub mod cpufreq;
 pub mod fanout;
 pub mod isolate;
 mod mmsg;
+pub mod netdev;
 pub mod netns;
 pub mod notify;
 pub mod peer;

@@ -81,6 +81,11 @@ pub struct WorkerPower {
     /// delivered throughput from).
     #[serde(default)]
     pub traffic: WorkerTraffic,
+    /// Its ports as the kernel counts them, when the agent could read them (what the
+    /// power manager counts offered load by: the kernel counts a frame when it arrives,
+    /// not when the worker reads it, which a CPU limit delays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<WireTraffic>,
     /// Its dataplane threads as the worker and the kernel report them (empty when the
     /// worker did not answer).
     pub threads: Vec<ThreadKnobs>,
@@ -114,6 +119,47 @@ impl WorkerTraffic {
     }
 }
 
+/// A worker's ports as the kernel counts them (`/proc/<pid>/net/dev`), summed over its
+/// ports, with the moment they were read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireTraffic {
+    /// When they were read, ms since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// Frames that arrived on the worker's ports.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames the kernel dropped on arrival.
+    pub rx_dropped: u64,
+    /// Frames the worker sent.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+}
+
+impl WireTraffic {
+    /// Reads the counters of `ports` in `pid`'s network namespace now.
+    pub fn read(pid: u32, ports: &[String]) -> std::io::Result<Self> {
+        let c = nfx_io::netdev::counters(pid, ports)?;
+        Ok(Self {
+            at_unix_ms: unix_ms(),
+            rx_packets: c.rx_packets,
+            rx_bytes: c.rx_bytes,
+            rx_dropped: c.rx_dropped,
+            tx_packets: c.tx_packets,
+            tx_bytes: c.tx_bytes,
+        })
+    }
+}
+
+/// Now, in ms since the Unix epoch.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// A dataplane thread's knob settings, read back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadKnobs {
@@ -139,6 +185,8 @@ struct State {
     cycles: BTreeMap<(String, String), f64>,
     /// Joules of each instance.
     joules: BTreeMap<String, f64>,
+    /// Interface names of each device's worker ports (from its stats).
+    ports: BTreeMap<String, Vec<String>>,
     cpu: Option<CpuController>,
 }
 
@@ -168,6 +216,7 @@ impl PowerAgent {
                 pids: BTreeMap::new(),
                 cycles: BTreeMap::new(),
                 joules: BTreeMap::new(),
+                ports: BTreeMap::new(),
                 cpu: CpuController::detect().ok(),
             })
             .map_err(|e| e.to_string());
@@ -234,6 +283,7 @@ impl PowerAgent {
         for d in gone {
             st.meter.remove_group(&d);
             st.pids.remove(&d);
+            st.ports.remove(&d);
         }
         let reading = st.meter.sample()?;
         let source = reading.energy.source;
@@ -246,6 +296,15 @@ impl PowerAgent {
             let stats = nfx_dataplane::control::fetch_stats(&w.socket)
                 .map_err(|e| log::debug!("stats of worker {}: {e:#}", w.device))
                 .ok();
+            if let Some(s) = &stats {
+                let names = s.ports.iter().map(|p| p.iface.clone()).collect();
+                st.ports.insert(w.device.clone(), names);
+            }
+            let wire = st.ports.get(&w.device).and_then(|ports| {
+                WireTraffic::read(w.pid, ports)
+                    .map_err(|e| log::debug!("ports of worker {}: {e}", w.device))
+                    .ok()
+            });
             let work: Vec<f64> = w
                 .instances
                 .iter()
@@ -280,6 +339,7 @@ impl PowerAgent {
                 power_w: g.energy.watts,
                 energy_j: g.energy.joules,
                 traffic: stats.as_ref().map(WorkerTraffic::of).unwrap_or_default(),
+                wire,
                 threads: stats
                     .map(|s| thread_knobs(&s, st.cpu.as_ref()))
                     .unwrap_or_default(),
@@ -295,10 +355,7 @@ impl PowerAgent {
         Ok(EnergyReport {
             host: self.host.clone(),
             source,
-            at_unix_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            at_unix_ms: unix_ms(),
             interval_s: reading.interval_s,
             power_w: reading.energy.watts,
             energy_j: reading.energy.joules,
