@@ -507,9 +507,18 @@ fn tunnel_service_carries_esp_between_two_hosts() {
     let e = r.body["error"].as_str().unwrap_or_default().to_string();
     assert!(r.status == 409 && e.contains("no free queue pair"), "{r:?}");
 
+    let tuns: Vec<String> = ends
+        .iter()
+        .map(|e| {
+            state(e)["state"]["detail"]["tun"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
     nfx(&["destroy", "vpn", "--url", &url]);
     assert!(instances(&c).is_empty());
-    for (host, ns) in [("h1", &h1), ("h2", &h2)] {
+    for ((host, ns), tun) in [("h1", &h1), ("h2", &h2)].into_iter().zip(&tuns) {
         assert!(
             procs_in(ns, "tunnel --config").is_empty(),
             "tunnel left on {host}"
@@ -526,7 +535,7 @@ fn tunnel_service_carries_esp_between_two_hosts() {
         .unwrap();
         assert!(rules.trim().is_empty(), "rules left on {host}: {rules}");
         let links = netns::exec(ns, &["ip", "-o", "link"], Duration::from_secs(5)).unwrap();
-        assert!(!links.contains("nfxt"), "TUN left on {host}: {links}");
+        assert!(!links.contains(tun.as_str()), "TUN {tun} left on {host}");
         let left: Vec<_> = std::fs::read_dir(out.join(format!("agents/{host}/tunnels/ends")))
             .unwrap()
             .collect();
