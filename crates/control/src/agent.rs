@@ -60,6 +60,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(vnfm: Arc<dyn Vnfm>) -> Router<S
         .route("/agent/v1/instances/{id}", get(state).delete(destruct))
         .route("/agent/v1/instances/{id}/config", put(configure))
         .route("/agent/v1/migrations", post(migrate))
+        .route("/agent/v1/tunnels/{id}/key", put(tunnel_key))
         .with_state(st)
 }
 
@@ -101,4 +102,42 @@ async fn migrate(State(st): State<Arc<AgentState>>, body: Bytes) -> AgentResult 
         st.vnfm.migrate_instance(&b.old, &b.new, &b.flows)
     })
     .await
+}
+
+/// `PUT /agent/v1/tunnels/{id}/key`: `{"psk": "<hex>"}`, a tunnel endpoint's IKE key.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyBody {
+    psk: String,
+}
+
+async fn tunnel_key(
+    State(st): State<Arc<AgentState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let b: KeyBody = parse_body(&body)?;
+    let hex = zeroize::Zeroizing::new(b.psk);
+    let psk = decode_hex(&hex).ok_or_else(|| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            "request body: psk: expected an even number of hex digits".into(),
+        )
+    })?;
+    tokio::task::spawn_blocking(move || st.vnfm.provision_tunnel_key(&id, &psk))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Hex digits to bytes, wiped when dropped (`None` on anything else).
+fn decode_hex(s: &str) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = zeroize::Zeroizing::new(Vec::with_capacity(s.len() / 2));
+    for i in (0..s.len()).step_by(2) {
+        out.push(u8::from_str_radix(&s[i..i + 2], 16).ok()?);
+    }
+    Some(out)
 }

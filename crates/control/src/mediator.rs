@@ -25,9 +25,10 @@ use placer::{best_fit, host_devices, Draft, Placer};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
+use zeroize::Zeroizing;
 
 mod placer;
-mod tunnel;
+pub mod tunnel;
 
 /// Most hosts the chaining DP considers for one service (the nearest by lower bound).
 pub const MAX_CHAIN_NODES: usize = 128;
@@ -210,6 +211,9 @@ pub struct Mediator {
     chainer: Chainer,
     widenings: u64,
     down: DownHosts,
+    /// The controller's secret the tunnels' IKE keys are derived from (none: the
+    /// VNFMs get no keys, which only simulated endpoints do without).
+    tunnel_secret: Option<Zeroizing<Vec<u8>>>,
 }
 
 impl Mediator {
@@ -240,7 +244,15 @@ impl Mediator {
             chainer: Chainer::new(),
             widenings: 0,
             down: DownHosts::default(),
+            tunnel_secret: None,
         })
+    }
+
+    /// Sets the secret the tunnels' IKE pre-shared keys are derived from
+    /// ([`tunnel::endpoint_psk`]): the same secret after a restart gives the same keys,
+    /// so no key is ever journaled.
+    pub fn set_tunnel_secret(&mut self, secret: Zeroizing<Vec<u8>>) {
+        self.tunnel_secret = Some(secret);
     }
 
     /// The infrastructure descriptor.
@@ -995,6 +1007,14 @@ impl Mediator {
     pub fn apply(&mut self, step: &Step) -> Result<serde_json::Value, VnfmError> {
         match step {
             Step::Deploy { spec } => {
+                if let (Some(secret), Some(row)) =
+                    (&self.tunnel_secret, self.instances.get(&spec.id))
+                {
+                    if let Some(psk) = tunnel::endpoint_psk(secret, spec, &row.host) {
+                        self.vnfm_of(&spec.id)?
+                            .provision_tunnel_key(&spec.id, &psk)?;
+                    }
+                }
                 let st = self.vnfm_of(&spec.id)?.deploy_instance(spec)?;
                 if let Some(r) = self.instances.get_mut(&spec.id) {
                     r.status = "running".into();

@@ -103,6 +103,24 @@ fn agents_of(
     )?)))
 }
 
+/// The secret the tunnels' IKE keys are derived from, kept beside the database
+/// (`DB.tunnel-secret`, mode 0600, created on the first start): the same keys after a
+/// restart without any key in the database.
+fn tunnel_secret(db: &std::path::Path) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = std::path::PathBuf::from(format!("{}.tunnel-secret", db.display()));
+    let t = match std::fs::metadata(&file) {
+        Ok(md) if md.permissions().mode() & 0o077 != 0 => anyhow::bail!(
+            "{}: other users may read it (mode {:o}); make it 0600",
+            file.display(),
+            md.permissions().mode() & 0o777
+        ),
+        Ok(_) => crate::client::read_token_file(&file)?,
+        Err(_) => crate::client::write_new_token(&file)?,
+    };
+    Ok(Zeroizing::new(t.as_bytes().to_vec()))
+}
+
 /// Builds the controller (VNFMs, mediator, store) and reconciles it.
 pub fn build(cfg: &UpConfig) -> anyhow::Result<Built> {
     let sim: Arc<dyn Vnfm> = Arc::new(SimVnfm::new(&cfg.infra, cfg.sim.clone())?);
@@ -149,6 +167,9 @@ pub fn build(cfg: &UpConfig) -> anyhow::Result<Built> {
     let mut med = Mediator::new(cfg.infra.clone(), map, Arc::new(enforcer))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     med.set_down_hosts(down);
+    if agents.is_some() {
+        med.set_tunnel_secret(tunnel_secret(&cfg.db)?);
+    }
     let store = Store::open(&cfg.db)?;
     let ctl = Controller::open(store, med).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Built {

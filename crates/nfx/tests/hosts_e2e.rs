@@ -9,6 +9,10 @@
 //! with SIGKILL is noticed and the service is re-routed around that host (which then sees
 //! none of its traffic), and the controller's scrape answers with `nfx_agent_up` 0 for it; a client holding another CA's material is refused by an agent;
 //! after the destroy nothing passes; `nfx testbed down` leaves no namespace or process.
+//! A second test deploys a service with an ESP tunnel between two hosts: the agents start
+//! the hosts' lookaside devices and the IKEv2-keyed endpoints, the link carries ESP and
+//! no plaintext, every datagram arrives, the controller reports the endpoints' counters,
+//! and destroy leaves no process, route or key file.
 //! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
@@ -309,4 +313,234 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
         "processes left: {}",
         String::from_utf8_lossy(&procs.stdout)
     );
+}
+
+const TUN_PREFIX: &str = "nfxtn-";
+const TUN_BASE: &str = "237";
+/// The inner payload's first bytes: found at `dst`, never on the tunnel's link.
+const PLAINTEXT: &[u8] = b"NFX-TUNNEL-PLAINTEXT";
+
+/// The processes running inside namespace `ns` whose command line contains `what`.
+fn procs_in(ns: &str, what: &str) -> Vec<u32> {
+    netns::pids(ns)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(what)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Frames of `pcap` matching the display filter, ESP-in-UDP decoded on `port`.
+fn tshark_count(pcap: &Path, port: u16, filter: &str) -> usize {
+    let out = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={port},udpencap"), "-Y", filter])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn tunnel_service_carries_esp_between_two_hosts() {
+    let mut bed = hostbed::testbed_up(TOKEN, TUN_PREFIX, TUN_BASE, 3);
+    let (out, eps) = (bed.out.clone(), bed.eps.clone());
+    let (src, dst) = (endpoint(&eps, "src"), endpoint(&eps, "dst"));
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+    let port = 5300;
+    let svc = format!(
+        "services:
+  - id: vpn
+    tenant: globex
+    ingress: {}
+    egress: {}
+    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {port} }}
+    chain:
+      - {{ function: firewall, config: {{ default: allow }} }}
+    tunnel: {{ from: h1, to: h2, alg: aes-128-gcm }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+",
+        src.host, dst.host, src.address, dst.address
+    );
+    let svc_file = out.join("vpn.yaml");
+    std::fs::write(&svc_file, &svc).unwrap();
+    let op: Value = serde_json::from_str(&nfx(&[
+        "deploy",
+        svc_file.to_str().unwrap(),
+        "--json",
+        "--url",
+        &url,
+    ]))
+    .unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+    let ends = ["vpn-esp-h1", "vpn-esp-h2"];
+    let state = |id: &str| c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
+    let up = eventually(Duration::from_secs(10), || {
+        ends.iter()
+            .all(|e| state(e)["state"]["detail"]["ike"] == "established")
+    });
+    assert!(
+        up,
+        "IKE never came up: {} {}",
+        state(ends[0]),
+        state(ends[1])
+    );
+    for (e, host) in ends.iter().zip(["h1", "h2"]) {
+        let s = state(e);
+        assert_eq!(s["host"], host, "{s}");
+        assert_ne!(s["vnfm"], "simulated", "{s}");
+        let d = &s["state"]["detail"];
+        assert_eq!(d["vnfm"], "real", "{s}");
+        assert_eq!(d["engine"], "lookaside", "{s}");
+        assert!(d["queue_pair"].is_u64(), "{s}");
+        assert!(
+            d["device_kind"].as_str().unwrap().contains("modelled"),
+            "{s}"
+        );
+        assert_eq!(
+            procs_in(&format!("{TUN_PREFIX}{host}"), "accel serve").len(),
+            1
+        );
+        let key = out.join(format!("agents/{host}/tunnels/ends/{e}/ike.psk"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", key.display());
+    }
+    let psk =
+        std::fs::read_to_string(out.join("agents/h1/tunnels/ends/vpn-esp-h1/ike.psk")).unwrap();
+    for f in [
+        "controller.log",
+        "state.db",
+        "agents/h1.log",
+        "agents/h2.log",
+    ] {
+        let text = String::from_utf8_lossy(&std::fs::read(out.join(f)).unwrap()).into_owned();
+        assert!(!text.contains(psk.trim()), "the tunnel key is in {f}");
+    }
+    let underlay = state(ends[0])["state"]["detail"]["underlay"]["local"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let esp_port: u16 = underlay.rsplit(':').next().unwrap().parse().unwrap();
+
+    // Bounded traffic: 2,000 datagrams in 1 s, captured on h2's link from h1 (UDP
+    // segmentation off at h1 so the capture holds wire datagrams).
+    let h1 = format!("{TUN_PREFIX}h1");
+    let h2 = format!("{TUN_PREFIX}h2");
+    netns::exec(
+        &h1,
+        &["ethtool", "-K", "to-h2", "tx-udp-segmentation", "off"],
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let pcap = out.join("link.pcap");
+    let mut dump = Command::new("ip")
+        .args(["netns", "exec", &h2, "tcpdump", "-i", "to-h1", "-U", "-w"])
+        .arg(&pcap)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 64];
+    let _ = std::io::Read::read(dump.stderr.as_mut().unwrap(), &mut line);
+    let sink = udpgen::Sink::start(&dst.netns, port, PLAINTEXT).unwrap();
+    let sent = udpgen::generate(udpgen::GenSpec {
+        ns: src.netns.clone(),
+        dst: dst.address,
+        port,
+        payload: 200,
+        pattern: PLAINTEXT.to_vec(),
+        flows: 1,
+        duration: Duration::from_secs(1),
+        batch: 8,
+        pps: Some(2000),
+    })
+    .unwrap()
+    .sent;
+    assert!(sent > 500, "{sent}");
+    eventually(Duration::from_secs(3), || sink.packets() >= sent);
+    let got = sink.finish().unwrap();
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.id().to_string()])
+        .status();
+    let _ = dump.wait();
+    assert_eq!((got.packets, got.matched), (sent, sent), "plaintext at dst");
+    let esp = tshark_count(&pcap, esp_port, "esp");
+    let plain = tshark_count(&pcap, esp_port, "frame contains \"NFX-TUNNEL-PLAINTEXT\"");
+    // The capture is a witness, not a counter (tcpdump may miss frames on a loaded
+    // host); the endpoints' counters below are exact.
+    assert!(
+        esp as u64 >= sent * 9 / 10,
+        "{esp} ESP frames for {sent} datagrams"
+    );
+    assert_eq!(plain, 0, "plaintext on the tunnel's link");
+    let tx = state(ends[0])["state"]["detail"]["tx_packets"]
+        .as_u64()
+        .unwrap();
+    let rx = state(ends[1])["state"]["detail"]["rx_packets"]
+        .as_u64()
+        .unwrap();
+    assert!(tx >= sent && rx >= sent, "tx {tx} rx {rx} sent {sent}");
+    assert_eq!(state(ends[1])["state"]["detail"]["drops"]["auth_failed"], 0);
+
+    // A second tunnel over the same devices without the throughput left: refused at plan.
+    let mut more = nfx_control::client::load_services(&svc_file)
+        .unwrap()
+        .remove(0);
+    more["id"] = "vpn2".into();
+    more["sla"]["min_throughput_gbps"] = 1.5.into();
+    let r = c.post("/api/v1/plan", &more).unwrap();
+    let e = r.body["error"].as_str().unwrap_or_default().to_string();
+    assert!(r.status == 409 && e.contains("no free queue pair"), "{r:?}");
+
+    let tuns: Vec<String> = ends
+        .iter()
+        .map(|e| {
+            state(e)["state"]["detail"]["tun"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    nfx(&["destroy", "vpn", "--url", &url]);
+    assert!(instances(&c).is_empty());
+    for ((host, ns), tun) in [("h1", &h1), ("h2", &h2)].into_iter().zip(&tuns) {
+        assert!(
+            procs_in(ns, "tunnel --config").is_empty(),
+            "tunnel left on {host}"
+        );
+        assert!(
+            procs_in(ns, "accel serve").is_empty(),
+            "device left on {host}"
+        );
+        let rules = netns::exec(
+            ns,
+            &["ip", "rule", "show", "pref", "1000"],
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(rules.trim().is_empty(), "rules left on {host}: {rules}");
+        let links = netns::exec(ns, &["ip", "-o", "link"], Duration::from_secs(5)).unwrap();
+        assert!(!links.contains(tun.as_str()), "TUN {tun} left on {host}");
+        let left: Vec<_> = std::fs::read_dir(out.join(format!("agents/{host}/tunnels/ends")))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "endpoint files left on {host}");
+    }
+    drop(_ctl);
+    bed.down();
 }

@@ -283,7 +283,10 @@ async fn use_route(State(sh): State<Arc<Shared>>, body: Result<Bytes, BytesRejec
             ..ClientOptions::new(sh.st.base)
         };
         match LookasideEngine::connect_with(&b.device, &opts) {
-            Ok(e) => switch(&sh.st, Target::Lookaside(Box::new(e))),
+            Ok(e) => {
+                sh.st.counters.set_queue_pair(e.queue_pair());
+                switch(&sh.st, Target::Lookaside(Box::new(e)))
+            }
             Err(AccelError::BadArgument(why)) => Err(EmError(StatusCode::FORBIDDEN, why)),
             Err(AccelError::Refused(_)) => {
                 Err(EmError(StatusCode::CONFLICT, "no free queue pair".into()))
@@ -345,6 +348,7 @@ fn status(st: &EmState) -> Value {
         "name": st.name,
         "ready": c.ready.load(Relaxed),
         "engine": c.engine().as_str(),
+        "queue_pair": c.queue_pair(),
         "alg": st.ike.as_ref().map_or(st.alg.as_str(), |i| i.alg().unwrap_or("none")),
         "ike": st.ike.as_ref().map_or(Value::Null, |i| i.json()),
         "cpu_pct": r2(s.cpu_pct),
@@ -353,6 +357,8 @@ fn status(st: &EmState) -> Value {
         "rx_gbps": r2(s.rx_gbps * 1000.0) / 1000.0,
         "tx_packets": c.tx_packets.load(Relaxed),
         "rx_packets": c.rx_packets.load(Relaxed),
+        "tx_bytes": c.tx_bytes.load(Relaxed),
+        "rx_bytes": c.rx_bytes.load(Relaxed),
         "mean_packet_bytes": mean,
         "drops": c.drops_json(),
         "engine_switches": c.engine_switches.load(Relaxed),

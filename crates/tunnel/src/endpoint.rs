@@ -111,13 +111,12 @@ pub fn run(
         ..ClientOptions::new(cfg.engine)
     };
     let first: (Box<dyn Engine>, EngineKind) = match &cfg.lookaside {
-        Some(dev) => (
-            Box::new(
-                LookasideEngine::connect_with(dev, &device_opts)
-                    .map_err(|e| anyhow::anyhow!("lookaside device {}: {e}", dev.display()))?,
-            ),
-            EngineKind::Lookaside,
-        ),
+        Some(dev) => {
+            let e = LookasideEngine::connect_with(dev, &device_opts)
+                .map_err(|e| anyhow::anyhow!("lookaside device {}: {e}", dev.display()))?;
+            counters.set_queue_pair(e.queue_pair());
+            (Box::new(e), EngineKind::Lookaside)
+        }
         None => (open_local(cfg.engine)?, cfg.engine),
     };
     // Static keys: the outbound SA continues where the state file says (refusing

@@ -152,6 +152,8 @@ pub struct Counters {
     pub out_seq: AtomicU64,
     /// Inner bytes sent on it.
     pub out_sa_bytes: AtomicU64,
+    /// Lookaside queue pair last granted (meaningful while the engine is `lookaside`).
+    queue_pair: AtomicU32,
 }
 
 impl Counters {
@@ -168,6 +170,17 @@ impl Counters {
     /// Records the engine now in use.
     pub fn set_engine(&self, k: EngineKind) {
         self.engine.store(kind_code(k), Relaxed);
+    }
+
+    /// Records the lookaside queue pair the device granted.
+    pub fn set_queue_pair(&self, qp: u32) {
+        self.queue_pair.store(qp, Relaxed);
+    }
+
+    /// The lookaside queue pair in use: `None` while a software engine does the work
+    /// (never attached, released, or the device failed over).
+    pub fn queue_pair(&self) -> Option<u32> {
+        (self.engine() == EngineKind::Lookaside).then(|| self.queue_pair.load(Relaxed))
     }
 
     /// The engine now in use.
@@ -221,6 +234,7 @@ impl Counters {
     pub fn json(&self) -> Value {
         json!({
             "engine": self.engine().as_str(),
+            "queue_pair": self.queue_pair(),
             "tx_packets": self.tx_packets.load(Relaxed),
             "tx_bytes": self.tx_bytes.load(Relaxed),
             "rx_packets": self.rx_packets.load(Relaxed),
@@ -255,7 +269,14 @@ mod tests {
         c.tun_offloads
             .store(crate::sys::TUN_F_CSUM | crate::sys::TUN_F_TSO4, Relaxed);
         assert_eq!(c.offload_json()["tun"], json!(["csum", "tso4"]));
+        c.set_queue_pair(3);
+        assert_eq!(
+            c.json()["queue_pair"],
+            Value::Null,
+            "no queue pair on a software engine"
+        );
         c.set_engine(EngineKind::Lookaside);
         assert_eq!(c.json()["engine"], "lookaside");
+        assert_eq!(c.json()["queue_pair"], 3);
     }
 }

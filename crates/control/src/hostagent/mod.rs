@@ -2,7 +2,8 @@
 //! namespace), serves the five VNFM calls for the host's software devices with real
 //! `nfx run` workers, programs the host's part of every service path (nftables and policy
 //! routes, [`steering`]), watches its workers and reports those that died, and answers the
-//! controller's heartbeat. It listens on the host's management address over mutual TLS.
+//! controller's heartbeat. Its accelerator devices run the host's ESP tunnel endpoints
+//! (`esp` instances, [`tunnels`]). It listens on the host's management address over mutual TLS.
 
 pub mod api;
 pub mod knobs;
@@ -10,6 +11,7 @@ pub mod metrics;
 pub mod power;
 pub mod stages;
 pub mod steering;
+pub mod tunnels;
 
 use crate::api::metrics::ApiMetrics;
 use crate::tls::TlsFiles;
@@ -77,6 +79,9 @@ pub struct AgentConfig {
     /// a host: energy is not metered and the agent's energy report says why.
     #[serde(default)]
     pub power: Option<nfx_model::PowerModel>,
+    /// Lookaside accelerator devices: each runs the tunnel endpoints placed on it.
+    #[serde(default)]
+    pub accelerators: Vec<tunnels::AcceleratorDevice>,
 }
 
 /// A software device of the host.
@@ -161,6 +166,8 @@ pub struct HostAgent {
     power: power::PowerAgent,
     /// The power knobs (CPU limits live as long as the agent).
     knobs: Mutex<nfx_energy::knobs::Actuator>,
+    /// Tunnel endpoints and the accelerator devices they run on.
+    tunnels: tunnels::Tunnels,
 }
 
 impl HostAgent {
@@ -197,6 +204,13 @@ impl HostAgent {
             workers,
         })?
         .with_services();
+        let tunnels = tunnels::Tunnels::new(
+            &cfg.host,
+            cfg.run_dir.join("tunnels"),
+            cfg.nfx_bin.clone(),
+            &cfg.accelerators,
+            cfg.neighbors.clone(),
+        )?;
         let mut steering = Steering::new(Box::new(SystemTools), cfg.neighbors.clone(), stages);
         steering
             .reset()
@@ -218,6 +232,7 @@ impl HostAgent {
                 cfg.power.clone(),
             ),
             knobs: Mutex::new(nfx_energy::knobs::Actuator::new()),
+            tunnels,
         });
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
@@ -348,12 +363,33 @@ impl HostAgent {
         self.steering().paths()
     }
 
-    /// One housekeeping round: dead workers become lost instances; drains end.
+    /// Keeps a lost-instance report (at most [`MAX_LOST`], the oldest dropped).
+    fn record_lost(&self, l: LostInstance) {
+        let mut lost = self.lost();
+        if lost.len() >= MAX_LOST {
+            lost.remove(0);
+        }
+        lost.push(l);
+    }
+
+    /// One housekeeping round: dead workers and tunnel endpoints become lost
+    /// instances; drains end.
     fn tick(&self) {
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
+        for (instance, device, reason) in self.tunnels.reap_dead() {
+            self.exits.fetch_add(1, Ordering::Relaxed);
+            log::warn!("{reason}; lost: {instance}");
+            self.steering().remove_tunnel(&instance);
+            self.record_lost(LostInstance {
+                instance,
+                device,
+                reason,
+                at_unix_ms: now_ms,
+            });
+        }
         for w in self.local.reap_dead() {
             self.exits.fetch_add(1, Ordering::Relaxed);
             let reason = format!(
@@ -363,12 +399,8 @@ impl HostAgent {
                 w.exit.as_deref().unwrap_or("not by the agent")
             );
             log::warn!("{reason}; lost: {:?}", w.instances);
-            let mut lost = self.lost();
             for i in w.instances {
-                if lost.len() >= MAX_LOST {
-                    lost.remove(0);
-                }
-                lost.push(LostInstance {
+                self.record_lost(LostInstance {
                     instance: i,
                     device: w.device.clone(),
                     reason: reason.clone(),
@@ -451,7 +483,13 @@ impl Vnfm for HostAgent {
     /// agent took (a new worker process included when one was started).
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
         let t = Instant::now();
-        let mut st = self.local.deploy_instance(spec)?;
+        let mut st = if spec.function == "esp" {
+            let (st, tun) = self.tunnels.deploy(spec)?;
+            self.steering().set_tunnel(&spec.id, tun);
+            st
+        } else {
+            self.local.deploy_instance(spec)?
+        };
         if let Some(d) = st.detail.as_object_mut() {
             d.insert("agent_ms".into(), (t.elapsed().as_secs_f64() * 1e3).into());
         }
@@ -466,6 +504,11 @@ impl Vnfm for HostAgent {
             lost.retain(|l| l.instance != id);
             lost.len() != n
         };
+        if self.tunnels.holds(id) {
+            self.steering().remove_tunnel(id);
+            self.tunnels.destruct(id);
+            return Ok(());
+        }
         match self.local.destruct_instance(id) {
             Err(VnfmError::NotFound(_)) if was_lost => Ok(()),
             r => r,
@@ -477,6 +520,16 @@ impl Vnfm for HostAgent {
         id: &str,
         config: &serde_json::Value,
     ) -> Result<InstanceState, VnfmError> {
+        if self.tunnels.holds(id) {
+            let st = self.tunnels.state(id)?;
+            return match self.tunnels.config_of(id) {
+                Some(c) if c == *config => Ok(st),
+                _ => Err(VnfmError::Invalid(format!(
+                    "tunnel endpoint {id}: its configuration comes from the service's tunnel; \
+                     destroy and deploy the service to change it"
+                ))),
+            };
+        }
         self.local.configure_instance(id, config)
     }
 
@@ -490,11 +543,20 @@ impl Vnfm for HostAgent {
     }
 
     fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
+        if self.tunnels.holds(id) {
+            return self.tunnels.state(id);
+        }
         self.local.get_instance_state(id)
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
-        self.local.list_instances()
+        let mut ids = self.local.list_instances()?;
+        ids.extend(self.tunnels.ids());
+        Ok(ids)
+    }
+
+    fn provision_tunnel_key(&self, id: &str, psk: &[u8]) -> Result<(), VnfmError> {
+        self.tunnels.set_key(id, psk)
     }
 }
 

@@ -2,16 +2,86 @@
 //! instance of function `esp` on each of its two hosts, each holding one queue pair of
 //! an accelerator-tier device of that host (the tier's capacity unit), chosen by HYPER's
 //! best fit among the host's devices that run `esp` with the tunnel's transform. The
-//! path must cross the tunnel's link in the tunnel's direction.
+//! path must cross the tunnel's link in the tunnel's direction. Each endpoint's IKE
+//! pre-shared key is derived here from the controller's secret and handed to the
+//! endpoint's VNFM apart from its spec ([`endpoint_psk`]).
 
 use super::placer::{best_fit, Placer};
 use super::PlanError;
 use crate::enforcer::TunnelEnds;
 use crate::vnfm::InstanceSpec;
 use nfx_model::{Infrastructure, Tier, TunnelSpec};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
 
 /// Queue pairs one tunnel endpoint holds on its device.
 pub const ENDPOINT_QUEUE_PAIRS: f64 = 1.0;
+
+/// Bytes of a tunnel's IKE pre-shared key.
+pub const PSK_BYTES: usize = 32;
+
+/// An `esp` endpoint instance's configuration (its spec's `config`): no key material,
+/// only what the agent needs to start the endpoint and reach its peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// The service whose tunnel this is.
+    pub tunnel: String,
+    /// IKE role: `initiator` (the `from` end) or `responder` (the `to` end).
+    pub role: String,
+    /// The host of the other endpoint.
+    pub peer_host: String,
+    /// ESP transform.
+    pub alg: String,
+}
+
+impl EndpointConfig {
+    /// The tunnel's `(from, to)` hosts seen from the endpoint on `host`.
+    pub fn ends<'a>(&'a self, host: &'a str) -> (&'a str, &'a str) {
+        if self.role == "initiator" {
+            (host, &self.peer_host)
+        } else {
+            (&self.peer_host, host)
+        }
+    }
+}
+
+/// HKDF-SHA-256 (RFC 5869) of `ikm` with `salt` and `info`, filling `out` (at most
+/// 255 blocks), through the TLS stack's ring provider.
+fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[&[u8]], out: &mut [u8]) -> bool {
+    let rustls::SupportedCipherSuite::Tls13(suite) =
+        rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+    else {
+        return false;
+    };
+    suite
+        .hkdf_provider
+        .extract_from_secret(Some(salt), ikm)
+        .expand_slice(info, out)
+        .is_ok()
+}
+
+/// The IKE pre-shared key of the tunnel endpoint `spec` (an `esp` instance on `host`):
+/// HKDF-SHA-256 of the controller's `secret` over the service and the tunnel's two
+/// hosts in direction order, so both endpoints get the same key, every tunnel its own,
+/// and a restarted controller the same again without having stored it. `None` for an
+/// instance that is no tunnel endpoint.
+pub fn endpoint_psk(secret: &[u8], spec: &InstanceSpec, host: &str) -> Option<Zeroizing<Vec<u8>>> {
+    if spec.function != "esp" {
+        return None;
+    }
+    let c: EndpointConfig = serde_json::from_value(spec.config.clone()).ok()?;
+    let (from, to) = c.ends(host);
+    let mut psk = Zeroizing::new(vec![0u8; PSK_BYTES]);
+    let info: [&[u8]; 5] = [
+        c.tunnel.as_bytes(),
+        b"\0",
+        from.as_bytes(),
+        b"\0",
+        to.as_bytes(),
+    ];
+    hkdf_sha256(b"nfx tunnel ike psk v1", secret, &info, &mut psk).then_some(psk)
+}
 
 /// Checks that `route` (the hosts the service crosses, in order) goes from `t.from`
 /// straight to `t.to`.
@@ -111,16 +181,77 @@ fn place_end(
         id: id.clone(),
         function: "esp".into(),
         device: dev_id.clone(),
-        config: serde_json::json!({
-            "tunnel": placer.service,
-            "role": role,
-            "peer_host": peer,
-            "alg": t.alg,
-        }),
+        config: serde_json::to_value(EndpointConfig {
+            tunnel: placer.service.to_string(),
+            role: role.into(),
+            peer_host: peer.into(),
+            alg: t.alg.clone(),
+        })
+        .unwrap_or_default(),
         throughput_gbps: throughput,
         capacity: ENDPOINT_QUEUE_PAIRS,
     };
     let reason = format!("tunnel {role} end: best-fit accelerator device {dev_id}, one queue pair");
     placer.record(spec, host, tier, lat, reason);
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn hkdf_matches_rfc_5869_test_case_1() {
+        let mut okm = [0u8; 42];
+        assert!(hkdf_sha256(
+            &hex("000102030405060708090a0b0c"),
+            &[0x0b; 22],
+            &[&hex("f0f1f2f3f4"), &hex("f5f6f7f8f9")],
+            &mut okm
+        ));
+        assert_eq!(
+            okm.to_vec(),
+            hex("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
+        );
+    }
+
+    fn end(service: &str, role: &str, peer: &str) -> InstanceSpec {
+        InstanceSpec {
+            id: format!("{service}-esp"),
+            function: "esp".into(),
+            device: "acc".into(),
+            config: serde_json::to_value(EndpointConfig {
+                tunnel: service.into(),
+                role: role.into(),
+                peer_host: peer.into(),
+                alg: "aes-128-gcm".into(),
+            })
+            .unwrap(),
+            throughput_gbps: 1.0,
+            capacity: 1.0,
+        }
+    }
+
+    #[test]
+    fn both_ends_share_a_key_and_every_tunnel_has_its_own() {
+        let secret = [7u8; 32];
+        let a = endpoint_psk(&secret, &end("vpn", "initiator", "h2"), "h1").unwrap();
+        let b = endpoint_psk(&secret, &end("vpn", "responder", "h1"), "h2").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), PSK_BYTES);
+        let other_service = endpoint_psk(&secret, &end("vpn2", "initiator", "h2"), "h1").unwrap();
+        let reversed = endpoint_psk(&secret, &end("vpn", "initiator", "h1"), "h2").unwrap();
+        let other_secret = endpoint_psk(&[8u8; 32], &end("vpn", "initiator", "h2"), "h1").unwrap();
+        assert!(a != other_service && a != reversed && a != other_secret);
+        let mut fw = end("vpn", "initiator", "h2");
+        fw.function = "firewall".into();
+        assert!(endpoint_psk(&secret, &fw, "h1").is_none());
+    }
 }

@@ -109,4 +109,11 @@ pub trait Vnfm: Send + Sync {
     fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError>;
     /// Ids of every instance the VNFM holds (for reconciliation).
     fn list_instances(&self) -> Result<Vec<String>, VnfmError>;
+    /// Hands tunnel endpoint `id` the pre-shared key its IKEv2 exchange authenticates
+    /// with, before its deploy and over the VNFM's own authenticated channel (the key is
+    /// never part of the spec, the plan or the journal). VNFMs that run no real tunnel
+    /// endpoints have nothing to keep.
+    fn provision_tunnel_key(&self, _id: &str, _psk: &[u8]) -> Result<(), VnfmError> {
+        Ok(())
+    }
 }

@@ -253,6 +253,18 @@ impl Vnfm for RemoteVnfm {
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
         decode(self.send(self.req("GET", "/instances"), None)?)
     }
+
+    /// `PUT /agent/v1/tunnels/{id}/key` over the agent's mutual-TLS link; the body is
+    /// built and dropped zeroized.
+    fn provision_tunnel_key(&self, id: &str, psk: &[u8]) -> Result<(), VnfmError> {
+        let hex: String = psk.iter().map(|b| format!("{b:02x}")).collect();
+        let body = Zeroizing::new(format!("{{\"psk\":\"{}\"}}", Zeroizing::new(hex).as_str()));
+        let r = self
+            .req("PUT", &format!("/tunnels/{}/key", seg(id)))
+            .set("Content-Type", "application/json");
+        self.on_link(move || call(r.send_string(body.as_str())))
+            .map(|_| ())
+    }
 }
 
 #[cfg(test)]

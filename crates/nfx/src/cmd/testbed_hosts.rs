@@ -2,9 +2,16 @@
 //! host over mutual TLS, and the two files a controller and a test need:
 //! `DIR/infrastructure.yaml` (hosts with their agents, devices per tier, links, the
 //! controller's management settings) and `DIR/endpoints.json`.
+//!
+//! Every host has software devices (workers on its cores) and one accelerator-tier
+//! device: a lookaside crypto device that its agent runs as an `nfx accel serve`
+//! process on a reserved core when a tunnel endpoint is placed on it. That device is
+//! modelled hardware (a CPU core standing in for a QAT/FPGA card), and its figures
+//! below are nominal.
 
 use anyhow::{bail, Context};
 use nfx_control::hostagent::steering::{closed_ruleset, NeighborLink};
+use nfx_control::hostagent::tunnels::AcceleratorDevice;
 use nfx_control::hostagent::{AgentConfig, SoftwareDevice};
 use nfx_control::tls::{self, AgentSubject};
 use nfx_model::{Device, Host, Infrastructure, Link, Management, Tier, TlsFiles};
@@ -26,6 +33,14 @@ const SOFTWARE_FUNCTIONS: [&str; 4] = ["firewall", "nat", "elephant", "dpi"];
 const SOFTWARE_LATENCY_US: f64 = 30.0;
 /// Nominal throughput of a software worker, Gbit/s.
 const SOFTWARE_GBPS: f64 = 10.0;
+/// Queue pairs of each host's lookaside device (one per tunnel endpoint).
+const ACCEL_QUEUE_PAIRS: u32 = 2;
+/// Nominal latency (µs) and throughput (Gbit/s) of the modelled lookaside device
+/// (`nfx bench accel` measures it; import through the descriptor's `calibration`).
+const ACCEL_LATENCY_US: f64 = 20.0;
+const ACCEL_GBPS: f64 = 2.0;
+/// ESP transforms the lookaside device runs.
+const ACCEL_ALGORITHMS: [&str; 3] = ["aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"];
 
 /// One endpoint in `endpoints.json`.
 #[derive(Serialize)]
@@ -112,6 +127,7 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
             allowed_dirs: allowed_dirs.to_vec(),
             power: Some(nfx_energy::model::default_power(cores)),
+            accelerators: vec![accelerator(&h.id, cores)],
         };
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
@@ -174,6 +190,9 @@ pub fn infrastructure(lay: &Layout, cores: u32, agents: bool) -> Infrastructure 
                 .iter()
                 .map(|d| software_device(&h.id, d)),
         );
+        infra
+            .devices
+            .push(accelerator_device(&h.id, &accelerator(&h.id, cores)));
         infra.devices.extend(table_devices(h));
     }
     infra
@@ -204,6 +223,33 @@ fn software_device(host: &str, d: &SoftwareDevice) -> Device {
         table_entries: None,
         queue_pairs: None,
         algorithms: Vec::new(),
+        calibration: None,
+    }
+}
+
+/// The host's lookaside device as its agent runs it: pinned to the host's last core
+/// (the core reserved for it; on a small machine it shares that core with workers).
+fn accelerator(host: &str, cores: u32) -> AcceleratorDevice {
+    AcceleratorDevice {
+        id: format!("{host}-acc0"),
+        queue_pairs: ACCEL_QUEUE_PAIRS,
+        core: Some(cores.saturating_sub(1) as usize),
+    }
+}
+
+fn accelerator_device(host: &str, a: &AcceleratorDevice) -> Device {
+    Device {
+        id: a.id.clone(),
+        host: host.to_string(),
+        tier: Tier::Accelerator,
+        functions: vec!["esp".into()],
+        latency_us: ACCEL_LATENCY_US,
+        throughput_gbps: ACCEL_GBPS,
+        cost: 2.0,
+        cpu_cores: None,
+        table_entries: None,
+        queue_pairs: Some(a.queue_pairs),
+        algorithms: ACCEL_ALGORITHMS.iter().map(|a| a.to_string()).collect(),
         calibration: None,
     }
 }
@@ -332,7 +378,14 @@ mod tests {
         assert!(sim.hosts.iter().all(|h| h.agent.is_none()));
         assert_eq!(
             (sim.hosts.len(), sim.devices.len(), sim.links.len()),
-            (3, 6, 3)
+            (3, 9, 3)
+        );
+        let acc = sim
+            .device("h2-acc0")
+            .expect("every host has a lookaside device");
+        assert_eq!(
+            (acc.tier, acc.queue_pairs, acc.functions.as_slice()),
+            (Tier::Accelerator, Some(2), &["esp".to_string()][..])
         );
         assert!(sim.management.is_none());
         sim.validate("sim").unwrap();
