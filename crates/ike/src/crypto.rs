@@ -230,10 +230,7 @@ mod tests {
     use super::*;
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        ::hex::decode(s).expect("a test vector in hex")
     }
 
     /// RFC 4231 test cases 1 and 2 (HMAC-SHA-256 = PRF_HMAC_SHA2_256, RFC 4868 §2.7.1).

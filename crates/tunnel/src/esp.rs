@@ -736,7 +736,7 @@ mod tests {
     }
 
     fn hex(s: &str) -> Vec<u8> {
-        crate::config::parse_hex(s).unwrap().expose().to_vec()
+        ::hex::decode(s).expect("a test vector in hex")
     }
 
     #[test]

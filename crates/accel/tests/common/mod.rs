@@ -133,11 +133,7 @@ pub fn dec(alg: Alg, key: &[u8], auth: &[u8]) -> SessionSpec {
 
 /// Hex to bytes.
 pub fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    ::hex::decode(s).expect("a test vector in hex")
 }
 
 /// A heap buffer with `data` (for tests that bring their own buffers).

@@ -17,6 +17,7 @@ use crate::mediator::tunnel::EndpointConfig;
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -390,7 +391,11 @@ impl Tunnels {
         std::fs::create_dir_all(&dir).map_err(unavailable)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .map_err(unavailable)?;
-        let hex = Zeroizing::new(psk.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        // Sized up front and written in place: no copy of the key is left unzeroized.
+        let mut hex = Zeroizing::new(String::with_capacity(psk.len() * 2));
+        for b in psk {
+            let _ = write!(hex, "{b:02x}");
+        }
         write_private(&dir.join("ike.psk"), hex.as_bytes())?;
         let token = random_token()?;
         write_private(&dir.join("em.token"), token.as_bytes())?;
