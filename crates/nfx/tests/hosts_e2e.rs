@@ -44,6 +44,19 @@ fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
 }
 
+/// `nfx deploy FILE` through the CLI; the operation must complete.
+fn deploy(file: &std::path::Path, url: &str) {
+    let op: Value = serde_json::from_str(&nfx(&[
+        "deploy",
+        file.to_str().unwrap(),
+        "--json",
+        "--url",
+        url,
+    ]))
+    .unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+}
+
 struct Endpoint {
     netns: String,
     address: Ipv4Addr,
@@ -197,15 +210,7 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
         .unwrap();
     assert_eq!(anon.status, 401, "{anon:?}");
 
-    let op: Value = serde_json::from_str(&nfx(&[
-        "deploy",
-        svc_file.to_str().unwrap(),
-        "--json",
-        "--url",
-        &url,
-    ]))
-    .unwrap();
-    assert_eq!(op["state"], "COMPLETED", "{op}");
+    deploy(&svc_file, &url);
     assert!(iperf_bytes(&src, &dst) > 1_000_000);
     federated_metrics_match_the_instance(&c);
 
@@ -378,15 +383,7 @@ fn tunnel_service_carries_esp_between_two_hosts() {
     );
     let svc_file = out.join("vpn.yaml");
     std::fs::write(&svc_file, &svc).unwrap();
-    let op: Value = serde_json::from_str(&nfx(&[
-        "deploy",
-        svc_file.to_str().unwrap(),
-        "--json",
-        "--url",
-        &url,
-    ]))
-    .unwrap();
-    assert_eq!(op["state"], "COMPLETED", "{op}");
+    deploy(&svc_file, &url);
     let ends = ["vpn-esp-h1", "vpn-esp-h2"];
     let state = |id: &str| c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
     let up = eventually(Duration::from_secs(10), || {
