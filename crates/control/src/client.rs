@@ -138,22 +138,8 @@ pub fn token_file_or_new(file: &std::path::Path) -> anyhow::Result<(Zeroizing<St
 /// Writes a new random bearer token (24 bytes from the kernel, hex) to `file` (replacing
 /// it), mode 0600. Returns the token.
 pub fn write_new_token(file: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {
-    let mut raw = Zeroizing::new([0u8; 24]);
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw[..]))
-        .map_err(|e| anyhow::anyhow!("/dev/urandom: {e}"))?;
-    let t = Zeroizing::new(raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(file);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(file)
-        .map_err(|e| anyhow::anyhow!("token file {}: {e}", file.display()))?;
-    use std::io::Write;
-    f.write_all(t.as_bytes())
-        .map_err(|e| anyhow::anyhow!("token file {}: {e}", file.display()))?;
+    let t = nfx_io::token::random().map_err(anyhow::Error::msg)?;
+    nfx_io::token::write_private(file, t.as_bytes())
+        .map_err(|e| anyhow::anyhow!("token file {e}"))?;
     Ok(t)
 }

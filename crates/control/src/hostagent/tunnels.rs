@@ -17,10 +17,8 @@ use crate::mediator::tunnel::EndpointConfig;
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -391,13 +389,8 @@ impl Tunnels {
         std::fs::create_dir_all(&dir).map_err(unavailable)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .map_err(unavailable)?;
-        // Sized up front and written in place: no copy of the key is left unzeroized.
-        let mut hex = Zeroizing::new(String::with_capacity(psk.len() * 2));
-        for b in psk {
-            let _ = write!(hex, "{b:02x}");
-        }
-        write_private(&dir.join("ike.psk"), hex.as_bytes())?;
-        let token = random_token()?;
+        write_private(&dir.join("ike.psk"), nfx_io::token::hex(psk).as_bytes())?;
+        let token = nfx_io::token::random().map_err(VnfmError::Unavailable)?;
         write_private(&dir.join("em.token"), token.as_bytes())?;
         let em = free_local_port()?;
         let plan = EndpointPlan::new(c, &spec.id);
@@ -636,27 +629,9 @@ fn free_local_port() -> Result<SocketAddr, VnfmError> {
         .map_err(unavailable)
 }
 
-/// 24 random bytes in hex: the endpoint's EM token.
-fn random_token() -> Result<Zeroizing<String>, VnfmError> {
-    let mut raw = Zeroizing::new([0u8; 24]);
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw[..]))
-        .map_err(|e| VnfmError::Unavailable(format!("/dev/urandom: {e}")))?;
-    Ok(Zeroizing::new(
-        raw.iter().map(|b| format!("{b:02x}")).collect(),
-    ))
-}
-
 /// Creates `file` with mode 0600 holding `data`.
 fn write_private(file: &Path, data: &[u8]) -> Result<(), VnfmError> {
-    let _ = std::fs::remove_file(file);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(file)
-        .and_then(|mut f| f.write_all(data))
-        .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", file.display())))
+    nfx_io::token::write_private(file, data).map_err(VnfmError::Unavailable)
 }
 
 fn spawn(mut cmd: Command, log_file: &Path) -> Result<Child, VnfmError> {
