@@ -5,9 +5,10 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
-# Licenses, bans and sources (deny.toml); advisories need the RustSec database from
-# GitHub, which CI cannot reach.
+# Licenses, bans and sources (deny.toml); RustSec advisories against the committed
+# snapshot of its database (CI cannot reach GitHub; scripts/advisories.sh).
 target/tools/cargo-deny/bin/cargo-deny --offline check licenses bans sources
+scripts/advisories.sh
 # The fuzz targets are crates of their own, one workspace apart from nfx's (fuzz/Cargo.toml;
 # `cargo +nightly fuzz` builds them): check in one call that they still compile against
 # the workspace's APIs (docs/fuzzing.md).
