@@ -21,6 +21,7 @@ pub mod notify;
 pub mod peer;
 pub mod poll;
 pub mod port;
+pub mod priority;
 pub mod ring;
 pub mod sys;
 pub mod token;

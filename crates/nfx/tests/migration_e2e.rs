@@ -76,6 +76,7 @@ impl Rig {
             fanout: Some(group),
             fast_path: None,
             allowed_dirs: Vec::new(),
+            nice: None,
         };
         let cfg = LocalConfig {
             run_dir: dir.path().to_path_buf(),

@@ -59,6 +59,8 @@ pub struct ClientSpec {
     pub streams: u32,
     /// UDP mode: (`-b` bitrate, `-l` datagram length); `None` is TCP.
     pub udp: Option<(String, usize)>,
+    /// TCP pacing (`-b`, e.g. `2G`); `None`: as fast as the path allows.
+    pub tcp_rate: Option<String>,
 }
 
 impl ClientSpec {
@@ -71,7 +73,15 @@ impl ClientSpec {
             secs,
             streams,
             udp: None,
+            tcp_rate: None,
         }
+    }
+
+    /// The same run paced at `rate` (iperf3 `-b`, e.g. `2G`): TCP that leaves the
+    /// machine's cores to the rest of a testbed sharing them.
+    pub fn paced(mut self, rate: &str) -> Self {
+        self.tcp_rate = Some(rate.to_string());
+        self
     }
 }
 
@@ -126,6 +136,8 @@ pub fn client_with_cpu(spec: &ClientSpec) -> anyhow::Result<(IperfResult, TaskSt
     if let Some((rate, l)) = &spec.udp {
         len = l.to_string();
         args.extend_from_slice(&["-u", "-b", rate, "-l", &len]);
+    } else if let Some(rate) = &spec.tcp_rate {
+        args.extend_from_slice(&["-b", rate]);
     }
     let out = tempfile::tempfile().context("iperf3 output file")?;
     let err = tempfile::tempfile().context("iperf3 error file")?;

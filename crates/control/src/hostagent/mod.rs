@@ -191,6 +191,7 @@ impl HostAgent {
                     vector: None,
                     poll: Some("adaptive".into()),
                     ring_slots: Some(WORKER_RING_SLOTS),
+                    nice: Some(nfx_io::priority::DATAPLANE_NICE),
                     fanout: None,
                     fast_path: None,
                     allowed_dirs: cfg.allowed_dirs.clone(),

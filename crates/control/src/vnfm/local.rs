@@ -69,6 +69,11 @@ pub struct WorkerTemplate {
     /// the run config's `allowed_dirs`.
     #[serde(default)]
     pub allowed_dirs: Vec<PathBuf>,
+    /// Nice value the worker process starts at (e.g. [`nfx_io::priority::DATAPLANE_NICE`]
+    /// so that it wins the CPU over ordinary processes sharing its cores); default: the
+    /// agent's own.
+    #[serde(default)]
+    pub nice: Option<i32>,
 }
 
 impl LocalConfig {
@@ -468,15 +473,30 @@ impl LocalVnfm {
         };
         let log = std::fs::File::create(self.cfg.run_dir.join(format!("{device}.log")))
             .map_err(unavailable)?;
-        let mut child = std::process::Command::new(&bin)
-            .arg("run")
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.arg("run")
             .arg("--config")
             .arg(&file)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().map_err(unavailable)?)
-            .stderr(log)
+            .stderr(log);
+        if let Some(n) = t.nice {
+            nfx_io::priority::start_at_nice(&mut cmd, n);
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", bin.display())))?;
+        if let Some(n) = t.nice {
+            let group = nfx_io::priority::autogroup_nice_of(child.id());
+            match nfx_io::priority::nice_of(child.id()) {
+                Ok(got) if got == n && group.is_none_or(|g| g == n) => {}
+                got => log::warn!(
+                    "worker for {device} runs at nice {got:?} (autogroup {group:?}), not {n} \
+                     (raising a priority needs CAP_SYS_NICE): it may lose its CPU to \
+                     processes beside it"
+                ),
+            }
+        }
         let start = Instant::now();
         loop {
             if ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok() {

@@ -456,6 +456,7 @@ fn deploy_samples(
                 fanout: None,
                 fast_path: None,
                 allowed_dirs: Vec::new(),
+                nice: None,
             },
         )]
         .into(),
@@ -531,6 +532,7 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         fanout: Some(4000),
         fast_path: None,
         allowed_dirs: Vec::new(),
+        nice: None,
     };
     let run_dir = dir.join("handoff");
     let cfg = LocalConfig {

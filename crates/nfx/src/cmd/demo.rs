@@ -32,6 +32,11 @@ const A_DPI_DROP_PORT: u16 = 9002;
 const A_DENIED_PORT: u16 = 9050;
 /// Tenant B's iperf3 port.
 const B_IPERF_PORT: u16 = 5201;
+/// Tenant B's iperf3 pacing: the demo's three hosts, four endpoints, workers and
+/// controller share this machine's cores, and its checks are about isolation and
+/// correctness, not B's peak rate (`nfx bench dataplane` measures that); an unpaced flow
+/// would take every cycle the rest leaves.
+const B_IPERF_RATE: &str = "1G";
 /// The port tenant B's firewall denies.
 const B_DENIED_PORT: u16 = 5299;
 /// Rate of tenant A's counter stream, datagrams/s (a worker's receive ring holds 250 ms
@@ -455,7 +460,8 @@ fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> any
         std::thread::spawn(move || udpgen::generate(g))
     };
     let tcp = {
-        let c = ClientSpec::tcp(&e.src_b.netns, e.dst_b.address, B_IPERF_PORT, secs - 1, 1);
+        let c = ClientSpec::tcp(&e.src_b.netns, e.dst_b.address, B_IPERF_PORT, secs - 1, 1)
+            .paced(B_IPERF_RATE);
         std::thread::spawn(move || iperf::client(&c))
     };
     let probes = {
