@@ -86,6 +86,11 @@ pub struct WorkerSetting {
     pub device: String,
     /// Fraction of full speed (1 = no limit).
     pub speed: f64,
+    /// Whether its probe settled and held the level for
+    /// [`nfx_energy::manager::STEADY_ROUNDS`] rounds (what to wait for before measuring).
+    pub settled: bool,
+    /// Windows the last completed probe took to settle.
+    pub probe_steps: Option<u32>,
 }
 
 /// The managers of every service (or only of the services named).
@@ -216,12 +221,20 @@ impl PowerManagers {
     pub fn settings(&self) -> Vec<WorkerSetting> {
         let mut v = Vec::new();
         for (svc, m) in &self.services {
-            for (w, (_, speed)) in m.workers.iter().zip(m.pm.speeds()) {
+            let figures =
+                m.pm.speeds()
+                    .into_iter()
+                    .zip(m.pm.steady())
+                    .zip(m.pm.settle_steps());
+            for (w, (((_, speed), (_, settled)), (_, probe_steps))) in m.workers.iter().zip(figures)
+            {
                 v.push(WorkerSetting {
                     service: svc.clone(),
                     host: w.host.clone(),
                     device: w.device.clone(),
                     speed,
+                    settled,
+                    probe_steps,
                 });
             }
         }
@@ -735,9 +748,13 @@ mod tests {
         assert!(d[0].reason.contains("rose"), "{}", d[0].reason);
         assert_eq!(b.limit, 0.7, "{d:#?}");
         assert!(c.len() <= 10);
-        // The speed is exported for /metrics.
+        // The speed is exported for /metrics, settled once it held for a few rounds.
         let s = pm.settings();
         assert_eq!((s[0].device.as_str(), s[0].speed), ("h1-sw0", 0.7));
+        assert!(
+            s[0].settled && s[0].probe_steps.is_some_and(|n| n <= 10),
+            "{s:?}"
+        );
         // Another service's instance lands on the worker: its limit is lifted once.
         let rows = [
             row("fw", "h1-sw0", Tier::Software, &["s"]),

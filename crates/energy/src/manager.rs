@@ -72,11 +72,18 @@ pub struct Action {
     pub reason: String,
 }
 
+/// Rounds in a row a box's loop must hold its settled level, with no window awaiting
+/// confirmation, before the manager reports it settled ([`PowerManager::steady`]): the
+/// loop's settled phase may still raise the level (headroom, a confirmed loss).
+pub const STEADY_ROUNDS: u32 = 3;
+
 struct BoxState {
     spec: BoxSpec,
     prober: Prober,
     poll: PollMode,
     settled_after: Option<u32>,
+    /// Rounds in a row the loop held its settled level.
+    steady: u32,
 }
 
 /// The manager of one service (see the module doc).
@@ -97,6 +104,7 @@ impl PowerManager {
                 prober: Prober::new(policy.probe.clone(), policy.sla),
                 poll: PollMode::Adaptive,
                 settled_after: None,
+                steady: 0,
                 spec,
             })
             .collect();
@@ -124,6 +132,15 @@ impl PowerManager {
             .collect()
     }
 
+    /// Whether each box is settled: its loop settled and held the level for
+    /// [`STEADY_ROUNDS`] rounds in a row (the signal to measure a settled box by).
+    pub fn steady(&self) -> Vec<(String, bool)> {
+        self.boxes
+            .iter()
+            .map(|b| (b.spec.name.clone(), b.steady >= STEADY_ROUNDS))
+            .collect()
+    }
+
     /// Decides from one telemetry sample per box (in the order of the boxes given to
     /// [`PowerManager::new`]; a missing sample leaves its box as it is).
     pub fn step(&mut self, samples: &[Option<BoxSample>]) -> Vec<Action> {
@@ -131,6 +148,8 @@ impl PowerManager {
         for (b, s) in self.boxes.iter_mut().zip(samples) {
             let Some(s) = s else { continue };
             let d = b.prober.step(&s.sample);
+            let holds = d.phase == Phase::Settled && !d.changed && !d.confirming;
+            b.steady = if holds { b.steady + 1 } else { 0 };
             if d.phase == Phase::Settled && (d.changed || b.settled_after.is_none()) {
                 b.settled_after = Some(d.probe_steps);
             } else if d.phase == Phase::Probing && d.probe_steps == 1 {
@@ -270,6 +289,7 @@ mod tests {
     #[test]
     fn probes_each_box_consolidates_and_records_reasons() {
         let mut m = PowerManager::new(policy(), boxes(), vec![0, 1]);
+        assert!(m.steady().iter().all(|(_, s)| !*s));
         let mut all = Vec::new();
         for _ in 0..12 {
             let sp = m.speeds();
@@ -285,6 +305,8 @@ mod tests {
             .settle_steps()
             .iter()
             .all(|(_, s)| s.is_some_and(|n| n <= 10)));
+        // Held for STEADY_ROUNDS rounds since: reported settled.
+        assert!(m.steady().iter().all(|(_, s)| *s), "{:?}", m.steady());
         let aff: Vec<&Action> = all
             .iter()
             .filter(|a| matches!(a.setting, Setting::Affinity(_)))

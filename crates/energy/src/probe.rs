@@ -18,6 +18,11 @@
 //! on what it is given), so the floor sits `headroom` above the knee the probe found.
 //! The same figure lets the probe skip the levels that leave the box `headroom` × what
 //! it used: they hold by construction.
+//!
+//! Below full speed a failed window is confirmed by the next one before the loop steps
+//! back or raises a settled level (a window that holds is taken at once: noise on a
+//! shared host loses packets, it does not add them), so one window in which a
+//! neighbour took the CPU neither ends a probe early nor undoes a settled level.
 
 use serde::Serialize;
 
@@ -108,6 +113,8 @@ pub struct Decision {
     pub phase: Phase,
     /// Samples the current (or last) probe took, from its start to its settling.
     pub probe_steps: u32,
+    /// The window failed and awaits confirmation by the next one (the level is held).
+    pub confirming: bool,
     /// Why, for the operation record.
     pub reason: String,
 }
@@ -128,6 +135,8 @@ pub struct Prober {
     /// The need measured at the lowest level that held in this probe: (CPU used as a
     /// fraction of full speed, offered bit/s then).
     held: Option<(f64, f64)>,
+    /// The level (index) whose last window failed and awaits confirmation.
+    failed_at: Option<usize>,
 }
 
 fn pct(x: f64) -> String {
@@ -148,6 +157,7 @@ impl Prober {
             steps: 0,
             retry: false,
             held: None,
+            failed_at: None,
         }
     }
 
@@ -214,12 +224,28 @@ impl Prober {
         )
     }
 
+    /// Adds a window's outcome at the current level; the level's verdict (`true`: it
+    /// fails), or `None` while a failed window awaits confirmation by the next one. At
+    /// full speed every window is a verdict (there is nothing to step back to).
+    fn vote(&mut self, fail: bool) -> Option<bool> {
+        if self.failed_at != Some(self.idx) {
+            self.failed_at = None;
+        }
+        let verdict = match (fail, self.failed_at) {
+            (true, None) if self.idx > 0 => None,
+            (f, _) => Some(f),
+        };
+        self.failed_at = verdict.is_none().then_some(self.idx);
+        verdict
+    }
+
     fn decide(&mut self, from: usize, reason: String) -> Decision {
         Decision {
             level: self.level(),
             changed: from != self.idx,
             phase: self.phase,
             probe_steps: self.steps,
+            confirming: false,
             reason,
         }
     }
@@ -231,6 +257,7 @@ impl Prober {
         if let Some(rose) = self.load_changed(s.offered_bps) {
             let was = self.load_ref.unwrap_or(0.0);
             self.load_ref = Some(s.offered_bps);
+            self.failed_at = None;
             self.phase = Phase::Probing;
             self.reference = None;
             self.held = None;
@@ -264,6 +291,19 @@ impl Prober {
             if let Some(used) = s.used {
                 self.held = Some((used, s.offered_bps));
             }
+        }
+        let fail = !kept || dropped || (saturated && self.phase == Phase::Probing);
+        if self.vote(fail).is_none() {
+            let why = format!(
+                "at {} delivery {} of the reference {}: confirming over another window",
+                pct(self.level()),
+                pct(ratio),
+                pct(reference)
+            );
+            return Decision {
+                confirming: true,
+                ..self.decide(from, why)
+            };
         }
         match self.phase {
             Phase::Probing if !kept || dropped || saturated => {
@@ -414,6 +454,40 @@ mod tests {
             assert!(!d.changed && d.reason.contains("settled"), "{d:?}");
             assert_eq!(d.probe_steps, steps);
         }
+    }
+
+    #[test]
+    fn one_noisy_window_neither_ends_a_probe_nor_raises_a_settled_level() {
+        let mut p = Prober::new(ProbeConfig::default(), sla());
+        let (s, _) = curve(1.0, 0.30, 100e6);
+        assert_eq!(p.step(&s).level, 0.7);
+        // At 70 % a neighbour takes the CPU for one window: 10 % lost. Held, confirming.
+        let noisy = |level: f64| {
+            let (mut s, _) = curve(level, 0.30, 100e6);
+            s.delivered_bps *= 0.9;
+            s
+        };
+        let d = p.step(&noisy(0.7));
+        assert!(d.confirming && !d.changed && d.level == 0.7, "{d:?}");
+        // The next window holds: the majority of the level's windows holds, probing goes
+        // on, and it settles where the quiet loop does.
+        let (s, _) = curve(0.7, 0.30, 100e6);
+        let d = p.step(&s);
+        assert!(d.changed && d.level == 0.5 && !d.confirming, "{d:?}");
+        let (steps, level) = settle(&mut p, 0.30, 100e6);
+        assert_eq!(level, 0.35);
+        assert!(steps <= 10, "{steps}");
+        // Settled: one lossy window is held, two in a row raise the level.
+        let d = p.step(&noisy(0.35));
+        assert!(d.confirming && d.level == 0.35, "{d:?}");
+        let (s, _) = curve(0.35, 0.30, 100e6);
+        assert!(!p.step(&s).changed);
+        p.step(&noisy(0.35));
+        let d = p.step(&noisy(0.35));
+        assert!(
+            d.changed && d.level == 0.5 && d.reason.contains("lost"),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub const MIN_PERIOD_US: u64 = 20_000;
 pub const MAX_PERIOD_US: u64 = 100_000;
 /// The kernel's smallest quota (`cpu.cfs_quota_us`, `cpu.max`).
 pub const MIN_QUOTA_US: u64 = 1_000;
+/// Scheduling weight of `nfx` and of every group under it, as a multiple of the
+/// kernel's default (v2 `cpu.weight` 100, v1 `cpu.shares` 1024). A limited thread is
+/// owed its quota: contention on the host (a build beside it) must not push it below
+/// the limit its manager chose, so it wins the CPU whenever it is runnable; the quota
+/// caps it, so the weight reserves the limit and no more.
+pub const RESERVE_WEIGHT: u64 = 10;
 
 /// The period and quota, µs, of a limit of `cores`: the shortest period from
 /// [`MIN_PERIOD_US`] up to [`MAX_PERIOD_US`] whose quota the kernel accepts.
@@ -162,6 +168,9 @@ impl CpuController {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(err(e.kind(), format!("creating {}: {e}", path.display()))),
         }
+        for dir in [&sub, &path] {
+            reserve(self.version, dir)?;
+        }
         Ok(CpuGroup {
             version: self.version,
             root: self.root.clone(),
@@ -204,6 +213,20 @@ fn read_limit(version: Version, dir: &Path) -> io::Result<(Option<Duration>, Dur
             Ok((quota, Duration::from_micros(per)))
         }
     }
+}
+
+/// The weight file of a group and the value [`RESERVE_WEIGHT`] gives it.
+pub fn weight_file(version: Version) -> (&'static str, u64) {
+    match version {
+        Version::V2 => ("cpu.weight", 100 * RESERVE_WEIGHT),
+        Version::V1 => ("cpu.shares", 1024 * RESERVE_WEIGHT),
+    }
+}
+
+/// Gives the group `dir` the reserving weight ([`RESERVE_WEIGHT`]).
+fn reserve(version: Version, dir: &Path) -> io::Result<()> {
+    let (file, w) = weight_file(version);
+    write(&dir.join(file), &w.to_string())
 }
 
 /// Adds `+cpu` to `dir/cgroup.subtree_control` unless it is there.
@@ -481,6 +504,12 @@ mod tests {
             std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap(),
             "+cpu"
         );
+        for dir in [d.join("nfx"), g.path().to_path_buf()] {
+            assert_eq!(
+                std::fs::read_to_string(dir.join("cpu.weight")).unwrap(),
+                "1000"
+            );
+        }
         g.set_cores(Some(0.25)).unwrap();
         assert_eq!(
             std::fs::read_to_string(g.path().join("cpu.max")).unwrap(),
@@ -540,6 +569,11 @@ mod tests {
             (Some(Duration::from_millis(4)), Duration::from_millis(20))
         );
         assert!(g.threads().unwrap().contains(&tid));
+        // The group and `nfx` are reserved their limit by weight (read from the kernel).
+        let (file, w) = weight_file(ctl.version);
+        for dir in [ctl.root.join(SUBTREE), g.path().to_path_buf()] {
+            assert_eq!(read(&dir.join(file)).unwrap().trim(), w.to_string());
+        }
         let c0 = crate::cpu::task_cpu_time(pid, tid).unwrap();
         std::thread::sleep(Duration::from_millis(600));
         let used = crate::cpu::task_cpu_time(pid, tid).unwrap() - c0;

@@ -194,6 +194,14 @@ fn worker_knobs(
         "nfx_power_knob_speed",
         "Power manager's setting of a worker: fraction of full speed (1 = no CPU limit)",
     );
+    let settled = f.int_gauge(
+        "nfx_power_settled",
+        "1 once the power manager's probe of a worker settled and held its level for a few rounds, 0 while it probes",
+    );
+    let steps = f.int_gauge(
+        "nfx_power_probe_steps",
+        "Windows the power manager's last completed probe of a worker took to settle",
+    );
     let limit = f.gauge(
         "nfx_worker_cpu_limit_cores",
         "CPU bandwidth limit of a worker's dataplane thread, cores, read back from the kernel by its agent (cpu.max or the CFS quota; absent when unlimited)",
@@ -208,6 +216,10 @@ fn worker_knobs(
             ("device", &s.device),
         ]);
         speed.get_or_create(&l).set(s.speed);
+        settled.get_or_create(&l).set(i64::from(s.settled));
+        if let Some(n) = s.probe_steps {
+            steps.get_or_create(&l).set(i64::from(n));
+        }
     }
     for h in &energy.hosts {
         for w in &h.workers {
