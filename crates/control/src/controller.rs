@@ -709,14 +709,45 @@ impl Controller {
         reason: &str,
         outcome: Result<String, String>,
     ) -> Result<Operation, CtlError> {
-        let mut op = Operation::new(self.next_op_id(), OpKind::Power, service.into(), vec![]);
+        self.record_decision(OpKind::Power, ("service", service), reason, outcome)
+    }
+
+    /// Records an SSM decision on tunnel endpoint `instance` (kind `grant` or `revoke`)
+    /// as a final operation, like [`Controller::record_power_decision`].
+    pub fn record_ssm_decision(
+        &self,
+        kind: OpKind,
+        instance: &str,
+        reason: &str,
+        outcome: Result<String, String>,
+    ) -> Result<Operation, CtlError> {
+        self.record_decision(kind, ("instance", instance), reason, outcome)
+    }
+
+    /// A decision taken outside any operation on `target` (its name in the event, its
+    /// id), recorded as a final operation of `kind` with no steps: `COMPLETED` with what
+    /// was read back, or `ROLLED_BACK` with why it was refused (nothing was changed); and
+    /// as a `power.decision` or `ssm.decision` event.
+    fn record_decision(
+        &self,
+        kind: OpKind,
+        (key, target): (&str, &str),
+        reason: &str,
+        outcome: Result<String, String>,
+    ) -> Result<Operation, CtlError> {
+        let event = if kind == OpKind::Power {
+            "power.decision"
+        } else {
+            "ssm.decision"
+        };
+        let mut op = Operation::new(self.next_op_id(), kind, target.into(), vec![]);
         let bad = |e: crate::ops::TransitionError| CtlError::Internal(e.to_string());
         op.go(OpState::Processing).map_err(bad)?;
         let detail = match outcome {
             Ok(readback) => {
                 op.go(OpState::Completed).map_err(bad)?;
                 op.reason = Some(format!("{reason}; {readback}"));
-                serde_json::json!({"operation": op.id, "service": service, "reason": reason, "read_back": readback})
+                serde_json::json!({"operation": op.id, key: target, "reason": reason, "read_back": readback})
             }
             Err(e) => {
                 op.reason = Some(reason.to_string());
@@ -728,11 +759,43 @@ impl Controller {
                 ] {
                     op.go(s).map_err(bad)?;
                 }
-                serde_json::json!({"operation": op.id, "service": service, "reason": reason, "error": e})
+                serde_json::json!({"operation": op.id, key: target, "reason": reason, "error": e})
             }
         };
-        self.save_op(&op, vec![Write::Event("power.decision".into(), detail)])?;
+        self.save_op(&op, vec![Write::Event(event.into(), detail)])?;
         Ok(op)
+    }
+
+    /// Records whether tunnel endpoint `instance` holds a queue pair of its device (its
+    /// capacity, 1 or 0), in the resource model and the state database, so that status
+    /// and placement follow the SSM. Taking a queue pair fails when the model has none
+    /// free on the device (nothing is changed then).
+    pub fn set_queue_pair(&self, instance: &str, holds: bool) -> Result<(), CtlError> {
+        let mut m = self.med();
+        let old = m
+            .instances()
+            .get(instance)
+            .cloned()
+            .ok_or_else(|| CtlError::NotFound(format!("unknown instance {instance:?}")))?;
+        let mut row = old.clone();
+        row.spec.capacity = if holds {
+            crate::mediator::tunnel::ENDPOINT_QUEUE_PAIRS
+        } else {
+            0.0
+        };
+        if row == old {
+            return Ok(());
+        }
+        let device = row.spec.device.clone();
+        let rows = [(instance.to_string(), Some(row))];
+        if let Err(e) = m.apply_rows(&rows, &[]) {
+            m.apply_rows(&[(instance.to_string(), Some(old))], &[])?;
+            return Err(CtlError::Conflict(format!(
+                "{instance}: no free queue pair on {device} ({e})"
+            )));
+        }
+        self.store.batch(&row_writes(&rows, &[]))?;
+        Ok(())
     }
 
     /// Sets the power manager's knob settings (for `/metrics`).

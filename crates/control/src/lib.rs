@@ -20,4 +20,5 @@ pub mod server;
 pub mod store;
 pub mod tls;
 pub mod topology;
+pub mod tunnel_ssm;
 pub mod vnfm;

@@ -89,6 +89,10 @@ pub enum OpKind {
     Replace,
     /// A power manager decision: one knob on one worker of a service (no steps).
     Power,
+    /// An SSM decision: a lookaside queue pair granted to a tunnel endpoint (no steps).
+    Grant,
+    /// An SSM decision: a tunnel endpoint's queue pair taken back (no steps).
+    Revoke,
 }
 
 /// One unit of work, executed against VNFMs, the enforcer or the resource model.

@@ -44,6 +44,8 @@ pub struct UpConfig {
     pub power_manager: bool,
     /// Only these services are managed (all when empty).
     pub power_services: Vec<String>,
+    /// Run the SSM ([`crate::tunnel_ssm`]) over the host agents' tunnel endpoints.
+    pub ssm: Option<crate::tunnel_ssm::SsmSettings>,
 }
 
 /// A small default infrastructure for a single machine: one host, one software device.
@@ -227,6 +229,11 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
                 crate::power_manager::MANAGE_EVERY
             );
             crate::power_manager::start(&ctl, a, &cfg.infra, cfg.power_services.clone());
+        }
+        if let Some(s) = &cfg.ssm {
+            crate::tunnel_ssm::start(&ctl, a, &cfg.infra, s.clone())
+                .map_err(|e| anyhow::anyhow!("nfx up: --ssm-{}", e.replace('_', "-")))?;
+            eprintln!("nfx up: SSM on (every {:?})", s.period);
         }
     }
     let state = Arc::new(ApiState {

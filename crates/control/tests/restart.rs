@@ -46,6 +46,7 @@ fn child_server() {
         ready_file: Some(dir.join("ready")),
         power_manager: false,
         power_services: Vec::new(),
+        ssm: None,
     })
     .unwrap();
 }

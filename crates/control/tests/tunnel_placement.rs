@@ -1,7 +1,8 @@
 //! Placement of a service's ESP tunnel through the controller on the simulated VNFM: one
 //! `esp` endpoint on each end host's accelerator device, one queue pair each, freed on
-//! destroy; a tunnel without an accelerator device, without a free queue pair, or
-//! against the path's direction is refused at plan with the reason.
+//! destroy; without a free queue pair the endpoint is placed on its CPU engine and the
+//! SSM's grant and revoke move the queue pair in the model; a tunnel without an
+//! accelerator device, or against the path's direction is refused at plan with the reason.
 
 use nfx_control::controller::Controller;
 use nfx_control::enforcer::Enforcer;
@@ -105,18 +106,51 @@ fn both_endpoints_take_one_queue_pair_each_and_destroy_frees_them() {
 }
 
 #[test]
-fn a_full_accelerator_is_refused_at_plan_with_its_queue_pairs() {
+fn a_full_accelerator_places_on_cpu_and_the_ssm_moves_the_queue_pair() {
     let ctl = controller();
     let op = ctl
         .deploy(svc("a", serde_json::json!({"from": "h1", "to": "h2"})))
         .unwrap();
     assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    let b = svc("b", serde_json::json!({"from": "h1", "to": "h2"}));
+    let plan = ctl.plan(&b).unwrap();
+    let h1 = plan
+        .placements
+        .iter()
+        .find(|p| p.instance == "b-esp-h1")
+        .unwrap();
+    assert!(h1.reason.contains("CPU engine"), "{}", h1.reason);
+    let op = ctl.deploy(b).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    let cap = |id: &str| {
+        ctl.instances()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.spec.id == id)
+            .map(|r| r.spec.capacity)
+    };
+    assert_eq!((cap("a-esp-h1"), cap("b-esp-h1")), (Some(1.0), Some(0.0)));
+    assert_eq!(cap("b-esp-h2"), Some(1.0), "h2 has two queue pairs");
+    assert_eq!(used_qps(&ctl, "h1-acc"), 1.0);
+
     let e = ctl
-        .plan(&svc("b", serde_json::json!({"from": "h1", "to": "h2"})))
+        .set_queue_pair("b-esp-h1", true)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no free queue pair"), "{e}");
-    assert!(e.contains("h1-acc: 0 of 1 queue pairs free"), "{e}");
+    assert!(e.contains("h1-acc"), "{e}");
+    assert_eq!((cap("a-esp-h1"), cap("b-esp-h1")), (Some(1.0), Some(0.0)));
+    ctl.set_queue_pair("a-esp-h1", false).unwrap();
+    ctl.set_queue_pair("b-esp-h1", true).unwrap();
+    assert_eq!((cap("a-esp-h1"), cap("b-esp-h1")), (Some(0.0), Some(1.0)));
+    assert_eq!(used_qps(&ctl, "h1-acc"), 1.0);
+    assert!(ctl.set_queue_pair("nope", true).is_err());
+
+    ctl.destroy("b").unwrap();
+    assert_eq!(
+        used_qps(&ctl, "h1-acc"),
+        0.0,
+        "destroy frees the moved queue pair"
+    );
 }
 
 #[test]

@@ -541,3 +541,187 @@ fn tunnel_service_carries_esp_between_two_hosts() {
     drop(_ctl);
     bed.down();
 }
+
+const SSM_PREFIX: &str = "nfxss-";
+const SSM_BASE: &str = "239";
+
+/// Sends `pps` datagrams a second for `secs` from src to dst:`port` while a sink counts
+/// them at dst; returns (sent, received, matched).
+fn udp_through(src: &Endpoint, dst: &Endpoint, port: u16, pps: u64, secs: u64) -> (u64, u64, u64) {
+    let sink = udpgen::Sink::start(&dst.netns, port, PLAINTEXT).unwrap();
+    let sent = udpgen::generate(udpgen::GenSpec {
+        ns: src.netns.clone(),
+        dst: dst.address,
+        port,
+        payload: 1000,
+        pattern: PLAINTEXT.to_vec(),
+        flows: 1,
+        duration: Duration::from_secs(secs),
+        batch: 8,
+        pps: Some(pps),
+    })
+    .unwrap()
+    .sent;
+    eventually(Duration::from_secs(3), || sink.packets() >= sent);
+    let got = sink.finish().unwrap();
+    (sent, got.packets, got.matched)
+}
+
+/// Two tunnels h1 → h2 over accelerator devices the controller sees with ONE queue pair
+/// each (the testbed's devices serve two; the descriptor offers one): the second tunnel
+/// is placed on its CPU engine; the controller's SSM revokes the idle tunnel's queue pair
+/// and, once the second is loaded, grants it to the loaded one, live, with no datagram lost at
+/// dst across the switch; loading the first moves it back. Status, the operations
+/// journal and the metrics show each grant and revoke.
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn controller_ssm_moves_the_queue_pair_to_the_loaded_tunnel() {
+    let mut bed = hostbed::testbed_up(TOKEN, SSM_PREFIX, SSM_BASE, 2);
+    let (out, eps) = (bed.out.clone(), bed.eps.clone());
+    let (src, dst) = (endpoint(&eps, "src"), endpoint(&eps, "dst"));
+    let infra_file = out.join("infrastructure.yaml");
+    let infra = std::fs::read_to_string(&infra_file).unwrap();
+    assert_eq!(infra.matches("queue_pairs: 2").count(), 2, "{infra}");
+    std::fs::write(
+        &infra_file,
+        infra.replace("queue_pairs: 2", "queue_pairs: 1"),
+    )
+    .unwrap();
+    let ssm = [
+        "--ssm",
+        "--ssm-period-ms",
+        "250",
+        "--ssm-upper",
+        "4",
+        "--ssm-lower",
+        "1.5",
+        "--ssm-samples",
+        "2",
+        "--ssm-cooldown-ms",
+        "1000",
+    ];
+    let (_ctl, url) = hostbed::controller_with(&out, TOKEN, &ssm);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+    for (id, port) in [("vpna", 5300), ("vpnb", 5301)] {
+        let svc = format!(
+            "services:
+  - id: {id}
+    tenant: globex
+    ingress: {}
+    egress: {}
+    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {port} }}
+    chain:
+      - {{ function: firewall, config: {{ default: allow }} }}
+    tunnel: {{ from: h1, to: h2, alg: aes-128-gcm }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 0.5 }}
+",
+            src.host, dst.host, src.address, dst.address
+        );
+        let f = out.join(format!("{id}.yaml"));
+        std::fs::write(&f, svc).unwrap();
+        deploy(&f, &url);
+    }
+    let state = |id: &str| c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
+    let engine = |id: &str| state(id)["state"]["detail"]["engine"].clone();
+    let ends = ["vpna-esp-h1", "vpna-esp-h2", "vpnb-esp-h1", "vpnb-esp-h2"];
+    let up = eventually(Duration::from_secs(10), || {
+        ends.iter()
+            .all(|e| state(e)["state"]["detail"]["ike"] == "established")
+    });
+    assert!(up, "IKE never came up: {}", state(ends[2]));
+    // vpna was placed on the queue pairs (the SSM may already have taken them back from
+    // it, idle); vpnb on CPU.
+    for e in &ends[..2] {
+        let s = state(e);
+        let why = s["placement"]["reason"].as_str().unwrap();
+        assert!(why.contains("one queue pair"), "{s}");
+    }
+    for e in &ends[2..] {
+        let s = state(e);
+        assert_eq!(s["state"]["detail"]["engine"], "cpu", "{s}");
+        assert_eq!(s["spec"]["capacity"], 0.0, "{s}");
+        assert!(
+            s["placement"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("CPU engine"),
+            "{s}"
+        );
+    }
+
+    // Load vpnb (on CPU) while vpna idles: the queue pairs go to vpnb mid-stream.
+    let moved = |to: &[&str], from: &[&str]| {
+        to.iter().all(|e| engine(e) == "lookaside") && from.iter().all(|e| engine(e) == "cpu")
+    };
+    let load = std::thread::scope(|s| {
+        let h = s.spawn(|| udp_through(&src, &dst, 5301, 2_500, 6));
+        let ok = eventually(Duration::from_secs(6), || moved(&ends[2..], &ends[..2]));
+        (ok, h.join().unwrap())
+    });
+    let (ok, (sent, got, matched)) = load;
+    assert!(
+        ok,
+        "the SSM did not move the queue pair to vpnb: {}",
+        state(ends[2])
+    );
+    assert!(sent > 5_000, "{sent}");
+    let detail = |e: &str| state(e)["state"]["detail"].clone();
+    assert_eq!(
+        (got, matched),
+        (sent, sent),
+        "datagrams at dst across the switch: {} {}",
+        detail(ends[2]),
+        detail(ends[3])
+    );
+    for e in &ends[2..] {
+        assert_eq!(state(e)["spec"]["capacity"], 1.0);
+        let g = hostbed::operations(&c, "grant", e);
+        assert!(g.iter().any(|o| o["state"] == "COMPLETED"), "{g:?}");
+    }
+    for e in &ends[..2] {
+        assert_eq!(state(e)["spec"]["capacity"], 0.0);
+        let r = hostbed::operations(&c, "revoke", e);
+        assert!(r.iter().any(|o| o["state"] == "COMPLETED"), "{r:?}");
+    }
+
+    // Then load vpna: the queue pairs come back to it.
+    let load = std::thread::scope(|s| {
+        let h = s.spawn(|| udp_through(&src, &dst, 5300, 2_500, 6));
+        let ok = eventually(Duration::from_secs(6), || moved(&ends[..2], &ends[2..]));
+        (ok, h.join().unwrap())
+    });
+    let (ok, (sent, got, matched)) = load;
+    assert!(
+        ok,
+        "the SSM did not move the queue pair back: {}",
+        state(ends[0])
+    );
+    assert_eq!(
+        (got, matched),
+        (sent, sent),
+        "datagrams at dst across the switch: {} {}",
+        detail(ends[0]),
+        detail(ends[1])
+    );
+    let status = nfx(&["status", "--url", &url]);
+    let line = |kind: &str, e: &str| {
+        status
+            .lines()
+            .any(|l| l.contains(&format!(" {kind} ")) && l.contains(e) && l.contains("COMPLETED"))
+    };
+    for e in &ends {
+        assert!(line("grant", e) && line("revoke", e), "{e}: {status}");
+    }
+    let m = match c.get("/metrics").unwrap().body {
+        Value::String(t) => scrape::parse(&t),
+        other => panic!("/metrics: {other}"),
+    };
+    let applied = |d: &str| {
+        let key = format!("nfx_ssm_decisions_total{{decision=\"{d}\",outcome=\"applied\"}}");
+        m.get(&key).copied().unwrap_or(0.0)
+    };
+    assert!(applied("grant") >= 4.0 && applied("revoke") >= 4.0, "{m:?}");
+    drop(_ctl);
+    bed.down();
+}

@@ -12,4 +12,4 @@ pub mod runner;
 pub use decision::{Decision, Kind};
 pub use em::{EmClient, EmError, EmStatus};
 pub use policy::{Action, Observation, Policy, PolicyConfig, Sample};
-pub use runner::Ssm;
+pub use runner::{EmFleet, Fleet, Ssm};

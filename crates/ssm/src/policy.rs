@@ -164,6 +164,12 @@ impl Policy {
             .collect()
     }
 
+    /// Forgets the VNFs not in `names` (gone since the last poll): a destroyed holder's
+    /// queue pair is counted free again.
+    pub fn retain(&mut self, names: &[String]) {
+        self.vnfs.retain(|n, _| names.contains(n));
+    }
+
     /// How often each VNF's EM was unreachable.
     pub fn unreachable_counts(&self) -> BTreeMap<String, u64> {
         self.vnfs

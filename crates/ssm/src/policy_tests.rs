@@ -405,6 +405,13 @@ fn engine_reported_by_em_resyncs_holders() {
     let st = p.step(PERIOD, &obs("soft"));
     assert!(p.holders().is_empty());
     assert!(st.decisions[0].reason.contains("counted free"));
+    p.step(2 * PERIOD, &obs("lookaside"));
+    p.retain(&["t2".to_string()]);
+    assert!(
+        p.holders().is_empty(),
+        "a VNF gone from the fleet holds nothing"
+    );
+    assert!(p.unreachable_counts().is_empty());
 }
 
 #[test]

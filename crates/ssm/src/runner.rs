@@ -1,5 +1,8 @@
-//! The SSM loop: polls every EM, feeds the policy, sends its commands (revokes first, and
-//! no grant after a failed revoke), and records every decision as a JSON line and in memory.
+//! The SSM loop: polls every VNF of its [`Fleet`], feeds the policy, sends its commands
+//! (revokes first, and no grant after a failed revoke), and records every decision as a
+//! JSON line and in memory. The fleet is how the SSM reaches the VNFs: the standalone
+//! `nfx ssm` talks to their element managers itself ([`EmFleet`]); the controller goes
+//! through each host's agent.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,11 +14,81 @@ use crate::em::EmClient;
 use crate::metrics::Stats;
 use crate::policy::{Action, Observation, Policy, Sample};
 
-/// The SSM: the policy plus one EM client per VNF and the lookaside device to hand out.
-pub struct Ssm {
-    policy: Policy,
+/// The VNFs one SSM arbitrates, and how it observes and switches them.
+pub trait Fleet: Send {
+    /// The VNFs to poll now (the set may change between polls).
+    fn names(&self) -> Vec<String>;
+    /// One VNF's engine and load, or why it could not be read.
+    fn observe(&self, name: &str) -> Observation;
+    /// Has the VNF attach a queue pair of the device; the live switch's duration (µs).
+    fn grant(&self, name: &str) -> Result<u64, String>;
+    /// Has the VNF give its queue pair back (its crypto moves to its software engine).
+    fn revoke(&self, name: &str) -> Result<(), String>;
+}
+
+/// The standalone SSM's fleet: one EM client per VNF, granting the device at `device`.
+pub struct EmFleet {
     ems: Vec<(String, EmClient)>,
     device: String,
+}
+
+impl EmFleet {
+    /// The EMs `ems` (name, client), granting queue pairs of the device socket `device`.
+    pub fn new(ems: Vec<(String, EmClient)>, device: &str) -> EmFleet {
+        EmFleet {
+            ems,
+            device: device.to_string(),
+        }
+    }
+
+    fn em(&self, name: &str) -> Result<&EmClient, String> {
+        self.ems
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e)
+            .ok_or_else(|| format!("no EM named {name}"))
+    }
+}
+
+impl Fleet for EmFleet {
+    fn names(&self) -> Vec<String> {
+        self.ems.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn observe(&self, name: &str) -> Observation {
+        match self
+            .em(name)
+            .and_then(|em| em.status().map_err(|e| e.to_string()))
+        {
+            Ok(s) => Observation::Sample(Sample {
+                engine: s.engine,
+                alg: s.alg,
+                cpu_pct: s.cpu_pct,
+                mean_packet_bytes: s.mean_packet_bytes,
+            }),
+            Err(e) => Observation::Unreachable(e),
+        }
+    }
+
+    fn grant(&self, name: &str) -> Result<u64, String> {
+        self.em(name)?
+            .use_accelerator(&self.device)
+            .map(|r| r.switch_us)
+            .map_err(|e| e.to_string())
+    }
+
+    fn revoke(&self, name: &str) -> Result<(), String> {
+        self.em(name)?
+            .release_accelerator()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The SSM: the policy plus the fleet of VNFs it hands the device's queue pairs to.
+pub struct Ssm {
+    policy: Policy,
+    fleet: Box<dyn Fleet>,
     log: Vec<Decision>,
     sink: Option<Box<dyn Write + Send>>,
     stats: Arc<Mutex<Stats>>,
@@ -24,6 +97,11 @@ pub struct Ssm {
 impl Ssm {
     /// An SSM over `ems` (name, client) granting queue pairs of the device at `device`.
     pub fn new(policy: Policy, ems: Vec<(String, EmClient)>, device: &str) -> Ssm {
+        Ssm::with_fleet(policy, Box::new(EmFleet::new(ems, device)), device)
+    }
+
+    /// An SSM over `fleet`, handing out the queue pairs of the device named `device`.
+    pub fn with_fleet(policy: Policy, fleet: Box<dyn Fleet>, device: &str) -> Ssm {
         let stats = Stats {
             device: device.to_string(),
             queue_pairs: policy.config().queue_pairs,
@@ -31,8 +109,7 @@ impl Ssm {
         };
         Ssm {
             policy,
-            ems,
-            device: device.to_string(),
+            fleet,
             log: Vec::new(),
             sink: None,
             stats: Arc::new(Mutex::new(stats)),
@@ -64,20 +141,13 @@ impl Ssm {
     /// One poll at `now_ns` on the caller's clock; `clock` gives that clock's time after the
     /// EM commands returned (for the reaction time). Returns this poll's decisions.
     pub fn tick(&mut self, now_ns: u64, clock: &dyn Fn() -> u64) -> Vec<Decision> {
-        let obs: Vec<(String, Observation)> = self
-            .ems
-            .iter()
-            .map(|(name, em)| {
-                let o = match em.status() {
-                    Ok(s) => Observation::Sample(Sample {
-                        engine: s.engine,
-                        alg: s.alg,
-                        cpu_pct: s.cpu_pct,
-                        mean_packet_bytes: s.mean_packet_bytes,
-                    }),
-                    Err(e) => Observation::Unreachable(e.to_string()),
-                };
-                (name.clone(), o)
+        let names = self.fleet.names();
+        self.policy.retain(&names);
+        let obs: Vec<(String, Observation)> = names
+            .into_iter()
+            .map(|name| {
+                let o = self.fleet.observe(&name);
+                (name, o)
             })
             .collect();
         let step = self.policy.step(now_ns, &obs);
@@ -86,10 +156,7 @@ impl Ssm {
         for a in &step.actions {
             match a {
                 Action::Revoke(n) => {
-                    let res = self
-                        .em(n)
-                        .and_then(|em| em.release_accelerator().map_err(|e| e.to_string()));
-                    if let Err(e) = res {
+                    if let Err(e) = self.fleet.revoke(n) {
                         decisions.push(self.policy.revoke_failed(now_ns, n, &e));
                         failed_revoke = Some(n.clone());
                     }
@@ -97,12 +164,10 @@ impl Ssm {
                 Action::Grant(n) => {
                     let res = match &failed_revoke {
                         Some(v) => Err(format!("postponed: revoke of {v} failed")),
-                        None => self.em(n).and_then(|em| {
-                            em.use_accelerator(&self.device).map_err(|e| e.to_string())
-                        }),
+                        None => self.fleet.grant(n),
                     };
                     match res {
-                        Ok(reply) => {
+                        Ok(switch_us) => {
                             let crossed = self.policy.crossed_ns(n).unwrap_or(now_ns);
                             let ms = clock().saturating_sub(crossed) as f64 / 1e6;
                             if let Some(d) = decisions
@@ -110,7 +175,7 @@ impl Ssm {
                                 .find(|d| d.vnf == *n && d.decision == Kind::Grant)
                             {
                                 d.reaction_ms = Some(ms);
-                                d.switch_us = Some(reply.switch_us);
+                                d.switch_us = Some(switch_us);
                             }
                         }
                         Err(e) => {
@@ -138,6 +203,7 @@ impl Ssm {
 
     fn update_stats(&self, obs: &[(String, Observation)], decisions: &[Decision]) {
         let mut st = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        st.vnfs.retain(|name, _| obs.iter().any(|(n, _)| n == name));
         st.record(decisions);
         let holders = self.policy.holders();
         let unreachable = self.policy.unreachable_counts();
@@ -167,13 +233,5 @@ impl Ssm {
                 std::thread::sleep(wait);
             }
         }
-    }
-
-    fn em(&self, name: &str) -> Result<&EmClient, String> {
-        self.ems
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, e)| e)
-            .ok_or_else(|| format!("no EM named {name}"))
     }
 }

@@ -75,6 +75,7 @@ fn config(db: PathBuf) -> UpConfig {
         ready_file: None,
         power_manager: false,
         power_services: Vec::new(),
+        ssm: None,
     }
 }
 

@@ -107,10 +107,9 @@ impl ApiMetrics {
     /// reads the store and calls the agents).
     pub fn scrape(&self, ctl: &Controller) -> Result<String, CtlError> {
         let mut f = Families::default();
-        store_gauges(
-            &mut f,
-            Some((&ctl.operations()?, &ctl.instances()?, &ctl.services()?)),
-        );
+        let ops = ctl.operations()?;
+        ssm_counters(&mut f, Some(&ops));
+        store_gauges(&mut f, Some((&ops, &ctl.instances()?, &ctl.services()?)));
         let energy = ctl.energy()?;
         service_energy(&mut f, Some(&energy));
         worker_knobs(&mut f, Some((&energy, &ctl.power_settings())));
@@ -146,12 +145,35 @@ impl ApiMetrics {
     /// Every sample name the controller's own scrape can carry (agents' not included).
     pub fn sample_names() -> Vec<String> {
         let mut f = Families::default();
+        ssm_counters(&mut f, None);
         store_gauges(&mut f, None);
         service_energy(&mut f, None);
         worker_knobs(&mut f, None);
         ApiMetrics::default().register(&mut f);
         agent_up(&mut f);
         f.sample_names().to_vec()
+    }
+}
+
+/// The controller SSM's grants and revokes, from the operations journal: `applied`
+/// (`COMPLETED`) or `refused` (rolled back).
+fn ssm_counters(f: &mut Families, ops: Option<&[Operation]>) {
+    use crate::ops::OpKind;
+    let c = f.count(
+        "nfx_ssm_decisions",
+        "The controller SSM's queue-pair grants and revokes of tunnel endpoints, applied or refused",
+    );
+    let Some(ops) = ops else { return };
+    for (kind, name) in [(OpKind::Grant, "grant"), (OpKind::Revoke, "revoke")] {
+        for outcome in ["applied", "refused"] {
+            let n = ops
+                .iter()
+                .filter(|o| o.kind == kind && o.state.is_final())
+                .filter(|o| (o.state == OpState::Completed) == (outcome == "applied"))
+                .count();
+            c.get_or_create(&labels(&[("decision", name), ("outcome", outcome)]))
+                .inc_by(n as u64);
+        }
     }
 }
 
@@ -298,6 +320,7 @@ mod tests {
             "nfx_agent_up",
             "nfx_service_energy_joules",
             "nfx_service_power_watts",
+            "nfx_ssm_decisions_total",
         ] {
             assert!(names.iter().any(|x| x == n), "{n}: {names:?}");
         }

@@ -7,6 +7,7 @@
 //! | GET | `/agent/v1/health` | [`Health`] |
 //! | GET | `/agent/v1/energy` | [`super::power::EnergyReport`] (503 when the host is not metered or before the second sample) |
 //! | POST | `/agent/v1/knobs` | set a worker's knob ([`super::knobs::KnobRequest`]); answers [`super::knobs::KnobAnswer`] read back from the kernel (400 bad value, 404 no such worker, 503 refused) |
+//! | POST | `/agent/v1/tunnels/{id}/engine` | switch a tunnel endpoint live: `{"lookaside": bool}` ([`super::tunnels::EngineRequest`]); answers [`super::tunnels::EngineSwitch`] (404 no such endpoint, 409 no free queue pair or already attached) |
 //! | GET | `/agent/v1/paths` | `{service: HostPath}` |
 //! | PUT | `/agent/v1/paths` | replace every path with the body's map (204) |
 //! | PUT | `/agent/v1/paths/{service}` | program one path (204) |
@@ -52,6 +53,10 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
             .route("/agent/v1/health", get(health))
             .route("/agent/v1/energy", get(energy))
             .route("/agent/v1/knobs", axum::routing::post(knob))
+            .route(
+                "/agent/v1/tunnels/{id}/engine",
+                axum::routing::post(tunnel_engine),
+            )
             .route("/agent/v1/paths", get(paths).put(sync))
             .route(
                 "/agent/v1/paths/{service}",
@@ -115,6 +120,14 @@ async fn knob(State(st): State<Arc<St>>, body: Bytes) -> Res {
             };
             ApiError(code, e.to_string())
         })?;
+    Ok(Json(answer).into_response())
+}
+
+async fn tunnel_engine(State(st): State<Arc<St>>, Path(id): Path<String>, body: Bytes) -> Res {
+    let req: super::tunnels::EngineRequest = parse_body(&body)?;
+    let answer = tokio::task::spawn_blocking(move || st.agent.switch_tunnel_engine(&id, req))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     Ok(Json(answer).into_response())
 }
 

@@ -296,6 +296,21 @@ impl HostAgent {
         r
     }
 
+    /// Switches tunnel endpoint `id` live onto its device's queue pair or to its CPU
+    /// engine (`POST /agent/v1/tunnels/{id}/engine`, the controller's SSM).
+    pub fn switch_tunnel_engine(
+        &self,
+        id: &str,
+        req: tunnels::EngineRequest,
+    ) -> Result<tunnels::EngineSwitch, crate::vnfm::VnfmError> {
+        let r = self.tunnels.switch_engine(id, req);
+        match &r {
+            Ok(s) => log::info!("tunnel {id}: engine {} ({} µs)", s.engine, s.switch_us),
+            Err(e) => log::warn!("tunnel {id}: engine switch refused: {e}"),
+        }
+        r
+    }
+
     /// Programs the host's part of `service`'s path, make-before-break: the workers of
     /// the new path classify the service's frames into its chain before the one
     /// nftables transaction sends the frames to them; a worker the path left keeps the

@@ -2,7 +2,9 @@
 //! configuration is an `nfx accel serve` process (a reserved core standing in for a
 //! QAT/FPGA card: the device is modelled hardware, and its status says so), started with
 //! the first tunnel endpoint placed on it and stopped with the last; each `esp` instance
-//! is an `nfx tunnel` endpoint whose crypto runs on one queue pair of that device and
+//! is an `nfx tunnel` endpoint whose crypto runs on one queue pair of that device (or on
+//! its CPU engine when it was placed without one, until the controller's SSM grants one:
+//! [`Tunnels::switch_engine`] tells the endpoint's element manager to switch live) and
 //! whose SAs it negotiates with IKEv2 against the endpoint on the peer host,
 //! authenticated by the pre-shared key the controller sent over the agent's TLS link
 //! ([`Tunnels::set_key`]). The key goes into a 0600 file of the endpoint's private
@@ -87,6 +89,25 @@ pub struct Tunnels {
     devices: BTreeMap<String, AcceleratorDevice>,
     neighbors: BTreeMap<String, NeighborLink>,
     st: Mutex<State>,
+}
+
+/// What the controller asks of a tunnel endpoint's engine
+/// (`POST /agent/v1/tunnels/{id}/engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineRequest {
+    /// `true`: attach a queue pair of the endpoint's device; `false`: give it back and
+    /// run the crypto on the CPU engine.
+    pub lookaside: bool,
+}
+
+/// The endpoint's answer to a live engine switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineSwitch {
+    /// Engine in use after the switch (`lookaside` or `cpu`).
+    pub engine: String,
+    /// How long the live switch took, µs.
+    pub switch_us: u64,
 }
 
 /// The part of an endpoint's `GET /status` the agent reports (docs/tunnel.md).
@@ -180,6 +201,52 @@ impl Tunnels {
     /// Ids of the endpoints.
     pub fn ids(&self) -> Vec<String> {
         self.st().ends.keys().cloned().collect()
+    }
+
+    /// Switches endpoint `id`'s crypto live onto a queue pair of its device or back to its
+    /// CPU engine, through the endpoint's element manager (its token never leaves the
+    /// agent). A refusal (no free queue pair, already attached) is a conflict.
+    pub fn switch_engine(&self, id: &str, req: EngineRequest) -> Result<EngineSwitch, VnfmError> {
+        let (em, token, socket) = {
+            let st = self.st();
+            let e = st
+                .ends
+                .get(id)
+                .ok_or_else(|| VnfmError::NotFound(format!("no tunnel endpoint {id}")))?;
+            let socket = st.devices.get(&e.spec.device).map(|d| d.socket.clone());
+            (e.em, e.token.clone(), socket)
+        };
+        let (path, body) = if req.lookaside {
+            let socket = socket.ok_or_else(|| {
+                VnfmError::Unavailable(format!("the device of tunnel endpoint {id} does not run"))
+            })?;
+            ("/accelerator/use", serde_json::json!({ "device": socket }))
+        } else {
+            ("/accelerator/release", serde_json::json!({}))
+        };
+        let r = ureq::AgentBuilder::new()
+            .timeout(EM_TIMEOUT)
+            .build()
+            .post(&format!("http://{em}{path}"))
+            .set("Authorization", &format!("Bearer {}", token.as_str()))
+            .send_json(body);
+        match r {
+            Ok(resp) => resp.into_json().map_err(|err| {
+                VnfmError::Unavailable(format!("tunnel endpoint {id}: {path}: {err}"))
+            }),
+            Err(ureq::Error::Status(code, resp)) => {
+                let why = resp.into_string().unwrap_or_default();
+                let msg = format!("tunnel endpoint {id}: {path}: {code} {why}");
+                Err(if code == 409 {
+                    VnfmError::Conflict(msg)
+                } else {
+                    VnfmError::Unavailable(msg)
+                })
+            }
+            Err(err) => Err(VnfmError::Unavailable(format!(
+                "tunnel endpoint {id}: {path}: {err}"
+            ))),
+        }
     }
 
     /// Starts endpoint `spec` (and its device if it does not run); returns its state and
@@ -403,7 +470,7 @@ impl Tunnels {
             "em_listen": em.to_string(),
             "em_token_file": "em.token",
             "engine": "cpu",
-            "lookaside": socket,
+            "lookaside": crate::mediator::tunnel::holds_queue_pair(spec).then_some(socket),
             "lookaside_dir": socket.parent(),
             "threads": 1,
             "tun": {"name": plan.tun, "address": format!("{}/30", plan.local_tun)},

@@ -1,7 +1,10 @@
 //! Placement of a service's ESP tunnel (the descriptor's `tunnel:` block): one endpoint
 //! instance of function `esp` on each of its two hosts, each holding one queue pair of
 //! an accelerator-tier device of that host (the tier's capacity unit), chosen by HYPER's
-//! best fit among the host's devices that run `esp` with the tunnel's transform. The
+//! best fit among the host's devices that run `esp` with the tunnel's transform. When
+//! every such device's queue pairs are held, the endpoint is placed on the device without
+//! one (capacity 0): its crypto runs on the CPU engine until the controller's SSM
+//! ([`crate::tunnel_ssm`]) grants it a queue pair. The
 //! path must cross the tunnel's link in the tunnel's direction. Each endpoint's IKE
 //! pre-shared key is derived here from the controller's secret and handed to the
 //! endpoint's VNFM apart from its spec ([`endpoint_psk`]).
@@ -14,8 +17,14 @@ use nfx_model::{Infrastructure, Tier, TunnelSpec};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-/// Queue pairs one tunnel endpoint holds on its device.
+/// Queue pairs one tunnel endpoint holds on its device when it has one.
 pub const ENDPOINT_QUEUE_PAIRS: f64 = 1.0;
+
+/// Whether the endpoint instance `spec` holds a queue pair of its device (its capacity):
+/// the agent starts it on the device's queue pair, otherwise on the CPU engine.
+pub fn holds_queue_pair(spec: &InstanceSpec) -> bool {
+    spec.capacity >= ENDPOINT_QUEUE_PAIRS
+}
 
 /// Bytes of a tunnel's IKE pre-shared key.
 pub const PSK_BYTES: usize = 32;
@@ -144,7 +153,14 @@ fn place_end(
             t.alg
         )));
     }
-    let Some((dev, d)) = best_fit(cands.iter().copied(), throughput, ENDPOINT_QUEUE_PAIRS) else {
+    let with_qp = best_fit(cands.iter().copied(), throughput, ENDPOINT_QUEUE_PAIRS);
+    let qps = if with_qp.is_some() {
+        ENDPOINT_QUEUE_PAIRS
+    } else {
+        0.0
+    };
+    let Some((dev, d)) = with_qp.or_else(|| best_fit(cands.iter().copied(), throughput, 0.0))
+    else {
         let state: Vec<String> = cands
             .iter()
             .map(|(_, d)| {
@@ -169,10 +185,7 @@ fn place_end(
         .chain((2..).map(|n| format!("{base}-{n}")))
         .find(|id| placer.id_is_free(id))
         .unwrap_or(base);
-    if !placer
-        .draft
-        .deploy(dev, "esp", throughput, ENDPOINT_QUEUE_PAIRS)
-    {
+    if !placer.draft.deploy(dev, "esp", throughput, qps) {
         return Err(PlanError::Conflict(format!(
             "tunnel end on host {host}: device {dev_id} refused the reservation"
         )));
@@ -189,9 +202,16 @@ fn place_end(
         })
         .unwrap_or_default(),
         throughput_gbps: throughput,
-        capacity: ENDPOINT_QUEUE_PAIRS,
+        capacity: qps,
     };
-    let reason = format!("tunnel {role} end: best-fit accelerator device {dev_id}, one queue pair");
+    let reason = if qps > 0.0 {
+        format!("tunnel {role} end: best-fit accelerator device {dev_id}, one queue pair")
+    } else {
+        format!(
+            "tunnel {role} end: every queue pair of {dev_id} is held: placed on its CPU \
+             engine until the SSM grants it a queue pair"
+        )
+    };
     placer.record(spec, host, tier, lat, reason);
     Ok(id)
 }

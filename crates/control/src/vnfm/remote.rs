@@ -145,6 +145,20 @@ impl RemoteVnfm {
         decode(self.send(self.req("POST", "/knobs"), Some(body))?)
     }
 
+    /// Switches tunnel endpoint `id` live onto its device's queue pair or to its CPU
+    /// engine (the controller's SSM).
+    pub fn set_tunnel_engine(
+        &self,
+        id: &str,
+        req: crate::hostagent::tunnels::EngineRequest,
+    ) -> Result<crate::hostagent::tunnels::EngineSwitch, VnfmError> {
+        let body = serde_json::to_value(req).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        decode(self.send(
+            self.req("POST", &format!("/tunnels/{}/engine", seg(id))),
+            Some(body),
+        )?)
+    }
+
     /// Programs the host's part of `service`'s path.
     pub fn put_path(&self, service: &str, path: &HostPath) -> Result<(), VnfmError> {
         let body = serde_json::to_value(path).map_err(|e| VnfmError::Invalid(e.to_string()))?;

@@ -70,6 +70,7 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
         ready_file: Some(ready.clone()),
         power_manager: false,
         power_services: Vec::new(),
+        ssm: None,
     };
     std::thread::spawn(move || run_up(cfg));
     format!("http://{}", wait_ready(&ready))

@@ -95,6 +95,27 @@ pub struct UpArgs {
     /// Run the power manager on this service only (repeatable; implies --power-manager).
     #[arg(long, value_name = "SERVICE")]
     power_manager_service: Vec<String>,
+    /// Run the SSM: per accelerator device, grant its queue pairs to the tunnel
+    /// endpoints with the most sustained CPU load and revoke them from the least, live,
+    /// through the agents; every grant and revoke is an operation record (docs/ssm.md).
+    /// Off by default: endpoints placed without a queue pair then stay on their CPU engine.
+    #[arg(long)]
+    ssm: bool,
+    /// SSM decision round period, ms.
+    #[arg(long, default_value_t = 500)]
+    ssm_period_ms: u64,
+    /// SSM: CPU % of an endpoint above which it wants a queue pair.
+    #[arg(long, default_value_t = 50.0)]
+    ssm_upper: f64,
+    /// SSM: CPU % below which a holder gives its queue pair back.
+    #[arg(long, default_value_t = 10.0)]
+    ssm_lower: f64,
+    /// SSM: consecutive rounds needed above upper (or below lower).
+    #[arg(long, default_value_t = 3)]
+    ssm_samples: usize,
+    /// SSM: time after a change during which an endpoint is not changed again, ms.
+    #[arg(long, default_value_t = 2000)]
+    ssm_cooldown_ms: u64,
 }
 
 /// A service file and connection.
@@ -244,6 +265,13 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         ready_file: a.ready_file,
         power_manager: a.power_manager || !a.power_manager_service.is_empty(),
         power_services: a.power_manager_service,
+        ssm: a.ssm.then(|| nfx_control::tunnel_ssm::SsmSettings {
+            period: Duration::from_millis(a.ssm_period_ms),
+            upper: a.ssm_upper,
+            lower: a.ssm_lower,
+            samples: a.ssm_samples,
+            cooldown: Duration::from_millis(a.ssm_cooldown_ms),
+        }),
     })
 }
 
