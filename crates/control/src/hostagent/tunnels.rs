@@ -701,9 +701,13 @@ fn write_private(file: &Path, data: &[u8]) -> Result<(), VnfmError> {
     nfx_io::token::write_private(file, data).map_err(VnfmError::Unavailable)
 }
 
+/// Starts a dataplane process (tunnel endpoint or lookaside device) with its output in
+/// `log_file`, at the dataplane's priority as the agent's workers are
+/// ([`nfx_io::priority`]).
 fn spawn(mut cmd: Command, log_file: &Path) -> Result<Child, VnfmError> {
     let log = std::fs::File::create(log_file)
         .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", log_file.display())))?;
+    nfx_io::priority::start_at_nice(&mut cmd, nfx_io::priority::DATAPLANE_NICE);
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(unavailable)?)
         .stderr(log)
