@@ -357,6 +357,25 @@ fn tshark_count(pcap: &Path, port: u16, filter: &str) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
+/// A service `id` from `src` to `dst` (UDP to `port`): an allow-all firewall, an
+/// AES-GCM-128 tunnel h1 → h2, and `gbps` of throughput in its SLA.
+fn tunnel_service(id: &str, src: &Endpoint, dst: &Endpoint, port: u16, gbps: f64) -> String {
+    format!(
+        "services:
+  - id: {id}
+    tenant: globex
+    ingress: {}
+    egress: {}
+    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {port} }}
+    chain:
+      - {{ function: firewall, config: {{ default: allow }} }}
+    tunnel: {{ from: h1, to: h2, alg: aes-128-gcm }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: {gbps} }}
+",
+        src.host, dst.host, src.address, dst.address
+    )
+}
+
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn tunnel_service_carries_esp_between_two_hosts() {
@@ -367,22 +386,8 @@ fn tunnel_service_carries_esp_between_two_hosts() {
     std::fs::write(out.join("api-token"), TOKEN).unwrap();
     let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
     let port = 5300;
-    let svc = format!(
-        "services:
-  - id: vpn
-    tenant: globex
-    ingress: {}
-    egress: {}
-    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {port} }}
-    chain:
-      - {{ function: firewall, config: {{ default: allow }} }}
-    tunnel: {{ from: h1, to: h2, alg: aes-128-gcm }}
-    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
-",
-        src.host, dst.host, src.address, dst.address
-    );
     let svc_file = out.join("vpn.yaml");
-    std::fs::write(&svc_file, &svc).unwrap();
+    std::fs::write(&svc_file, tunnel_service("vpn", &src, &dst, port, 1.0)).unwrap();
     deploy(&svc_file, &url);
     let ends = ["vpn-esp-h1", "vpn-esp-h2"];
     let state = |id: &str| c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
@@ -604,22 +609,8 @@ fn controller_ssm_moves_the_queue_pair_to_the_loaded_tunnel() {
     std::fs::write(out.join("api-token"), TOKEN).unwrap();
     let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
     for (id, port) in [("vpna", 5300), ("vpnb", 5301)] {
-        let svc = format!(
-            "services:
-  - id: {id}
-    tenant: globex
-    ingress: {}
-    egress: {}
-    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {port} }}
-    chain:
-      - {{ function: firewall, config: {{ default: allow }} }}
-    tunnel: {{ from: h1, to: h2, alg: aes-128-gcm }}
-    sla: {{ max_latency_us: 1000, min_throughput_gbps: 0.5 }}
-",
-            src.host, dst.host, src.address, dst.address
-        );
         let f = out.join(format!("{id}.yaml"));
-        std::fs::write(&f, svc).unwrap();
+        std::fs::write(&f, tunnel_service(id, &src, &dst, port, 0.5)).unwrap();
         deploy(&f, &url);
     }
     let state = |id: &str| c.get(&format!("/api/v1/instances/{id}")).unwrap().body;
