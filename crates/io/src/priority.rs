@@ -42,6 +42,19 @@ pub fn start_at_nice(cmd: &mut Command, nice: i32) -> &mut Command {
     }
 }
 
+/// Whether process `pid` runs at nice `nice`, its autogroup too (where there is one); if
+/// not, what it runs at, for the caller's warning.
+pub fn check_nice(pid: u32, nice: i32) -> Result<(), String> {
+    let group = autogroup_nice_of(pid);
+    match nice_of(pid) {
+        Ok(got) if got == nice && group.is_none_or(|g| g == nice) => Ok(()),
+        got => Err(format!(
+            "runs at nice {got:?} (autogroup {group:?}), not {nice} (raising a priority \
+             needs CAP_SYS_NICE): it may lose its CPU to processes beside it"
+        )),
+    }
+}
+
 /// The nice value of process `pid`'s autogroup (`None` without autogroup scheduling).
 pub fn autogroup_nice_of(pid: u32) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).ok()?;
@@ -77,9 +90,11 @@ mod tests {
             let mut child = start_at_nice(&mut cmd, want).spawn().unwrap();
             let got = nice_of(child.id()).unwrap();
             let group = autogroup_nice_of(child.id());
+            let checked = check_nice(child.id(), want);
             child.kill().unwrap();
             child.wait().unwrap();
             let allowed = want >= own || unsafe { libc::geteuid() } == 0;
+            assert_eq!(checked.is_ok(), allowed, "{checked:?}");
             if allowed {
                 assert_eq!(got, want);
                 if let Some(g) = group {

@@ -707,12 +707,18 @@ fn write_private(file: &Path, data: &[u8]) -> Result<(), VnfmError> {
 fn spawn(mut cmd: Command, log_file: &Path) -> Result<Child, VnfmError> {
     let log = std::fs::File::create(log_file)
         .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", log_file.display())))?;
-    nfx_io::priority::start_at_nice(&mut cmd, nfx_io::priority::DATAPLANE_NICE);
-    cmd.stdin(Stdio::null())
+    let nice = nfx_io::priority::DATAPLANE_NICE;
+    nfx_io::priority::start_at_nice(&mut cmd, nice);
+    let child = cmd
+        .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(unavailable)?)
         .stderr(log)
         .spawn()
-        .map_err(|e| VnfmError::Unavailable(format!("starting {cmd:?}: {e}")))
+        .map_err(|e| VnfmError::Unavailable(format!("starting {cmd:?}: {e}")))?;
+    if let Err(e) = nfx_io::priority::check_nice(child.id(), nice) {
+        log::warn!("{cmd:?} {e}");
+    }
+    Ok(child)
 }
 
 /// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps the child.

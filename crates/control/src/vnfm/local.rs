@@ -487,14 +487,8 @@ impl LocalVnfm {
             .spawn()
             .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", bin.display())))?;
         if let Some(n) = t.nice {
-            let group = nfx_io::priority::autogroup_nice_of(child.id());
-            match nfx_io::priority::nice_of(child.id()) {
-                Ok(got) if got == n && group.is_none_or(|g| g == n) => {}
-                got => log::warn!(
-                    "worker for {device} runs at nice {got:?} (autogroup {group:?}), not {n} \
-                     (raising a priority needs CAP_SYS_NICE): it may lose its CPU to \
-                     processes beside it"
-                ),
+            if let Err(e) = nfx_io::priority::check_nice(child.id(), n) {
+                log::warn!("worker for {device} {e}");
             }
         }
         let start = Instant::now();
