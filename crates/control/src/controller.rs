@@ -735,11 +735,9 @@ impl Controller {
         reason: &str,
         outcome: Result<String, String>,
     ) -> Result<Operation, CtlError> {
-        let event = if kind == OpKind::Power {
-            "power.decision"
-        } else {
-            "ssm.decision"
-        };
+        let event = kind
+            .decision_event()
+            .ok_or_else(|| CtlError::Internal(format!("{kind:?} is not a one-shot decision")))?;
         let mut op = Operation::new(self.next_op_id(), kind, target.into(), vec![]);
         let bad = |e: crate::ops::TransitionError| CtlError::Internal(e.to_string());
         op.go(OpState::Processing).map_err(bad)?;

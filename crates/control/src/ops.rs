@@ -95,6 +95,19 @@ pub enum OpKind {
     Revoke,
 }
 
+impl OpKind {
+    /// The event a decision of this kind is journaled under (`power.decision` for the
+    /// power manager's, `ssm.decision` for the SSM's); `None` for the kinds that are
+    /// operations with steps rather than one-shot decisions.
+    pub fn decision_event(self) -> Option<&'static str> {
+        match self {
+            OpKind::Power => Some("power.decision"),
+            OpKind::Grant | OpKind::Revoke => Some("ssm.decision"),
+            OpKind::Deploy | OpKind::Destroy | OpKind::Migrate | OpKind::Replace => None,
+        }
+    }
+}
+
 /// One unit of work, executed against VNFMs, the enforcer or the resource model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
