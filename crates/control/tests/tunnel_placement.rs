@@ -6,6 +6,7 @@
 
 use nfx_control::controller::Controller;
 use nfx_control::enforcer::Enforcer;
+use nfx_control::mediator::tunnel::{fnv1a, EndpointConfig, TUNNEL_SLOTS};
 use nfx_control::mediator::{Mediator, VnfmMap};
 use nfx_control::ops::OpState;
 use nfx_control::store::Store;
@@ -181,4 +182,36 @@ fn tunnels_without_an_accelerator_or_against_the_path_are_refused() {
         ctl.instances().unwrap().is_empty(),
         "a refused plan reserves nothing"
     );
+}
+
+/// The slot (UDP port and TUN /30) of a deployed endpoint.
+fn slot_of(ctl: &Controller, instance: &str) -> u16 {
+    let rows = ctl.instances().unwrap();
+    let row = rows.iter().find(|r| r.spec.id == instance).expect("row");
+    let c: EndpointConfig = serde_json::from_value(row.spec.config.clone()).unwrap();
+    c.slot
+        .expect("the controller assigns every new tunnel a slot")
+}
+
+#[test]
+fn two_tunnels_whose_names_hash_alike_get_their_own_slots() {
+    let slot = |name: &str| fnv1a(name.as_bytes()) % u32::from(TUNNEL_SLOTS);
+    let first = "vpn0";
+    let twin = (1..)
+        .map(|i| format!("vpn{i}"))
+        .find(|n| slot(n) == slot(first))
+        .unwrap();
+    let ctl = controller();
+    for name in [first, twin.as_str()] {
+        let op = ctl
+            .deploy(svc(name, serde_json::json!({"from": "h1", "to": "h2"})))
+            .unwrap();
+        assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    }
+    let a = slot_of(&ctl, &format!("{first}-esp-h1"));
+    assert_eq!(a, slot_of(&ctl, &format!("{first}-esp-h2")));
+    let b = slot_of(&ctl, &format!("{twin}-esp-h1"));
+    assert_eq!(b, slot_of(&ctl, &format!("{twin}-esp-h2")));
+    assert_eq!(u32::from(a), slot(first));
+    assert_ne!(a, b, "{first} and {twin} share slot {a}");
 }

@@ -15,7 +15,7 @@
 //! service id, so neither needs the other's settings.
 
 use super::steering::NeighborLink;
-use crate::mediator::tunnel::EndpointConfig;
+use crate::mediator::tunnel::{fnv1a, EndpointConfig, TUNNEL_SLOTS};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,9 +33,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const EM_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a stopped process may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-/// Tunnel UDP ports are `PORT_BASE + hash(service) % PORT_SPAN`.
+/// A tunnel's UDP port is `PORT_BASE + slot` (slots below `TUNNEL_SLOTS`).
 const PORT_BASE: u16 = 20_000;
-const PORT_SPAN: u32 = 20_000;
 /// Most keys held for endpoints not deployed yet.
 const MAX_PENDING_KEYS: usize = 256;
 /// Pre-shared key sizes accepted (the endpoint itself needs at least 16 bytes).
@@ -460,7 +459,7 @@ impl Tunnels {
         let token = nfx_io::token::random().map_err(VnfmError::Unavailable)?;
         write_private(&dir.join("em.token"), token.as_bytes())?;
         let em = free_local_port()?;
-        let plan = EndpointPlan::new(c, &spec.id);
+        let plan = EndpointPlan::new(c, &spec.id)?;
         let underlay = (
             SocketAddr::from((local, plan.port)),
             SocketAddr::from((nb.peer, plan.port)),
@@ -608,9 +607,10 @@ impl Drop for Tunnels {
     }
 }
 
-/// What both endpoints of a tunnel derive from its service id: the UDP port of IKE and
-/// ESP, and the TUN addresses (a /30 of 169.254.0.0/16, the initiator on .1); the TUN
-/// name comes from the instance id (unique on the host).
+/// What both endpoints of a tunnel derive from its slot (assigned by the controller,
+/// unique among its tunnels): the UDP port of IKE and ESP, and the TUN addresses (a /30
+/// of 169.254.128.0–169.254.254.255, the initiator on .1); the TUN name comes from the
+/// instance id (unique on the host).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct EndpointPlan {
     port: u16,
@@ -620,30 +620,29 @@ struct EndpointPlan {
 }
 
 impl EndpointPlan {
-    fn new(c: &EndpointConfig, instance: &str) -> Self {
-        let h = fnv1a(c.tunnel.as_bytes());
-        let port = PORT_BASE + (h % PORT_SPAN) as u16;
-        let net = u32::from(Ipv4Addr::new(169, 254, 0, 0)) | ((h >> 8) & 0xfffc);
+    fn new(c: &EndpointConfig, instance: &str) -> Result<Self, VnfmError> {
+        let slot = c.slot_or_derived();
+        if slot >= TUNNEL_SLOTS {
+            return Err(VnfmError::Invalid(format!(
+                "tunnel {}: slot {slot} is not below {TUNNEL_SLOTS}",
+                c.tunnel
+            )));
+        }
+        let port = PORT_BASE + slot;
+        let net = u32::from(Ipv4Addr::new(169, 254, 128, 0)) + (u32::from(slot) << 2);
         let (a, b) = (Ipv4Addr::from(net + 1), Ipv4Addr::from(net + 2));
         let (local_tun, peer_tun) = if c.role == "initiator" {
             (a, b)
         } else {
             (b, a)
         };
-        EndpointPlan {
+        Ok(EndpointPlan {
             port,
             tun: format!("nfxt{:08x}", fnv1a(instance.as_bytes())),
             local_tun,
             peer_tun,
-        }
+        })
     }
-}
-
-/// FNV-1a, 32 bits: a stable spread of ids over ports and addresses (not a secret).
-fn fnv1a(b: &[u8]) -> u32 {
-    b.iter().fold(0x811c_9dc5u32, |h, &x| {
-        (h ^ u32::from(x)).wrapping_mul(0x0100_0193)
-    })
 }
 
 /// Instance ids go into file names: letters, digits, `-`, `_`, `.` only.
@@ -791,19 +790,36 @@ mod tests {
             role: role.into(),
             peer_host: "h2".into(),
             alg: "aes-128-gcm".into(),
+            slot: None,
         }
     }
 
     #[test]
     fn both_ends_derive_the_same_port_and_mirrored_tun_addresses() {
-        let a = EndpointPlan::new(&cfg("vpn", "initiator"), "vpn-esp-h1");
-        let b = EndpointPlan::new(&cfg("vpn", "responder"), "vpn-esp-h2");
+        let a = EndpointPlan::new(&cfg("vpn", "initiator"), "vpn-esp-h1").unwrap();
+        let b = EndpointPlan::new(&cfg("vpn", "responder"), "vpn-esp-h2").unwrap();
         assert_eq!(a.port, b.port);
-        assert!((PORT_BASE..PORT_BASE + PORT_SPAN as u16).contains(&a.port));
+        assert!((PORT_BASE..PORT_BASE + TUNNEL_SLOTS).contains(&a.port));
         assert_eq!((a.local_tun, a.peer_tun), (b.peer_tun, b.local_tun));
         assert_eq!(a.local_tun.octets()[0..2], [169, 254]);
         assert_eq!(a.local_tun.octets()[3] % 4, 1, "{}", a.local_tun);
         assert!(a.tun.len() <= 15 && a.tun != b.tun, "{} {}", a.tun, b.tun);
+    }
+
+    #[test]
+    fn slots_give_distinct_ports_and_addresses_within_the_link_local_range() {
+        let at = |slot| {
+            let c = EndpointConfig {
+                slot: Some(slot),
+                ..cfg("vpn", "initiator")
+            };
+            EndpointPlan::new(&c, "vpn-esp-h1")
+        };
+        let (first, last) = (at(0).unwrap(), at(TUNNEL_SLOTS - 1).unwrap());
+        assert_eq!(first.local_tun, Ipv4Addr::new(169, 254, 128, 1));
+        assert_eq!(last.peer_tun, Ipv4Addr::new(169, 254, 254, 254));
+        assert_ne!(at(1).unwrap().port, first.port);
+        assert!(matches!(at(TUNNEL_SLOTS), Err(VnfmError::Invalid(_))));
     }
 
     #[test]

@@ -42,9 +42,27 @@ pub struct EndpointConfig {
     pub peer_host: String,
     /// ESP transform.
     pub alg: String,
+    /// The tunnel's slot, unique among the deployment's tunnels and the same at both
+    /// ends: each endpoint derives its UDP port and TUN addresses from it, so two
+    /// tunnels never share either on a host. Records written before slots existed have
+    /// none; their endpoints derive one from the tunnel's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u16>,
 }
 
+/// How many tunnel slots there are: one UDP port and one /30 of 169.254.128.0–
+/// 169.254.254.255 each (the host agent's worker stages use 169.254.1–127.x, and RFC 3927
+/// reserves 169.254.255.x).
+pub const TUNNEL_SLOTS: u16 = 127 * 64;
+
 impl EndpointConfig {
+    /// The slot the endpoint uses: the one the controller assigned, or for older records
+    /// one derived from the tunnel's name (the same at both ends).
+    pub fn slot_or_derived(&self) -> u16 {
+        self.slot
+            .unwrap_or_else(|| (fnv1a(self.tunnel.as_bytes()) % u32::from(TUNNEL_SLOTS)) as u16)
+    }
+
     /// The tunnel's `(from, to)` hosts seen from the endpoint on `host`.
     pub fn ends<'a>(&'a self, host: &'a str) -> (&'a str, &'a str) {
         if self.role == "initiator" {
@@ -53,6 +71,41 @@ impl EndpointConfig {
             (&self.peer_host, host)
         }
     }
+}
+
+/// FNV-1a, 32 bits: a stable spread of names over slots (not a secret).
+pub fn fnv1a(b: &[u8]) -> u32 {
+    b.iter().fold(0x811c_9dc5u32, |h, &x| {
+        (h ^ u32::from(x)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The slot of the tunnel `tunnel`: the one its other end already holds (in the recorded
+/// instances or this plan's), else the first free one from its name's hash on.
+fn slot_for(placer: &Placer<'_>, tunnel: &str) -> Result<u16, PlanError> {
+    let ends = placer
+        .taken
+        .values()
+        .map(|r| &r.spec)
+        .chain(placer.placed.iter().map(|(r, _)| &r.spec))
+        .filter(|s| s.function == "esp")
+        .filter_map(|s| serde_json::from_value::<EndpointConfig>(s.config.clone()).ok());
+    let mut used = std::collections::BTreeSet::new();
+    for c in ends {
+        if c.tunnel == tunnel {
+            return Ok(c.slot_or_derived());
+        }
+        used.insert(c.slot_or_derived());
+    }
+    let start = fnv1a(tunnel.as_bytes()) % u32::from(TUNNEL_SLOTS);
+    (0..u32::from(TUNNEL_SLOTS))
+        .map(|k| ((start + k) % u32::from(TUNNEL_SLOTS)) as u16)
+        .find(|s| !used.contains(s))
+        .ok_or_else(|| {
+            PlanError::Conflict(format!(
+                "tunnel {tunnel}: all {TUNNEL_SLOTS} tunnel slots (UDP ports) are in use"
+            ))
+        })
 }
 
 /// HKDF-SHA-256 (RFC 5869) of `ikm` with `salt` and `info`, filling `out` (at most
@@ -180,6 +233,7 @@ fn place_end(
         )));
     };
     let (dev_id, tier, lat) = (d.id.clone(), d.tier, d.latency_us);
+    let slot = slot_for(placer, placer.service)?;
     let base = format!("{}-esp-{host}", placer.service);
     let id = std::iter::once(base.clone())
         .chain((2..).map(|n| format!("{base}-{n}")))
@@ -199,6 +253,7 @@ fn place_end(
             role: role.into(),
             peer_host: peer.into(),
             alg: t.alg.clone(),
+            slot: Some(slot),
         })
         .unwrap_or_default(),
         throughput_gbps: throughput,
@@ -249,6 +304,7 @@ mod tests {
                 role: role.into(),
                 peer_host: peer.into(),
                 alg: "aes-128-gcm".into(),
+                slot: None,
             })
             .unwrap(),
             throughput_gbps: 1.0,
