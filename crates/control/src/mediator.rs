@@ -38,7 +38,7 @@ pub const MAX_CHAIN_NODES: usize = 128;
 const CERTIFY_SLACK_US: f64 = 1e-4;
 
 /// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
-const UNREACHABLE_US: f64 = 1e8;
+pub(crate) const UNREACHABLE_US: f64 = 1e8;
 
 /// A VNF instance as the controller records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
