@@ -230,7 +230,7 @@ pub fn document() -> Value {
         }
         if path == "/api/v1/optimize" && method == "get" {
             op["parameters"] = json!([{"name": "time_limit_s", "in": "query", "required": false,
-                "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 600}}]);
+                "schema": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 600}}]);
             op["responses"]["400"] = err.clone();
         }
         if path == "/api/v1/events" {
