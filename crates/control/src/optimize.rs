@@ -94,10 +94,22 @@ fn class(row: &InstanceRow) -> String {
     format!("{}@{}<={}us", row.spec.function, row.host, row.latency_us)
 }
 
-/// The offline problem of every recorded instance on software and table devices, with
-/// the current assignment (device index per instance) and the cost of the accelerator
-/// devices in use (outside the problem, unchanged by it).
-fn problem(m: &Mediator) -> Result<(Instance, Units, Vec<Item>, Vec<usize>, f64), PlanError> {
+/// The offline problem of the recorded state.
+struct Problem {
+    /// Every recorded instance on software and table devices.
+    inst: Instance,
+    /// The factors of its integers.
+    units: Units,
+    /// Its instances' rows, in its order.
+    items: Vec<Item>,
+    /// The current device index of each instance.
+    current: Vec<usize>,
+    /// The cost of the accelerator devices in use (outside the problem, unchanged by it).
+    accel_cost: f64,
+}
+
+/// The offline problem of every recorded instance on software and table devices.
+fn problem(m: &Mediator) -> Result<Problem, PlanError> {
     let endpoints: BTreeSet<String> = m
         .paths()
         .values()
@@ -207,7 +219,13 @@ fn problem(m: &Mediator) -> Result<(Instance, Units, Vec<Item>, Vec<usize>, f64)
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((inst, units, items, current, accel_cost))
+    Ok(Problem {
+        inst,
+        units,
+        items,
+        current,
+        accel_cost,
+    })
 }
 
 /// Per device, the scaled capacity and throughput `assign` leaves free.
@@ -274,7 +292,13 @@ fn order(inst: &Instance, current: &[usize], target: &[usize]) -> (Vec<usize>, V
 /// The optimize plan over `m`'s recorded state; the exact solver stops at `time_limit`
 /// (its answer then carries the gap it could prove).
 pub fn plan_optimize(m: &Mediator, time_limit: Duration) -> Result<OptimizePlan, PlanError> {
-    let (inst, units, items, current, accel_cost) = problem(m)?;
+    let Problem {
+        inst,
+        units,
+        items,
+        current,
+        accel_cost,
+    } = problem(m)?;
     let unscale = |c: u64| c as f64 / units.cost + accel_cost;
     let movable = items.iter().filter(|i| i.movable).count();
     let plan = |now: u64, best: u64, bound: u64, seconds, moves, blocked| OptimizePlan {
