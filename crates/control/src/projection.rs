@@ -5,10 +5,10 @@
 //! states every mapping; the exported files are read by the same parsers as the tools'.
 
 use crate::controller::{Controller, CtlError};
-use crate::mediator::{is_down, Mediator, PlanError, UNREACHABLE_US};
+use crate::mediator::{chain_spec, is_down, Mediator, PlanError, UNREACHABLE_US};
 use crate::topology::transfer_matrix;
 use nfx_chaining::from_model::sla_for_service;
-use nfx_chaining::{Id, InstanceSpec as ChainInstance, Workload};
+use nfx_chaining::{Id, Workload};
 use nfx_model::service::Service;
 use nfx_model::{DeviceModel, Tier};
 use nfx_placement::{Device, DeviceKind, Instance, VnfInstance};
@@ -231,17 +231,8 @@ pub fn chaining(m: &Mediator, services: &[Service]) -> Result<Workload, PlanErro
         let im = m.model().instance(id).ok_or_else(|| {
             PlanError::Conflict(format!("instance {id} missing from the resource model"))
         })?;
-        instances.push(ChainInstance {
-            id: id.as_str().into(),
-            function: function_key(&r.spec.function, &r.spec.config).into(),
-            node: r.host.as_str().into(),
-            kind: r.tier.as_str().into(),
-            processing_latency_us: r.latency_us,
-            throughput_total_gbps: im.throughput_gbps.total,
-            throughput_used_gbps: im.throughput_gbps.used,
-            capacity_total: im.capacity.total,
-            capacity_used: im.capacity.used,
-        });
+        let function = function_key(&r.spec.function, &r.spec.config);
+        instances.push(chain_spec(r, &function, im));
     }
     let mut slas = Vec::new();
     for s in services {

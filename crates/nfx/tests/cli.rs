@@ -395,37 +395,7 @@ fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let infra =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples/infrastructure.yaml");
-    let mut up = Command::new(NFX);
-    up.current_dir(dir.path())
-        .env_remove("NFX_TOKEN")
-        .args([
-            "up",
-            "--listen",
-            "127.0.0.1:0",
-            "--ready-file",
-            "ready",
-            "--infra",
-        ])
-        .arg(&infra)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let _up = nfx_testbed::process::ChildGuard::spawn(up).unwrap();
-    let ready = dir.path().join("ready");
-    let t0 = std::time::Instant::now();
-    let addr = loop {
-        match std::fs::read_to_string(&ready) {
-            Ok(a) if !a.trim().is_empty() => break a.trim().to_string(),
-            _ => {
-                assert!(t0.elapsed().as_secs() < 20, "nfx up never became ready");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    };
-    let url = if addr.starts_with("http") {
-        addr
-    } else {
-        format!("http://{addr}")
-    };
+    let (_up, url) = up_in(dir.path(), &infra);
     std::fs::write(
         dir.path().join("svc.yaml"),
         "services:\n  - id: t\n    tenant: x\n    ingress: src\n    egress: dst\n    chain:\n      \
@@ -476,8 +446,9 @@ fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
     assert!(!text(&o).contains("panicked"), "{}", text(&o));
 }
 
-/// Starts `nfx up --infra infra.yaml` in `dir` (simulated VNFM); returns its guard and URL.
-fn up_in(dir: &Path) -> (nfx_testbed::process::ChildGuard, String) {
+/// Starts `nfx up --infra INFRA` in `dir` (simulated VNFM, token file beside its
+/// database there); returns its guard and URL.
+fn up_in(dir: &Path, infra: &Path) -> (nfx_testbed::process::ChildGuard, String) {
     let mut up = Command::new(NFX);
     up.current_dir(dir)
         .env_remove("NFX_TOKEN")
@@ -488,8 +459,8 @@ fn up_in(dir: &Path) -> (nfx_testbed::process::ChildGuard, String) {
             "--ready-file",
             "ready",
             "--infra",
-            "infra.yaml",
         ])
+        .arg(infra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let guard = nfx_testbed::process::ChildGuard::spawn(up).unwrap();
@@ -549,7 +520,7 @@ fn plan_exports_the_tools_inputs_and_optimize_moves_to_the_cheap_device() {
     };
     let services = format!("services:\n{}{}", svc("f1", 2), svc("f2", 2));
     std::fs::write(dir.path().join("svc.yaml"), services).unwrap();
-    let (_up, url) = up_in(dir.path());
+    let (_up, url) = up_in(dir.path(), Path::new("infra.yaml"));
     let cli = |args: &[&str]| {
         let o = Command::new(NFX)
             .current_dir(dir.path())
