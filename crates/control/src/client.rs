@@ -32,6 +32,13 @@ impl Client {
         }
     }
 
+    /// The same client waiting up to `timeout` per request (for calls that carry out
+    /// long operations before they answer, such as `POST /api/v1/optimize`).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.agent = ureq::AgentBuilder::new().timeout(timeout).build();
+        self
+    }
+
     /// Sends a request with an optional raw body.
     pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Answer> {
         let mut r = self.agent.request(method, &format!("{}{path}", self.base));

@@ -38,7 +38,7 @@ pub const MAX_CHAIN_NODES: usize = 128;
 const CERTIFY_SLACK_US: f64 = 1e-4;
 
 /// Transfer latency used between hosts with no route (µs): large, still finite for the DP.
-const UNREACHABLE_US: f64 = 1e8;
+pub(crate) const UNREACHABLE_US: f64 = 1e8;
 
 /// A VNF instance as the controller records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -498,22 +498,8 @@ impl Mediator {
             let im = self.model.instance(id).ok_or_else(|| {
                 PlanError::Conflict(format!("instance {id} missing from the resource model"))
             })?;
-            net.add_instance(
-                "<state>",
-                id,
-                &nfx_chaining::InstanceSpec {
-                    id: id.clone().into(),
-                    function: r.spec.function.clone().into(),
-                    node: r.host.clone().into(),
-                    kind: r.tier.as_str().into(),
-                    processing_latency_us: r.latency_us,
-                    throughput_total_gbps: im.throughput_gbps.total,
-                    throughput_used_gbps: im.throughput_gbps.used,
-                    capacity_total: im.capacity.total,
-                    capacity_used: im.capacity.used,
-                },
-            )
-            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+            net.add_instance("<state>", id, &chain_spec(r, &r.spec.function, im))
+                .map_err(|e| PlanError::Conflict(e.to_string()))?;
         }
         let sla = SlaSpec {
             id: svc.id.clone().into(),
@@ -1100,6 +1086,26 @@ impl Mediator {
     /// Status branch: the VNFM's view of one instance.
     pub fn instance_state(&self, instance: &str) -> Result<InstanceState, VnfmError> {
         self.vnfm_of(instance)?.get_instance_state(instance)
+    }
+}
+
+/// The chaining view of recorded instance `r` (its pools from the model's `im`), with
+/// `function` as its function id.
+pub(crate) fn chain_spec(
+    r: &InstanceRow,
+    function: &str,
+    im: &nfx_model::InstanceModel,
+) -> nfx_chaining::InstanceSpec {
+    nfx_chaining::InstanceSpec {
+        id: r.spec.id.as_str().into(),
+        function: function.into(),
+        node: r.host.as_str().into(),
+        kind: r.tier.as_str().into(),
+        processing_latency_us: r.latency_us,
+        throughput_total_gbps: im.throughput_gbps.total,
+        throughput_used_gbps: im.throughput_gbps.used,
+        capacity_total: im.capacity.total,
+        capacity_used: im.capacity.used,
     }
 }
 

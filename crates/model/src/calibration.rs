@@ -1,12 +1,34 @@
 //! Import of measured figures: accelerator calibration (`nfx bench accel --json`) and
 //! dataplane benchmarks (`nfx bench dataplane --json`) set device latency and throughput
-//! from measurement instead of guesses.
+//! from measurement instead of guesses. The infrastructure descriptor names the files in
+//! its `calibration` block ([`CalibrationFiles`]); [`Infrastructure::load`] applies them.
 
 use crate::check::{non_negative, positive};
 use crate::error::{parse_json, read_file, ModelError};
 use crate::infra::{Infrastructure, Tier};
-use serde::Deserialize;
-use std::path::Path;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The `calibration` block of an infrastructure descriptor: the measurement files whose
+/// figures the devices naming a `calibration` take (paths relative to the descriptor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationFiles {
+    /// Output of `nfx bench accel --json` (accelerators name an engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<PathBuf>,
+    /// Operation size whose accelerator figures are taken, bytes.
+    #[serde(default = "default_accel_bytes")]
+    pub accel_bytes: u64,
+    /// Output of `nfx bench dataplane --json` (software and table devices name a case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataplane: Option<PathBuf>,
+}
+
+/// A full-size ESP packet's payload: the operation size tunnels encrypt most.
+fn default_accel_bytes() -> u64 {
+    1420
+}
 
 /// Accelerator calibration as written by `nfx bench accel --json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -39,23 +61,30 @@ pub struct DataplaneBench {
     pub cases: Vec<DataplaneCase>,
 }
 
-/// One measured dataplane configuration.
+/// One measured dataplane configuration; a measurement that failed is `null` in the
+/// bench's output (and is an error only if a device needs it).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct DataplaneCase {
     /// Case name (what a software device's `calibration` refers to).
     pub name: String,
     /// Single-stream TCP throughput, Gbit/s.
-    pub tcp1_gbps: f64,
+    #[serde(default)]
+    pub tcp1_gbps: Option<f64>,
     /// Four-stream TCP throughput, Gbit/s.
-    pub tcp4_gbps: f64,
+    #[serde(default)]
+    pub tcp4_gbps: Option<f64>,
     /// 64-byte UDP packet rate, Mpps.
-    pub udp64_mpps: f64,
+    #[serde(default)]
+    pub udp64_mpps: Option<f64>,
     /// Median latency, µs.
-    pub lat_p50_us: f64,
+    #[serde(default)]
+    pub lat_p50_us: Option<f64>,
     /// 99th percentile latency, µs.
-    pub lat_p99_us: f64,
+    #[serde(default)]
+    pub lat_p99_us: Option<f64>,
     /// CPU cores consumed while measuring.
-    pub cpu_cores: f64,
+    #[serde(default)]
+    pub cpu_cores: Option<f64>,
 }
 
 /// Compares algorithm/engine names ignoring case, `-` and `_` (`AES-128-GCM` = `aes128gcm`).
@@ -109,9 +138,15 @@ impl DataplaneBench {
         let b: DataplaneBench = parse_json(file, text)?;
         for (i, c) in b.cases.iter().enumerate() {
             let f = format!("cases[{i}]");
-            positive(file, &format!("{f}.tcp1_gbps"), c.tcp1_gbps)?;
-            positive(file, &format!("{f}.cpu_cores"), c.cpu_cores)?;
-            non_negative(file, &format!("{f}.lat_p99_us"), c.lat_p99_us)?;
+            if let Some(v) = c.tcp1_gbps {
+                positive(file, &format!("{f}.tcp1_gbps"), v)?;
+            }
+            if let Some(v) = c.cpu_cores {
+                positive(file, &format!("{f}.cpu_cores"), v)?;
+            }
+            if let Some(v) = c.lat_p99_us {
+                non_negative(file, &format!("{f}.lat_p99_us"), v)?;
+            }
         }
         Ok(b)
     }
@@ -123,6 +158,31 @@ impl DataplaneBench {
 }
 
 impl Infrastructure {
+    /// Applies the files of the `calibration` block (relative to `dir`, the descriptor's
+    /// directory): the accelerator calibration at `accel_bytes`, then the dataplane bench.
+    /// Nothing without the block; `file` names the descriptor in errors.
+    pub fn apply_calibration_files(&mut self, file: &str, dir: &Path) -> Result<(), ModelError> {
+        let Some(c) = self.calibration.clone() else {
+            return Ok(());
+        };
+        if c.accel_bytes == 0 {
+            return Err(ModelError::new(
+                file,
+                "calibration.accel_bytes",
+                "must be >= 1",
+            ));
+        }
+        if let Some(p) = &c.accel {
+            let cal = AccelCalibration::load(&dir.join(p))?;
+            self.apply_accel_calibration(file, &cal, c.accel_bytes)?;
+        }
+        if let Some(p) = &c.dataplane {
+            let bench = DataplaneBench::load(&dir.join(p))?;
+            self.apply_dataplane_bench(file, &bench)?;
+        }
+        Ok(())
+    }
+
     /// Sets each accelerator with a `calibration` engine from `cal` at `bytes`-sized
     /// operations: throughput = the slowest of its algorithms, latency = the largest p50.
     /// Returns the ids of the devices updated; `file` is the infrastructure file, named
@@ -180,12 +240,22 @@ impl Infrastructure {
                     format!("the dataplane bench has no case {name:?}"),
                 )
             })?;
-            d.throughput_gbps = if d.tier == Tier::Table {
-                c.tcp1_gbps
-            } else {
-                c.tcp1_gbps / c.cpu_cores * f64::from(d.cpu_cores.unwrap_or(0))
+            let need = |what: &str, v: Option<f64>| {
+                v.ok_or_else(|| {
+                    ModelError::new(
+                        file,
+                        format!("devices[{i}].calibration"),
+                        format!("case {name:?} of the dataplane bench has no {what} (null: that measurement failed)"),
+                    )
+                })
             };
-            d.latency_us = c.lat_p99_us;
+            let tcp1 = need("tcp1_gbps", c.tcp1_gbps)?;
+            d.throughput_gbps = if d.tier == Tier::Table {
+                tcp1
+            } else {
+                tcp1 / need("cpu_cores", c.cpu_cores)? * f64::from(d.cpu_cores.unwrap_or(0))
+            };
+            d.latency_us = need("lat_p99_us", c.lat_p99_us)?;
             updated.push(d.id.clone());
         }
         Ok(updated)
@@ -274,7 +344,56 @@ devices:
         assert_eq!(e.field, "records[0].mbps");
         let e = DataplaneBench::from_json("d.json", &DP.replace("1.5", "0")).unwrap_err();
         assert_eq!(e.field, "cases[0].cpu_cores");
-        let e = DataplaneBench::from_json("d.json", r#"{"cases":[{"name":"x"}]}"#).unwrap_err();
+        let e = DataplaneBench::from_json("d.json", r#"{"cases":[{"tcp1_gbps":1}]}"#).unwrap_err();
         assert_eq!(e.field, "cases[0]");
+    }
+
+    #[test]
+    fn a_failed_measurement_is_an_error_only_where_it_is_needed() {
+        let mut i = Infrastructure::from_yaml("i.yaml", INFRA).unwrap();
+        let dp = DP.replace(r#""lat_p99_us":30"#, r#""lat_p99_us":null"#);
+        let b = DataplaneBench::from_json("d.json", &dp).unwrap();
+        let e = i.apply_dataplane_bench("i.yaml", &b).unwrap_err();
+        assert_eq!(e.field, "devices[3].calibration");
+        assert!(e.message.contains("lat_p99_us"), "{e}");
+        let ok = DataplaneBench::from_json(
+            "d.json",
+            &DP.replace("\"udp64_mpps\":3", "\"udp64_mpps\":null"),
+        );
+        assert!(ok.is_ok());
+    }
+
+    /// The figures `nfx bench dataplane --json` and `nfx bench accel --json` write, named
+    /// from a descriptor's `calibration` block, are what the loaded descriptor holds.
+    #[test]
+    fn the_calibration_block_applies_the_bench_outputs_at_load() {
+        let dir = std::env::temp_dir().join(format!("nfx-cal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("accel.json"), CAL).unwrap();
+        let dp = r#"{"cases":[{"name":"fw","tcp1_gbps":12,"tcp4_gbps":null,"udp64_mpps":null,
+          "udp64_offered_mpps":null,"udp64_runs":[],"lat_p50_us":20,"lat_p99_us":45,
+          "lat_p50_runs_us":[20],"lat_p99_runs_us":[45],"cpu_cores":1.5},
+          {"name":"fast","tcp1_gbps":21,"lat_p99_us":30,"cpu_cores":null}],
+          "idle_cpu_pct_adaptive":null,"generator":"mmsg","sink":"ingress","repeat":3,"lat_repeat":3}"#;
+        std::fs::write(dir.join("dp.json"), dp).unwrap();
+        let text = format!(
+            "{INFRA}calibration: {{ accel: accel.json, dataplane: dp.json, accel_bytes: 1420 }}\n"
+        );
+        std::fs::write(dir.join("infra.yaml"), &text).unwrap();
+        let i = Infrastructure::load(&dir.join("infra.yaml")).unwrap();
+        assert_eq!(i.device("la").unwrap().throughput_gbps, 12.0);
+        assert_eq!(i.device("sw").unwrap().throughput_gbps, 16.0);
+        assert_eq!(i.device("tb").unwrap().latency_us, 30.0);
+        assert_eq!(i.device("sw2").unwrap().latency_us, 7.0);
+        let nominal = Infrastructure::from_yaml("i.yaml", &text).unwrap();
+        assert_eq!(nominal.device("sw").unwrap().throughput_gbps, 1.0);
+        std::fs::write(
+            dir.join("infra.yaml"),
+            text.replace("dp.json", "missing.json"),
+        )
+        .unwrap();
+        let e = Infrastructure::load(&dir.join("infra.yaml")).unwrap_err();
+        assert!(e.file.ends_with("missing.json"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

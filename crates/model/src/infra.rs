@@ -32,6 +32,10 @@ pub struct Infrastructure {
     /// How the controller reaches the hosts' agents (`hosts[].agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub management: Option<Management>,
+    /// Measurement files whose figures replace the nominal latency and throughput of
+    /// the devices that name a `calibration` (applied by [`Infrastructure::load`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::calibration::CalibrationFiles>,
 }
 
 /// The controller's side of the management network: where it opens agent connections
@@ -208,10 +212,15 @@ pub struct Link {
 }
 
 impl Infrastructure {
-    /// Reads and validates an infrastructure descriptor file.
+    /// Reads and validates an infrastructure descriptor file, then applies the
+    /// measurement files of its `calibration` block (relative to its directory).
     pub fn load(path: &Path) -> Result<Self, ModelError> {
         let text = read_file(path)?;
-        Self::from_yaml(&path.display().to_string(), &text)
+        let file = path.display().to_string();
+        let mut infra = Self::from_yaml(&file, &text)?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        infra.apply_calibration_files(&file, dir)?;
+        Ok(infra)
     }
 
     /// Parses and validates descriptor text; `file` names it in errors.

@@ -10,7 +10,9 @@ pub mod resource;
 pub mod selector;
 pub mod service;
 
-pub use calibration::{AccelCalibration, AccelRecord, DataplaneBench, DataplaneCase};
+pub use calibration::{
+    AccelCalibration, AccelRecord, CalibrationFiles, DataplaneBench, DataplaneCase,
+};
 pub use error::{parse_json, parse_yaml, read_file, ModelError};
 pub use infra::{
     Device, FrequencyPower, Host, Infrastructure, Link, Management, PowerModel, Tier, TlsFiles,

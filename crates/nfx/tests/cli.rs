@@ -395,37 +395,7 @@ fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let infra =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples/infrastructure.yaml");
-    let mut up = Command::new(NFX);
-    up.current_dir(dir.path())
-        .env_remove("NFX_TOKEN")
-        .args([
-            "up",
-            "--listen",
-            "127.0.0.1:0",
-            "--ready-file",
-            "ready",
-            "--infra",
-        ])
-        .arg(&infra)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let _up = nfx_testbed::process::ChildGuard::spawn(up).unwrap();
-    let ready = dir.path().join("ready");
-    let t0 = std::time::Instant::now();
-    let addr = loop {
-        match std::fs::read_to_string(&ready) {
-            Ok(a) if !a.trim().is_empty() => break a.trim().to_string(),
-            _ => {
-                assert!(t0.elapsed().as_secs() < 20, "nfx up never became ready");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    };
-    let url = if addr.starts_with("http") {
-        addr
-    } else {
-        format!("http://{addr}")
-    };
+    let (_up, url) = up_in(dir.path(), &infra);
     std::fs::write(
         dir.path().join("svc.yaml"),
         "services:\n  - id: t\n    tenant: x\n    ingress: src\n    egress: dst\n    chain:\n      \
@@ -474,4 +444,135 @@ fn cli_beside_nfx_up_finds_its_token_and_lists_operations_in_order() {
     let o = status.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(!text(&o).contains("panicked"), "{}", text(&o));
+}
+
+/// Starts `nfx up --infra INFRA` in `dir` (simulated VNFM, token file beside its
+/// database there); returns its guard and URL.
+fn up_in(dir: &Path, infra: &Path) -> (nfx_testbed::process::ChildGuard, String) {
+    let mut up = Command::new(NFX);
+    up.current_dir(dir)
+        .env_remove("NFX_TOKEN")
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            "ready",
+            "--infra",
+        ])
+        .arg(infra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let guard = nfx_testbed::process::ChildGuard::spawn(up).unwrap();
+    let ready = dir.join("ready");
+    let t0 = std::time::Instant::now();
+    let addr = loop {
+        match std::fs::read_to_string(&ready) {
+            Ok(a) if !a.trim().is_empty() => break a.trim().to_string(),
+            _ => {
+                assert!(t0.elapsed().as_secs() < 20, "nfx up never became ready");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    let url = if addr.starts_with("http") {
+        addr
+    } else {
+        format!("http://{addr}")
+    };
+    (guard, url)
+}
+
+/// One schema, from the CLI: the descriptor's `calibration` block brings the dataplane
+/// bench's latency in (the nominal 999 µs would miss the SLA); `nfx plan --export-*`
+/// writes inputs `nfx place` and `nfx chain` accept; `nfx plan --optimize` finds the
+/// cheaper placement of what best fit deployed and `nfx deploy --optimize` carries it out.
+#[test]
+fn plan_exports_the_tools_inputs_and_optimize_moves_to_the_cheap_device() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let sw = |id: &str, cores: u32, cost: u32| {
+        format!(
+            "  - {{ id: {id}, host: h, tier: software, functions: [f1, f2], latency_us: 999, \
+             throughput_gbps: 1, cpu_cores: {cores}, cost: {cost}, calibration: fw }}\n"
+        )
+    };
+    let infra = format!(
+        "hosts: [{{ id: h, cores: 16 }}]\ndevices:\n{}{}{}calibration: {{ dataplane: dp.json }}\n",
+        sw("a", 2, 5),
+        sw("b", 2, 5),
+        sw("big", 4, 3)
+    );
+    std::fs::write(dir.path().join("infra.yaml"), infra).unwrap();
+    std::fs::write(
+        dir.path().join("dp.json"),
+        r#"{"cases":[{"name":"fw","tcp1_gbps":10,"tcp4_gbps":null,"lat_p99_us":40,"cpu_cores":1}]}"#,
+    )
+    .unwrap();
+    let svc = |f: &str, n: usize| {
+        (1..=n)
+            .map(|i| {
+                format!(
+                    "  - {{ id: {f}-{i}, tenant: x, ingress: h, egress: h, chain: [{{ function: {f} }}], \
+                     sla: {{ max_latency_us: 500, min_throughput_gbps: 1 }} }}\n"
+                )
+            })
+            .collect::<String>()
+    };
+    let services = format!("services:\n{}{}", svc("f1", 2), svc("f2", 2));
+    std::fs::write(dir.path().join("svc.yaml"), services).unwrap();
+    let (_up, url) = up_in(dir.path(), Path::new("infra.yaml"));
+    let cli = |args: &[&str]| {
+        let o = Command::new(NFX)
+            .current_dir(dir.path())
+            .env_remove("NFX_TOKEN")
+            .env("NFX_URL", &url)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "nfx {args:?}: {}", text(&o));
+        o
+    };
+    cli(&[
+        "plan",
+        "svc.yaml",
+        "--export-placement",
+        "p.json",
+        "--export-chaining",
+        "c.json",
+    ]);
+    let p: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("p.json")).unwrap()).unwrap();
+    assert_eq!(p["devices"][0]["latency_us"], 40, "calibrated: {p}");
+    assert_eq!(
+        p["devices"][0]["throughput_gbps"], 20,
+        "10 Gbit/s per core × 2"
+    );
+    assert_eq!(p["vnf_instances"].as_array().unwrap().len(), 4);
+    let o = cli(&["place", "--input", "p.json", "--json"]);
+    let placed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(placed["objective"], 3, "all four on big: {placed}");
+    let o = cli(&["chain", "--input", "c.json", "--json"]);
+    let chained: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(chained["answers"].as_array().unwrap().len(), 4);
+    cli(&["deploy", "svc.yaml"]);
+    let o = cli(&["plan", "--optimize", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["cost_now"], 10.0, "{plan}");
+    assert_eq!(plan["cost_optimal"], 3.0, "{plan}");
+    assert_eq!(plan["migrations"].as_array().unwrap().len(), 4, "{plan}");
+    let o = cli(&["plan", "--optimize"]);
+    assert!(
+        text(&o).contains("cost now 10, optimal 3 (proven optimal"),
+        "{}",
+        text(&o)
+    );
+    let o = cli(&["deploy", "--optimize", "--json"]);
+    let run: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(run["error"].is_null(), "{run}");
+    assert_eq!(run["operations"].as_array().unwrap().len(), 4);
+    let o = cli(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for i in v["instances"].as_array().unwrap() {
+        assert_eq!(i["spec"]["device"], "big", "{i}");
+    }
 }

@@ -37,8 +37,10 @@ links: [{ a: edge, b: cloud, latency_us: 20 }]
 const METHODS: [&str; 5] = ["GET", "POST", "DELETE", "PUT", "HEAD"];
 
 /// Routes behind the tokens; the last byte-chosen index means "path from the input".
-const PATHS: [&str; 12] = [
+const PATHS: [&str; 14] = [
     "/api/v1/plan",
+    "/api/v1/projection",
+    "/api/v1/optimize",
     "/api/v1/services",
     "/api/v1/services/web",
     "/api/v1/instances",
@@ -203,7 +205,8 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         if c.token == 2 && code.is_success() {
-            let dry_run = c.method == "POST" && c.path == "/api/v1/plan";
+            let dry_run = c.method == "POST"
+                && matches!(c.path.as_str(), "/api/v1/plan" | "/api/v1/projection");
             assert!(
                 c.method == "GET" || c.method == "HEAD" || dry_run,
                 "the read-only token did {} {}",

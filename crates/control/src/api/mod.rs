@@ -64,7 +64,7 @@ type ApiResult = Result<Response, ApiError>;
 pub struct Tokens {
     /// Allowed everywhere.
     pub admin: Zeroizing<String>,
-    /// Allowed on GET/HEAD and the dry-run `POST /api/v1/plan`.
+    /// Allowed on GET/HEAD and the dry-run `POST /api/v1/plan` and `/api/v1/projection`.
     pub read: Option<Zeroizing<String>>,
 }
 
@@ -81,10 +81,11 @@ pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
     nfx_io::token::bearer_matches(h, token)
 }
 
-/// Whether a request of `method` on `path` only reads: GET, HEAD, and the dry-run plan.
+/// Whether a request of `method` on `path` only reads: GET, HEAD, the dry-run plan and
+/// the projections.
 pub fn is_read(method: &Method, path: &str) -> bool {
     matches!(*method, Method::GET | Method::HEAD)
-        || (*method == Method::POST && path == "/api/v1/plan")
+        || (*method == Method::POST && matches!(path, "/api/v1/plan" | "/api/v1/projection"))
 }
 
 /// Admits a request carrying the admin token, or the read token on a read; 401 without a
@@ -168,6 +169,8 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/metrics", get(metrics_handler))
         .route("/api/v1/plan", post(plan))
+        .route("/api/v1/projection", post(projection))
+        .route("/api/v1/optimize", get(optimize_plan).post(optimize))
         .route("/api/v1/services", get(list_services).post(deploy))
         .route("/api/v1/services/{id}", get(get_service).delete(destroy))
         .route("/api/v1/instances", get(list_instances))
@@ -222,6 +225,65 @@ async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
     let svc = parse_body(&body)?;
     let ctl = st.ctl.clone();
     ok(StatusCode::OK, blocking(move || ctl.plan(&svc)).await?)
+}
+
+async fn projection(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+    let req: crate::projection::ProjectionRequest = parse_body(&body)?;
+    let ctl = st.ctl.clone();
+    ok(
+        StatusCode::OK,
+        blocking(move || ctl.projection(&req.services)).await?,
+    )
+}
+
+/// Longest exact re-placement `optimize` accepts, seconds.
+const MAX_OPTIMIZE_S: f64 = 600.0;
+
+/// The exact solver's time limit of `optimize`: `time_limit_s` (default 10) in (0, 600].
+fn time_limit(v: Option<&str>) -> Result<std::time::Duration, ApiError> {
+    let s = v.unwrap_or("10");
+    s.parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t > 0.0 && *t <= MAX_OPTIMIZE_S)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ApiError(
+                StatusCode::BAD_REQUEST,
+                format!("time_limit_s: {s:?} is not a number of seconds in (0, {MAX_OPTIMIZE_S}]"),
+            )
+        })
+}
+
+async fn optimize_plan(
+    State(st): State<Arc<ApiState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let limit = time_limit(q.get("time_limit_s").map(String::as_str))?;
+    let ctl = st.ctl.clone();
+    ok(
+        StatusCode::OK,
+        blocking(move || ctl.optimize_plan(limit)).await?,
+    )
+}
+
+/// Body of `POST /api/v1/optimize` (optional).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptimizeBody {
+    /// The exact solver's time limit, seconds.
+    #[serde(default)]
+    time_limit_s: Option<f64>,
+}
+
+async fn optimize(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+    let b: OptimizeBody = if body.is_empty() {
+        OptimizeBody { time_limit_s: None }
+    } else {
+        parse_body(&body)?
+    };
+    let limit = time_limit(b.time_limit_s.map(|t| t.to_string()).as_deref())?;
+    let ctl = st.ctl.clone();
+    ok(StatusCode::OK, blocking(move || ctl.optimize(limit)).await?)
 }
 
 async fn deploy(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {

@@ -41,6 +41,24 @@ pub const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
         "Dry-run chaining and placement of a service (nothing is reserved).",
         Some("Service"),
     ),
+    (
+        "post",
+        "/api/v1/projection",
+        "The `nfx place` and `nfx chain` inputs projected from the live infrastructure and these services (nothing is reserved).",
+        Some("ProjectionRequest"),
+    ),
+    (
+        "get",
+        "/api/v1/optimize",
+        "Dry run: the exact re-placement of every deployed instance, its cost, proven gap and migrations (query `time_limit_s`, default 10).",
+        None,
+    ),
+    (
+        "post",
+        "/api/v1/optimize",
+        "Carry out the exact re-placement: one migrate operation per move, stopping at the first that does not complete.",
+        Some("OptimizeRequest"),
+    ),
     ("get", "/api/v1/services", "List services.", None),
     (
         "post",
@@ -165,6 +183,8 @@ fn response_schema(method: &str, path: &str) -> Option<(&'static str, Value)> {
             "200",
             json!({"type": "array", "items": schema("InstanceRow")}),
         ),
+        ("get", "/api/v1/optimize") => ("200", schema("OptimizePlan")),
+        ("post", "/api/v1/optimize") => ("200", schema("OptimizeRun")),
         ("get", "/api/v1/events") => ("200", json!({"type": "array", "items": schema("Event")})),
         ("post", "/agent/v1/instances") => ("201", schema("InstanceState")),
         ("get", "/agent/v1/instances/{id}") | ("put", "/agent/v1/instances/{id}/config") => {
@@ -184,7 +204,8 @@ pub fn document() -> Value {
     let mut paths = serde_json::Map::new();
     for &(method, path, summary, body) in ROUTES {
         let mut op = json!({"summary": summary, "responses": {}});
-        let mutating = matches!(method, "post" | "put" | "delete") && path != "/api/v1/plan";
+        let mutating = matches!(method, "post" | "put" | "delete")
+            && !matches!(path, "/api/v1/plan" | "/api/v1/projection");
         match response_schema(method, path) {
             None => {
                 let media = media_type(path).unwrap_or("text/plain");
@@ -207,13 +228,18 @@ pub fn document() -> Value {
                 "schema": {"type": "integer", "minimum": 1}}]);
             op["responses"]["400"] = err.clone();
         }
+        if path == "/api/v1/optimize" && method == "get" {
+            op["parameters"] = json!([{"name": "time_limit_s", "in": "query", "required": false,
+                "schema": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 600}}]);
+            op["responses"]["400"] = err.clone();
+        }
         if path == "/api/v1/events" {
             op["parameters"] = json!([{"name": "limit", "in": "query", "required": false,
                 "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}]);
             op["responses"]["400"] = err.clone();
         }
         if let Some(b) = body {
-            op["requestBody"] = json!({"required": b != "MigrateRequest",
+            op["requestBody"] = json!({"required": !matches!(b, "MigrateRequest" | "OptimizeRequest"),
                 "content": {"application/json": {"schema": schema(b)}}});
             op["responses"]["400"] = err.clone();
         }
@@ -251,6 +277,15 @@ pub fn document() -> Value {
                 "ServiceRow": {"type": "object", "properties": {"service": schema("Service"),
                         "status": {"type": "string", "enum": ["deploying", "active", "destroying", "failed"]}, "operation": string}},
                 "MigrateRequest": {"type": "object", "additionalProperties": false, "properties": {"device": string}},
+                "ProjectionRequest": {"type": "object", "required": ["services"], "additionalProperties": false,
+                        "properties": {"services": {"type": "array", "items": schema("Service")}}},
+                "OptimizeRequest": {"type": "object", "additionalProperties": false, "properties": {"time_limit_s": num}},
+                "Migration": {"type": "object", "properties": {"instance": string, "function": string, "host": string, "from": string, "to": string}},
+                "OptimizePlan": {"type": "object", "properties": {"cost_now": num, "cost_optimal": num, "bound": num, "gap": num,
+                        "proven_optimal": {"type": "boolean"}, "saved": num, "seconds": num, "movable": {"type": "integer"}, "pinned": {"type": "integer"},
+                        "migrations": {"type": "array", "items": schema("Migration")}, "blocked": {"type": "array", "items": schema("Migration")}}},
+                "OptimizeRun": {"type": "object", "properties": {"plan": schema("OptimizePlan"),
+                        "operations": {"type": "array", "items": schema("Operation")}, "error": {"type": "string", "nullable": true}}},
                 "Step": {"type": "object", "required": ["step", "status"], "properties": {
                         "step": {"type": "string", "enum": ["deploy", "configure", "steer", "unsteer", "migrate", "destruct"]},
                         "status": {"type": "string", "enum": ["pending", "started", "done", "undone"]}}},

@@ -5,6 +5,8 @@ use anyhow::{bail, Context};
 use nfx_control::client::{ensure_token, load_services, load_token, token_file_or_new, Client};
 use nfx_control::energy::EnergySummary;
 use nfx_control::hostagent::AgentConfig as HostAgentConfig;
+use nfx_control::optimize::{OptimizePlan, OptimizeRun};
+use nfx_control::projection::Projection;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
@@ -20,8 +22,10 @@ use std::time::Duration;
 pub enum CtlCmd {
     /// Start the controller and its embedded host agent (state in SQLite, REST API).
     Up(UpArgs),
-    /// Dry-run chaining and placement of the services in a file (nothing is reserved).
-    Plan(ServiceArgs),
+    /// Dry-run chaining and placement of the services in a file (nothing is reserved);
+    /// or export them as `nfx place`/`nfx chain` inputs; or, with `--optimize`, the
+    /// exact re-placement of everything deployed.
+    Plan(PlanArgs),
     /// Deploy the services in a file and wait for their operations.
     Deploy(ServiceArgs),
     /// Show services, instances and operations (or one of them).
@@ -122,7 +126,16 @@ pub struct UpArgs {
 #[derive(clap::Args)]
 pub struct ServiceArgs {
     /// Service descriptor (YAML, `services: [...]`).
-    file: PathBuf,
+    #[arg(required_unless_present = "optimize")]
+    file: Option<PathBuf>,
+    /// Instead of a file's services: re-place every deployed instance with the exact
+    /// solver (plan: print the cost now, the optimum, its proven gap and the migrations;
+    /// deploy: carry the migrations out, one `nfx migrate` operation each).
+    #[arg(long, conflicts_with_all = ["file", "service"])]
+    optimize: bool,
+    /// Time limit of the exact solver with `--optimize`, seconds.
+    #[arg(long, default_value_t = 10.0, requires = "optimize")]
+    time_limit: f64,
     /// Only this service of the file.
     #[arg(long)]
     service: Option<String>,
@@ -131,6 +144,21 @@ pub struct ServiceArgs {
     no_wait: bool,
     #[command(flatten)]
     conn: Conn,
+}
+
+/// Arguments of `nfx plan`.
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    svc: ServiceArgs,
+    /// Write the `nfx place` input projected from the controller's infrastructure and
+    /// the file's services to F (docs/descriptors.md, "Projections").
+    #[arg(long, value_name = "F", requires = "file")]
+    export_placement: Option<PathBuf>,
+    /// Write the `nfx chain` input projected from the controller's infrastructure, its
+    /// running instances and the file's services to F.
+    #[arg(long, value_name = "F", requires = "file")]
+    export_chaining: Option<PathBuf>,
 }
 
 /// Arguments of `nfx status`.
@@ -207,7 +235,7 @@ pub struct AgentArgs {
 pub fn run(cmd: CtlCmd) -> anyhow::Result<()> {
     match cmd {
         CtlCmd::Up(a) => up(a),
-        CtlCmd::Plan(a) => services(a, true),
+        CtlCmd::Plan(a) => plan(a),
         CtlCmd::Deploy(a) => services(a, false),
         CtlCmd::Status(a) => status(a),
         CtlCmd::Migrate(a) => migrate(a),
@@ -367,16 +395,51 @@ fn wait(cl: &Client, op: &serde_json::Value, what: &str) -> anyhow::Result<serde
     Ok(done)
 }
 
-fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
+/// `nfx plan`: the projections if asked for, then the dry run of each service.
+fn plan(a: PlanArgs) -> anyhow::Result<()> {
+    if a.export_placement.is_some() || a.export_chaining.is_some() {
+        let (cl, chosen) = chosen_services(&a.svc)?;
+        let body = serde_json::json!({ "services": chosen });
+        let v = expect(cl.post("/api/v1/projection", &body)?, &[200], "projection")?;
+        let p: Projection = serde_json::from_value(v)
+            .context("projection: the controller's answer does not match its format")?;
+        if let Some(f) = &a.export_placement {
+            write_json(f, &p.placement)?;
+            eprintln!("nfx plan: wrote the nfx place input to {}", f.display());
+        }
+        if let Some(f) = &a.export_chaining {
+            write_json(f, &p.chaining)?;
+            eprintln!("nfx plan: wrote the nfx chain input to {}", f.display());
+        }
+    }
+    services(a.svc, true)
+}
+
+/// Writes `v` as pretty JSON to `f`.
+fn write_json<T: serde::Serialize>(f: &Path, v: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)? + "\n";
+    std::fs::write(f, text).with_context(|| format!("writing {}", f.display()))
+}
+
+/// The client and the services of `a`'s file (only `--service` if given).
+fn chosen_services(a: &ServiceArgs) -> anyhow::Result<(Client, Vec<serde_json::Value>)> {
     let cl = client(&a.conn)?;
-    let all = load_services(&a.file)?;
-    let chosen: Vec<_> = all
+    let file = a.file.as_deref().context("give a service file")?;
+    let chosen: Vec<_> = load_services(file)?
         .into_iter()
         .filter(|s| a.service.as_deref().is_none_or(|id| s["id"] == id))
         .collect();
     if chosen.is_empty() {
-        bail!("{}: no service matches", a.file.display());
+        bail!("{}: no service matches", file.display());
     }
+    Ok((cl, chosen))
+}
+
+fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
+    if a.optimize {
+        return optimize(&a, dry);
+    }
+    let (cl, chosen) = chosen_services(&a)?;
     for s in chosen {
         let what = format!("service {}", s["id"].as_str().unwrap_or("?"));
         if dry {
@@ -388,6 +451,88 @@ fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
         show(&a.conn, &op)?;
     }
     Ok(())
+}
+
+/// `nfx plan --optimize` (dry run) and `nfx deploy --optimize` (carried out).
+fn optimize(a: &ServiceArgs, dry: bool) -> anyhow::Result<()> {
+    if !(a.time_limit.is_finite() && a.time_limit > 0.0 && a.time_limit <= 600.0) {
+        bail!(
+            "--time-limit: must be a number of seconds in (0, 600], got {}",
+            a.time_limit
+        );
+    }
+    let cl = client(&a.conn)?;
+    if dry {
+        let path = format!("/api/v1/optimize?time_limit_s={}", a.time_limit);
+        let v = expect(cl.get(&path)?, &[200], "optimize")?;
+        if a.conn.json.is_some() {
+            return show(&a.conn, &v);
+        }
+        let p: OptimizePlan = serde_json::from_value(v)
+            .context("optimize: the controller's answer does not match its format")?;
+        return print_text(&optimize_text(&p));
+    }
+    let cl = cl.with_timeout(Duration::from_secs(3600));
+    let body = serde_json::json!({ "time_limit_s": a.time_limit });
+    let v = expect(cl.post("/api/v1/optimize", &body)?, &[200], "optimize")?;
+    let run: OptimizeRun = serde_json::from_value(v.clone())
+        .context("optimize: the controller's answer does not match its format")?;
+    if a.conn.json.is_some() {
+        show(&a.conn, &v)?;
+    } else {
+        use std::fmt::Write as _;
+        let mut out = optimize_text(&run.plan);
+        for op in &run.operations {
+            let _ = writeln!(
+                out,
+                "  {} migrate {} {}",
+                op.id,
+                op.target,
+                op.state.as_str()
+            );
+        }
+        print_text(&out)?;
+    }
+    match run.error {
+        Some(e) => bail!("optimize stopped: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// The optimize plan as text: costs, bound and gap, then the moves.
+fn optimize_text(p: &OptimizePlan) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "cost now {}, optimal {} ({}; bound {}, gap {}), saves {}; {} movable, {} pinned; solved in {:.3} s\n",
+        p.cost_now,
+        p.cost_optimal,
+        if p.proven_optimal { "proven optimal" } else { "not proven optimal" },
+        p.bound,
+        p.gap,
+        p.saved,
+        p.movable,
+        p.pinned,
+        p.seconds
+    );
+    let _ = writeln!(out, "migrations: {}", p.migrations.len());
+    for m in &p.migrations {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:<9} {:<10} {} -> {}",
+            m.instance, m.function, m.host, m.from, m.to
+        );
+    }
+    if !p.blocked.is_empty() {
+        let _ = writeln!(
+            out,
+            "blocked (no order frees their target first): {}",
+            p.blocked.len()
+        );
+        for m in &p.blocked {
+            let _ = writeln!(out, "  {:<28} {} -> {}", m.instance, m.from, m.to);
+        }
+    }
+    out
 }
 
 fn status(a: StatusArgs) -> anyhow::Result<()> {

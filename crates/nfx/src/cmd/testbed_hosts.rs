@@ -177,6 +177,7 @@ pub fn infrastructure(lay: &Layout, cores: u32, agents: bool) -> Infrastructure 
             })
             .collect(),
         management: None,
+        calibration: None,
     };
     for h in &lay.hosts {
         infra.hosts.push(Host {
