@@ -418,7 +418,7 @@ fn host_paths(
         let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for h in path.hops.iter().filter(|h| &h.host == host) {
             let tier = infra.device(&h.device).map(|d| d.tier);
-            if tier != Some(Tier::Software) {
+            if !matches!(tier, Some(Tier::Software | Tier::Table)) {
                 return Err(format!(
                     "hop {} on device {} ({}) cannot be steered by an agent",
                     h.instance,

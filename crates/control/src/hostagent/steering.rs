@@ -412,9 +412,9 @@ impl Steering {
     }
 
     fn stage(&self, device: &str) -> Result<&Stage, SteerError> {
-        self.stages.get(device).ok_or_else(|| {
-            SteerError::Invalid(format!("{device:?} is not a software device of this host"))
-        })
+        self.stages
+            .get(device)
+            .ok_or_else(|| SteerError::Invalid(format!("{device:?} is not a device of this host")))
     }
 
     /// The interface traffic for `addr` leaves by (main table), for the path's ends.
