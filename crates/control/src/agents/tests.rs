@@ -97,8 +97,12 @@ fn unsteerable_paths_are_refused_with_the_reason() {
     assert!(e.contains("accelerator"), "{e}");
     // A table-tier hop is a stage like a worker: its agent runs the table chain there.
     p.hops = vec![hop("a", "h2-tt", "h2"), hop("b", "h2-sw0", "h2")];
+    p.hops[0].function = "nat".into();
     let parts = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap();
     assert_eq!(parts[1].1.stages, ["h2-tt", "h2-sw0"]);
+    // The worker after the NAT classifies by the destination side only.
+    assert_eq!(parts[1].1.after_nat, ["h2-sw0"]);
+    assert!(!parts[1].1.nat_before && parts[2].1.nat_before, "{parts:?}");
     p.hops = vec![
         hop("a", "h2-sw0", "h2"),
         hop("b", "h1-sw0", "h1"),

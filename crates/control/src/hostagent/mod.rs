@@ -478,9 +478,14 @@ fn services_by_device(
                         "path of {svc}: instances: no chain for stage {device:?}"
                     ))
                 })?;
+            let mut selector = p.selector.clone();
+            if p.after_nat.contains(device) {
+                selector.src = None;
+                selector.sport = None;
+            }
             out.entry(device.clone()).or_default().push(ServiceConfig {
                 id: svc.clone(),
-                selector: selector_config(&p.selector),
+                selector: selector_config(&selector),
                 chain: chain.clone(),
             });
         }
@@ -625,6 +630,8 @@ mod tests {
 
     fn path(stages: &[(&str, &[&str])], dport: u16) -> HostPath {
         HostPath {
+            after_nat: Vec::new(),
+            nat_before: false,
             selector: serde_json::from_value(serde_json::json!(
                 {"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "udp", "dport": dport}
             ))

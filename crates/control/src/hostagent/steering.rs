@@ -67,6 +67,15 @@ pub struct HostPath {
     /// the chain its worker runs for this service's frames (and only for them).
     #[serde(default)]
     pub instances: BTreeMap<String, Vec<String>>,
+    /// Stages whose frames a NAT earlier in the service's chain has rewritten (on this
+    /// host or before it): their workers classify the service by its destination side
+    /// only (`dst`, `proto`, `dport`), as the steering does after the first stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_nat: Vec<String>,
+    /// A NAT on an earlier host has rewritten the frames arriving from `prev`: they are
+    /// matched by the selector's destination side only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nat_before: bool,
     /// The local ESP tunnel endpoint (instance id) whose TUN device carries the traffic
     /// to `next` instead of the link (the endpoint encrypts it onto the link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -472,7 +481,7 @@ impl Steering {
                 } else {
                     Some(stages[j - 1].kernel_out.clone())
                 },
-                expr: if j == 0 {
+                expr: if j == 0 && !path.nat_before {
                     forward_match(sel)
                 } else {
                     forward_dst_match(sel)

@@ -67,6 +67,8 @@ fn sel() -> Selector {
 
 fn path(prev: Option<&str>, next: Option<&str>, stages: &[&str]) -> HostPath {
     HostPath {
+        after_nat: Vec::new(),
+        nat_before: false,
         selector: sel(),
         prev: prev.map(String::from),
         next: next.map(String::from),
