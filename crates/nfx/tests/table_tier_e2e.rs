@@ -14,6 +14,7 @@ mod common;
 mod hostbed;
 
 use common::eventually;
+use hostbed::instances;
 use nfx_control::client::{load_token, Client};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::netns;
@@ -57,15 +58,6 @@ fn accept_within(l: &TcpListener, limit: Duration) -> Option<SocketAddr> {
         peer.is_some()
     });
     peer
-}
-
-fn instances(c: &Client) -> Vec<Value> {
-    c.get("/api/v1/instances")
-        .unwrap()
-        .body
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 /// The live row of the instance running `function`.

@@ -469,15 +469,7 @@ fn services_by_device(
     let mut out: BTreeMap<String, Vec<ServiceConfig>> = BTreeMap::new();
     for (svc, p) in paths {
         for device in p.stages.iter().filter(|d| !table(d)) {
-            let chain = p
-                .instances
-                .get(device)
-                .filter(|c| !c.is_empty())
-                .ok_or_else(|| {
-                    SteerError::Invalid(format!(
-                        "path of {svc}: instances: no chain for stage {device:?}"
-                    ))
-                })?;
+            let chain = p.chain_of(svc, device)?;
             let mut selector = p.selector.clone();
             if p.after_nat.contains(device) {
                 selector.src = None;

@@ -86,6 +86,21 @@ pub struct HostPath {
     pub tunnel_prev: Option<String>,
 }
 
+impl HostPath {
+    /// The service's instances on stage `device`, in order (a stage without any is a bad
+    /// path of `service`: its device would run nothing or, worse, everything).
+    pub fn chain_of(&self, service: &str, device: &str) -> Result<&Vec<String>, SteerError> {
+        self.instances
+            .get(device)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                SteerError::Invalid(format!(
+                    "path of {service}: instances: no chain for stage {device:?}"
+                ))
+            })
+    }
+}
+
 /// A neighbor host as the agent's configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -266,15 +266,7 @@ impl Tables {
         let mut want: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
         for (svc, p) in paths {
             for device in p.stages.iter().filter(|d| self.has_device(d)) {
-                let ids = p
-                    .instances
-                    .get(device)
-                    .filter(|c| !c.is_empty())
-                    .ok_or_else(|| {
-                        SteerError::Invalid(format!(
-                            "path of {svc}: instances: no chain for stage {device:?}"
-                        ))
-                    })?;
+                let ids = p.chain_of(svc, device)?;
                 if let Some((other, _)) = want.get(device) {
                     return Err(SteerError::Invalid(format!(
                         "table device {device} runs the chain of {other}; one service per \
