@@ -415,10 +415,16 @@ fn host_paths(
             continue;
         }
         let mut stages: Vec<String> = Vec::new();
+        let mut after_nat: Vec<String> = Vec::new();
         let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for h in path.hops.iter().filter(|h| &h.host == host) {
+        for (k, h) in path
+            .hops
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| &h.host == host)
+        {
             let tier = infra.device(&h.device).map(|d| d.tier);
-            if tier != Some(Tier::Software) {
+            if !matches!(tier, Some(Tier::Software | Tier::Table)) {
                 return Err(format!(
                     "hop {} on device {} ({}) cannot be steered by an agent",
                     h.instance,
@@ -428,6 +434,9 @@ fn host_paths(
             }
             if stages.last() != Some(&h.device) {
                 stages.push(h.device.clone());
+                if path.hops[..k].iter().any(|p| p.function == "nat") {
+                    after_nat.push(h.device.clone());
+                }
             }
             instances
                 .entry(h.device.clone())
@@ -446,6 +455,11 @@ fn host_paths(
                 next,
                 stages,
                 instances,
+                after_nat,
+                nat_before: path
+                    .hops
+                    .iter()
+                    .any(|h| h.function == "nat" && route[..i].contains(&h.host)),
                 tunnel_next,
                 tunnel_prev,
             },

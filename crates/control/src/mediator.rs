@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use zeroize::Zeroizing;
 
+pub mod pins;
 mod placer;
 pub mod tunnel;
 
@@ -472,9 +473,13 @@ impl Mediator {
             .iter()
             .map(|c| serde_json::to_value(&c.config).unwrap_or_default())
             .collect();
+        let pins = pins::pins(svc, &self.infra)?;
         let (net, hosts, cut_us) =
             self.candidate_network(&svc.ingress, &svc.egress, hosts_within_us, max_chain_nodes)?;
-        Ok((self.plan_on(svc, net, &hosts, needs, configs), cut_us))
+        Ok((
+            self.plan_on(svc, net, &hosts, needs, configs, &pins),
+            cut_us,
+        ))
     }
 
     /// Chains and places `svc` on the candidate network `net` over `hosts`.
@@ -485,6 +490,7 @@ impl Mediator {
         hosts: &HashSet<String>,
         needs: Needs,
         configs: Vec<serde_json::Value>,
+        pins: &BTreeMap<String, pins::Pin>,
     ) -> Result<Plan, PlanError> {
         for (id, r) in &self.instances {
             if !hosts.contains(r.host.as_str()) {
@@ -492,7 +498,10 @@ impl Mediator {
             }
             let k = svc.chain.iter().position(|c| c.function == r.spec.function);
             let Some(k) = k else { continue };
-            if matches!(r.status.as_str(), "destroying" | "lost") || r.spec.config != configs[k] {
+            if matches!(r.status.as_str(), "destroying" | "lost")
+                || r.spec.config != configs[k]
+                || pins.get(&r.spec.function).is_some_and(|p| p.tier != r.tier)
+            {
                 continue;
             }
             let im = self.model.instance(id).ok_or_else(|| {
@@ -525,6 +534,7 @@ impl Mediator {
             draft: Draft::new(&self.model, &self.host_devices, &self.host_index),
             service: &svc.id,
             configs: &function_configs,
+            pins,
             taken: &self.instances,
             placed: Vec::new(),
         };
@@ -878,6 +888,14 @@ impl Mediator {
                         old.spec.function
                     )));
                 }
+                if dm.tier != old.tier {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} is on the {} tier and {instance} on the {}: flow state \
+                         moves within one tier",
+                        dm.tier.as_str(),
+                        old.tier.as_str()
+                    )));
+                }
                 if dm.throughput_gbps.free() < tp || dm.capacity.free() < cap {
                     return Err(PlanError::Conflict(format!(
                         "device {d} has no room for {instance}"
@@ -889,6 +907,7 @@ impl Mediator {
                 let cands = self.model.devices().iter().filter(|d| {
                     d.host == old.host
                         && d.id != old.spec.device
+                        && d.tier == old.tier
                         && d.functions.contains(&old.spec.function)
                         && d.latency_us <= old.latency_us
                 });

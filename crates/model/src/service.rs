@@ -2,7 +2,7 @@
 
 use crate::check::{ident, non_negative, positive, Unique};
 use crate::error::{parse_yaml, read_file, ModelError};
-use crate::infra::Infrastructure;
+use crate::infra::{Infrastructure, Tier};
 use crate::selector::Selector;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -113,7 +113,7 @@ impl TunnelSpec {
         for (name, host) in [("from", &self.from), ("to", &self.to)] {
             let has = infra.devices.iter().any(|d| {
                 d.host == *host
-                    && d.tier == crate::infra::Tier::Accelerator
+                    && d.tier == Tier::Accelerator
                     && d.supports("esp")
                     && d.algorithms.contains(&self.alg)
             });
@@ -145,6 +145,11 @@ pub struct ChainFunction {
     /// queue pairs).
     #[serde(default = "one")]
     pub capacity_need: f64,
+    /// Pins the function to one tier (`software`, `table`, `accelerator`): the mediator
+    /// places it on a device of that tier only, whatever the latency budget; absent, the
+    /// mediator chooses (software when it meets the SLA, else a faster tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
 }
 
 fn one() -> f64 {
@@ -207,6 +212,23 @@ impl ServiceSet {
                         format!("{ff}.function"),
                         format!("no device supports function {:?}", c.function),
                     ));
+                }
+                if let Some(t) = c.tier {
+                    let offered = infra
+                        .devices
+                        .iter()
+                        .any(|d| d.tier == t && d.functions.contains(&c.function));
+                    if !offered {
+                        return Err(ModelError::new(
+                            file,
+                            format!("{ff}.tier"),
+                            format!(
+                                "no {} device supports function {:?}",
+                                t.as_str(),
+                                c.function
+                            ),
+                        ));
+                    }
                 }
                 non_negative(file, &format!("{ff}.capacity_need"), c.capacity_need)?;
             }
@@ -332,6 +354,26 @@ services:
         assert_eq!(e.field, "services[0].tunnel.from");
         let e = bad("{ from: edge, to: cloud, key: 00 }", &infra);
         assert!(e.field.contains("tunnel"), "{e}");
+    }
+
+    #[test]
+    fn a_pinned_tier_must_offer_the_function() {
+        let s = ServiceSet::from_yaml(
+            "svc.yaml",
+            &GOOD.replacen(
+                "capacity_need: 0.5 }",
+                "capacity_need: 0.5, tier: software }",
+                1,
+            ),
+            &infra(),
+        )
+        .unwrap();
+        assert_eq!(s.services[0].chain[1].tier, Some(Tier::Software));
+        let e = mutate("capacity_need: 0.5 }", "capacity_need: 0.5, tier: table }");
+        assert_eq!(e.field, "services[0].chain[1].tier");
+        assert!(e.message.contains("no table device"), "{e}");
+        let e = mutate("capacity_need: 0.5 }", "capacity_need: 0.5, tier: fpga }");
+        assert!(e.field.contains("tier"), "{e}");
     }
 
     #[test]

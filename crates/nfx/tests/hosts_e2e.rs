@@ -20,6 +20,7 @@ mod hostbed;
 mod scrape;
 
 use common::eventually;
+use hostbed::instances;
 use nfx_control::client::{load_token, read_token_file, Client};
 use nfx_control::netns_exec::NetnsExecutor;
 use nfx_control::tls::{self, AgentSubject};
@@ -86,15 +87,6 @@ fn iperf_bytes(src: &Endpoint, dst: &Endpoint) -> u64 {
     let r = iperf::client(&ClientSpec::tcp(&src.netns, dst.address, PORT, 2, 1))
         .expect("iperf3 through the service");
     r.received_bytes
-}
-
-fn instances(c: &Client) -> Vec<Value> {
-    c.get("/api/v1/instances")
-        .unwrap()
-        .body
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 fn events(c: &Client) -> Vec<Value> {

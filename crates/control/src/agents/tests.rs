@@ -10,6 +10,7 @@ devices:
   - {id: h2-sw0, host: h2, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 1}
   - {id: h2-sw1, host: h2, tier: software, functions: [firewall, nat], latency_us: 30, throughput_gbps: 10, cpu_cores: 1}
   - {id: h2-tt, host: h2, tier: table, functions: [firewall], latency_us: 5, throughput_gbps: 40, table_entries: 100}
+  - {id: h2-acc, host: h2, tier: accelerator, functions: [firewall], latency_us: 5, throughput_gbps: 4, queue_pairs: 2, algorithms: [aes-128-gcm]}
 links:
   - {a: h1, b: h2, latency_us: 20}
   - {a: h2, b: h3, latency_us: 20}
@@ -91,9 +92,17 @@ fn consecutive_hops_on_one_device_are_one_stage_and_hosts_without_agents_are_ski
 
 #[test]
 fn unsteerable_paths_are_refused_with_the_reason() {
-    let mut p = path(vec![hop("a", "h2-tt", "h2")], "h3");
+    let mut p = path(vec![hop("a", "h2-acc", "h2")], "h3");
     let e = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap_err();
-    assert!(e.contains("table"), "{e}");
+    assert!(e.contains("accelerator"), "{e}");
+    // A table-tier hop is a stage like a worker: its agent runs the table chain there.
+    p.hops = vec![hop("a", "h2-tt", "h2"), hop("b", "h2-sw0", "h2")];
+    p.hops[0].function = "nat".into();
+    let parts = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap();
+    assert_eq!(parts[1].1.stages, ["h2-tt", "h2-sw0"]);
+    // The worker after the NAT classifies by the destination side only.
+    assert_eq!(parts[1].1.after_nat, ["h2-sw0"]);
+    assert!(!parts[1].1.nat_before && parts[2].1.nat_before, "{parts:?}");
     p.hops = vec![
         hop("a", "h2-sw0", "h2"),
         hop("b", "h1-sw0", "h1"),

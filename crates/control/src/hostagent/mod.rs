@@ -3,7 +3,9 @@
 //! `nfx run` workers, programs the host's part of every service path (nftables and policy
 //! routes, [`steering`]), watches its workers and reports those that died, and answers the
 //! controller's heartbeat. Its accelerator devices run the host's ESP tunnel endpoints
-//! (`esp` instances, [`tunnels`]). It listens on the host's management address over mutual TLS.
+//! (`esp` instances, [`tunnels`]); its table-tier devices run the table-tier functions
+//! placed on them as eBPF chains ([`tables`]). It listens on the host's management
+//! address over mutual TLS.
 
 pub mod api;
 pub mod knobs;
@@ -11,6 +13,7 @@ pub mod metrics;
 pub mod power;
 pub mod stages;
 pub mod steering;
+pub mod tables;
 pub mod tunnels;
 
 use crate::api::metrics::ApiMetrics;
@@ -82,6 +85,10 @@ pub struct AgentConfig {
     /// Lookaside accelerator devices: each runs the tunnel endpoints placed on it.
     #[serde(default)]
     pub accelerators: Vec<tunnels::AcceleratorDevice>,
+    /// Table-tier devices: each runs the table-tier functions of one service in eBPF,
+    /// attached by two veth pairs like a software device (needs root, kernel ≥ 6.6).
+    #[serde(default)]
+    pub tables: Vec<tables::TableDevice>,
 }
 
 /// A software device of the host.
@@ -101,9 +108,9 @@ impl AgentConfig {
             .with_context(|| format!("{}: cannot read", path.display()))?;
         let c: AgentConfig = serde_yaml_ng::from_str(&text)
             .with_context(|| format!("{}: invalid agent config", path.display()))?;
-        if c.software.len() > stages::MAX_DEVICES {
+        if c.software.len() + c.tables.len() > stages::MAX_DEVICES {
             anyhow::bail!(
-                "{}: software: at most {} devices per agent",
+                "{}: software + tables: at most {} devices per agent",
                 path.display(),
                 stages::MAX_DEVICES
             );
@@ -168,6 +175,8 @@ pub struct HostAgent {
     knobs: Mutex<nfx_energy::knobs::Actuator>,
     /// Tunnel endpoints and the accelerator devices they run on.
     tunnels: tunnels::Tunnels,
+    /// Table-tier devices and their chains.
+    tables: tables::Tables,
 }
 
 impl HostAgent {
@@ -199,6 +208,15 @@ impl HostAgent {
             );
             stages.insert(d.id.clone(), st);
         }
+        let mut table_devices = Vec::new();
+        for (j, d) in cfg.tables.iter().enumerate() {
+            let st = Stage::new(&d.id, cfg.software.len() + j);
+            st.ensure(&mut tools)
+                .map_err(|e| anyhow::anyhow!("attaching device {}: {e}", d.id))?;
+            stages.insert(d.id.clone(), st.clone());
+            table_devices.push((d.clone(), st));
+        }
+        let tables = tables::Tables::new(table_devices, cfg.run_dir.clone());
         let local = LocalVnfm::new(LocalConfig {
             run_dir: cfg.run_dir.join("workers"),
             nfx_bin: cfg.nfx_bin.clone(),
@@ -234,6 +252,7 @@ impl HostAgent {
             ),
             knobs: Mutex::new(nfx_energy::knobs::Actuator::new()),
             tunnels,
+            tables,
         });
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
@@ -321,6 +340,7 @@ impl HostAgent {
         let mut paths = st.paths();
         paths.insert(service.to_string(), path.clone());
         self.reconcile_workers(&paths, true)?;
+        self.tables.reconcile(&paths)?;
         st.program(service, path)
     }
 
@@ -328,7 +348,9 @@ impl HostAgent {
     pub fn withdraw(&self, service: &str) -> Result<(), SteerError> {
         let mut st = self.steering();
         st.withdraw(service)?;
-        self.reconcile_workers(&st.paths(), false)
+        let paths = st.paths();
+        self.tables.reconcile(&paths)?;
+        self.reconcile_workers(&paths, false)
     }
 
     /// Makes the host's paths exactly `paths` (workers gain services before the switch
@@ -336,6 +358,7 @@ impl HostAgent {
     pub fn sync(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
         let mut st = self.steering();
         self.reconcile_workers(paths, true)?;
+        self.tables.reconcile(paths)?;
         st.sync(paths)?;
         self.reconcile_workers(paths, false)
     }
@@ -349,7 +372,7 @@ impl HostAgent {
         paths: &BTreeMap<String, HostPath>,
         keep: bool,
     ) -> Result<(), SteerError> {
-        let want = services_by_device(paths)?;
+        let want = services_by_device(paths, |d| self.tables.has_device(d))?;
         let have = self.local.worker_services();
         if let Some(d) = want.keys().find(|d| !have.contains_key(*d)) {
             return Err(SteerError::Invalid(format!(
@@ -437,25 +460,24 @@ impl HostAgent {
     }
 }
 
-/// The services each device's worker runs for `paths`, by device, in service id order.
+/// The services each device's worker runs for `paths`, by device, in service id order
+/// (stages on a device for which `table` holds run no worker: [`tables`]).
 fn services_by_device(
     paths: &BTreeMap<String, HostPath>,
+    table: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<String, Vec<ServiceConfig>>, SteerError> {
     let mut out: BTreeMap<String, Vec<ServiceConfig>> = BTreeMap::new();
     for (svc, p) in paths {
-        for device in &p.stages {
-            let chain = p
-                .instances
-                .get(device)
-                .filter(|c| !c.is_empty())
-                .ok_or_else(|| {
-                    SteerError::Invalid(format!(
-                        "path of {svc}: instances: no chain for stage {device:?}"
-                    ))
-                })?;
+        for device in p.stages.iter().filter(|d| !table(d)) {
+            let chain = p.chain_of(svc, device)?;
+            let mut selector = p.selector.clone();
+            if p.after_nat.contains(device) {
+                selector.src = None;
+                selector.sport = None;
+            }
             out.entry(device.clone()).or_default().push(ServiceConfig {
                 id: svc.clone(),
-                selector: selector_config(&p.selector),
+                selector: selector_config(&selector),
                 chain: chain.clone(),
             });
         }
@@ -503,6 +525,8 @@ impl Vnfm for HostAgent {
             let (st, tun) = self.tunnels.deploy(spec)?;
             self.steering().set_tunnel(&spec.id, tun);
             st
+        } else if self.tables.has_device(&spec.device) {
+            self.tables.deploy(spec)?
         } else {
             self.local.deploy_instance(spec)?
         };
@@ -525,6 +549,9 @@ impl Vnfm for HostAgent {
             self.tunnels.destruct(id);
             return Ok(());
         }
+        if self.tables.holds(id) {
+            return self.tables.destruct(id);
+        }
         match self.local.destruct_instance(id) {
             Err(VnfmError::NotFound(_)) if was_lost => Ok(()),
             r => r,
@@ -546,6 +573,9 @@ impl Vnfm for HostAgent {
                 ))),
             };
         }
+        if self.tables.holds(id) {
+            return self.tables.configure(id, config);
+        }
         self.local.configure_instance(id, config)
     }
 
@@ -555,6 +585,12 @@ impl Vnfm for HostAgent {
         new: &str,
         flows: &[String],
     ) -> Result<MigrateReport, VnfmError> {
+        if self.tables.holds(old) || self.tables.holds(new) {
+            return Err(VnfmError::Invalid(format!(
+                "{old} → {new}: table-tier instances are not migrated by the agent; destroy \
+                 and deploy the service to move them"
+            )));
+        }
         self.local.migrate_instance(old, new, flows)
     }
 
@@ -562,12 +598,16 @@ impl Vnfm for HostAgent {
         if self.tunnels.holds(id) {
             return self.tunnels.state(id);
         }
+        if self.tables.holds(id) {
+            return self.tables.state(id);
+        }
         self.local.get_instance_state(id)
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
         let mut ids = self.local.list_instances()?;
         ids.extend(self.tunnels.ids());
+        ids.extend(self.tables.ids());
         Ok(ids)
     }
 
@@ -582,6 +622,8 @@ mod tests {
 
     fn path(stages: &[(&str, &[&str])], dport: u16) -> HostPath {
         HostPath {
+            after_nat: Vec::new(),
+            nat_before: false,
             selector: serde_json::from_value(serde_json::json!(
                 {"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "udp", "dport": dport}
             ))
@@ -631,7 +673,7 @@ mod tests {
                 path(&[("sw0", &["fw-a", "nat-a"]), ("sw1", &["dpi-a"])], 9000),
             ),
         ]);
-        let by = services_by_device(&paths).unwrap();
+        let by = services_by_device(&paths, |_| false).unwrap();
         let sw0: Vec<(&str, &[String])> = by["sw0"]
             .iter()
             .map(|s| (s.id.as_str(), s.chain.as_slice()))
@@ -653,7 +695,8 @@ mod tests {
         // or, worse, every instance).
         let mut bad = path(&[("sw0", &["fw-a"])], 1);
         bad.instances.clear();
-        let e = services_by_device(&BTreeMap::from([("s".to_string(), bad)])).unwrap_err();
+        let e =
+            services_by_device(&BTreeMap::from([("s".to_string(), bad)]), |_| false).unwrap_err();
         assert!(e.to_string().contains("no chain for stage"), "{e}");
     }
 }

@@ -67,6 +67,15 @@ pub struct HostPath {
     /// the chain its worker runs for this service's frames (and only for them).
     #[serde(default)]
     pub instances: BTreeMap<String, Vec<String>>,
+    /// Stages whose frames a NAT earlier in the service's chain has rewritten (on this
+    /// host or before it): their workers classify the service by its destination side
+    /// only (`dst`, `proto`, `dport`), as the steering does after the first stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_nat: Vec<String>,
+    /// A NAT on an earlier host has rewritten the frames arriving from `prev`: they are
+    /// matched by the selector's destination side only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nat_before: bool,
     /// The local ESP tunnel endpoint (instance id) whose TUN device carries the traffic
     /// to `next` instead of the link (the endpoint encrypts it onto the link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +84,21 @@ pub struct HostPath {
     /// on (decrypted), and which carries the replies back to `prev`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel_prev: Option<String>,
+}
+
+impl HostPath {
+    /// The service's instances on stage `device`, in order (a stage without any is a bad
+    /// path of `service`: its device would run nothing or, worse, everything).
+    pub fn chain_of(&self, service: &str, device: &str) -> Result<&Vec<String>, SteerError> {
+        self.instances
+            .get(device)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                SteerError::Invalid(format!(
+                    "path of {service}: instances: no chain for stage {device:?}"
+                ))
+            })
+    }
 }
 
 /// A neighbor host as the agent's configuration names it.
@@ -412,9 +436,9 @@ impl Steering {
     }
 
     fn stage(&self, device: &str) -> Result<&Stage, SteerError> {
-        self.stages.get(device).ok_or_else(|| {
-            SteerError::Invalid(format!("{device:?} is not a software device of this host"))
-        })
+        self.stages
+            .get(device)
+            .ok_or_else(|| SteerError::Invalid(format!("{device:?} is not a device of this host")))
     }
 
     /// The interface traffic for `addr` leaves by (main table), for the path's ends.
@@ -472,7 +496,7 @@ impl Steering {
                 } else {
                     Some(stages[j - 1].kernel_out.clone())
                 },
-                expr: if j == 0 {
+                expr: if j == 0 && !path.nat_before {
                     forward_match(sel)
                 } else {
                     forward_dst_match(sel)

@@ -4,6 +4,7 @@
 //! only the devices it touches, so a request costs O(devices on one host), not a copy of
 //! the whole model.
 
+use super::pins::Pin;
 use super::InstanceRow;
 use super::PlacementRecord;
 use crate::vnfm::InstanceSpec;
@@ -124,6 +125,8 @@ pub(super) struct Placer<'a> {
     pub(super) service: &'a str,
     /// Configuration of each function of the chain.
     pub(super) configs: &'a [(String, serde_json::Value)],
+    /// Functions the service pins to a tier.
+    pub(super) pins: &'a BTreeMap<String, Pin>,
     /// Recorded instances (their ids are taken).
     pub(super) taken: &'a BTreeMap<String, InstanceRow>,
     /// What was placed, in order.
@@ -195,8 +198,12 @@ impl nfx_chaining::Mediator for Placer<'_> {
         latency_budget_us: f64,
         needs: Needs,
     ) -> Option<nfx_chaining::InstanceSpec> {
+        let pin = self.pins.get(function).copied();
+        let capacity = pin.and_then(|p| p.capacity).unwrap_or(needs.capacity);
         let fits = |(_, d): &(usize, &DeviceModel)| {
-            d.latency_us <= latency_budget_us && d.functions.iter().any(|f| f == function)
+            d.latency_us <= latency_budget_us
+                && d.functions.iter().any(|f| f == function)
+                && pin.is_none_or(|p| p.tier == d.tier)
         };
         let draft = &self.draft;
         let software = best_fit(
@@ -222,9 +229,13 @@ impl nfx_chaining::Mediator for Placer<'_> {
                         .filter(fits)
                         .filter(|(_, d)| d.tier != Tier::Software),
                     needs.throughput_gbps,
-                    needs.capacity,
+                    capacity,
                 )?;
-                (d, format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room; best-fit {} device", d.1.tier.as_str()))
+                let why = match pin {
+                    Some(p) => format!("pinned to the {} tier", p.tier.as_str()),
+                    None => format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room"),
+                };
+                (d, format!("{why}; best-fit {} device", d.1.tier.as_str()))
             }
         };
         let (dev_id, host, tier, lat) =
@@ -235,7 +246,7 @@ impl nfx_chaining::Mediator for Placer<'_> {
             .find(|id| self.id_is_free(id))?;
         if !self
             .draft
-            .deploy(dev_index, function, needs.throughput_gbps, needs.capacity)
+            .deploy(dev_index, function, needs.throughput_gbps, capacity)
         {
             return None;
         }
@@ -251,7 +262,7 @@ impl nfx_chaining::Mediator for Placer<'_> {
             device: dev_id,
             config,
             throughput_gbps: needs.throughput_gbps,
-            capacity: needs.capacity,
+            capacity,
         };
         self.record(spec, &host, tier, lat, reason);
         Some(nfx_chaining::InstanceSpec {
@@ -262,7 +273,7 @@ impl nfx_chaining::Mediator for Placer<'_> {
             processing_latency_us: lat,
             throughput_total_gbps: needs.throughput_gbps,
             throughput_used_gbps: 0.0,
-            capacity_total: needs.capacity,
+            capacity_total: capacity,
             capacity_used: 0.0,
         })
     }
@@ -321,6 +332,7 @@ mod tests {
             draft: Draft::new(&base, &host_devices, &hosts),
             service: "s",
             configs: &configs,
+            pins: &BTreeMap::new(),
             taken: &taken,
             placed: Vec::new(),
         };

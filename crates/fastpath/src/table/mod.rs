@@ -699,6 +699,19 @@ impl Drop for TableChain {
     }
 }
 
+/// How many tcx programs (ingress and egress) are attached to `iface` in the calling
+/// thread's network namespace: what a control plane or a test reads back to see that a
+/// destroyed chain left nothing attached.
+pub fn tcx_programs(iface: &str) -> Result<usize, TableError> {
+    let mut n = 0;
+    for at in [TcAttachType::Ingress, TcAttachType::Egress] {
+        let (_, progs) = SchedClassifier::query_tcx(iface, at)
+            .map_err(|e| TableError::Attach(format!("querying `{iface}`: {e}")))?;
+        n += progs.len();
+    }
+    Ok(n)
+}
+
 /// Imported flow state that did not fit, or a malformed blob (the software's error type,
 /// so a mediator handles both tiers alike).
 pub type ImportResult = Result<usize, StateError>;

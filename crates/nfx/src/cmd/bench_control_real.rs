@@ -192,6 +192,8 @@ fn steering(bed: &Bed, secs: u32) -> anyhow::Result<(f64, f64, u32)> {
                 next: route.get(i + 1).map(|s| s.to_string()),
                 stages: Vec::new(),
                 instances: BTreeMap::new(),
+                after_nat: Vec::new(),
+                nat_before: false,
                 tunnel_next: None,
                 tunnel_prev: None,
             };

@@ -7,10 +7,14 @@
 //! device: a lookaside crypto device that its agent runs as an `nfx accel serve`
 //! process on a reserved core when a tunnel endpoint is placed on it. That device is
 //! modelled hardware (a CPU core standing in for a QAT/FPGA card), and its figures
-//! below are nominal.
+//! below are nominal. Where the kernel runs the table tier's eBPF programs (probed once
+//! at `up`), every host also has one table-tier device: its agent runs the functions
+//! placed on it as a real `TableChain` (tc programs over bounded maps) on the device's
+//! veth ports; its latency and throughput figures are nominal too.
 
 use anyhow::{bail, Context};
 use nfx_control::hostagent::steering::{closed_ruleset, NeighborLink};
+use nfx_control::hostagent::tables::TableDevice;
 use nfx_control::hostagent::tunnels::AcceleratorDevice;
 use nfx_control::hostagent::{AgentConfig, SoftwareDevice};
 use nfx_control::tls::{self, AgentSubject};
@@ -41,6 +45,14 @@ const ACCEL_LATENCY_US: f64 = 20.0;
 const ACCEL_GBPS: f64 = 2.0;
 /// ESP transforms the lookaside device runs.
 const ACCEL_ALGORITHMS: [&str; 3] = ["aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"];
+/// Functions the table tier runs (crates/fastpath, `table`).
+const TABLE_FUNCTIONS: [&str; 3] = ["firewall", "nat", "elephant"];
+/// Entries of each host's table device (rules + flow rows of the functions on it).
+const TABLE_ENTRIES: u64 = 1 << 20;
+/// Nominal latency (µs) and throughput (Gbit/s) of a table device (`nfx bench
+/// dataplane` measures the table tier; import through the descriptor's `calibration`).
+const TABLE_LATENCY_US: f64 = 5.0;
+const TABLE_GBPS: f64 = 20.0;
 
 /// One endpoint in `endpoints.json`.
 #[derive(Serialize)]
@@ -91,6 +103,13 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
         .map(|n| n.get() as u32)
         .unwrap_or(1);
     let mut infra = infrastructure(&lay, cores, true);
+    let tables = match table_tier_probe() {
+        Ok(()) => true,
+        Err(e) => {
+            crate::note!("no table-tier devices on this testbed: {e}");
+            false
+        }
+    };
     infra.management = Some(Management {
         netns: Some(lay.mgmt_netns.clone()),
         tls: Some(TlsFiles {
@@ -128,7 +147,15 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
             allowed_dirs: allowed_dirs.to_vec(),
             power: Some(nfx_energy::model::default_power(cores)),
             accelerators: vec![accelerator(&h.id, cores)],
+            tables: if tables {
+                vec![table(&h.id)]
+            } else {
+                Vec::new()
+            },
         };
+        if tables {
+            infra.devices.push(table_device(&h.id, &table(&h.id)));
+        }
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
     infra
@@ -194,7 +221,6 @@ pub fn infrastructure(lay: &Layout, cores: u32, agents: bool) -> Infrastructure 
         infra
             .devices
             .push(accelerator_device(&h.id, &accelerator(&h.id, cores)));
-        infra.devices.extend(table_devices(h));
     }
     infra
 }
@@ -255,12 +281,37 @@ fn accelerator_device(host: &str, a: &AcceleratorDevice) -> Device {
     }
 }
 
-/// Extension point for the table tier: the devices of `host` that its agent runs as
-/// match-action tables. None yet — the table tier's agent API is not settled; when it is,
-/// this lists them (tier `table`, capacity in `table_entries`) and the agent config gains
-/// their settings.
-fn table_devices(_host: &HostInfo) -> Vec<Device> {
-    Vec::new()
+/// Whether this kernel loads and verifies the table tier's programs (root, BPF, tcx):
+/// one blank device is programmed and dropped.
+fn table_tier_probe() -> Result<(), String> {
+    nfx_fastpath::table::TableChain::prepare(nfx_fastpath::table::Shape::default())
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The host's table device as its agent runs it.
+fn table(host: &str) -> TableDevice {
+    TableDevice {
+        id: format!("{host}-tt0"),
+        entries: TABLE_ENTRIES,
+    }
+}
+
+fn table_device(host: &str, t: &TableDevice) -> Device {
+    Device {
+        id: t.id.clone(),
+        host: host.to_string(),
+        tier: Tier::Table,
+        functions: TABLE_FUNCTIONS.iter().map(|f| f.to_string()).collect(),
+        latency_us: TABLE_LATENCY_US,
+        throughput_gbps: TABLE_GBPS,
+        cost: 2.0,
+        cpu_cores: None,
+        table_entries: Some(t.entries),
+        queue_pairs: None,
+        algorithms: Vec::new(),
+        calibration: None,
+    }
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {

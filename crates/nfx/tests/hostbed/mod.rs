@@ -148,6 +148,18 @@ pub fn cpu_s(pid: u32) -> f64 {
         .sum()
 }
 
+/// Every instance row the controller has (`GET /api/v1/instances`).
+// The migration, energy and power-manager tests read no instance list.
+#[allow(dead_code)]
+pub fn instances(c: &nfx_control::client::Client) -> Vec<Value> {
+    c.get("/api/v1/instances")
+        .unwrap()
+        .body
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
 /// The controller's operations of `kind` on `target` (`GET /api/v1/operations`).
 #[allow(dead_code)]
 pub fn operations(c: &nfx_control::client::Client, kind: &str, target: &str) -> Vec<Value> {

@@ -67,6 +67,8 @@ fn sel() -> Selector {
 
 fn path(prev: Option<&str>, next: Option<&str>, stages: &[&str]) -> HostPath {
     HostPath {
+        after_nat: Vec::new(),
+        nat_before: false,
         selector: sel(),
         prev: prev.map(String::from),
         next: next.map(String::from),
@@ -230,7 +232,7 @@ fn bad_requests_are_refused_before_anything_changes() {
     let mut s = steering(&rec);
     for (svc, p, want) in [
         ("a", path(Some("h9"), None, &[]), "not a neighbor"),
-        ("a", path(None, None, &["gpu"]), "not a software device"),
+        ("a", path(None, None, &["gpu"]), "not a device of this host"),
         ("a", path(None, None, &["sw0", "sw0"]), "twice"),
         ("a b", path(None, None, &[]), "service id"),
         ("a\"x", path(None, None, &[]), "service id"),

@@ -1,0 +1,233 @@
+//! A hybrid chain placed by the controller on the multi-host testbed: `nfx testbed up
+//! --hosts 2` (every host with a table-tier device), `nfx up`, and a service from YAML
+//! whose firewall and NAT are pinned to the table tier and whose DPI runs in a software
+//! worker. The agent runs the table-tier functions as a real eBPF `TableChain` on the
+//! table device's ports, steered like a worker. Checks: iperf3 TCP passes (both
+//! directions through the chain: NAT un-rewrite and tracked replies); the firewall's
+//! deny rule stops a denied flow and the table tier's `acl_deny` counter counts it; dst
+//! sees the NAT's public address as the source; the DPI instance's counters grow; a
+//! DPI pinned to the table tier is refused at plan time with the table tier's reason;
+//! after the destroy no tc program is left on any device port and nothing passes.
+//! Needs root; own prefix and subnet; torn down on failure too.
+
+mod common;
+mod hostbed;
+
+use common::eventually;
+use hostbed::instances;
+use nfx_control::client::{load_token, Client};
+use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
+use nfx_testbed::netns;
+use serde_json::Value;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+const PREFIX: &str = "nfxtb-";
+const BASE: &str = "234";
+const TOKEN: &str = "table-tier-e2e-api-token-0123456";
+/// iperf3 (allowed), the denied port, the port whose peer address dst reads.
+const PORT: u16 = 5201;
+const DENIED: u16 = 5202;
+const PEEK: u16 = 5203;
+const PUBLIC: &str = "198.51.100.7";
+
+fn nfx(args: &[&str]) -> String {
+    hostbed::nfx(TOKEN, args)
+}
+
+/// Whether a TCP connection from namespace `ns` to `to:port` is established within 1 s.
+fn connects(ns: &str, to: Ipv4Addr, port: u16) -> bool {
+    let addr = SocketAddr::from((to, port));
+    netns::in_netns(ns, move || {
+        Ok(TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok())
+    })
+    .unwrap()
+}
+
+/// A listener in namespace `ns` on `addr:port`.
+fn listen(ns: &str, addr: Ipv4Addr, port: u16) -> TcpListener {
+    netns::in_netns(ns, move || Ok(TcpListener::bind((addr, port))?)).unwrap()
+}
+
+/// The peer address of the first connection `l` accepts within `limit`.
+fn accept_within(l: &TcpListener, limit: Duration) -> Option<SocketAddr> {
+    l.set_nonblocking(true).unwrap();
+    let mut peer = None;
+    eventually(limit, || {
+        peer = l.accept().ok().map(|(_, a)| a);
+        peer.is_some()
+    });
+    peer
+}
+
+/// The live row of the instance running `function`.
+fn row(c: &Client, function: &str) -> Value {
+    let id = instances(c)
+        .into_iter()
+        .find(|i| i["spec"]["function"] == function)
+        .unwrap_or_else(|| panic!("no {function} instance"))["spec"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.get(&format!("/api/v1/instances/{id}")).unwrap().body
+}
+
+/// tc programs attached to the device ports (`sw*`) of every host.
+fn attached_programs(hosts: &[&str]) -> usize {
+    let mut n = 0;
+    for h in hosts {
+        let ns = format!("{PREFIX}{h}");
+        let links = netns::exec(&ns, &["ip", "-j", "link"], Duration::from_secs(5)).unwrap();
+        let links: Vec<Value> = serde_json::from_str(&links).unwrap();
+        for l in links {
+            let name = l["ifname"].as_str().unwrap().to_string();
+            if name.starts_with("sw") {
+                n += netns::in_netns(&ns, move || Ok(nfx_fastpath::table::tcx_programs(&name)?))
+                    .unwrap();
+            }
+        }
+    }
+    n
+}
+
+fn service(src: Ipv4Addr, dst: Ipv4Addr, dpi_tier: &str) -> String {
+    format!(
+        "services:
+  - id: hybrid
+    tenant: acme
+    ingress: h1
+    egress: h2
+    selector: {{ src: {src}/32, dst: {dst}/32, proto: tcp, dport: {PORT}-{PEEK} }}
+    chain:
+      - function: firewall
+        tier: table
+        config:
+          default: allow
+          max_flows: 1024
+          rules: [{{ action: deny, proto: tcp, dport: {DENIED} }}]
+      - function: nat
+        tier: table
+        config: {{ snat: {{ public_ip: {PUBLIC} }}, max_flows: 1024 }}
+      - function: dpi
+        tier: {dpi_tier}
+        config: {{ patterns: patterns.txt }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+"
+    )
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn hybrid_chain_on_the_table_tier_and_a_worker() {
+    let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 2);
+    let out = bed.out.clone();
+    let infra = std::fs::read_to_string(out.join("infrastructure.yaml")).unwrap();
+    assert!(
+        infra.contains("h1-tt0") && infra.contains("tier: table"),
+        "{infra}"
+    );
+    let (src_ns, src, _) = bed.endpoint("src");
+    let (dst_ns, dst, _) = bed.endpoint("dst");
+    // The DPI worker reads its patterns from its run directory, on either host.
+    let patterns =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/dpi/patterns.txt");
+    for h in ["h1", "h2"] {
+        let dir = out.join("agents").join(h).join("workers");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(&patterns, dir.join("patterns.txt")).unwrap();
+    }
+    let _srv = IperfServer::start(&dst_ns, dst, PORT).unwrap();
+    let denied = listen(&dst_ns, dst, DENIED);
+    let peek = listen(&dst_ns, dst, PEEK);
+    assert!(!connects(&src_ns, dst, PORT), "closed before any deploy");
+
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+
+    // DPI pinned to the table tier: refused at plan time with the tier's reason.
+    let bad = out.join("bad.yaml");
+    std::fs::write(&bad, service(src, dst, "table")).unwrap();
+    let body = &nfx_control::client::load_services(&bad).unwrap()[0];
+    let r = c.post("/api/v1/services", body).unwrap();
+    assert_eq!(r.status, 400, "DPI on the table tier: {r:?}");
+    assert!(
+        r.body.to_string().contains("cannot run on the table tier"),
+        "{r:?}"
+    );
+
+    let file = out.join("hybrid.yaml");
+    std::fs::write(&file, service(src, dst, "software")).unwrap();
+    let op: Value = serde_json::from_str(&nfx(&[
+        "deploy",
+        file.to_str().unwrap(),
+        "--json",
+        "--url",
+        &url,
+    ]))
+    .unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+    let tiers: Vec<(String, String)> = instances(&c)
+        .iter()
+        .map(|i| {
+            (
+                i["spec"]["function"].as_str().unwrap().to_string(),
+                i["tier"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (f, t) in [("firewall", "table"), ("nat", "table"), ("dpi", "software")] {
+        assert!(tiers.contains(&(f.into(), t.into())), "{tiers:?}");
+    }
+
+    let dpi_before = row(&c, "dpi")["state"]["packets"].as_u64().unwrap();
+    let r = iperf::client(&ClientSpec::tcp(&src_ns, dst, PORT, 2, 1))
+        .expect("iperf3 through the hybrid chain");
+    assert!(r.received_bytes > 1_000_000, "{r:?}");
+
+    // NAT: dst sees the public address.
+    let client = std::thread::spawn({
+        let src_ns = src_ns.clone();
+        move || connects(&src_ns, dst, PEEK)
+    });
+    let peer = accept_within(&peek, Duration::from_secs(3));
+    assert!(client.join().unwrap());
+    assert_eq!(peer.map(|p| p.ip().to_string()), Some(PUBLIC.to_string()));
+
+    // The deny rule: no connection, counted by the table tier per reason.
+    assert!(!connects(&src_ns, dst, DENIED), "the denied port connected");
+    drop(denied);
+    let fw = row(&c, "firewall");
+    assert_eq!(fw["state"]["detail"]["tier"], "table", "{fw}");
+    assert!(
+        fw["state"]["detail"]["node"]["drops"]["acl_deny"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "{fw}"
+    );
+    let nat = row(&c, "nat");
+    assert!(nat["state"]["flows"].as_u64().unwrap() >= 1, "{nat}");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            row(&c, "dpi")["state"]["packets"].as_u64().unwrap() > dpi_before + 100
+        }),
+        "the software DPI saw no traffic: {}",
+        row(&c, "dpi")
+    );
+    assert!(attached_programs(&["h1", "h2"]) >= 2);
+
+    nfx(&["destroy", "hybrid", "--url", &url]);
+    assert!(instances(&c).is_empty());
+    assert_eq!(
+        attached_programs(&["h1", "h2"]),
+        0,
+        "programs left attached"
+    );
+    assert!(
+        !connects(&src_ns, dst, PORT),
+        "the path stays open after the destroy"
+    );
+    drop(_ctl);
+    bed.down();
+}
