@@ -11,17 +11,17 @@
 #![no_main]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
+use nfx_control_fuzz::{check_error_json, path_and_body, scratch};
 use nfx_control::hostagent::api::{router, BODY_LIMIT};
 use nfx_control::hostagent::steering::NeighborLink;
 use nfx_control::hostagent::{AgentConfig, HostAgent};
 use nfx_control::vnfm::Vnfm;
-use tower::ServiceExt;
 use zeroize::Zeroizing;
 
 const TOKEN: &str = "fuzz-agent-token-0123456789";
@@ -55,16 +55,6 @@ const BODY_ROUTES: [(&str, &str); 8] = [
     ("POST", "/agent/v1/migrations"),
     ("PUT", "/agent/v1/tunnels/web-esp-0/key"),
 ];
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-    })
-}
 
 fn config(dir: &Path) -> AgentConfig {
     let link = |iface: &str, peer: [u8; 4]| NeighborLink {
@@ -118,12 +108,7 @@ fn calls(mut data: &[u8]) -> Vec<Call> {
         let (path, body) = if idx < PATHS.len() {
             (PATHS[idx].to_string(), bytes.to_vec())
         } else {
-            let end = bytes
-                .iter()
-                .position(|&b| b == b'\n')
-                .unwrap_or(bytes.len());
-            let path = String::from_utf8_lossy(&bytes[..end]).into_owned();
-            (path, bytes.get(end + 1..).unwrap_or_default().to_vec())
+            path_and_body(bytes)
         };
         out.push(Call {
             method: METHODS[usize::from(sel & 7) % METHODS.len()],
@@ -149,14 +134,7 @@ fn send(app: &axum::Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {
         body.resize(BODY_LIMIT + 1, b' ');
     }
     let req = req.body(Body::from(body)).ok()?;
-    Some(runtime().block_on(async {
-        let resp = app.clone().oneshot(req).await.expect("infallible");
-        let code = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 8 << 20)
-            .await
-            .expect("answer body");
-        (code, bytes.to_vec())
-    }))
+    Some(nfx_control_fuzz::send(app, req))
 }
 
 /// Checks one answer against what must hold for every request.
@@ -174,24 +152,10 @@ fn check(c: &Call, code: StatusCode, answer: &[u8]) {
     if reads_body && c.token == 1 && c.oversized {
         assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE, "{} {}", c.method, c.path);
     }
-    if !code.is_success() && c.method != "HEAD" {
-        let v: serde_json::Value = serde_json::from_slice(answer)
-            .unwrap_or_else(|e| panic!("{code} {} {}: not JSON ({e})", c.method, c.path));
-        assert!(v["error"].is_string(), "{code}: {v}");
-    }
+    check_error_json(code, c.method, &c.path, answer);
     if c.method == "POST" && c.path == "/agent/v1/instances" {
         assert!(!code.is_success(), "a deploy succeeded: {code}");
     }
-}
-
-fn scratch() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    base.join(format!("nfx-fuzz-agent-{}", std::process::id()))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -199,7 +163,7 @@ fuzz_target!(|data: &[u8]| {
     if session.is_empty() {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("agent");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let agent: Arc<HostAgent> = HostAgent::unplugged(&config(&dir)).expect("agent");

@@ -15,9 +15,10 @@
 #![no_main]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
+use nfx_control_fuzz::scratch;
 use nfx_control::hostagent::AgentConfig;
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::state_file::{recorded_pids, StateFile};
@@ -42,16 +43,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-fn scratch() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    base.join(format!("nfx-fuzz-agent-state-{}", std::process::id()))
 }
 
 /// The sequence number of a sealed slot whose JSON has one.
@@ -113,7 +104,7 @@ fuzz_target!(|data: &[u8]| {
     let [kind, flags, input @ ..] = data else {
         return;
     };
-    let dir = scratch();
+    let dir = scratch("agent-state");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     match kind % 3 {
