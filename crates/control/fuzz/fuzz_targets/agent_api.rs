@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use nfx_control_fuzz::{check_error_json, path_and_body, scratch};
+use nfx_control_fuzz::{check_error_json, frames, route, scratch};
 use nfx_control::hostagent::api::{router, BODY_LIMIT};
 use nfx_control::hostagent::steering::NeighborLink;
 use nfx_control::hostagent::{AgentConfig, HostAgent};
@@ -95,30 +95,20 @@ struct Call {
 /// oversized body: bit 5), a path byte (an index into [`PATHS`], past it: the path is
 /// the body's bytes up to a newline), a little-endian 16-bit length (at most 4 KiB),
 /// then that many bytes of body.
-fn calls(mut data: &[u8]) -> Vec<Call> {
-    let mut out = Vec::new();
-    while out.len() < 8 {
-        let [sel, p, lo, hi, rest @ ..] = data else {
-            break;
-        };
-        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(4096);
-        let (bytes, tail) = rest.split_at(len.min(rest.len()));
-        data = tail;
-        let idx = usize::from(*p);
-        let (path, body) = if idx < PATHS.len() {
-            (PATHS[idx].to_string(), bytes.to_vec())
-        } else {
-            path_and_body(bytes)
-        };
-        out.push(Call {
-            method: METHODS[usize::from(sel & 7) % METHODS.len()],
-            path,
-            token: (sel >> 3) & 3,
-            oversized: sel & 0x20 != 0,
-            body,
-        });
-    }
-    out
+fn calls(data: &[u8]) -> Vec<Call> {
+    frames(data)
+        .into_iter()
+        .map(|(sel, p, bytes)| {
+            let (path, body) = route(&PATHS, usize::from(p), bytes);
+            Call {
+                method: METHODS[usize::from(sel & 7) % METHODS.len()],
+                path,
+                token: (sel >> 3) & 3,
+                oversized: sel & 0x20 != 0,
+                body,
+            }
+        })
+        .collect()
 }
 
 fn send(app: &axum::Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {

@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use libfuzzer_sys::fuzz_target;
-use nfx_control_fuzz::{check_error_json, path_and_body, scratch};
+use nfx_control_fuzz::{check_error_json, frames, route, scratch};
 use nfx_control::api::metrics::ApiMetrics;
 use nfx_control::api::{router, ApiState, Tokens};
 use nfx_control::server::{build, UpConfig};
@@ -96,30 +96,20 @@ struct Call {
 /// path: bits 5–7 plus the low half of the next byte), a little-endian 16-bit length
 /// (at most 4 KiB), then that many bytes of body; a "path from the input" call takes the
 /// body's bytes up to a newline.
-fn calls(mut data: &[u8]) -> Vec<Call> {
-    let mut out = Vec::new();
-    while out.len() < 8 {
-        let [sel, p, lo, hi, rest @ ..] = data else {
-            break;
-        };
-        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(4096);
-        let take = len.min(rest.len());
-        let (bytes, tail) = rest.split_at(take);
-        data = tail;
-        let idx = usize::from(sel >> 5) | (usize::from(p & 15) << 3);
-        let (path, body) = if idx < PATHS.len() {
-            (PATHS[idx].to_string(), bytes.to_vec())
-        } else {
-            path_and_body(bytes)
-        };
-        out.push(Call {
-            method: METHODS[usize::from(sel & 7) % METHODS.len()],
-            path,
-            token: (sel >> 3) & 3,
-            body,
-        });
-    }
-    out
+fn calls(data: &[u8]) -> Vec<Call> {
+    frames(data)
+        .into_iter()
+        .map(|(sel, p, bytes)| {
+            let idx = usize::from(sel >> 5) | (usize::from(p & 15) << 3);
+            let (path, body) = route(&PATHS, idx, bytes);
+            Call {
+                method: METHODS[usize::from(sel & 7) % METHODS.len()],
+                path,
+                token: (sel >> 3) & 3,
+                body,
+            }
+        })
+        .collect()
 }
 
 fn send(app: &Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {

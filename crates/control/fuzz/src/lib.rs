@@ -45,8 +45,29 @@ pub fn send(app: &Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
     })
 }
 
-/// A request path taken from the input: the bytes up to a newline; the rest is the body.
-pub fn path_and_body(bytes: &[u8]) -> (String, Vec<u8>) {
+/// Splits a session input into at most eight requests, each a selector byte, a path
+/// byte, a little-endian 16-bit length (at most 4 KiB), then that many bytes; returns
+/// (selector, path byte, bytes) of each.
+pub fn frames(mut data: &[u8]) -> Vec<(u8, u8, &[u8])> {
+    let mut out = Vec::new();
+    while out.len() < 8 {
+        let [sel, p, lo, hi, rest @ ..] = data else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(4096);
+        let (bytes, tail) = rest.split_at(len.min(rest.len()));
+        data = tail;
+        out.push((*sel, *p, bytes));
+    }
+    out
+}
+
+/// The path and body of a request: route `idx` of `paths` with `bytes` as the body, or,
+/// past the routes, the bytes up to a newline as the path and the rest as the body.
+pub fn route(paths: &[&str], idx: usize, bytes: &[u8]) -> (String, Vec<u8>) {
+    if let Some(p) = paths.get(idx) {
+        return (p.to_string(), bytes.to_vec());
+    }
     let end = bytes
         .iter()
         .position(|&b| b == b'\n')

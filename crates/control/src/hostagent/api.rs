@@ -166,31 +166,37 @@ mod tests {
 
     const TOKEN: &str = "agent-api-test-token-0123";
 
-    fn call(app: &Router, method: &str, path: &str, token: bool, body: Vec<u8>) -> (u16, String) {
+    /// One request through `app`: its status and its answer as JSON.
+    async fn call(
+        app: &Router,
+        method: &str,
+        path: &str,
+        token: bool,
+        body: Vec<u8>,
+    ) -> (u16, serde_json::Value) {
         let mut req = Request::builder().method(method).uri(path);
         if token {
             req = req.header("authorization", format!("Bearer {TOKEN}"));
         }
-        let req = req.body(Body::from(body)).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+        let resp = app
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
             .unwrap();
-        rt.block_on(async {
-            let resp = app.clone().oneshot(req).await.unwrap();
-            let code = resp.status().as_u16();
-            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
-                .await
-                .unwrap();
-            (code, String::from_utf8_lossy(&bytes).into_owned())
-        })
+        let code = resp.status().as_u16();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let v = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{method} {path}: {code}, not JSON ({e})"));
+        (code, v)
     }
 
     /// What the `agent_api` fuzz target checks on every answer: a wrong method (405), an
     /// unknown path (404), a body over the limit (413), no token (401) and a bad body
     /// (400) all answer JSON `{"error": ...}`.
-    #[test]
-    fn every_refusal_is_a_json_error() {
+    #[tokio::test]
+    async fn every_refusal_is_a_json_error() {
         let dir = std::env::temp_dir().join(format!("nfx-agent-api-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = AgentConfig {
@@ -220,9 +226,8 @@ mod tests {
             ("PUT", "/agent/v1/paths", false, big, 401),
             ("POST", "/agent/v1/instances", true, b"{}".to_vec(), 400),
         ] {
-            let (code, text) = call(&app, method, path, token, body);
-            assert_eq!(code, want, "{method} {path}: {text}");
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let (code, v) = call(&app, method, path, token, body).await;
+            assert_eq!(code, want, "{method} {path}: {v}");
             assert!(v["error"].is_string(), "{method} {path}: {v}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
