@@ -45,9 +45,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The sequence number of a sealed slot whose JSON has one.
+/// The sequence number of a sealed slot whose JSON has one, read as leniently as the
+/// loader reads a record (other fields are not looked at).
 fn sealed_seq(json: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(json).ok()?["seq"].as_u64()
+    #[derive(serde::Deserialize)]
+    struct Seq {
+        seq: u64,
+    }
+    serde_json::from_slice::<Seq>(json).ok().map(|s| s.seq)
 }
 
 fn slots(dir: &Path, flags: u8, input: &[u8]) {
