@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the VNF, tunnel and controller fuzz targets into
 crates/{vnf,tunnel,control}/fuzz/seeds/<target>/ (docs/fuzzing.md): valid frames, state blobs,
-TCP bursts, TSO/USO super-packets, sealed payloads and REST sessions, so that the fuzzer starts past
+TCP bursts, TSO/USO super-packets, sealed payloads, REST sessions and agent state records, so that the fuzzer starts past
 the checksum, header and blob checks instead of rediscovering them."""
 import json
 import os
@@ -234,6 +234,90 @@ def control_seeds():
     }
     for name, calls in sessions.items():
         write("control", "rest_api", name, b"".join(calls))
+    agent_seeds()
+
+
+def agent_seeds():
+    # agent_api: per request a selector byte (method bits 0..2, token bits 3..4: 0 none,
+    # 1 right, 2 wrong, 3 right without "Bearer"; bit 5: body over the limit), a path byte
+    # (index into the target's PATHS; past them the path leads the body up to a newline),
+    # a 16-bit LE length, then the body.
+    methods = {"GET": 0, "POST": 1, "PUT": 2, "DELETE": 3, "HEAD": 4, "PATCH": 5}
+    paths = ["/metrics", "/agent/v1/health", "/agent/v1/energy", "/agent/v1/knobs",
+             "/agent/v1/tunnels/web-esp-0/engine", "/agent/v1/paths", "/agent/v1/paths/web",
+             "/agent/v1/instances", "/agent/v1/instances/web-firewall-0",
+             "/agent/v1/instances/web-firewall-0/config", "/agent/v1/migrations",
+             "/agent/v1/tunnels/web-esp-0/key"]
+
+    def call(method, token, path, body=b"", big=False):
+        i = paths.index(path) if path in paths else 255
+        if i == 255:
+            body = path.encode() + b"\n" + body
+        sel = methods[method] | (token << 3) | (0x20 if big else 0)
+        return bytes([sel, i]) + struct.pack("<H", len(body)) + body
+
+    def j(v):
+        return json.dumps(v).encode()
+
+    sel = {"src": "10.9.1.2/32", "dst": "10.9.2.2/32", "proto": "udp", "dport": 5201}
+    transit = {"selector": sel, "prev": "h0", "next": "h2"}
+    ingress = {"selector": dict(sel, sport="1000-2000"), "next": "h2", "tunnel_next": "web-esp-0"}
+    staged = {"selector": sel, "prev": "h0", "stages": ["sw0"], "instances": {"sw0": ["web-firewall-0"]}}
+    spec = {"id": "web-firewall-0", "function": "firewall", "device": "sw0",
+            "config": {"rules": [{"action": "allow", "dport": 80}]}, "throughput_gbps": 1.0, "capacity": 1.0}
+    esp = {"id": "web-esp-0", "function": "esp", "device": "acc0",
+           "config": {"tunnel": "web", "role": "initiator", "peer_host": "h2", "alg": "aes-gcm-128"}}
+    ok, wrong, bare = 1, 2, 3
+    sessions = {
+        "paths": [call("PUT", ok, "/agent/v1/paths/web", j(transit)), call("GET", ok, "/agent/v1/paths"),
+                  call("PUT", ok, "/agent/v1/paths", j({"web": ingress, "db": transit})),
+                  call("PUT", ok, "/agent/v1/paths/web", j(transit)), call("DELETE", ok, "/agent/v1/paths/web"),
+                  call("GET", ok, "/agent/v1/health")],
+        "refused_paths": [call("PUT", ok, "/agent/v1/paths/web", j(staged)),
+                          call("PUT", ok, "/agent/v1/paths/a b", j(transit)),
+                          call("PUT", ok, "/agent/v1/paths", j({"web": dict(transit, next="h9")}))],
+        "knobs_tunnels": [call("POST", ok, "/agent/v1/knobs", j({"device": "sw0", "setting": {"knob": "cpu_max", "value": 0.5}})),
+                          call("POST", ok, "/agent/v1/knobs", j({"device": "sw0", "setting": {"knob": "affinity", "value": [0, 1]}})),
+                          call("POST", ok, "/agent/v1/knobs", j({"device": "sw0", "setting": {"knob": "poll", "value": "busy"}})),
+                          call("PUT", ok, "/agent/v1/tunnels/web-esp-0/key", j({"psk": "ab" * 32})),
+                          call("POST", ok, "/agent/v1/instances", j(esp)),
+                          call("POST", ok, "/agent/v1/tunnels/web-esp-0/engine", j({"lookaside": True}))],
+        "instances": [call("POST", ok, "/agent/v1/instances", j(spec)), call("GET", ok, "/agent/v1/instances"),
+                      call("GET", ok, "/agent/v1/instances/web-firewall-0"),
+                      call("PUT", ok, "/agent/v1/instances/web-firewall-0/config", j({"rules": []})),
+                      call("POST", ok, "/agent/v1/migrations", j({"old": "web-firewall-0", "new": "b", "flows": []})),
+                      call("DELETE", ok, "/agent/v1/instances/web-firewall-0"),
+                      call("GET", ok, "/agent/v1/energy"), call("GET", ok, "/metrics")],
+        "tokens_and_limits": [call("PUT", 0, "/agent/v1/paths", j({})), call("GET", wrong, "/metrics"),
+                              call("GET", bare, "/agent/v1/health"), call("PATCH", ok, "/agent/v1/paths"),
+                              call("PUT", ok, "/agent/v1/paths", b"{}", big=True),
+                              call("GET", ok, "/agent/v1/../etc/passwd"), call("HEAD", ok, "/agent/v1/health")],
+    }
+    for name, calls in sessions.items():
+        write("control", "agent_api", name, b"".join(calls))
+
+    # agent_state: a kind byte (0: workers record, 1: agent config, 2: local agent
+    # config), a flags byte (bit 0: seal the record with its hash), then the bytes.
+    inst = lambda i, f: {"id": i, "function": f, "device": "sw0", "config": {}}
+    workers = {"sw0": {"instances": [inst("fw", "firewall"), inst("nat", "nat")], "nodes": ["fw", "nat"],
+                       "config_versions": [1, 3], "pid": None, "joined": 1,
+                       "services": [{"id": "web", "selector": {"dst": "10.9.2.2/32", "dport": "5201"},
+                                     "chain": ["fw", "nat"]}]},
+               "sw1": {"instances": [], "nodes": [], "config_versions": [], "pid": 4194304, "handed_to": "sw0",
+                       "moved": {"fw": {"flows": 3, "bytes": 120}}}}
+    record = j({"seq": 2, "workers": workers})
+    uneven = j({"seq": 3, "workers": {"sw0": dict(workers["sw0"], config_versions=[1])}})
+    write("control", "agent_state", "newer_record", bytes([0, 1]) + record)
+    write("control", "agent_state", "uneven_record", bytes([0, 1]) + uneven)
+    write("control", "agent_state", "cut_record", bytes([0, 0]) + record[: len(record) // 2])
+    agent = (b"host: h1\nlisten: 10.0.0.1:7000\ntoken_file: /etc/nfx/token\nrun_dir: /run/nfx\n"
+             b"software: [{ id: sw0, cores: 2 }]\nneighbors: { h2: { iface: eth1, peer: 10.9.12.2 } }\n"
+             b"allowed_dirs: [/etc/nfx/dpi]\npower: { idle_w: 6.2, max_w: 37.4 }\n"
+             b"accelerators: [{ id: acc0, queue_pairs: 4, core: 1 }]\n")
+    local = (b"run_dir: /run/nfx\nworkers:\n  sw0: { ports: { inside: { iface: v0 } }, fanout: 7, poll: busy,"
+             b" ring_slots: 256, fast_path: 1024, allowed_dirs: [/etc/nfx], nice: -5 }\n")
+    write("control", "agent_state", "agent_config", bytes([1, 0]) + agent)
+    write("control", "agent_state", "local_config", bytes([2, 0]) + local)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@
 //! [`crate::vnfm::remote::RemoteVnfm`]. The caller puts the routes behind the bearer token
 //! ([`crate::api::protect`]).
 
-use crate::api::{parse_body, ApiError};
+use crate::api::{parse_body, ApiError, RawBody};
 use crate::vnfm::{InstanceSpec, Vnfm, VnfmError};
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -68,7 +67,7 @@ async fn list(State(st): State<Arc<AgentState>>) -> AgentResult {
     run(StatusCode::OK, move || st.vnfm.list_instances()).await
 }
 
-async fn deploy(State(st): State<Arc<AgentState>>, body: Bytes) -> AgentResult {
+async fn deploy(State(st): State<Arc<AgentState>>, body: RawBody) -> AgentResult {
     let spec: InstanceSpec = parse_body(&body)?;
     run(StatusCode::CREATED, move || st.vnfm.deploy_instance(&spec)).await
 }
@@ -87,7 +86,7 @@ async fn destruct(State(st): State<Arc<AgentState>>, Path(id): Path<String>) -> 
 async fn configure(
     State(st): State<Arc<AgentState>>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: RawBody,
 ) -> AgentResult {
     let cfg: serde_json::Value = parse_body(&body)?;
     run(StatusCode::OK, move || {
@@ -96,7 +95,7 @@ async fn configure(
     .await
 }
 
-async fn migrate(State(st): State<Arc<AgentState>>, body: Bytes) -> AgentResult {
+async fn migrate(State(st): State<Arc<AgentState>>, body: RawBody) -> AgentResult {
     let b: MigrateBody = parse_body(&body)?;
     run(StatusCode::OK, move || {
         st.vnfm.migrate_instance(&b.old, &b.new, &b.flows)
@@ -114,7 +113,7 @@ struct KeyBody {
 async fn tunnel_key(
     State(st): State<Arc<AgentState>>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: RawBody,
 ) -> Result<Response, ApiError> {
     let b: KeyBody = parse_body(&body)?;
     let hex = zeroize::Zeroizing::new(b.psk);

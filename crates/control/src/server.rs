@@ -255,7 +255,10 @@ pub fn run_agent(
     token: Zeroizing<String>,
     ready_file: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
-    let app = crate::api::protect(crate::agent::router(vnfm), crate::api::Tokens::admin(token));
+    let app = crate::api::json_fallbacks(
+        crate::api::protect(crate::agent::router(vnfm), crate::api::Tokens::admin(token)),
+        "",
+    );
     serve(app, listen, None, ready_file)
 }
 

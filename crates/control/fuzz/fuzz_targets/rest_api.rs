@@ -8,18 +8,18 @@
 #![no_main]
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use libfuzzer_sys::fuzz_target;
+use nfx_control_fuzz::{check_error_json, frames, route, scratch};
 use nfx_control::api::metrics::ApiMetrics;
 use nfx_control::api::{router, ApiState, Tokens};
 use nfx_control::server::{build, UpConfig};
 use nfx_control::vnfm::sim::SimConfig;
 use nfx_model::Infrastructure;
-use tower::ServiceExt;
 use zeroize::Zeroizing;
 
 const ADMIN: &str = "fuzz-admin-token-0123456789";
@@ -53,16 +53,6 @@ const PATHS: [&str; 14] = [
     "/metrics",
     "/agent/v1/instances",
 ];
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-    })
-}
 
 fn config(db: PathBuf) -> UpConfig {
     UpConfig {
@@ -108,35 +98,20 @@ struct Call {
 /// path: bits 5–7 plus the low half of the next byte), a little-endian 16-bit length
 /// (at most 4 KiB), then that many bytes of body; a "path from the input" call takes the
 /// body's bytes up to a newline.
-fn calls(mut data: &[u8]) -> Vec<Call> {
-    let mut out = Vec::new();
-    while out.len() < 8 {
-        let [sel, p, lo, hi, rest @ ..] = data else {
-            break;
-        };
-        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(4096);
-        let take = len.min(rest.len());
-        let (bytes, tail) = rest.split_at(take);
-        data = tail;
-        let idx = usize::from(sel >> 5) | (usize::from(p & 15) << 3);
-        let (path, body) = if idx < PATHS.len() {
-            (PATHS[idx].to_string(), bytes.to_vec())
-        } else {
-            let end = bytes
-                .iter()
-                .position(|&b| b == b'\n')
-                .unwrap_or(bytes.len());
-            let path = String::from_utf8_lossy(&bytes[..end]).into_owned();
-            (path, bytes.get(end + 1..).unwrap_or_default().to_vec())
-        };
-        out.push(Call {
-            method: METHODS[usize::from(sel & 7) % METHODS.len()],
-            path,
-            token: (sel >> 3) & 3,
-            body,
-        });
-    }
-    out
+fn calls(data: &[u8]) -> Vec<Call> {
+    frames(data)
+        .into_iter()
+        .map(|(sel, p, bytes)| {
+            let idx = usize::from(sel >> 5) | (usize::from(p & 15) << 3);
+            let (path, body) = route(&PATHS, idx, bytes);
+            Call {
+                method: METHODS[usize::from(sel & 7) % METHODS.len()],
+                path,
+                token: (sel >> 3) & 3,
+                body,
+            }
+        })
+        .collect()
 }
 
 fn send(app: &Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {
@@ -148,14 +123,7 @@ fn send(app: &Router, c: &Call) -> Option<(StatusCode, Vec<u8>)> {
         _ => req,
     };
     let req = req.body(Body::from(c.body.clone())).ok()?;
-    Some(runtime().block_on(async {
-        let resp = app.clone().oneshot(req).await.expect("infallible");
-        let code = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 8 << 20)
-            .await
-            .expect("answer body");
-        (code, bytes.to_vec())
-    }))
+    Some(nfx_control_fuzz::send(app, req))
 }
 
 fn service_ids(ctl: &nfx_control::controller::Controller) -> Vec<String> {
@@ -179,14 +147,7 @@ fuzz_target!(|data: &[u8]| {
     {
         return;
     }
-    // In memory where the host has it: the journal syncs every write.
-    let shm = std::path::Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let dir = base.join(format!("nfx-fuzz-rest-{}", std::process::id()));
+    let dir = scratch("rest");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let cfg = config(dir.join("state.db"));
@@ -214,11 +175,7 @@ fuzz_target!(|data: &[u8]| {
                 c.path
             );
         }
-        if !code.is_success() && c.method != "HEAD" {
-            let v: serde_json::Value = serde_json::from_slice(&answer)
-                .unwrap_or_else(|e| panic!("{code} {} {}: not JSON ({e})", c.method, c.path));
-            assert!(v["error"].is_string(), "{code}: {v}");
-        }
+        check_error_json(code, c.method, &c.path, &answer);
     }
     let before = service_ids(&ctl);
     drop(app);

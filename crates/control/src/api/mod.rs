@@ -13,6 +13,7 @@ use crate::agent;
 use crate::controller::{Controller, CtlError};
 use crate::vnfm::Vnfm;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
@@ -132,8 +133,19 @@ pub fn protect<S: Clone + Send + Sync + 'static>(r: Router<S>, tokens: Tokens) -
     ))
 }
 
+/// A request body as a handler takes it: the bytes, or why they could not be read (over
+/// the router's body limit: 413), which [`parse_body`] answers in JSON like every error.
+pub type RawBody = Result<Bytes, BytesRejection>;
+
+impl From<&BytesRejection> for ApiError {
+    fn from(r: &BytesRejection) -> Self {
+        ApiError(r.status(), format!("request body: {}", r.body_text()))
+    }
+}
+
 /// Parses a JSON body into `T`; the message names the field and the problem.
-pub fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+pub fn parse_body<T: serde::de::DeserializeOwned>(body: &RawBody) -> Result<T, ApiError> {
+    let body = body.as_ref().map_err(ApiError::from)?;
     if body.is_empty() {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
@@ -186,29 +198,32 @@ pub fn router(state: Arc<ApiState>, agent_vnfm: Option<Arc<dyn Vnfm>>) -> Router
         Some(v) => api.merge(agent::router(v)),
         None => api,
     };
-    protect(api, state.tokens.clone())
+    let api = protect(api, state.tokens.clone())
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
-        .merge(page)
-        .method_not_allowed_fallback(|req: Request| async move {
-            ApiError(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!(
-                    "method {} not allowed on {}; see /openapi.json",
-                    req.method(),
-                    req.uri().path()
-                ),
-            )
-        })
-        .fallback(|| async {
-            ApiError(
-                StatusCode::NOT_FOUND,
-                "no such route; see /openapi.json".into(),
-            )
-        })
+        .merge(page);
+    json_fallbacks(api, "; see /openapi.json")
         .layer(axum::middleware::from_fn_with_state(state, track))
+}
+
+/// Answers a wrong method on a known route (405) and an unknown route (404) in JSON like
+/// every other error, with `hint` after the message.
+pub fn json_fallbacks(r: Router, hint: &'static str) -> Router {
+    r.method_not_allowed_fallback(move |req: Request| async move {
+        ApiError(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "method {} not allowed on {}{hint}",
+                req.method(),
+                req.uri().path()
+            ),
+        )
+    })
+    .fallback(move || async move {
+        ApiError(StatusCode::NOT_FOUND, format!("no such route{hint}"))
+    })
 }
 
 /// Middleware: counts every request and its latency by route.
@@ -221,13 +236,13 @@ async fn metrics_handler(State(st): State<Arc<ApiState>>) -> ApiResult {
     Ok(([("content-type", nfx_metrics::CONTENT_TYPE)], text).into_response())
 }
 
-async fn plan(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+async fn plan(State(st): State<Arc<ApiState>>, body: RawBody) -> ApiResult {
     let svc = parse_body(&body)?;
     let ctl = st.ctl.clone();
     ok(StatusCode::OK, blocking(move || ctl.plan(&svc)).await?)
 }
 
-async fn projection(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+async fn projection(State(st): State<Arc<ApiState>>, body: RawBody) -> ApiResult {
     let req: crate::projection::ProjectionRequest = parse_body(&body)?;
     let ctl = st.ctl.clone();
     ok(
@@ -275,8 +290,8 @@ struct OptimizeBody {
     time_limit_s: Option<f64>,
 }
 
-async fn optimize(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
-    let b: OptimizeBody = if body.is_empty() {
+async fn optimize(State(st): State<Arc<ApiState>>, body: RawBody) -> ApiResult {
+    let b: OptimizeBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
         OptimizeBody { time_limit_s: None }
     } else {
         parse_body(&body)?
@@ -286,7 +301,7 @@ async fn optimize(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
     ok(StatusCode::OK, blocking(move || ctl.optimize(limit)).await?)
 }
 
-async fn deploy(State(st): State<Arc<ApiState>>, body: Bytes) -> ApiResult {
+async fn deploy(State(st): State<Arc<ApiState>>, body: RawBody) -> ApiResult {
     let svc = parse_body(&body)?;
     let ctl = st.ctl.clone();
     ok(
@@ -335,9 +350,9 @@ struct MigrateBody {
 async fn migrate(
     State(st): State<Arc<ApiState>>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: RawBody,
 ) -> ApiResult {
-    let b: MigrateBody = if body.is_empty() {
+    let b: MigrateBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
         MigrateBody { device: None }
     } else {
         parse_body(&body)?

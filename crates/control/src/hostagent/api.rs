@@ -1,5 +1,7 @@
 //! The host agent's REST face: the VNFM calls of [`crate::agent`] plus the heartbeat and
-//! the host's service paths. Every route needs the bearer token.
+//! the host's service paths. Every route needs the bearer token; bodies are capped at
+//! [`BODY_LIMIT`] (413); every error, a wrong method (405) or an unknown path (404)
+//! included, is JSON `{"error": ...}`.
 //!
 //! | method | path | answer |
 //! |---|---|---|
@@ -15,9 +17,8 @@
 
 use super::steering::{HostPath, SteerError};
 use super::HostAgent;
-use crate::api::{parse_body, protect, ApiError, Tokens};
+use crate::api::{json_fallbacks, parse_body, protect, ApiError, RawBody, Tokens};
 use crate::vnfm::Vnfm;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -43,6 +44,10 @@ impl From<SteerError> for ApiError {
 
 type Res = Result<Response, ApiError>;
 
+/// Largest request body the agent reads (413 above): a `PUT /agent/v1/paths` of a few
+/// thousand services fits.
+pub const BODY_LIMIT: usize = 1 << 20;
+
 /// The agent's routes, every one behind `token`.
 pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
     let vnfm: Arc<dyn Vnfm> = agent.clone();
@@ -64,7 +69,9 @@ pub fn router(agent: Arc<HostAgent>, token: Zeroizing<String>) -> Router {
             )
             .with_state(st.clone()),
     );
-    protect(routes, Tokens::admin(token)).layer(axum::middleware::from_fn_with_state(st, track))
+    json_fallbacks(protect(routes, Tokens::admin(token)), "")
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(st, track))
 }
 
 /// Middleware: counts every request and its latency by route.
@@ -106,7 +113,7 @@ async fn energy(State(st): State<Arc<St>>) -> Res {
     }
 }
 
-async fn knob(State(st): State<Arc<St>>, body: Bytes) -> Res {
+async fn knob(State(st): State<Arc<St>>, body: RawBody) -> Res {
     use super::knobs::{KnobError, KnobRequest};
     let req: KnobRequest = parse_body(&body)?;
     let answer = tokio::task::spawn_blocking(move || st.agent.set_knob(&req))
@@ -123,7 +130,7 @@ async fn knob(State(st): State<Arc<St>>, body: Bytes) -> Res {
     Ok(Json(answer).into_response())
 }
 
-async fn tunnel_engine(State(st): State<Arc<St>>, Path(id): Path<String>, body: Bytes) -> Res {
+async fn tunnel_engine(State(st): State<Arc<St>>, Path(id): Path<String>, body: RawBody) -> Res {
     let req: super::tunnels::EngineRequest = parse_body(&body)?;
     let answer = tokio::task::spawn_blocking(move || st.agent.switch_tunnel_engine(&id, req))
         .await
@@ -135,16 +142,94 @@ async fn paths(State(st): State<Arc<St>>) -> Res {
     Ok(Json(st.agent.paths()).into_response())
 }
 
-async fn sync(State(st): State<Arc<St>>, body: Bytes) -> Res {
+async fn sync(State(st): State<Arc<St>>, body: RawBody) -> Res {
     let paths: BTreeMap<String, HostPath> = parse_body(&body)?;
     blocking(move || st.agent.sync(&paths)).await
 }
 
-async fn program(State(st): State<Arc<St>>, Path(service): Path<String>, body: Bytes) -> Res {
+async fn program(State(st): State<Arc<St>>, Path(service): Path<String>, body: RawBody) -> Res {
     let path: HostPath = parse_body(&body)?;
     blocking(move || st.agent.program(&service, &path)).await
 }
 
 async fn withdraw(State(st): State<Arc<St>>, Path(service): Path<String>) -> Res {
     blocking(move || st.agent.withdraw(&service)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostagent::AgentConfig;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    const TOKEN: &str = "agent-api-test-token-0123";
+
+    /// One request through `app`: its status and its answer as JSON.
+    async fn call(
+        app: &Router,
+        method: &str,
+        path: &str,
+        token: bool,
+        body: Vec<u8>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = Request::builder().method(method).uri(path);
+        if token {
+            req = req.header("authorization", format!("Bearer {TOKEN}"));
+        }
+        let resp = app
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let v = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{method} {path}: {code}, not JSON ({e})"));
+        (code, v)
+    }
+
+    /// What the `agent_api` fuzz target checks on every answer: a wrong method (405), an
+    /// unknown path (404), a body over the limit (413), no token (401) and a bad body
+    /// (400) all answer JSON `{"error": ...}`.
+    #[tokio::test]
+    async fn every_refusal_is_a_json_error() {
+        let dir = std::env::temp_dir().join(format!("nfx-agent-api-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = AgentConfig {
+            host: "h1".into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls: None,
+            token_file: dir.join("token"),
+            run_dir: dir.join("run"),
+            nfx_bin: Some(dir.join("no-such-nfx")),
+            software: Vec::new(),
+            neighbors: BTreeMap::new(),
+            ready_file: None,
+            allowed_dirs: Vec::new(),
+            power: None,
+            accelerators: Vec::new(),
+        };
+        let app = router(
+            HostAgent::unplugged(&cfg).unwrap(),
+            Zeroizing::new(TOKEN.into()),
+        );
+        let big = vec![b' '; BODY_LIMIT + 1];
+        for (method, path, token, body, want) in [
+            ("PATCH", "/agent/v1/paths", true, Vec::new(), 405),
+            ("GET", "/agent/v1/nothing", true, Vec::new(), 404),
+            ("PUT", "/agent/v1/paths", true, big.clone(), 413),
+            ("POST", "/agent/v1/instances", true, big.clone(), 413),
+            ("PUT", "/agent/v1/paths", false, big, 401),
+            ("POST", "/agent/v1/instances", true, b"{}".to_vec(), 400),
+        ] {
+            let (code, v) = call(&app, method, path, token, body).await;
+            assert_eq!(code, want, "{method} {path}: {v}");
+            assert!(v["error"].is_string(), "{method} {path}: {v}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -216,6 +216,48 @@ impl HostAgent {
             stages.insert(d.id.clone(), st.clone());
             table_devices.push((d.clone(), st));
         }
+        let agent = Self::assemble(cfg, Box::new(SystemTools), stages, workers, table_devices)?;
+        let weak = Arc::downgrade(&agent);
+        std::thread::Builder::new()
+            .name("agent-housekeeping".into())
+            .spawn(move || housekeeping(weak))?;
+        let weak = Arc::downgrade(&agent);
+        std::thread::Builder::new()
+            .name("agent-power".into())
+            .spawn(move || metering(weak))?;
+        Ok(agent)
+    }
+
+    /// The agent of the `agent_api` fuzz target (feature `fuzzing`) and of the API's
+    /// unit tests: `cfg`'s run
+    /// directory, neighbors and power model, steering through [`steering::Unplugged`]
+    /// tools, no housekeeping or metering thread. A configuration with a software or an
+    /// accelerator device is refused, so every deploy is refused before it could start
+    /// a process and no call reaches the host's interfaces.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn unplugged(cfg: &AgentConfig) -> anyhow::Result<Arc<Self>> {
+        anyhow::ensure!(
+            cfg.software.is_empty() && cfg.accelerators.is_empty() && cfg.tables.is_empty(),
+            "an unplugged agent has no software, accelerator or table device"
+        );
+        Self::assemble(
+            cfg,
+            Box::new(steering::Unplugged),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            Vec::new(),
+        )
+    }
+
+    /// The agent over its attached `stages` and their worker templates: reloads the
+    /// workers recorded in `run_dir` and closes the host through `tools`.
+    fn assemble(
+        cfg: &AgentConfig,
+        tools: Box<dyn steering::HostTools>,
+        stages: BTreeMap<String, Stage>,
+        workers: BTreeMap<String, WorkerTemplate>,
+        table_devices: Vec<(tables::TableDevice, Stage)>,
+    ) -> anyhow::Result<Arc<Self>> {
         let tables = tables::Tables::new(table_devices, cfg.run_dir.clone());
         let local = LocalVnfm::new(LocalConfig {
             run_dir: cfg.run_dir.join("workers"),
@@ -230,11 +272,11 @@ impl HostAgent {
             &cfg.accelerators,
             cfg.neighbors.clone(),
         )?;
-        let mut steering = Steering::new(Box::new(SystemTools), cfg.neighbors.clone(), stages);
+        let mut steering = Steering::new(tools, cfg.neighbors.clone(), stages);
         steering
             .reset()
             .map_err(|e| anyhow::anyhow!("closing the host: {e}"))?;
-        let agent = Arc::new(HostAgent {
+        Ok(Arc::new(HostAgent {
             host: cfg.host.clone(),
             local,
             steering: Mutex::new(steering),
@@ -253,16 +295,7 @@ impl HostAgent {
             knobs: Mutex::new(nfx_energy::knobs::Actuator::new()),
             tunnels,
             tables,
-        });
-        let weak = Arc::downgrade(&agent);
-        std::thread::Builder::new()
-            .name("agent-housekeeping".into())
-            .spawn(move || housekeeping(weak))?;
-        let weak = Arc::downgrade(&agent);
-        std::thread::Builder::new()
-            .name("agent-power".into())
-            .spawn(move || metering(weak))?;
-        Ok(agent)
+        }))
     }
 
     fn steering(&self) -> std::sync::MutexGuard<'_, Steering> {

@@ -163,6 +163,23 @@ impl HostTools for SystemTools {
     }
 }
 
+/// Tools that change nothing (feature `fuzzing`, and tests): every `nft` script and `ip` call
+/// succeeds with no output, so the `agent_api` fuzz target renders real rulesets without
+/// touching a namespace.
+#[cfg(any(test, feature = "fuzzing"))]
+pub struct Unplugged;
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl HostTools for Unplugged {
+    fn nft(&mut self, _script: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn ip(&mut self, _args: &[&str]) -> Result<String, String> {
+        Ok(String::new())
+    }
+}
+
 /// The steering of one host.
 pub struct Steering {
     tools: Box<dyn HostTools>,

@@ -177,7 +177,7 @@ impl LocalVnfm {
     pub fn new(cfg: LocalConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&cfg.run_dir)
             .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.run_dir.display()))?;
-        let (state, workers) = StateFile::open(&cfg.run_dir);
+        let (state, workers) = StateFile::open_checked(&cfg.run_dir, check_workers);
         Ok(LocalVnfm {
             cfg,
             workers: Mutex::new(workers.unwrap_or_default()),
@@ -606,7 +606,10 @@ impl LocalVnfm {
         let funcs = |w: &Worker| -> Vec<String> {
             w.instances.iter().map(|i| i.function.clone()).collect()
         };
-        if funcs(&ow) != funcs(&nw) || ow.nodes.len() != nw.nodes.len() {
+        if funcs(&ow) != funcs(&nw)
+            || ow.nodes.len() != ow.instances.len()
+            || nw.nodes.len() != nw.instances.len()
+        {
             return Err(VnfmError::Invalid(format!(
                 "a handoff moves all traffic of worker {od} ({:?}) to {nd} ({:?}): deploy the same functions in the same order on {nd} first",
                 funcs(&ow),
@@ -710,6 +713,27 @@ fn node_spec(i: &InstanceSpec) -> serde_json::Value {
 }
 
 /// VNF node names from a stats answer: every node except the built-in `parse` and `output`.
+/// Whether a recorded set of workers holds together: each device a plain file name (its
+/// control socket is `run_dir/<device>.sock`), per worker one configuration version per
+/// instance and at most one node name per instance (what every lookup by instance
+/// position relies on).
+fn check_workers(workers: &BTreeMap<String, Worker>) -> Result<(), String> {
+    for (device, w) in workers {
+        if device.is_empty() || device.starts_with('.') || device.contains(['/', '\0']) {
+            return Err(format!("worker {device:?}: not a device name"));
+        }
+        if w.config_versions.len() != w.instances.len() || w.nodes.len() > w.instances.len() {
+            return Err(format!(
+                "worker {device:?}: {} instances, {} configuration versions, {} node names",
+                w.instances.len(),
+                w.config_versions.len(),
+                w.nodes.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn vnf_node_names(stats: &serde_json::Value, n: usize) -> Vec<String> {
     stats["nodes"]
         .as_array()
@@ -904,7 +928,7 @@ impl Vnfm for LocalVnfm {
         let (d, p) = Self::find(&g, id)?;
         let mut w = g[&d].clone();
         w.instances[p].config = config.clone();
-        w.config_versions[p] += 1;
+        w.config_versions[p] = w.config_versions[p].saturating_add(1);
         let stats = self.push_chain(&d, &mut w, &g)?;
         let state = instance_state(
             &w.instances[p],
@@ -1018,6 +1042,35 @@ mod tests {
 
     fn inst(id: &str, function: &str, device: &str) -> serde_json::Value {
         serde_json::json!({"id": id, "function": function, "device": device})
+    }
+
+    /// A whole record with fewer configuration versions than instances (or more node
+    /// names), or one naming a device that is a path, counts as a broken slot: the other
+    /// slot's record holds, and no lookup by instance position indexes past the record
+    /// (the `agent_state` fuzz target's inputs).
+    #[test]
+    fn a_record_that_does_not_hold_together_is_skipped_for_the_older_one() {
+        let dir = std::env::temp_dir().join(format!("nfx-local-check-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let good = serde_json::json!({"x": {"instances": [inst("keep", "nat", "x")], "nodes": ["nat"], "config_versions": [1], "pid": null}});
+        for bad in [
+            serde_json::json!({"x": {"instances": [inst("a", "nat", "x"), inst("b", "nat", "x")], "nodes": [], "config_versions": [1], "pid": null}}),
+            serde_json::json!({"x": {"instances": [inst("a", "nat", "x")], "nodes": ["n", "m"], "config_versions": [1], "pid": null}}),
+            serde_json::json!({"/run/x": {"instances": [inst("a", "nat", "x")], "nodes": [], "config_versions": [1], "pid": 1}}),
+        ] {
+            let v = vnfm_with(&dir, good.clone());
+            v.state.lock().unwrap().save(&bad).unwrap();
+            drop(v);
+            let v = LocalVnfm::new(LocalConfig {
+                run_dir: dir.clone(),
+                nfx_bin: None,
+                workers: BTreeMap::new(),
+            })
+            .unwrap();
+            assert_eq!(v.list_instances().unwrap(), ["keep"], "{bad}");
+            assert!(v.get_instance_state("keep").is_err());
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     #[test]

@@ -52,10 +52,29 @@ impl StateFile {
     /// Opens the slots of `dir` and returns the newest whole record in them (`None`
     /// when neither slot holds one, e.g. a fresh directory).
     pub fn open<T: DeserializeOwned>(dir: &Path) -> (StateFile, Option<T>) {
+        Self::open_checked(dir, |_: &T| Ok(()))
+    }
+
+    /// [`StateFile::open`] taking only records that pass `check`: a record that parses
+    /// but does not hold together counts as a broken slot (logged), so the other slot's
+    /// record is taken.
+    pub fn open_checked<T: DeserializeOwned>(
+        dir: &Path,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> (StateFile, Option<T>) {
         let best = SLOTS
             .iter()
-            .filter_map(|s| std::fs::read(dir.join(s)).ok())
-            .filter_map(|b| parse_slot::<T>(&b))
+            .filter_map(|s| Some((s, std::fs::read(dir.join(s)).ok()?)))
+            .filter_map(|(s, b)| {
+                let r = parse_slot::<T>(&b)?;
+                match check(&r.workers) {
+                    Ok(()) => Some(r),
+                    Err(e) => {
+                        log::warn!("{}: record {} ignored: {e}", dir.join(s).display(), r.seq);
+                        None
+                    }
+                }
+            })
             .max_by_key(|r| r.seq);
         let seq = best.as_ref().map_or(0, |r| r.seq);
         (
