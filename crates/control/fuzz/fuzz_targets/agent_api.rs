@@ -77,6 +77,7 @@ fn config(dir: &Path) -> AgentConfig {
         allowed_dirs: Vec::new(),
         power: None,
         accelerators: Vec::new(),
+        tables: Vec::new(),
     }
 }
 

@@ -212,6 +212,7 @@ mod tests {
             allowed_dirs: Vec::new(),
             power: None,
             accelerators: Vec::new(),
+            tables: Vec::new(),
         };
         let app = router(
             HostAgent::unplugged(&cfg).unwrap(),
