@@ -938,14 +938,9 @@ fn check_vnf_config(k: usize, c: &ChainFunction) -> Result<(), CtlError> {
     if !nfx_vnf::NodeSpec::KINDS.contains(&c.function.as_str()) {
         return Ok(());
     }
-    let config = if c.config.is_null() {
-        serde_json::json!({})
-    } else {
-        serde_json::to_value(&c.config).map_err(|e| {
-            CtlError::BadRequest(format!("chain[{k}].config: not representable: {e}"))
-        })?
-    };
-    serde_json::from_value::<nfx_vnf::NodeSpec>(serde_json::json!({ c.function.as_str(): config }))
+    let config = serde_json::to_value(&c.config)
+        .map_err(|e| CtlError::BadRequest(format!("chain[{k}].config: not representable: {e}")))?;
+    nfx_vnf::NodeSpec::from_function(&c.function, &config)
         .map(drop)
         .map_err(|e| {
             CtlError::BadRequest(format!(

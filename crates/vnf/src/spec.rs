@@ -30,6 +30,21 @@ impl NodeSpec {
     /// Every node kind, as written in YAML.
     pub const KINDS: [&'static str; 4] = ["firewall", "nat", "dpi", "elephant"];
 
+    /// The node of `function` with `config` (null: every default), as a chain entry
+    /// `{function: config}` reads: the one way a descriptor's function and configuration
+    /// become a spec, for plan-time checks and the tiers that run it.
+    pub fn from_function(
+        function: &str,
+        config: &serde_json::Value,
+    ) -> Result<NodeSpec, serde_json::Error> {
+        let config = if config.is_null() {
+            serde_json::json!({})
+        } else {
+            config.clone()
+        };
+        serde_json::from_value(serde_json::json!({ function: config }))
+    }
+
     /// The node kind as written in YAML (default instance name).
     pub fn kind(&self) -> &'static str {
         match self {

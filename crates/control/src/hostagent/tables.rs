@@ -67,12 +67,7 @@ pub struct Tables {
 
 /// The VNF configuration of an instance.
 fn node_spec(function: &str, config: &serde_json::Value) -> Result<NodeSpec, VnfmError> {
-    let config = if config.is_null() {
-        serde_json::json!({})
-    } else {
-        config.clone()
-    };
-    serde_json::from_value(serde_json::json!({ function: config }))
+    NodeSpec::from_function(function, config)
         .map_err(|e| VnfmError::Invalid(format!("{function}: {e}")))
 }
 

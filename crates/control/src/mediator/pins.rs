@@ -65,12 +65,9 @@ pub fn pins(svc: &Service, infra: &Infrastructure) -> Result<BTreeMap<String, Pi
 
 /// The VNF configuration of `function` (a null config: the defaults).
 fn node_spec(function: &str, config: &serde_yaml_ng::Value) -> Result<nfx_vnf::NodeSpec, String> {
-    let config = if config.is_null() {
-        serde_json::json!({})
-    } else {
-        serde_json::to_value(config).map_err(|e| format!("config not representable: {e}"))?
-    };
-    serde_json::from_value(serde_json::json!({ function: config }))
+    let config =
+        serde_json::to_value(config).map_err(|e| format!("config not representable: {e}"))?;
+    nfx_vnf::NodeSpec::from_function(function, &config)
         .map_err(|e| format!("not a {function} the table tier knows: {e}"))
 }
 
