@@ -968,6 +968,13 @@ fn check_service(s: &Service) -> Result<(), CtlError> {
     ident("tenant", &s.tenant)?;
     for (k, c) in s.chain.iter().enumerate() {
         ident(&format!("chain[{k}].function"), &c.function)?;
+        if let Some(j) = s.chain[..k].iter().position(|p| p.function == c.function) {
+            return Err(CtlError::BadRequest(format!(
+                "chain[{k}].function: `{}` is already chain[{j}]; a chain holds each function once \
+                 (its instances, configuration and tier are looked up by function)",
+                c.function
+            )));
+        }
         if !(c.capacity_need.is_finite() && c.capacity_need >= 0.0) {
             return Err(CtlError::BadRequest(format!(
                 "chain[{k}].capacity_need: must be finite and >= 0"
@@ -1033,5 +1040,22 @@ mod tests {
         s.chain[0].function = "lb".into();
         s.chain[0].config = serde_yaml_ng::from_str("{ anything: 1 }").unwrap();
         check_service(&s).unwrap();
+    }
+
+    #[test]
+    fn a_chain_naming_one_function_twice_is_refused() {
+        let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
+        let mut s = ServiceSet::load(&example("services.yaml"), &infra)
+            .unwrap()
+            .services
+            .remove(0);
+        let again = s.chain[0].clone();
+        s.chain.push(again);
+        let k = s.chain.len() - 1;
+        let e = check_service(&s).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("chain[{k}].function")) && e.contains("already chain[0]"),
+            "{e}"
+        );
     }
 }

@@ -37,12 +37,13 @@ pub fn pins(svc: &Service, infra: &Infrastructure) -> Result<BTreeMap<String, Pi
                 .unwrap_or(0);
             let spec = node_spec(&c.function, &c.config)
                 .map_err(|e| PlanError::Invalid(format!("chain[{k}] ({}): {e}", c.function)))?;
-            let need = nfx_fastpath::table::check(&spec, largest, Path::new(".")).map_err(|e| {
-                PlanError::Invalid(format!(
-                    "chain[{k}] ({}) is pinned to the table tier: {e}",
-                    c.function
-                ))
-            })?;
+            let need =
+                nfx_fastpath::table::check(&spec, largest, Path::new(NO_FILES)).map_err(|e| {
+                    PlanError::Invalid(format!(
+                        "chain[{k}] ({}) is pinned to the table tier: {e}",
+                        c.function
+                    ))
+                })?;
             Some(need.entries as f64)
         } else {
             None
@@ -63,12 +64,23 @@ pub fn pins(svc: &Service, infra: &Infrastructure) -> Result<BTreeMap<String, Pi
     Ok(out)
 }
 
-/// The VNF configuration of `function` (a null config: the defaults).
+/// The directory the plan-time check reads a firewall's `rules_file` from: none. A rules
+/// file lives on the agent's host (within its allowed directories), not beside the
+/// controller, and a body sent to the controller must not make it read its own files;
+/// the file's rules are counted by the agent when it deploys the function.
+const NO_FILES: &str = "/nonexistent/nfx-controller-reads-no-rules-files";
+
+/// The VNF configuration of `function` (a null config: the defaults) as the controller
+/// checks it: a firewall's `rules_file` left to the agent (see [`NO_FILES`]).
 fn node_spec(function: &str, config: &serde_yaml_ng::Value) -> Result<nfx_vnf::NodeSpec, String> {
     let config =
         serde_json::to_value(config).map_err(|e| format!("config not representable: {e}"))?;
-    nfx_vnf::NodeSpec::from_function(function, &config)
-        .map_err(|e| format!("not a {function} the table tier knows: {e}"))
+    let mut spec = nfx_vnf::NodeSpec::from_function(function, &config)
+        .map_err(|e| format!("not a {function} the table tier knows: {e}"))?;
+    if let nfx_vnf::NodeSpec::Firewall(f) = &mut spec {
+        f.rules_file = None;
+    }
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -125,5 +137,18 @@ links: []
         )
         .unwrap_err();
         assert!(e.to_string().contains("max_flows_per_source"), "{e}");
+    }
+
+    #[test]
+    fn the_controller_reads_no_rules_file_at_plan_time() {
+        let infra = Infrastructure::from_yaml("i.yaml", INFRA).unwrap();
+        for file in ["/etc/passwd", "rules.txt", "../../x"] {
+            let p = pins(
+                &svc(&format!("[{{ function: firewall, tier: table, config: {{ max_flows: 100, rules_file: \"{file}\", rules: [{{ action: allow }}] }} }}]")),
+                &infra,
+            )
+            .unwrap();
+            assert_eq!(p["firewall"].capacity, Some(101.0), "{file}");
+        }
     }
 }
