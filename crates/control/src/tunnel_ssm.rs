@@ -17,7 +17,7 @@ use crate::ops::OpKind;
 use crate::vnfm::remote::RemoteVnfm;
 use crate::vnfm::Vnfm;
 use nfx_model::{Infrastructure, Tier};
-use nfx_ssm::{Decision, Fleet, Kind, Observation, Policy, PolicyConfig, Sample, Ssm};
+use nfx_ssm::{Calibration, Decision, Fleet, Kind, Observation, Policy, PolicyConfig, Sample, Ssm};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -35,6 +35,10 @@ pub struct SsmSettings {
     pub samples: usize,
     /// Rounds after a change during which an endpoint is left alone.
     pub cooldown: Duration,
+    /// Measured engine figures (`nfx up --ssm-calibration`): a grant whose lookaside
+    /// throughput does not beat the endpoint's current engine is vetoed, as in `nfx ssm
+    /// --calibration`. `None`: no veto.
+    pub calibration: Option<Calibration>,
 }
 
 impl Default for SsmSettings {
@@ -45,6 +49,7 @@ impl Default for SsmSettings {
             lower: 10.0,
             samples: 3,
             cooldown: Duration::from_secs(2),
+            calibration: None,
         }
     }
 }
@@ -186,11 +191,12 @@ pub fn start(
         devices.insert(d.id.clone(), (d.host.clone(), cfg));
     }
     let period = settings.period;
+    let cal = settings.calibration;
     let clients: BTreeMap<String, Arc<RemoteVnfm>> = agents.clients().clone();
     let weak = Arc::downgrade(ctl);
     let spawned = std::thread::Builder::new()
         .name("ssm".into())
-        .spawn(move || run(weak, clients, devices, period));
+        .spawn(move || run(weak, clients, devices, cal, period));
     spawned.map(|_| ()).map_err(|e| e.to_string())
 }
 
@@ -198,6 +204,7 @@ fn run(
     weak: Weak<Controller>,
     clients: BTreeMap<String, Arc<RemoteVnfm>>,
     devices: BTreeMap<String, (String, PolicyConfig)>,
+    cal: Option<Calibration>,
     period: Duration,
 ) {
     let t0 = Instant::now();
@@ -221,7 +228,7 @@ fn run(
                     agent: agent.clone(),
                     device: dev.clone(),
                 };
-                Ssm::with_fleet(Policy::new(cfg.clone(), None), Box::new(fleet), dev)
+                Ssm::with_fleet(Policy::new(cfg.clone(), cal.clone()), Box::new(fleet), dev)
             });
             let decisions = ssm.tick(clock(), &clock);
             journal(&ctl, dev, &decisions);

@@ -123,6 +123,39 @@ fn wrong_config_names_file_and_field() {
 }
 
 #[test]
+fn up_refuses_a_bad_ssm_calibration_naming_the_flag_and_the_file() {
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let bad = dir.path().join("cal.json");
+    std::fs::write(
+        &bad,
+        r#"{"points": [{"engine": "", "alg": "aes-128-gcm"}]}"#,
+    )
+    .unwrap();
+    for file in [bad, dir.path().join("missing.json")] {
+        let o = Command::new(NFX)
+            .current_dir(dir.path())
+            .env_remove("NFX_TOKEN")
+            .args([
+                "up",
+                "--listen",
+                "127.0.0.1:0",
+                "--ssm",
+                "--ssm-calibration",
+            ])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{} was accepted", file.display());
+        let t = text(&o);
+        assert!(t.contains("--ssm-calibration"), "{t}");
+        assert!(
+            t.contains(file.file_name().unwrap().to_str().unwrap()),
+            "{t}"
+        );
+    }
+}
+
+#[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn bench_dataplane_writes_the_agreed_json() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -11,5 +11,7 @@ pub mod runner;
 
 pub use decision::{Decision, Kind};
 pub use em::{EmClient, EmError, EmStatus};
+/// The accelerator calibration [`Policy::new`] vetoes grants with.
+pub use nfx_accel::Calibration;
 pub use policy::{Action, Observation, Policy, PolicyConfig, Sample};
 pub use runner::{EmFleet, Fleet, Ssm};

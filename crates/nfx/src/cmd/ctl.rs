@@ -120,6 +120,11 @@ pub struct UpArgs {
     /// SSM: time after a change during which an endpoint is not changed again, ms.
     #[arg(long, default_value_t = 2000)]
     ssm_cooldown_ms: u64,
+    /// SSM: measured engine figures (the file `nfx bench accel --calibration` writes,
+    /// as `nfx ssm --calibration` reads): a grant whose lookaside throughput does not beat the
+    /// endpoint's current engine is vetoed. Without it, no veto.
+    #[arg(long, value_name = "FILE")]
+    ssm_calibration: Option<std::path::PathBuf>,
 }
 
 /// A service file and connection.
@@ -275,6 +280,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         };
         agents.push((h.to_string(), u.to_string()));
     }
+    let ssm_calibration = match &a.ssm_calibration {
+        Some(p) => Some(
+            nfx_ssm::Calibration::load(p).map_err(|e| anyhow::anyhow!("--ssm-calibration: {e}"))?,
+        ),
+        None => None,
+    };
     run_up(UpConfig {
         sim: SimConfig {
             deploy_delay: Duration::from_millis(a.sim_deploy_ms),
@@ -299,6 +310,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             lower: a.ssm_lower,
             samples: a.ssm_samples,
             cooldown: Duration::from_millis(a.ssm_cooldown_ms),
+            calibration: ssm_calibration,
         }),
     })
 }
