@@ -500,7 +500,9 @@ impl Mediator {
             let Some(k) = k else { continue };
             if matches!(r.status.as_str(), "destroying" | "lost")
                 || r.spec.config != configs[k]
-                || pins.get(&r.spec.function).is_some_and(|p| p.tier != r.tier)
+                || pins
+                    .get(&r.spec.function)
+                    .is_some_and(|p| !p.allows(r.tier))
             {
                 continue;
             }

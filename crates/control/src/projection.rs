@@ -139,13 +139,24 @@ fn usable(m: &Mediator, d: &DeviceModel) -> bool {
     kind_of(d.tier).is_some() && !is_down(&m.down_hosts(), &d.host)
 }
 
-/// The `nfx place` instance of `services`: one VNF instance per chain function (need =
-/// its `capacity_need`, throughput = the SLA's, latency bound = the SLA's whole bound),
+/// The `nfx place` instance of `services`: one VNF instance per chain function (CPU need =
+/// its `capacity_need`, table need = its table entries as the mediator counts them, else
+/// its `capacity_need`; throughput = the SLA's, latency bound = the SLA's whole bound),
 /// on the usable devices' free capacity and throughput; a device that already hosts an
 /// instance costs nothing more.
 pub fn placement(m: &Mediator, services: &[Service]) -> Result<(Instance, Units), PlanError> {
     let model = m.model();
     let devs: Vec<&DeviceModel> = model.devices().iter().filter(|d| usable(m, d)).collect();
+    let mut entries: Vec<Vec<f64>> = Vec::new();
+    for s in services {
+        let pins = crate::mediator::pins::pins(s, m.infra())?;
+        entries.push(
+            s.chain
+                .iter()
+                .map(|c| pins[&c.function].capacity(Tier::Table, c.capacity_need))
+                .collect(),
+        );
+    }
     let stages = || {
         services
             .iter()
@@ -153,8 +164,11 @@ pub fn placement(m: &Mediator, services: &[Service]) -> Result<(Instance, Units)
     };
     let of = |t: Tier| {
         let d = devs.iter().filter(move |d| d.tier == t);
-        d.map(|d| d.capacity.free())
-            .chain(stages().map(|(_, c)| c.capacity_need))
+        let needs: Vec<f64> = match t {
+            Tier::Table => entries.iter().flatten().copied().collect(),
+            _ => stages().map(|(_, c)| c.capacity_need).collect(),
+        };
+        d.map(|d| d.capacity.free()).chain(needs)
     };
     let units = Units::fit(
         devs.iter()
@@ -179,11 +193,17 @@ pub fn placement(m: &Mediator, services: &[Service]) -> Result<(Instance, Units)
         .collect();
     let vnf_instances = services
         .iter()
-        .flat_map(|s| s.chain.iter().enumerate().map(move |(k, c)| (s, k, c)))
-        .map(|(s, k, c)| VnfInstance {
+        .zip(&entries)
+        .flat_map(|(s, e)| {
+            s.chain
+                .iter()
+                .enumerate()
+                .map(move |(k, c)| (s, e[k], k, c))
+        })
+        .map(|(s, table_entries, k, c)| VnfInstance {
             id: format!("{}-{k}-{}", s.id, c.function),
             function: c.function.clone(),
-            tcam_need: need(c.capacity_need, units.tcam),
+            tcam_need: need(table_entries, units.tcam),
             cpu_need: need(c.capacity_need, units.cpu),
             latency_bound_us: (s.sla.max_latency_us + EPS).floor().max(0.0) as u64,
             throughput_gbps: need(s.sla.min_throughput_gbps, units.throughput),

@@ -92,6 +92,9 @@ pub fn chain6_service(
         .iter()
         .map(|f| match *f {
             "dpi" => "{ function: dpi, config: { patterns: patterns.txt } }".to_string(),
+            "firewall" | "nat" | "elephant" => {
+                format!("{{ function: {f}, config: {{ max_flows: 1000 }} }}")
+            }
             f => format!("{{ function: {f} }}"),
         })
         .collect::<Vec<_>>()

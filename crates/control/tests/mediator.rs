@@ -111,6 +111,40 @@ fn software_when_it_meets_the_sla_table_tier_otherwise() {
     assert!(ctl.instances().unwrap().is_empty(), "plan must not reserve");
 }
 
+/// A function that falls back to the table tier (no software device meets the budget)
+/// takes its table entries there, as a pinned one does, not its `capacity_need`; a
+/// configuration the table tier cannot hold is kept off it.
+#[test]
+fn a_table_fallback_reserves_the_functions_entries() {
+    let (ctl, _, _) = setup(None);
+    let op = ctl.deploy(svc("fast", "edge", "edge", 20.0)).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    // firewall: 1 rule + 262,144 flows; NAT: 2 × 262,144 mappings.
+    let used = |ctl: &Controller| {
+        ctl.with_mediator(|m| {
+            let d = m
+                .model()
+                .devices()
+                .iter()
+                .find(|d| d.id == "tt-edge")
+                .unwrap();
+            d.capacity.used
+        })
+    };
+    assert_eq!(used(&ctl), 262_145.0 + 524_288.0);
+    let again = ctl.plan(&svc("fast2", "edge", "edge", 20.0)).unwrap_err();
+    assert!(
+        again.to_string().contains("no chain meets the SLA"),
+        "{again}"
+    );
+    let mut big: Service = svc("big", "edge", "edge", 20.0);
+    big.chain[0].config = serde_yaml_ng::from_str("{ max_flows_per_source: 5 }").unwrap();
+    let e = ctl.plan(&big).unwrap_err();
+    assert!(e.to_string().contains("no chain meets the SLA"), "{e}");
+    ctl.destroy("fast").unwrap();
+    assert_eq!(used(&ctl), 0.0);
+}
+
 #[test]
 fn destroy_steers_away_before_destroying() {
     let (ctl, rec, enforcer) = setup(None);
@@ -183,10 +217,10 @@ fn failed_deploy_rolls_back_everything() {
 }
 
 /// Each function of a chain reserves its own `capacity_need`, in its own tier's units:
-/// the shipped example's firewall asks for 16 table entries, its NAT and DPI one core
-/// each, on the shipped infrastructure whose software devices have one core. With one
-/// need applied to every hop (the largest), no software device could take the NAT or the
-/// DPI and the service did not plan.
+/// the shipped example's firewall takes its table entries (2 rules + 4,000 flows) on the
+/// edge's table tier, its NAT and DPI one core each, on the shipped infrastructure whose
+/// software devices have one core. With one need applied to every hop (the largest), no
+/// software device could take the NAT or the DPI and the service did not plan.
 #[test]
 fn shipped_examples_plan_with_a_capacity_need_per_function() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/examples");

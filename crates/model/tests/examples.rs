@@ -19,7 +19,8 @@ fn example_infrastructure_and_services_load() {
     assert_eq!(t[0][3], 90.0);
     let svc = ServiceSet::load(&example("services.yaml"), &infra).unwrap();
     assert_eq!(svc.services.len(), 2);
-    assert_eq!(svc.services[0].chain[0].capacity_need, 16.0);
+    assert_eq!(svc.services[0].chain[0].tier, Some(Tier::Table));
+    assert_eq!(svc.services[1].chain[1].capacity_need, 1.0);
 }
 
 #[test]

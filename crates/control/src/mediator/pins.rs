@@ -1,67 +1,107 @@
-//! Functions a service pins to a tier (`tier:` in its chain). A function pinned to the
-//! table tier is checked against the table tier at plan time with
-//! `nfx_fastpath::table::check` — what the tier cannot run (DPI, an ACL larger than
-//! every table device) is refused with the check's reason — and takes its table entries
-//! (rules + flow rows) as its capacity on the device, as the agent that deploys it
-//! counts them.
+//! Where each function of a service may go: the tier it pins (`tier:` in its chain) and
+//! what it takes on the table tier. Every function some table device offers is checked
+//! against the table tier at plan time with `nfx_fastpath::table::check` and takes its
+//! table entries (rules + flow rows) as its capacity on a table device, as the agent that
+//! deploys it counts them — pinned or placed there as the faster tier. A function pinned
+//! to the table tier that the tier cannot run (DPI, an ACL larger than every table
+//! device) is refused with the check's reason; an unpinned one is kept off table devices.
 
 use super::PlanError;
-use nfx_model::service::Service;
+use nfx_model::service::{ChainFunction, Service};
 use nfx_model::{Infrastructure, Tier};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Where one function of a service must go.
+/// Where one function of a service may go.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pin {
-    /// The only tier it may be placed on.
-    pub tier: Tier,
-    /// The capacity it takes on a device of that tier, when the tier counts it itself
-    /// (table entries); `None`: the chain's `capacity_need`.
-    pub capacity: Option<f64>,
+    /// The only tier it may be placed on; `None`: software when it meets the budget,
+    /// else a faster tier.
+    pub tier: Option<Tier>,
+    /// The table entries it takes on a table device; `None`: it does not go on one.
+    pub table_entries: Option<f64>,
 }
 
-/// The pins of `svc`'s chain by function; a function pinned to the table tier that no
-/// table device of `infra` can run is refused with the reason.
+impl Pin {
+    /// May the function be placed on a device of `tier`?
+    pub fn allows(&self, tier: Tier) -> bool {
+        self.tier.is_none_or(|t| t == tier) && (tier != Tier::Table || self.table_entries.is_some())
+    }
+
+    /// The capacity it takes on a device of `tier`: its table entries on the table tier,
+    /// else the chain's `capacity_need`.
+    pub fn capacity(&self, tier: Tier, capacity_need: f64) -> f64 {
+        match (tier, self.table_entries) {
+            (Tier::Table, Some(e)) => e,
+            _ => capacity_need,
+        }
+    }
+}
+
+/// The pins of `svc`'s chain by function; a function pinned to a tier where no device
+/// of `infra` runs it, or to the table tier that cannot run it, is refused with the
+/// reason.
 pub fn pins(svc: &Service, infra: &Infrastructure) -> Result<BTreeMap<String, Pin>, PlanError> {
     let mut out = BTreeMap::new();
     for (k, c) in svc.chain.iter().enumerate() {
-        let Some(tier) = c.tier else { continue };
-        let capacity = if tier == Tier::Table {
-            let largest = infra
+        let table_entries = match table_need(k, c, infra) {
+            Ok(e) => e,
+            Err(e) if c.tier == Some(Tier::Table) => return Err(e),
+            Err(_) => None,
+        };
+        if let Some(tier) = c.tier {
+            if !infra
                 .devices
                 .iter()
-                .filter(|d| d.tier == Tier::Table)
-                .filter_map(|d| d.table_entries)
-                .max()
-                .unwrap_or(0);
-            let spec = node_spec(&c.function, &c.config)
-                .map_err(|e| PlanError::Invalid(format!("chain[{k}] ({}): {e}", c.function)))?;
-            let need =
-                nfx_fastpath::table::check(&spec, largest, Path::new(NO_FILES)).map_err(|e| {
-                    PlanError::Invalid(format!(
-                        "chain[{k}] ({}) is pinned to the table tier: {e}",
-                        c.function
-                    ))
-                })?;
-            Some(need.entries as f64)
-        } else {
-            None
-        };
-        if !infra
-            .devices
-            .iter()
-            .any(|d| d.tier == tier && d.functions.contains(&c.function))
-        {
-            return Err(PlanError::Invalid(format!(
-                "chain[{k}] ({}) is pinned to the {} tier, where no device runs it",
-                c.function,
-                tier.as_str()
-            )));
+                .any(|d| d.tier == tier && d.functions.contains(&c.function))
+            {
+                return Err(PlanError::Invalid(format!(
+                    "chain[{k}] ({}) is pinned to the {} tier, where no device runs it",
+                    c.function,
+                    tier.as_str()
+                )));
+            }
         }
-        out.insert(c.function.clone(), Pin { tier, capacity });
+        let pin = Pin {
+            tier: c.tier,
+            table_entries,
+        };
+        out.insert(c.function.clone(), pin);
     }
     Ok(out)
+}
+
+/// The table entries chain function `k` takes on the table tier; `None` when no table
+/// device offers it (and it is not pinned there); an error with the table check's reason
+/// when the tier cannot run it. A function nfx has no VNF of (its configuration is opaque
+/// to the controller) takes its `capacity_need`.
+fn table_need(
+    k: usize,
+    c: &ChainFunction,
+    infra: &Infrastructure,
+) -> Result<Option<f64>, PlanError> {
+    if !nfx_vnf::NodeSpec::KINDS.contains(&c.function.as_str()) {
+        return Ok(Some(c.capacity_need));
+    }
+    let tables = || infra.devices.iter().filter(|d| d.tier == Tier::Table);
+    let offering = tables()
+        .filter(|d| d.functions.contains(&c.function))
+        .filter_map(|d| d.table_entries)
+        .max();
+    let largest = match (offering, c.tier) {
+        (Some(n), _) => n,
+        (None, Some(Tier::Table)) => tables().filter_map(|d| d.table_entries).max().unwrap_or(0),
+        (None, _) => return Ok(None),
+    };
+    let spec = node_spec(&c.function, &c.config)
+        .map_err(|e| PlanError::Invalid(format!("chain[{k}] ({}): {e}", c.function)))?;
+    let need = nfx_fastpath::table::check(&spec, largest, Path::new(NO_FILES)).map_err(|e| {
+        PlanError::Invalid(format!(
+            "chain[{k}] ({}) cannot run on the table tier: {e}",
+            c.function
+        ))
+    })?;
+    Ok(Some(need.entries as f64))
 }
 
 /// The directory the plan-time check reads a firewall's `rules_file` from: none. A rules
@@ -117,18 +157,25 @@ links: []
         assert_eq!(
             p["firewall"],
             Pin {
-                tier: Tier::Table,
-                capacity: Some(1001.0)
+                tier: Some(Tier::Table),
+                table_entries: Some(1001.0)
             }
         );
-        assert!(!p.contains_key("dpi"));
+        assert_eq!(
+            p["dpi"],
+            Pin {
+                tier: None,
+                table_entries: None
+            }
+        );
         let e = pins(
             &svc("[{ function: nat, tier: table, config: { snat: { public_ip: 192.0.2.1 }, max_flows: 4000 } }]"),
             &infra,
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("pinned to the table tier") && e.to_string().contains("4096"),
+            e.to_string().contains("cannot run on the table tier")
+                && e.to_string().contains("4096"),
             "{e}"
         );
         let e = pins(
@@ -148,7 +195,7 @@ links: []
                 &infra,
             )
             .unwrap();
-            assert_eq!(p["firewall"].capacity, Some(101.0), "{file}");
+            assert_eq!(p["firewall"].table_entries, Some(101.0), "{file}");
         }
     }
 }

@@ -198,12 +198,14 @@ impl nfx_chaining::Mediator for Placer<'_> {
         latency_budget_us: f64,
         needs: Needs,
     ) -> Option<nfx_chaining::InstanceSpec> {
-        let pin = self.pins.get(function).copied();
-        let capacity = pin.and_then(|p| p.capacity).unwrap_or(needs.capacity);
+        let pin = self.pins.get(function).copied().unwrap_or(Pin {
+            tier: None,
+            table_entries: None,
+        });
         let fits = |(_, d): &(usize, &DeviceModel)| {
             d.latency_us <= latency_budget_us
                 && d.functions.iter().any(|f| f == function)
-                && pin.is_none_or(|p| p.tier == d.tier)
+                && pin.allows(d.tier)
         };
         let draft = &self.draft;
         let software = best_fit(
@@ -223,16 +225,19 @@ impl nfx_chaining::Mediator for Placer<'_> {
                 ),
             ),
             None => {
-                let d = best_fit(
-                    draft
-                        .devices_on(near_node)
-                        .filter(fits)
-                        .filter(|(_, d)| d.tier != Tier::Software),
-                    needs.throughput_gbps,
-                    capacity,
-                )?;
-                let why = match pin {
-                    Some(p) => format!("pinned to the {} tier", p.tier.as_str()),
+                let faster = |tier: Tier| {
+                    best_fit(
+                        draft
+                            .devices_on(near_node)
+                            .filter(fits)
+                            .filter(move |(_, d)| d.tier == tier),
+                        needs.throughput_gbps,
+                        pin.capacity(tier, needs.capacity),
+                    )
+                };
+                let d = faster(Tier::Table).or_else(|| faster(Tier::Accelerator))?;
+                let why = match pin.tier {
+                    Some(t) => format!("pinned to the {} tier", t.as_str()),
                     None => format!("no software device on {near_node} meets latency budget {latency_budget_us:.3} µs with room"),
                 };
                 (d, format!("{why}; best-fit {} device", d.1.tier.as_str()))
@@ -240,6 +245,7 @@ impl nfx_chaining::Mediator for Placer<'_> {
         };
         let (dev_id, host, tier, lat) =
             (dev.id.clone(), dev.host.clone(), dev.tier, dev.latency_us);
+        let capacity = pin.capacity(tier, needs.capacity);
         let base = format!("{}-{function}-", self.service);
         let id = (1..)
             .map(|n| format!("{base}{n}"))
@@ -284,8 +290,11 @@ mod tests {
     use super::*;
     use nfx_chaining::Mediator as _;
 
+    /// Entries every function takes on a table device in the test below.
+    const TABLE_ENTRIES: f64 = 2.0;
+
     /// The placement the mediator made before drafts: filter every device of the model,
-    /// best fit, deploy on a full copy of the model.
+    /// best fit per tier (software, table, accelerator), deploy on a full copy of the model.
     fn straightforward(
         model: &mut ResourceModel,
         id: &str,
@@ -299,21 +308,30 @@ mod tests {
                 && d.latency_us <= budget
                 && d.functions.iter().any(|f| f == function)
         };
+        let need = |tier: Tier| {
+            if tier == Tier::Table {
+                TABLE_ENTRIES
+            } else {
+                needs.capacity
+            }
+        };
         let devs = model.devices();
-        let pick = |software: bool| {
+        let pick = |tier: Tier| {
             best_fit(
                 devs.iter()
                     .filter(fits)
-                    .filter(|d| (d.tier == Tier::Software) == software)
+                    .filter(|d| d.tier == tier)
                     .map(|d| ((), d)),
                 needs.throughput_gbps,
-                needs.capacity,
+                need(tier),
             )
-            .map(|(_, d)| d.id.clone())
+            .map(|(_, d)| (d.id.clone(), d.tier))
         };
-        let dev = pick(true).or_else(|| pick(false))?;
+        let (dev, tier) = pick(Tier::Software)
+            .or_else(|| pick(Tier::Table))
+            .or_else(|| pick(Tier::Accelerator))?;
         model
-            .deploy(id, function, &dev, needs.throughput_gbps, needs.capacity)
+            .deploy(id, function, &dev, needs.throughput_gbps, need(tier))
             .ok()?;
         Some(dev)
     }
@@ -328,11 +346,21 @@ mod tests {
         let (hosts, host_devices) = host_devices(&infra, &base);
         let taken = BTreeMap::new();
         let configs: Vec<(String, serde_json::Value)> = Vec::new();
+        let pins: BTreeMap<String, Pin> = crate::scale::CHAIN6
+            .iter()
+            .map(|f| {
+                let pin = Pin {
+                    tier: None,
+                    table_entries: Some(TABLE_ENTRIES),
+                };
+                (f.to_string(), pin)
+            })
+            .collect();
         let mut placer = Placer {
             draft: Draft::new(&base, &host_devices, &hosts),
             service: "s",
             configs: &configs,
-            pins: &BTreeMap::new(),
+            pins: &pins,
             taken: &taken,
             placed: Vec::new(),
         };

@@ -22,7 +22,7 @@ hosts: [{ id: edge, cores: 8 }, { id: cloud, cores: 8 }]
 devices:
   - { id: sw-edge, host: edge, tier: software, functions: [firewall, nat, dpi], latency_us: 30, throughput_gbps: 10, cpu_cores: 4, cost: 1 }
   - { id: sw-edge2, host: edge, tier: software, functions: [firewall, nat, dpi], latency_us: 30, throughput_gbps: 10, cpu_cores: 4, cost: 1 }
-  - { id: tt-edge, host: edge, tier: table, functions: [firewall, nat], latency_us: 2, throughput_gbps: 100, table_entries: 64, cost: 5 }
+  - { id: tt-edge, host: edge, tier: table, functions: [firewall, nat], latency_us: 2, throughput_gbps: 100, table_entries: 1048576, cost: 5 }
   - { id: sw-cloud, host: cloud, tier: software, functions: [firewall, nat, dpi], latency_us: 30, throughput_gbps: 10, cpu_cores: 4, cost: 1 }
 links: [{ a: edge, b: cloud, latency_us: 20 }]
 ";
@@ -91,7 +91,7 @@ pub fn service(id: &str, ingress: &str, egress: &str, max_latency_us: f64) -> se
     serde_json::json!({
         "id": id, "tenant": "acme", "ingress": ingress, "egress": egress,
         "chain": [
-            {"function": "firewall", "config": {"rules": [{"action": "allow", "dport": 80}]}},
+            {"function": "firewall", "config": {"rules": [{"action": "allow", "proto": "tcp", "dport": 80}]}},
             {"function": "nat", "config": {"snat": {"public_ip": "10.200.2.100"}}}
         ],
         "sla": {"max_latency_us": max_latency_us, "min_throughput_gbps": 1.0}
