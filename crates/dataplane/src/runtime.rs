@@ -316,15 +316,15 @@ impl Controller {
         match req {
             Request::Stats {} => answer_line(self.stats().map_err(why)),
             Request::Reconfigure(r) => answer_line(self.reconfigure_request(r).map_err(why)),
-            Request::ExportState(e) => answer_line(
-                self.export_state(&e.node)
-                    .map(|data| Exported {
-                        bytes: data.len() as u64,
-                        data_b64: base64::engine::general_purpose::STANDARD.encode(&data),
-                        node: e.node,
-                    })
-                    .map_err(why),
-            ),
+            Request::ExportState(e) => match self.export_state(&e.node) {
+                Ok(data) => Exported {
+                    bytes: data.len() as u64,
+                    data_b64: base64::engine::general_purpose::STANDARD.encode(&data),
+                    node: e.node,
+                }
+                .to_line(),
+                Err(e) => answer_line::<Ack>(Err(why(e))),
+            },
             Request::ImportState(i) => {
                 let flows = base64::engine::general_purpose::STANDARD
                     .decode(&i.data_b64)

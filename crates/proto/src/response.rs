@@ -77,6 +77,31 @@ pub struct Exported {
     pub data_b64: String,
 }
 
+impl Exported {
+    /// The answer line (no newline), as `serde_json::to_string` writes it, but with the
+    /// base64 text copied in one piece instead of checked byte by byte for escapes
+    /// (base64 needs none): about twice as fast for a blob of tens of megabytes.
+    pub fn to_line(&self) -> String {
+        let b64 = self.data_b64.as_bytes();
+        if !b64
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        {
+            return serde_json::to_string(self).unwrap_or_default();
+        }
+        let node = serde_json::to_string(&self.node).unwrap_or_default();
+        let mut line = String::with_capacity(b64.len() + node.len() + 64);
+        line.push_str(r#"{"node":"#);
+        line.push_str(&node);
+        line.push_str(r#","bytes":"#);
+        line.push_str(&self.bytes.to_string());
+        line.push_str(r#","data_b64":""#);
+        line.push_str(&self.data_b64);
+        line.push_str(r#""}"#);
+        line
+    }
+}
+
 /// The answer to `reconfigure`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reconfigured {

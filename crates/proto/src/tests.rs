@@ -183,6 +183,20 @@ fn answers_and_refusals_read_as_their_types() {
         r#"{"error":"no node `x`"}"#
     );
     assert_eq!(answer_line(Ok(Ack { ok: true })), r#"{"ok":true}"#);
+    // The export answer written in one piece is the serde line, also for a node name
+    // that needs escaping; text that is not base64 takes the serde path.
+    for (node, b64) in [
+        ("nat", "AQID+/=="),
+        ("a\"b\n", "AQID"),
+        ("x", "not \"base64\""),
+    ] {
+        let e = Exported {
+            node: node.into(),
+            bytes: 3,
+            data_b64: b64.into(),
+        };
+        assert_eq!(e.to_line(), serde_json::to_string(&e).unwrap());
+    }
 }
 
 /// A socket that reads one request line and writes `answer` (as is) for each of
