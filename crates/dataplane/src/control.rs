@@ -1,8 +1,7 @@
 //! The control socket: a unix stream socket, one JSON request per line, one JSON
 //! response per line (`stats`, `reconfigure`, `export_state`, `import_state`, the
 //! handoff steps `hold`, `release`, `drain`, `steer`, the live poll-mode change `poll`,
-//! and `shutdown`), and the client
-//! side used by `nfx stats` and the testbed. Only this user, root and members of the
+//! and `shutdown`; the protocol and its client are [`nfx_proto`]). Only this user, root and members of the
 //! configured `control_group` may connect: the socket file is 0600 (0660 owned by the
 //! group) and every connection's peer credentials are checked; refusals are counted in
 //! the stats (`control_rejected`).
@@ -17,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// Longest request line accepted: an `import_state` of 4 million NAT mappings (24 B
 /// each, base64) fits, and so does a reconfigure with large rule sets.
@@ -131,55 +129,4 @@ impl Drop for ControlServer {
         }
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-/// Sends one request to the control socket at `path` and returns the parsed response;
-/// a `{"error": ...}` response becomes an `Err`.
-pub fn request(path: &Path, req: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
-    let mut s = UnixStream::connect(path).with_context(|| {
-        format!(
-            "connecting to {} (is `nfx run` running with this name?)",
-            path.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(15)))?;
-    writeln!(s, "{req}")?;
-    let mut line = String::new();
-    BufReader::new(&s)
-        .read_line(&mut line)
-        .with_context(|| format!("reading the answer from {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&line).with_context(|| {
-        format!(
-            "{} answered with something that is not JSON",
-            path.display()
-        )
-    })?;
-    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-        return Err(anyhow!("{}: {e}", path.display()));
-    }
-    Ok(v)
-}
-
-/// The `import_state` request that loads `data` (an exported flow-state blob) into
-/// node `node`, for clients that do not speak base64 themselves.
-pub fn import_state_request(node: &str, data: &[u8]) -> serde_json::Value {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(data);
-    serde_json::json!({ "cmd": "import_state", "node": node, "data_b64": b64 })
-}
-
-/// Reads the stats of the instance listening on `path`.
-pub fn fetch_stats(path: &Path) -> anyhow::Result<crate::Stats> {
-    let v = request(path, &serde_json::json!({"cmd": "stats"}))?;
-    serde_json::from_value(v).context("stats answer does not match the stats format")
-}
-
-/// Sets the poll mode of the instance listening on `path` (one worker, or all when
-/// `worker` is `None`), live.
-pub fn set_poll(path: &Path, mode: nfx_io::PollMode, worker: Option<usize>) -> anyhow::Result<()> {
-    let mut req = serde_json::json!({"cmd": "poll", "mode": mode.as_str()});
-    if let Some(w) = worker {
-        req["worker"] = w.into();
-    }
-    request(path, &req).map(|_| ())
 }

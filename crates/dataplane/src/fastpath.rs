@@ -38,7 +38,6 @@ use nfx_packet::checksum::checksum;
 use nfx_packet::parse::{IPPROTO_TCP, IPPROTO_UDP};
 use nfx_packet::rewrite::{set_addr, set_port, End};
 use nfx_packet::{Direction, FlowKey, Packet, PacketBuf, Replay};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -56,58 +55,7 @@ pub const SYNC_BUDGET: usize = 8192;
 const TCP_SYN_FIN_RST: u8 = 0x07;
 const TCP_ACK: u8 = 0x10;
 
-/// Counters of the fast path, in the stats document (`fast_path`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct FastPathStats {
-    /// Table size (flows, one direction each).
-    pub capacity: u64,
-    /// Kernel memory the table takes.
-    pub memory_bytes: u64,
-    /// Entries installed now (pending or armed).
-    pub entries: u64,
-    /// Entries armed now.
-    pub active: u64,
-    /// Entries installed since start.
-    pub installed: u64,
-    /// Entries armed since start.
-    pub armed: u64,
-    /// Removed on SYN/FIN/RST.
-    pub removed_closed: u64,
-    /// Removed after [`IDLE`] (or half the chain's shortest flow timeout) without traffic.
-    pub removed_idle: u64,
-    /// Removed because the chain dropped the replay (its verdict changed).
-    pub removed_revoked: u64,
-    /// Removed before a reconfiguration, state export or drain.
-    pub removed_flushed: u64,
-    /// Flows not installed because the table was full.
-    pub full: u64,
-    /// Installs the kernel refused.
-    pub errors: u64,
-    /// Packets the fast path forwarded (GSO segments counted one by one), as synced.
-    pub packets: u64,
-    /// IP bytes the fast path forwarded, as synced.
-    pub bytes: u64,
-}
-
-impl FastPathStats {
-    /// Adds another worker's counters.
-    pub fn add(&mut self, o: &FastPathStats) {
-        self.capacity += o.capacity;
-        self.memory_bytes += o.memory_bytes;
-        self.entries += o.entries;
-        self.active += o.active;
-        self.installed += o.installed;
-        self.armed += o.armed;
-        self.removed_closed += o.removed_closed;
-        self.removed_idle += o.removed_idle;
-        self.removed_revoked += o.removed_revoked;
-        self.removed_flushed += o.removed_flushed;
-        self.full += o.full;
-        self.errors += o.errors;
-        self.packets += o.packets;
-        self.bytes += o.bytes;
-    }
-}
+pub use nfx_proto::FastPathStats;
 
 struct Entry {
     slot: u32,

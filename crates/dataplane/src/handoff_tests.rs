@@ -192,14 +192,24 @@ fn exported_state_round_trips_through_the_control_protocol() {
     assert_eq!(back["flows"], 1, "{back}");
     let st = dp2.controller().stats().unwrap();
     assert_eq!(st.node("tag").unwrap().stats["tagged"], 7);
-    // The same request through the helper every client can use.
-    let blob = ctl.export_state("tag").unwrap();
-    let req = crate::import_state_request("tag", &blob);
-    assert_eq!(req["data_b64"], data);
-    // An unknown field keeps the general path and its error.
+    // An unknown node is refused, naming it.
     let v: serde_json::Value =
         serde_json::from_str(&ctl.handle_line(r#"{"cmd":"export_state","node":"tag9"}"#)).unwrap();
     assert!(v["error"].as_str().unwrap().contains("tag9"), "{v}");
+    // The same move through the one client, over the control sockets.
+    let (dp3, _, _) = start("");
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
+    let _sa = crate::ControlServer::start(&a, ctl.clone(), None).unwrap();
+    let _sb = crate::ControlServer::start(&b, dp3.controller(), None).unwrap();
+    let mut from = nfx_proto::Client::connect(&a).unwrap();
+    let blob = from.export_state("tag").unwrap();
+    assert_eq!(blob.len(), 8);
+    let mut to = nfx_proto::Client::connect(&b).unwrap();
+    assert_eq!(to.import_state("tag", &blob).unwrap(), 1);
+    assert_eq!(to.stats().unwrap().node("tag").unwrap().stats["tagged"], 7);
+    let e = from.export_state("tag9").unwrap_err();
+    assert!(e.is_refusal() && e.to_string().contains("tag9"), "{e}");
 }
 
 #[test]

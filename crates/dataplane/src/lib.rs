@@ -36,7 +36,7 @@ mod testkit;
 
 pub use chain::{build_chain, build_node, vnf_builder};
 pub use config::{ClassifierConfig, ConfigError, FanoutConfig, Role, RunConfig};
-pub use control::{fetch_stats, import_state_request, request, set_poll, ControlServer};
+pub use control::ControlServer;
 pub use graph::Graph;
 pub use runtime::{Controller, Dataplane, NodeBuilder, PortOpener, Reconfigured};
 pub use services::{InstanceConfig, ServiceConfig, ServiceSet};

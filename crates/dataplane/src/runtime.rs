@@ -13,6 +13,11 @@ use base64::Engine;
 use nfx_io::isolate::{IsolationRequest, KernelIsolation};
 use nfx_io::sys::parse_mac;
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
+use nfx_proto::request::ReconfigureForm;
+use nfx_proto::{
+    answer_line, Ack, Drained as ProtoDrained, Exported, Held, Imported, PollSet, Reconfigure,
+    Reconfigured as ProtoReconfigured, Request, Steered,
+};
 use nfx_vnf::Node;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -296,135 +301,105 @@ impl Controller {
         result
     }
 
-    /// Answers one control-socket request line with one response line (no newline).
+    /// Answers one control-socket request line with one response line (no newline):
+    /// the request's answer, or `{"error": ...}` saying why not.
     pub fn handle_line(&self, line: &str) -> String {
-        if let Some(resp) = self.fast_export(line) {
-            return resp;
+        match Request::parse(line) {
+            Ok(req) => self.answer(req),
+            Err(e) => answer_line::<Ack>(Err(e)),
         }
-        let resp = match self.handle_json(line) {
-            Ok(v) => v,
-            Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
-        };
-        resp.to_string()
     }
 
-    /// `export_state` answered without building a JSON value around the (possibly tens
-    /// of megabytes of) base64 text, which needs no escaping; `None` for other requests.
-    fn fast_export(&self, line: &str) -> Option<String> {
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Export {
-            cmd: String,
-            node: String,
-        }
-        let req: Export = serde_json::from_str(line).ok()?;
-        if req.cmd != "export_state" {
-            return None;
-        }
-        Some(match self.export_state(&req.node) {
-            Ok(data) => {
-                let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
-                format!(
-                    r#"{{"node":{},"bytes":{},"data_b64":"{b64}"}}"#,
-                    serde_json::Value::from(req.node),
-                    data.len()
+    /// Carries out one request and writes its answer line.
+    fn answer(&self, req: Request) -> String {
+        let why = |e: anyhow::Error| format!("{e:#}");
+        match req {
+            Request::Stats {} => answer_line(self.stats().map_err(why)),
+            Request::Reconfigure(r) => answer_line(self.reconfigure_request(r).map_err(why)),
+            Request::ExportState(e) => match self.export_state(&e.node) {
+                Ok(data) => Exported {
+                    bytes: data.len() as u64,
+                    data_b64: base64::engine::general_purpose::STANDARD.encode(&data),
+                    node: e.node,
+                }
+                .to_line(),
+                Err(e) => answer_line::<Ack>(Err(why(e))),
+            },
+            Request::ImportState(i) => {
+                let flows = base64::engine::general_purpose::STANDARD
+                    .decode(&i.data_b64)
+                    .context("`data_b64` is not base64")
+                    .and_then(|data| self.import_state(&i.node, data));
+                answer_line(
+                    flows
+                        .map(|f| Imported {
+                            ok: true,
+                            flows: f as u64,
+                        })
+                        .map_err(why),
                 )
             }
-            Err(e) => serde_json::json!({ "error": format!("{e:#}") }).to_string(),
+            Request::Hold {} => answer_line(self.hold().map(|()| held(true)).map_err(why)),
+            Request::Release {} => answer_line(self.release().map(|()| held(false)).map_err(why)),
+            Request::Drain {} => answer_line(self.drain_request().map_err(why)),
+            Request::Steer(s) => answer_line(
+                self.steer(s.member)
+                    .map(|()| Steered {
+                        ok: true,
+                        member: s.member,
+                    })
+                    .map_err(why),
+            ),
+            Request::Poll(p) => answer_line(
+                self.set_poll(p.mode, p.worker)
+                    .map(|()| PollSet {
+                        ok: true,
+                        poll: p.mode.as_str().into(),
+                    })
+                    .map_err(why),
+            ),
+            Request::Shutdown {} => {
+                answer_line(self.shutdown().map(|()| Ack { ok: true }).map_err(why))
+            }
+        }
+    }
+
+    /// `reconfigure` in either form.
+    fn reconfigure_request(&self, r: Reconfigure) -> anyhow::Result<ProtoReconfigured> {
+        let (r, services_form) = match r.topology().map_err(|e| anyhow!(e))? {
+            ReconfigureForm::Chain(chain) => (self.reconfigure(&chain)?, false),
+            ReconfigureForm::Services(set) => (self.reconfigure_services(&set)?, true),
+        };
+        Ok(ProtoReconfigured {
+            ok: true,
+            nodes: r.names,
+            services: services_form.then_some(r.services),
+            flows_carried: r.carried as u64,
+            stats: r.stats,
         })
     }
 
-    fn handle_json(&self, line: &str) -> anyhow::Result<serde_json::Value> {
-        let req: serde_json::Value = serde_json::from_str(line).context("request is not JSON")?;
-        let cmd = req
-            .get("cmd")
-            .and_then(|c| c.as_str())
-            .ok_or_else(|| anyhow!("request has no string field `cmd`"))?;
-        let field = |name: &str| {
-            req.get(name)
-                .and_then(|v| v.as_str())
-                .ok_or_else(|| anyhow!("`{cmd}` needs a string field `{name}`"))
-        };
-        match cmd {
-            "stats" => Ok(serde_json::to_value(self.stats()?)?),
-            "reconfigure" if req.get("services").is_some() || req.get("instances").is_some() => {
-                let r = self.reconfigure_services(&ServiceSet::from_request(&req)?)?;
-                Ok(serde_json::json!({ "ok": true, "nodes": r.names, "services": r.services,
-                    "flows_carried": r.carried, "stats": r.stats }))
-            }
-            "reconfigure" => {
-                let chain = req
-                    .get("chain")
-                    .and_then(|c| c.as_array())
-                    .ok_or_else(|| anyhow!("`reconfigure` needs an array field `chain`"))?;
-                let r = self.reconfigure(chain)?;
-                Ok(serde_json::json!({ "ok": true, "nodes": r.names,
-                    "flows_carried": r.carried, "stats": r.stats }))
-            }
-            "export_state" => {
-                let node = field("node")?;
-                let data = self.export_state(node)?;
-                let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
-                Ok(serde_json::json!({ "node": node, "bytes": data.len(), "data_b64": b64 }))
-            }
-            "import_state" => {
-                let node = field("node")?;
-                let data = base64::engine::general_purpose::STANDARD
-                    .decode(field("data_b64")?)
-                    .context("`data_b64` is not base64")?;
-                let flows = self.import_state(node, data)?;
-                Ok(serde_json::json!({ "ok": true, "flows": flows }))
-            }
-            "hold" => {
-                self.hold()?;
-                Ok(serde_json::json!({ "ok": true, "held": true }))
-            }
-            "release" => {
-                self.release()?;
-                Ok(serde_json::json!({ "ok": true, "held": false }))
-            }
-            "drain" => {
-                let d = self.drain()?;
-                if !d.complete {
-                    bail!(
-                        "drain: frames still arriving after {:?} ({} processed); steer traffic away first",
-                        crate::worker::DRAIN_LIMIT,
-                        d.packets
-                    );
-                }
-                Ok(serde_json::json!({ "ok": true, "held": true, "packets": d.packets }))
-            }
-            "steer" => {
-                let member = req
-                    .get("member")
-                    .and_then(|m| m.as_u64())
-                    .and_then(|m| u32::try_from(m).ok())
-                    .ok_or_else(|| anyhow!("`steer` needs an unsigned integer field `member`"))?;
-                self.steer(member)?;
-                Ok(serde_json::json!({ "ok": true, "member": member }))
-            }
-            "poll" => {
-                let mode: nfx_io::PollMode = field("mode")?.parse().map_err(|e: String| anyhow!(e))?;
-                let worker = match req.get("worker") {
-                    None => None,
-                    Some(w) => Some(
-                        w.as_u64()
-                            .and_then(|w| usize::try_from(w).ok())
-                            .ok_or_else(|| anyhow!("`poll` field `worker` must be an unsigned integer"))?,
-                    ),
-                };
-                self.set_poll(mode, worker)?;
-                Ok(serde_json::json!({ "ok": true, "poll": mode.as_str() }))
-            }
-            "shutdown" => {
-                self.shutdown()?;
-                Ok(serde_json::json!({ "ok": true }))
-            }
-            other => bail!(
-                "unknown cmd `{other}` (stats, reconfigure, export_state, import_state, hold, release, drain, steer, poll, shutdown)"
-            ),
+    /// `drain`, refused when frames keep arriving.
+    fn drain_request(&self) -> anyhow::Result<ProtoDrained> {
+        let d = self.drain()?;
+        if !d.complete {
+            bail!(
+                "drain: frames still arriving after {:?} ({} processed); steer traffic away first",
+                crate::worker::DRAIN_LIMIT,
+                d.packets
+            );
         }
+        Ok(ProtoDrained {
+            ok: true,
+            held: true,
+            packets: d.packets,
+        })
     }
+}
+
+/// The answer to `hold` (`true`) or `release`.
+fn held(held: bool) -> Held {
+    Held { ok: true, held }
 }
 
 /// A running dataplane instance: its worker threads and the controller that talks to them.

@@ -157,17 +157,19 @@ fn control_socket_serves_stats_to_clients() {
     let server = crate::ControlServer::start(&path, r.dp.controller(), None).unwrap();
     MemPort::inject(&r.inside.0, &r.inside.1, (0..10).map(udp_frame));
     wait_tx(&r.outside.0, 10);
-    let st = crate::fetch_stats(server.path()).unwrap();
+    let st = nfx_proto::Client::connect(server.path())
+        .unwrap()
+        .stats()
+        .unwrap();
     assert_eq!(st.workers[0].tx_packets, 10);
-    let err = crate::request(&path, &serde_json::json!({"cmd": "nope"})).unwrap_err();
-    assert!(err.to_string().contains("unknown cmd"), "{err}");
     assert!(
         crate::ControlServer::start(&path, r.dp.controller(), None).is_err(),
         "a second server took a live socket"
     );
     drop(server);
     assert!(!path.exists());
-    assert!(crate::fetch_stats(&path).is_err());
+    let err = nfx_proto::Client::connect(&path).err().unwrap();
+    assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
 }
 
 #[test]
@@ -227,7 +229,7 @@ fn poll_mode_changes_live_and_the_kernel_sees_the_worker_spin() {
         (r#"{"cmd":"poll","mode":"spin"}"#, "unknown poll mode"),
         (r#"{"cmd":"poll"}"#, "`mode`"),
         (r#"{"cmd":"poll","mode":"busy","worker":3}"#, "no worker 3"),
-        (r#"{"cmd":"poll","mode":"busy","worker":-1}"#, "unsigned"),
+        (r#"{"cmd":"poll","mode":"busy","worker":-1}"#, "`worker`"),
     ] {
         let e = ctl.handle_line(bad);
         assert!(e.contains("error") && e.contains(want), "{bad} → {e}");
@@ -304,7 +306,7 @@ fn control_socket_refuses_other_users_and_admits_its_group() {
     // Opened to everyone, only the credential check stands between nobody and the worker.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert_eq!(stats_as(&path, nobody, nobody), Some(false));
-    let st = crate::fetch_stats(&path).unwrap();
+    let st = nfx_proto::Client::connect(&path).unwrap().stats().unwrap();
     assert_eq!(
         st.control_rejected, 1,
         "root is served and the refusal counted"
@@ -319,7 +321,14 @@ fn control_socket_refuses_other_users_and_admits_its_group() {
     // Another user outside the group gets nothing even through an open file mode.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert_eq!(stats_as(&path, 65533, 65533), Some(false));
-    assert_eq!(crate::fetch_stats(&path).unwrap().control_rejected, 2);
+    assert_eq!(
+        nfx_proto::Client::connect(&path)
+            .unwrap()
+            .stats()
+            .unwrap()
+            .control_rejected,
+        2
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -105,7 +105,8 @@ impl Actuator {
         mode: PollMode,
         worker: Option<usize>,
     ) -> anyhow::Result<()> {
-        nfx_dataplane::set_poll(socket, mode, worker)
+        nfx_proto::Client::connect(socket)?.poll(mode, worker)?;
+        Ok(())
     }
 
     /// Lets the threads of `targets` run only on `cpus`.

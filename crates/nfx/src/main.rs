@@ -3,6 +3,7 @@
 //! Every subcommand lives in its own module under `cmd/`, which owns its arguments.
 
 mod cmd;
+mod logging;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -66,22 +67,9 @@ fn fix_mmap_threshold() {
     }
 }
 
-/// Sends the `log` records of every crate to stderr: level `warn` unless `NFX_LOG`
-/// (or `RUST_LOG`) says otherwise, e.g. `NFX_LOG=info` or `NFX_LOG=nfx_control=debug`.
-/// Without a logger the controller's, agents' and workers' warnings would be lost.
-fn init_logging() {
-    let env = env_logger::Env::new().filter_or(
-        "NFX_LOG",
-        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-    );
-    env_logger::Builder::from_env(env)
-        .format_timestamp_millis()
-        .init();
-}
-
 fn main() {
     fix_mmap_threshold();
-    init_logging();
+    logging::init();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Demo(a) => cmd::demo::run(a),

@@ -13,11 +13,11 @@ mod up;
 
 use common::eventually;
 use nfx_control::vnfm::state_file::recorded_pids;
+use nfx_proto::{fetch_stats, Stats};
 use nfx_testbed::acl::IPERF_PORT;
-use nfx_testbed::control::{port_counter, stats};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
@@ -31,20 +31,17 @@ fn alive(pid: u32) -> bool {
             .unwrap_or(true)
 }
 
-fn node_drop(s: &Value, node: &str, reason: &str) -> u64 {
-    s["nodes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|n| n["name"] == node))
-        .map(|n| n["drops"][reason].as_u64().unwrap_or(0))
-        .unwrap_or(0)
+/// Frames both ports sent.
+fn ports_tx(s: &Stats) -> u64 {
+    ["inside", "outside"]
+        .iter()
+        .filter_map(|p| s.port(p))
+        .map(|p| p.tx_packets)
+        .sum()
 }
 
 fn tx_packets(sock: &Path) -> u64 {
-    stats(sock)
-        .map(|s| {
-            port_counter(&s, "inside", "tx_packets") + port_counter(&s, "outside", "tx_packets")
-        })
-        .unwrap_or(0)
+    fetch_stats(sock).map(|s| ports_tx(&s)).unwrap_or(0)
 }
 
 #[test]
@@ -123,7 +120,7 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         "{new_dev} does not carry the traffic"
     );
     assert!(
-        eventually(Duration::from_secs(5), || stats(&old_sock).is_err()),
+        eventually(Duration::from_secs(5), || fetch_stats(&old_sock).is_err()),
         "the old worker still runs after its instance was destroyed"
     );
     let peers_after = netns::tcp_peers(&dst_ns, IPERF_PORT).unwrap();
@@ -140,8 +137,8 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         tcp.received_bytes as f64 >= tcp.sent_bytes as f64 * 0.99,
         "{tcp:?}"
     );
-    let s = stats(&new_sock).unwrap();
-    assert_eq!(node_drop(&s, "nat", "nat_no_mapping"), 0, "{s}");
+    let s = fetch_stats(&new_sock).unwrap();
+    assert_eq!(s.node_drop("nat", "nat_no_mapping"), 0, "{s:?}");
     let live = c.get(&format!("/api/v1/instances/{new_id}")).unwrap().body;
     assert!(live["state"]["packets"].as_u64().unwrap_or(0) > 0, "{live}");
 

@@ -7,7 +7,6 @@ mod common;
 
 use common::eventually;
 use nfx_testbed::acl::{DENIED_PORT, IPERF_PORT, UDPGEN_PORT};
-use nfx_testbed::control::{events, port_counter, total_drop};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::nfxrun::{read_events, NfxRun};
 use nfx_testbed::probe::{self, PeerEcho, TcpOutcome};
@@ -65,8 +64,8 @@ fn chain_carries_traffic_translates_and_enforces() {
     // Every byte the receiver got went through the inside port first; the workers
     // publish their counters periodically, so wait (bounded) until the stats show it.
     let inside_rx = || {
-        port_counter(&nfx.stats().unwrap(), "inside", "rx_bytes")
-            - port_counter(&before, "inside", "rx_bytes")
+        let rx = |s: &nfx_proto::Stats| s.port("inside").map_or(0, |p| p.rx_bytes);
+        rx(&nfx.stats().unwrap()) - rx(&before)
     };
     let mut rx = 0;
     eventually(Duration::from_secs(3), || {
@@ -104,11 +103,11 @@ fn chain_carries_traffic_translates_and_enforces() {
     assert_eq!(seen, TcpOutcome::Reply(tb.nat_ip().to_string()));
 
     // A port the ACL denies: the connection fails and acl_deny rises.
-    let denied_before = total_drop(&nfx.stats().unwrap(), "acl_deny");
+    let denied_before = nfx.stats().unwrap().total_drop("acl_deny");
     let denied =
         probe::tcp_request(&src, dst, DENIED_PORT, b"x", Duration::from_millis(1500)).unwrap();
     assert_eq!(denied, TcpOutcome::TimedOut);
-    assert!(total_drop(&nfx.stats().unwrap(), "acl_deny") > denied_before);
+    assert!(nfx.stats().unwrap().total_drop("acl_deny") > denied_before);
 
     // DPI: a payload with the test pattern raises a dpi_match event.
     let sink = Sink::start(&dst_ns, UDPGEN_PORT + 1, b"NFX-DPI-TEST").unwrap();
@@ -121,7 +120,7 @@ fn chain_carries_traffic_translates_and_enforces() {
     udpgen::generate(g).unwrap();
     assert!(eventually(Duration::from_secs(3), || {
         nfx.stats()
-            .map(|s| events(&s, "dpi_match") > 0)
+            .map(|s| s.event("dpi_match") > 0)
             .unwrap_or(false)
     }));
     assert!(
@@ -134,7 +133,7 @@ fn chain_carries_traffic_translates_and_enforces() {
     assert_eq!(ping.received, 3, "{ping:?}");
 
     let fin = nfx.stop().unwrap();
-    assert!(events(&fin, "elephant") >= 1, "{fin}");
+    assert!(fin.event("elephant") >= 1, "{fin:?}");
     let (evs, bad) = read_events(&ev_path);
     assert_eq!(bad, 0);
     let kinds = |k: &'static str| evs.iter().filter(move |e| e["kind"] == k);

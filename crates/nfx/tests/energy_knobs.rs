@@ -48,7 +48,7 @@ fn knobs_change_the_worker_and_its_cpu_time() {
     let run = NfxRun::start(NFX.as_ref(), &tb, &spec, &[], dir.path()).unwrap();
     let stats = run.stats().unwrap();
     let pid = run.pid();
-    let tid = stats["workers"][0]["tid"].as_u64().unwrap() as u32;
+    let tid = stats.workers[0].tid;
     assert!(tid > 0 && nfx_io::cpu::thread_ids(pid).unwrap().contains(&tid));
     let worker = [Target::Thread { pid, tid }];
     let load = {
@@ -88,7 +88,7 @@ fn knobs_change_the_worker_and_its_cpu_time() {
     assert!(!cg.contains("/nfx/"), "{cg}");
     act.set_poll(run.socket(), PollMode::Adaptive, None)
         .unwrap();
-    assert_eq!(run.stats().unwrap()["workers"][0]["poll"], "adaptive");
+    assert_eq!(run.stats().unwrap().workers[0].poll, "adaptive");
     let sent = load.join().unwrap().unwrap().sent;
     assert!(sent > 10_000, "the generator sent only {sent} datagrams");
     // Load over: an idle adaptive worker blocks in poll(2) (issue 17: ≤ 1 % of a core).
@@ -102,8 +102,5 @@ fn knobs_change_the_worker_and_its_cpu_time() {
         "busy {busy:.3} vs idle {idle:.3}"
     );
     let fin = run.stop().unwrap();
-    assert!(
-        fin["workers"][0]["rx_packets"].as_u64().unwrap() > 10_000,
-        "{fin}"
-    );
+    assert!(fin.workers[0].rx_packets > 10_000, "{fin:?}");
 }

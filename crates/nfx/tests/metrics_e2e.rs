@@ -28,7 +28,7 @@ fn root() -> bool {
 }
 
 fn stats(nfx: &NfxRun) -> Stats {
-    serde_json::from_value(nfx.stats().unwrap()).unwrap()
+    nfx.stats().unwrap()
 }
 
 /// Counters (`*_total`) of the scrape lie between those rendered from the JSON stats

@@ -15,8 +15,8 @@ use nfx_control::vnfm::local::{stop_recorded_workers, LocalConfig, LocalVnfm, Wo
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, PacketBuf, PacketVector};
+use nfx_proto::fetch_stats;
 use nfx_testbed::acl::{IPERF_PORT, UDPGEN_PORT};
-use nfx_testbed::control::{port_counter, stats};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::runconfig::{chain_nodes, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
@@ -143,35 +143,23 @@ impl Rig {
     /// arriving, its resets carry a sequence number before the client's last ack, which
     /// conntrack also calls invalid; that is the transfer's end, not the handoff.
     fn stateless_drops(&self, device: &str) -> (u64, u64, u64) {
-        let s = stats(&self.socket(device)).unwrap();
-        let node_drop = |node: &str, reason: &str| {
-            s["nodes"]
-                .as_array()
-                .and_then(|a| a.iter().find(|n| n["name"] == node))
-                .map(|n| n["drops"][reason].as_u64().unwrap_or(0))
-                .unwrap_or(0)
-        };
+        let s = fetch_stats(&self.socket(device)).unwrap();
         let fw_drop = |reason: &str| {
-            s["nodes"]
-                .as_array()
-                .and_then(|a| a.iter().find(|n| n["name"] == "firewall"))
-                .and_then(|n| n["stats"]["drops"][reason].as_u64())
-                .unwrap_or_else(|| panic!("firewall stats without drops.{reason}: {s}"))
+            s.node("firewall")
+                .and_then(|n| n.stats["drops"][reason].as_u64())
+                .unwrap_or_else(|| panic!("firewall stats without drops.{reason}: {s:?}"))
         };
-        let socket: u64 = ["inside", "outside"]
-            .iter()
-            .map(|p| port_counter(&s, p, "socket_drops"))
-            .sum();
+        let socket: u64 = s.ports.iter().map(|p| p.socket_drops).sum();
         (
             fw_drop("invalid_state") + fw_drop("out_of_window"),
-            node_drop("nat", "nat_no_mapping"),
+            s.node_drop("nat", "nat_no_mapping"),
             socket,
         )
     }
 
     fn tx_packets(&self, device: &str) -> u64 {
-        let s = stats(&self.socket(device)).unwrap();
-        port_counter(&s, "inside", "tx_packets") + port_counter(&s, "outside", "tx_packets")
+        let s = fetch_stats(&self.socket(device)).unwrap();
+        s.ports.iter().map(|p| p.tx_packets).sum()
     }
 }
 
@@ -231,7 +219,7 @@ fn tcp_transfer_survives_migration_with_same_nat_mapping() {
     for id in ["fw-a", "nat-a"] {
         rig.vnfm.destruct_instance(id).unwrap();
     }
-    assert!(eventually(Duration::from_secs(3), || stats(
+    assert!(eventually(Duration::from_secs(3), || fetch_stats(
         &rig.socket("w0")
     )
     .is_err()));
@@ -340,11 +328,11 @@ fn udp_sequence_arrives_complete_and_in_order_across_migration() {
         "lost {} of {sent}: {:?}; handoff near {at_handoff}; w0 {}; w1 {}",
         missing.len(),
         &missing[..missing.len().min(40)],
-        stats(&rig.socket("w0"))
-            .map(|s| s.to_string())
+        fetch_stats(&rig.socket("w0"))
+            .map(|s| serde_json::to_string(&s).unwrap_or_default())
             .unwrap_or_default(),
-        stats(&rig.socket("w1"))
-            .map(|s| s.to_string())
+        fetch_stats(&rig.socket("w1"))
+            .map(|s| serde_json::to_string(&s).unwrap_or_default())
             .unwrap_or_default(),
     );
     assert!(

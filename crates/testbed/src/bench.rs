@@ -15,8 +15,8 @@ use crate::runconfig::{Chain, RunSpec};
 use crate::sockperf::{self, SockperfServer};
 use crate::tablerun::{table_config, TablePlace, TableRun};
 use crate::{nftables::NftBaseline, Host, Spec, TestbedGuard};
+use nfx_proto::Stats;
 use serde::Serialize;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -366,12 +366,10 @@ fn measure(
     r.tcp1_worker_cpu_s_per_gb = median(&per_gb);
     r.tcp4_gbps = median(&tcp4);
     if let Some(Ok(st)) = nfx.map(NfxRun::stats) {
-        let per: Vec<String> = st["workers"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        let per: Vec<String> = st
+            .workers
             .iter()
-            .map(|w| format!("{}", w["rx_packets"].as_u64().unwrap_or(0)))
+            .map(|w| w.rx_packets.to_string())
             .collect();
         if per.len() > 1 {
             log(&format!(
@@ -613,39 +611,19 @@ fn note(log: &mut dyn FnMut(&str), what: &str, res: anyhow::Result<f64>) -> Opti
     }
 }
 
-/// Sums of every worker's CPU seconds and received frames in a stats document.
-pub fn worker_totals(stats: &Value) -> (f64, u64) {
-    let ws = stats["workers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    (
-        ws.iter().filter_map(|w| w["cpu_s"].as_f64()).sum(),
-        ws.iter().filter_map(|w| w["rx_packets"].as_u64()).sum(),
-    )
-}
-
 /// Worker CPU seconds per GB (10^9 bytes) received between two stats documents.
-pub fn worker_cpu_s_per_gb(before: &Value, after: &Value) -> Option<f64> {
-    let bytes = |st: &Value| -> u64 {
-        st["workers"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|w| w["rx_bytes"].as_u64())
-            .sum()
-    };
-    let (c0, _) = worker_totals(before);
-    let (c1, _) = worker_totals(after);
+pub fn worker_cpu_s_per_gb(before: &Stats, after: &Stats) -> Option<f64> {
+    let bytes = |st: &Stats| -> u64 { st.workers.iter().map(|w| w.rx_bytes).sum() };
+    let (c0, _) = before.worker_totals();
+    let (c1, _) = after.worker_totals();
     let b = bytes(after).checked_sub(bytes(before)).filter(|&b| b > 0)?;
     Some((c1 - c0).max(0.0) / (b as f64 / 1e9))
 }
 
 /// Worker CPU seconds per million received frames between two stats documents.
-pub fn worker_cpu_s_per_mpkt(before: &Value, after: &Value) -> Option<f64> {
-    let (c0, p0) = worker_totals(before);
-    let (c1, p1) = worker_totals(after);
+pub fn worker_cpu_s_per_mpkt(before: &Stats, after: &Stats) -> Option<f64> {
+    let (c0, p0) = before.worker_totals();
+    let (c1, p1) = after.worker_totals();
     let pkts = p1.checked_sub(p0).filter(|&p| p > 0)?;
     Some((c1 - c0).max(0.0) / (pkts as f64 / 1e6))
 }
@@ -954,13 +932,20 @@ mod tests {
         assert_eq!(median_run(&runs), Some((0.04, 0.08)));
         assert_eq!(median_run(&runs[..2]), Some((0.04, 0.065)));
         assert_eq!(median_run(&[]), None);
-        let st =
-            |cpu: f64, rx: u64| serde_json::json!({"workers": [{"cpu_s": cpu, "rx_packets": rx}]});
+        let worker = |cpu_s: f64, rx_packets: u64, rx_bytes: u64| Stats {
+            workers: vec![nfx_proto::WorkerStats {
+                cpu_s,
+                rx_packets,
+                rx_bytes,
+                ..Default::default()
+            }],
+            ..Stats::default()
+        };
+        let st = |cpu: f64, rx: u64| worker(cpu, rx, 0);
         let per = worker_cpu_s_per_mpkt(&st(1.0, 1_000_000), &st(1.5, 3_000_000)).unwrap();
         assert!((per - 0.25).abs() < 1e-12, "{per}");
         assert_eq!(worker_cpu_s_per_mpkt(&st(1.0, 5), &st(2.0, 5)), None);
-        assert_eq!(worker_totals(&serde_json::json!({})), (0.0, 0));
-        let gb = |cpu: f64, b: u64| serde_json::json!({"workers": [{"cpu_s": cpu, "rx_bytes": b}]});
+        let gb = |cpu: f64, b: u64| worker(cpu, 0, b);
         let per = worker_cpu_s_per_gb(&gb(2.0, 1_000_000_000), &gb(2.5, 3_000_000_000)).unwrap();
         assert!((per - 0.25).abs() < 1e-12, "{per}");
         assert_eq!(worker_cpu_s_per_gb(&gb(1.0, 5), &gb(2.0, 5)), None);

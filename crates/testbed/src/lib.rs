@@ -4,7 +4,6 @@
 
 pub mod acl;
 pub mod bench;
-pub mod control;
 pub mod cpu;
 pub mod hosts;
 pub mod iperf;

@@ -4,8 +4,9 @@
 
 use crate::process::ChildGuard;
 use crate::runconfig::{self, RunSpec};
-use crate::{control, Testbed};
+use crate::Testbed;
 use anyhow::{bail, Context};
+use nfx_proto::{Client, Stats};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -48,7 +49,7 @@ impl NfxRun {
             log,
             config,
         };
-        if let Err(e) = control::wait_ready(&run.socket, Duration::from_secs(15)) {
+        if let Err(e) = Client::wait_ready(&run.socket, Duration::from_secs(15)) {
             let exited = run.child.exited();
             bail!(
                 "nfx run did not come up ({}): {e:#}\n{}",
@@ -75,8 +76,10 @@ impl NfxRun {
     }
 
     /// Live stats from the control socket.
-    pub fn stats(&self) -> anyhow::Result<Value> {
-        control::stats(&self.socket)
+    pub fn stats(&self) -> anyhow::Result<Stats> {
+        Ok(Client::connect(&self.socket)?
+            .with_timeout(Duration::from_secs(5))
+            .stats()?)
     }
 
     /// The last lines of its stderr log (for error messages).
@@ -84,9 +87,11 @@ impl NfxRun {
         log_tail("nfx run", &self.log)
     }
 
-    /// Stops it with SIGINT (bounded) and returns the final stats JSON it printed.
-    pub fn stop(self) -> anyhow::Result<Value> {
-        stop_for_json(self.child, "nfx run", &self.log, "final stats")
+    /// Stops it with SIGINT (bounded) and returns the final stats it printed.
+    pub fn stop(self) -> anyhow::Result<Stats> {
+        let v = stop_for_json(self.child, "nfx run", &self.log, "final stats")?;
+        serde_json::from_value(v)
+            .context("the final stats of nfx run do not match the stats format")
     }
 }
 

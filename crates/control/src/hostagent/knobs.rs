@@ -153,8 +153,9 @@ pub fn apply(
         KnobSetting::Affinity(cpus) => act.pin(&target, cpus).map_err(|e| failed(e.to_string()))?,
     }
     let group = act.group(&req.device);
-    let stats = nfx_dataplane::control::fetch_stats(&w.socket)
-        .map_err(|e| failed(format!("reading back: {e:#}")))?;
+    let stats = nfx_proto::Client::connect(&w.socket)
+        .and_then(|mut c| c.stats())
+        .map_err(|e| failed(format!("reading back: {e}")))?;
     Ok(KnobAnswer {
         device: req.device.clone(),
         pid: w.pid,

@@ -59,7 +59,9 @@ impl HostAgent {
         let host = self.host.as_str();
         let mut scraped = Vec::new();
         for (device, sock) in &workers {
-            let got = nfx_dataplane::control::fetch_stats(sock)
+            let got = nfx_proto::Client::connect(sock)
+                .and_then(|mut c| c.stats())
+                .map_err(anyhow::Error::from)
                 .and_then(|s| Ok(Exposition::parse(&nfx_dataplane::metrics::render(&s))?));
             let answered = match got {
                 Ok(mut e) => {

@@ -293,7 +293,8 @@ impl PowerAgent {
             let Some(g) = reading.groups.iter().find(|g| g.name == w.device) else {
                 continue;
             };
-            let stats = nfx_dataplane::control::fetch_stats(&w.socket)
+            let stats = nfx_proto::Client::connect(&w.socket)
+                .and_then(|mut c| c.stats())
                 .map_err(|e| log::debug!("stats of worker {}: {e:#}", w.device))
                 .ok();
             if let Some(s) = &stats {

@@ -11,11 +11,12 @@
 
 use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
-use nfx_dataplane::{InstanceConfig, ServiceConfig};
+use nfx_proto::{
+    Client, ClientError, InstanceConfig, Reconfigure, Request, ServiceConfig, ServiceSet, Stats,
+};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -169,7 +170,7 @@ pub struct LocalVnfm {
     /// by [`LocalVnfm::set_services`]) instead of one chain of every instance.
     classify: bool,
     /// The open control connection to each worker, by device (see `ask_kept`).
-    kept: Mutex<BTreeMap<String, BufReader<UnixStream>>>,
+    kept: Mutex<BTreeMap<String, Client>>,
 }
 
 impl LocalVnfm {
@@ -237,12 +238,11 @@ impl LocalVnfm {
 
     /// What a worker runs, as the run config's and `reconfigure`'s fields: `chain`, or
     /// (services form) `services` and `instances`.
-    fn worker_body(&self, w: &Worker) -> serde_json::Value {
+    fn worker_body(&self, w: &Worker) -> Reconfigure {
         if !self.classify {
-            let chain: Vec<serde_json::Value> = w.instances.iter().map(node_spec).collect();
-            return serde_json::json!({ "chain": chain });
+            return Reconfigure::chain(w.instances.iter().map(node_spec).collect());
         }
-        let instances: BTreeMap<&str, InstanceConfig> = w
+        let instances: BTreeMap<String, InstanceConfig> = w
             .instances
             .iter()
             .map(|i| {
@@ -252,15 +252,19 @@ impl LocalVnfm {
                     i.config.clone()
                 };
                 let function = i.function.clone();
-                (i.id.as_str(), InstanceConfig { function, config })
+                (i.id.clone(), InstanceConfig { function, config })
             })
             .collect();
-        let services: Vec<&ServiceConfig> = w
+        let services: Vec<ServiceConfig> = w
             .services
             .iter()
             .filter(|s| s.chain.iter().all(|i| instances.contains_key(i.as_str())))
+            .cloned()
             .collect();
-        serde_json::json!({ "services": services, "instances": instances })
+        Reconfigure::services(ServiceSet {
+            services,
+            instances,
+        })
     }
 
     /// Finds the workers whose process has ended although nobody stopped it (killed,
@@ -344,35 +348,21 @@ impl LocalVnfm {
             .collect()
     }
 
-    /// One exchange with `device`'s worker on the connection kept from the last one
-    /// (the worker serves any number of requests per connection): a deploy on a running
-    /// worker then costs no connect, accept and serving thread. A kept connection whose
-    /// worker has gone (the request could not be written) is replaced once; after any
-    /// other failure the connection is dropped, as the exchange may be cut mid-line.
-    fn ask_kept(
-        &self,
-        device: &str,
-        req: &serde_json::Value,
-    ) -> Result<serde_json::Value, VnfmError> {
-        let sock = self.socket(device);
-        let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
+    /// One exchange with `device`'s worker on the client kept from the last one (the
+    /// worker serves any number of requests per connection): a deploy on a running
+    /// worker then costs no connect, accept and serving thread. The client replaces a
+    /// connection whose worker has gone; a client that could not reach its worker is
+    /// not kept.
+    fn ask_kept<T: DeserializeOwned>(&self, device: &str, req: &Request) -> Result<T, VnfmError> {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let reused = kept
+        let mut client = kept
             .remove(device)
-            .and_then(|mut c| send(&mut c, req).is_ok().then_some(c));
-        let mut conn = match reused {
-            Some(c) => c,
-            None => {
-                let mut c = connect(&sock).map_err(io)?;
-                send(&mut c, req).map_err(io)?;
-                c
-            }
-        };
-        let v = answer(&mut conn, &sock);
-        if !matches!(v, Err(VnfmError::Unavailable(_))) {
-            kept.insert(device.to_string(), conn);
+            .unwrap_or_else(|| worker_client(&self.socket(device)));
+        let answer = client.call(req);
+        if !matches!(&answer, Err(e) if !e.is_refusal()) {
+            kept.insert(device.to_string(), client);
         }
-        v
+        answer.map_err(vnfm_error)
     }
 
     fn socket(&self, device: &str) -> PathBuf {
@@ -415,7 +405,7 @@ impl LocalVnfm {
     fn start_worker(
         &self,
         device: &str,
-        body: serde_json::Value,
+        body: Reconfigure,
         peers: &[String],
     ) -> Result<u32, VnfmError> {
         let t = self.cfg.workers.get(device).ok_or_else(|| {
@@ -423,7 +413,7 @@ impl LocalVnfm {
         })?;
         let sock = self.socket(device);
         let _ = std::fs::remove_file(&sock);
-        let mut rc = body;
+        let mut rc = serde_json::to_value(body).map_err(unavailable)?;
         rc["name"] = device.into();
         rc["control_socket"] = serde_json::json!(sock);
         rc["ports"] = t.ports.clone();
@@ -436,10 +426,7 @@ impl LocalVnfm {
             }
             let role = match peers.first() {
                 Some(active) => {
-                    ask(
-                        &self.socket(active),
-                        &serde_json::json!({"cmd": "steer", "member": 0}),
-                    )?;
+                    ask(&self.socket(active), |c| c.steer(0))?;
                     "standby"
                 }
                 None => "active",
@@ -493,7 +480,7 @@ impl LocalVnfm {
         }
         let start = Instant::now();
         loop {
-            if ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok() {
+            if ask(&sock, Client::stats).is_ok() {
                 let pid = child.id();
                 let exits = self.exits.clone();
                 std::thread::spawn(move || {
@@ -534,14 +521,14 @@ impl LocalVnfm {
         device: &str,
         w: &mut Worker,
         all: &BTreeMap<String, Worker>,
-    ) -> Result<serde_json::Value, VnfmError> {
+    ) -> Result<Stats, VnfmError> {
         let body = self.worker_body(w);
         let ids = || w.instances.iter().map(|i| i.id.clone()).collect();
         if w.pid.is_none() {
             let peers = self.group_peers(all, device);
             w.pid = Some(self.start_worker(device, body, &peers)?);
             w.joined = all.values().map(|x| x.joined).max().unwrap_or(0) + 1;
-            let r = self.ask_kept(device, &serde_json::json!({"cmd": "stats"}))?;
+            let r: Stats = self.ask_kept(device, &Request::Stats {})?;
             w.nodes = if self.classify {
                 ids()
             } else {
@@ -549,22 +536,9 @@ impl LocalVnfm {
             };
             return Ok(r);
         }
-        let mut req = body;
-        req["cmd"] = "reconfigure".into();
-        let mut r = self.ask_kept(device, &req)?;
-        if self.classify {
-            w.nodes = ids();
-            return Ok(r["stats"].take());
-        }
-        w.nodes = r["nodes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|n| n.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(r["stats"].take())
+        let r: nfx_proto::Reconfigured = self.ask_kept(device, &Request::Reconfigure(body))?;
+        w.nodes = if self.classify { ids() } else { r.nodes };
+        Ok(r.stats)
     }
 
     /// Copies the flow state of node `onode` of worker `od` into node `nnode` of worker
@@ -576,19 +550,11 @@ impl LocalVnfm {
         nd: &str,
         nnode: &str,
     ) -> Result<(u64, u64), VnfmError> {
-        let out = ask(
-            &self.socket(od),
-            &serde_json::json!({"cmd": "export_state", "node": onode}),
-        )?;
-        let data = out["data_b64"].as_str().unwrap_or_default();
-        let r = ask(
-            &self.socket(nd),
-            &serde_json::json!({"cmd": "import_state", "node": nnode, "data_b64": data}),
-        )?;
-        Ok((
-            r["flows"].as_u64().unwrap_or(0),
-            out["bytes"].as_u64().unwrap_or(0),
-        ))
+        let out = ask(&self.socket(od), |c| c.export_state_b64(onode))?;
+        let flows = ask(&self.socket(nd), |c| {
+            c.import_state_b64(nnode, out.data_b64)
+        })?;
+        Ok((flows, out.bytes))
     }
 
     /// Loss-free traffic handoff from worker `od` to the standby worker `nd` of the same
@@ -630,16 +596,14 @@ impl LocalVnfm {
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let start = Instant::now();
         let mut r = HandoffReport::default();
-        ask(&nsock, &serde_json::json!({"cmd": "hold"}))?;
-        ask(
-            &nsock,
-            &serde_json::json!({"cmd": "steer", "member": member}),
-        )?;
+        let member = u32::try_from(member)
+            .map_err(|_| VnfmError::Invalid(format!("fanout member {member} out of range")))?;
+        ask(&nsock, Client::hold)?;
+        ask(&nsock, |c| c.steer(member))?;
         r.steer_ms = ms(start);
         let moved = (|| -> Result<(), VnfmError> {
             let t = Instant::now();
-            let d = ask(&osock, &serde_json::json!({"cmd": "drain"}))?;
-            r.drained_packets = d["packets"].as_u64().unwrap_or(0);
+            r.drained_packets = ask(&osock, Client::drain)?.packets;
             r.drain_ms = ms(t);
             let t = Instant::now();
             for (i, inst) in ow.instances.iter().enumerate() {
@@ -659,11 +623,8 @@ impl LocalVnfm {
             Ok(())
         })();
         if let Err(e) = moved {
-            let back = ask(
-                &nsock,
-                &serde_json::json!({"cmd": "steer", "member": 1 - member.min(1)}),
-            )
-            .and_then(|_| ask(&osock, &serde_json::json!({"cmd": "release"})));
+            let back = ask(&nsock, |c| c.steer(1 - member.min(1)))
+                .and_then(|_| ask(&osock, Client::release));
             return Err(VnfmError::Unavailable(format!(
                 "handoff {od} -> {nd} failed ({e}); traffic {}",
                 match back {
@@ -673,7 +634,7 @@ impl LocalVnfm {
             )));
         }
         let t = Instant::now();
-        ask(&nsock, &serde_json::json!({"cmd": "release"}))?;
+        ask(&nsock, Client::release)?;
         r.release_ms = ms(t);
         r.total_ms = ms(start);
         if let Some(w) = g.get_mut(od) {
@@ -734,18 +695,15 @@ fn check_workers(workers: &BTreeMap<String, Worker>) -> Result<(), String> {
     Ok(())
 }
 
-fn vnf_node_names(stats: &serde_json::Value, n: usize) -> Vec<String> {
-    stats["nodes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x["name"].as_str())
-                .filter(|s| *s != "parse" && *s != "output")
-                .take(n)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
+fn vnf_node_names(stats: &Stats, n: usize) -> Vec<String> {
+    stats
+        .nodes
+        .iter()
+        .map(|x| x.name.as_str())
+        .filter(|s| *s != "parse" && *s != "output")
+        .take(n)
+        .map(String::from)
+        .collect()
 }
 
 fn unavailable(e: impl std::fmt::Display) -> VnfmError {
@@ -768,10 +726,7 @@ fn alive(pid: u32) -> bool {
 pub fn stop_recorded_workers(run_dir: &Path) {
     let pids = recorded_pids(run_dir);
     for (dev, _) in &pids {
-        let _ = ask(
-            &run_dir.join(format!("{dev}.sock")),
-            &serde_json::json!({"cmd": "shutdown"}),
-        );
+        let _ = ask(&run_dir.join(format!("{dev}.sock")), Client::shutdown);
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     while pids.iter().any(|(_, p)| alive(*p)) && Instant::now() < deadline {
@@ -792,17 +747,16 @@ fn instance_state(
     spec: &InstanceSpec,
     node: Option<&String>,
     version: u64,
-    stats: &serde_json::Value,
+    stats: &Stats,
 ) -> InstanceState {
     let name = node.map(String::as_str).unwrap_or_default();
-    let n = stats["nodes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|x| !name.is_empty() && x["name"] == name))
-        .cloned()
-        .unwrap_or_default();
+    let n = stats
+        .nodes
+        .iter()
+        .find(|x| !name.is_empty() && x.name == name);
     let flows = ["flows", "entries", "connections", "mappings"]
         .iter()
-        .find_map(|k| n["stats"][k].as_u64())
+        .find_map(|k| n.and_then(|n| n.stats[k].as_u64()))
         .unwrap_or(0);
     InstanceState {
         id: spec.id.clone(),
@@ -811,54 +765,34 @@ fn instance_state(
         status: "running".into(),
         config_version: version,
         flows,
-        packets: n["packets"].as_u64().unwrap_or(0),
-        cpu_pct: stats["workers"][0]["cpu_pct"].as_f64().unwrap_or(0.0),
-        detail: serde_json::json!({ "node": n, "worker": stats["name"] }),
+        packets: n.map_or(0, |n| n.packets),
+        cpu_pct: stats.workers.first().map_or(0.0, |w| w.cpu_pct),
+        detail: serde_json::json!({ "node": n, "worker": stats.name }),
     }
 }
 
-/// Connects to a worker's control socket, with the exchange timeouts set.
-fn connect(sock: &Path) -> std::io::Result<BufReader<UnixStream>> {
-    let s = UnixStream::connect(sock)?;
-    s.set_read_timeout(Some(SOCKET_TIMEOUT))?;
-    s.set_write_timeout(Some(SOCKET_TIMEOUT))?;
-    Ok(BufReader::new(s))
+/// A client of a worker's control socket, with the exchange timeouts set.
+fn worker_client(sock: &Path) -> Client {
+    Client::lazy(sock).with_timeout(SOCKET_TIMEOUT)
 }
 
-/// Sends one request line on `conn`.
-fn send(conn: &mut BufReader<UnixStream>, req: &serde_json::Value) -> std::io::Result<()> {
-    let mut line = req.to_string();
-    line.push('\n');
-    conn.get_mut().write_all(line.as_bytes())
-}
-
-/// Reads one answer line from `conn`; an error answer becomes `Invalid`.
-fn answer(conn: &mut BufReader<UnixStream>, sock: &Path) -> Result<serde_json::Value, VnfmError> {
-    let mut resp = String::new();
-    match conn.read_line(&mut resp) {
-        Ok(0) => return Err(unavailable(format!("{}: closed", sock.display()))),
-        Ok(_) => {}
-        Err(e) => return Err(unavailable(format!("{}: {e}", sock.display()))),
+/// A worker's refusal is the request's fault (`Invalid`); anything else means the
+/// worker could not be reached or did not answer properly (`Unavailable`).
+fn vnfm_error(e: ClientError) -> VnfmError {
+    match e {
+        ClientError::Refused { socket, message } => {
+            VnfmError::Invalid(format!("worker {}: {message}", socket.display()))
+        }
+        other => VnfmError::Unavailable(other.to_string()),
     }
-    let v: serde_json::Value = serde_json::from_str(&resp).map_err(|e| {
-        VnfmError::Unavailable(format!("{}: answer is not JSON: {e}", sock.display()))
-    })?;
-    if let Some(e) = v.get("error") {
-        return Err(VnfmError::Invalid(format!(
-            "worker {}: {}",
-            sock.display(),
-            e.as_str().unwrap_or("error")
-        )));
-    }
-    Ok(v)
 }
 
-/// One request/response exchange on a worker's control socket, on a new connection.
-fn ask(sock: &Path, req: &serde_json::Value) -> Result<serde_json::Value, VnfmError> {
-    let io = |e: std::io::Error| VnfmError::Unavailable(format!("{}: {e}", sock.display()));
-    let mut conn = connect(sock).map_err(io)?;
-    send(&mut conn, req).map_err(io)?;
-    answer(&mut conn, sock)
+/// One exchange `call` with a worker's control socket, on a new connection.
+fn ask<T>(
+    sock: &Path,
+    call: impl FnOnce(&mut Client) -> Result<T, ClientError>,
+) -> Result<T, VnfmError> {
+    call(&mut worker_client(sock)).map_err(vnfm_error)
 }
 
 impl Vnfm for LocalVnfm {
@@ -903,11 +837,9 @@ impl Vnfm for LocalVnfm {
         w.config_versions.remove(p);
         if w.instances.is_empty() {
             let sock = self.socket(&d);
-            if ask(&sock, &serde_json::json!({"cmd": "shutdown"})).is_ok() {
+            if ask(&sock, Client::shutdown).is_ok() {
                 let start = Instant::now();
-                while ask(&sock, &serde_json::json!({"cmd": "stats"})).is_ok()
-                    && start.elapsed() < SOCKET_TIMEOUT
-                {
+                while ask(&sock, Client::stats).is_ok() && start.elapsed() < SOCKET_TIMEOUT {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -994,7 +926,7 @@ impl Vnfm for LocalVnfm {
         let node = w.nodes.get(p).cloned();
         let version = w.config_versions[p];
         drop(g);
-        let stats = ask(&self.socket(&d), &serde_json::json!({"cmd": "stats"}))?;
+        let stats = ask(&self.socket(&d), Client::stats)?;
         Ok(instance_state(&spec, node.as_ref(), version, &stats))
     }
 
@@ -1010,6 +942,7 @@ impl Vnfm for LocalVnfm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader, Write};
 
     #[test]
     fn node_specs_and_names() {
@@ -1022,7 +955,15 @@ mod tests {
             capacity: 0.0,
         };
         assert_eq!(node_spec(&s), serde_json::json!({"nat": {}}));
-        let st = serde_json::json!({"nodes": [{"name": "parse"}, {"name": "firewall"}, {"name": "nat"}, {"name": "output"}]});
+        let st = Stats {
+            nodes: ["parse", "firewall", "nat", "output"]
+                .map(|name| nfx_proto::NodeStats {
+                    name: name.into(),
+                    ..Default::default()
+                })
+                .into(),
+            ..Stats::default()
+        };
         assert_eq!(vnf_node_names(&st, 2), vec!["firewall", "nat"]);
     }
 
@@ -1153,21 +1094,22 @@ mod tests {
         let v = vnfm_with(&dir, serde_json::json!({}));
         let (tx, closed) = std::sync::mpsc::channel();
         let worker = echo_worker(v.socket("x"), 2, tx);
-        let stats = serde_json::json!({"cmd": "stats"});
-        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 0);
-        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 0);
+        #[derive(Deserialize)]
+        struct Conn {
+            conn: usize,
+        }
+        let conn = || v.ask_kept::<Conn>("x", &Request::Stats {}).map(|c| c.conn);
+        assert_eq!(conn().unwrap(), 0);
+        assert_eq!(conn().unwrap(), 0);
         // The worker closed the kept connection (as a worker that ended does): the
         // request goes out on a new one.
         assert_eq!(closed.recv().unwrap(), 0);
-        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 1);
-        assert_eq!(v.ask_kept("x", &stats).unwrap()["conn"], 1);
+        assert_eq!(conn().unwrap(), 1);
+        assert_eq!(conn().unwrap(), 1);
         assert_eq!(closed.recv().unwrap(), 1);
         worker.join().unwrap();
         // Nobody listens any more: an error, and no connection is kept.
-        assert!(matches!(
-            v.ask_kept("x", &stats),
-            Err(VnfmError::Unavailable(_))
-        ));
+        assert!(matches!(conn(), Err(VnfmError::Unavailable(_))));
         assert!(v.kept.lock().unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1198,7 +1140,7 @@ mod tests {
         assert!(e.to_string().contains("/nonexistent/nfx"), "{e}");
         assert!(v.get_instance_state("i").is_err());
         assert!(v.list_instances().unwrap().is_empty());
-        let e = ask(&dir.join("none.sock"), &serde_json::json!({})).unwrap_err();
+        let e = ask(&dir.join("none.sock"), Client::stats).unwrap_err();
         assert!(matches!(e, VnfmError::Unavailable(_)));
         let bad: Result<LocalConfig, _> =
             serde_yaml_ng::from_str("run_dir: /x\nworkers: {}\nextra: 1\n");

@@ -14,7 +14,9 @@ use libfuzzer_sys::fuzz_target;
 use nfx_dataplane::builtin::{L2Rewrite, OutputNode};
 use nfx_dataplane::graph::{Graph, GraphPlan};
 use nfx_dataplane::services::Topology;
-use nfx_dataplane::{ClassifierConfig, RunConfig, ServiceSet};
+use nfx_dataplane::{ClassifierConfig, RunConfig};
+use nfx_proto::request::ReconfigureForm;
+use nfx_proto::Request;
 use nfx_packet::{Direction, Packet, PacketBuf};
 use nfx_vnf::{Node, NodeCtx};
 
@@ -131,12 +133,17 @@ fuzz_target!(|data: &[u8]| {
             "error without the file: {e}"
         ),
     }
-    let Ok(req) = serde_json::from_str::<serde_json::Value>(text) else {
-        return;
+    let reconfigure = match Request::parse(text) {
+        Ok(Request::Reconfigure(r)) => r,
+        Ok(_) => return,
+        Err(e) => return assert!(!e.is_empty()),
     };
-    match ServiceSet::from_request(&req).map(|set| Topology::from_services(&set)) {
-        Ok(Ok(topo)) => run(&topo, frames),
-        Ok(Err(e)) => assert!(!e.problem.is_empty()),
-        Err(e) => assert!(e.to_string().starts_with("reconfigure"), "{e}"),
+    match reconfigure.topology() {
+        Ok(ReconfigureForm::Services(set)) => match Topology::from_services(&set) {
+            Ok(topo) => run(&topo, frames),
+            Err(e) => assert!(!e.problem.is_empty()),
+        },
+        Ok(ReconfigureForm::Chain(_)) => {}
+        Err(e) => assert!(e.starts_with("reconfigure"), "{e}"),
     }
 });

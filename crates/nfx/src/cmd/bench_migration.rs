@@ -15,8 +15,8 @@ use nfx_control::vnfm::local::{
 };
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_packet::{checksum, Direction, Packet, PacketBuf};
+use nfx_proto::{fetch_stats as stats, Client, Stats};
 use nfx_testbed::acl::UDPGEN_PORT;
-use nfx_testbed::control::{port_counter, request, stats};
 use nfx_testbed::process::ChildGuard;
 use nfx_testbed::runconfig::{chain_nodes, Chain};
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
@@ -358,7 +358,7 @@ pub(crate) fn start_run(
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("{name}.log")))?);
     let child = ChildGuard::spawn(cmd)?;
-    nfx_testbed::control::wait_ready(&sock, Duration::from_secs(15))?;
+    Client::wait_ready(&sock, Duration::from_secs(15))?;
     Ok((child, sock))
 }
 
@@ -383,21 +383,18 @@ fn between_processes(
     let (_a, sa) = start_run(nfx, dir, &cfg("bmig-a", "d0", "d1"))?;
     let (_b, sb) = start_run(nfx, dir, &cfg("bmig-b", "d2", "d3"))?;
     let long = Duration::from_secs(60);
+    let mut a = Client::connect(&sa)?.with_timeout(long);
+    let mut b = Client::connect(&sb)?.with_timeout(long);
     let mut rates = Vec::new();
     for (node, blob) in ["firewall", "nat"].iter().zip(blobs) {
-        request(&sa, &nfx_dataplane::import_state_request(node, blob), long)?;
+        a.import_state(node, blob)?;
         let t = Instant::now();
-        let out = request(&sa, &json!({"cmd": "export_state", "node": node}), long)?;
+        let out = a.export_state_b64(node)?;
         let export_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let r = request(
-            &sb,
-            &json!({"cmd": "import_state", "node": node, "data_b64": out["data_b64"]}),
-            long,
-        )?;
+        let flows = b.import_state_b64(node, out.data_b64)?;
         let import_s = t.elapsed().as_secs_f64();
-        let flows = r["flows"].as_u64().unwrap_or(0);
-        let bytes = out["bytes"].as_u64().unwrap_or(0);
+        let bytes = out.bytes;
         if bytes != blob.len() as u64 {
             bail!(
                 "{node}: process A exported {bytes} bytes, {} were loaded",
@@ -588,18 +585,9 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         stats(&run_dir.join("w0.sock"))?,
         stats(&run_dir.join("w1.sock"))?,
     );
-    let drop_of = |s: &Value, node: &str, reason: &str| {
-        s["nodes"]
-            .as_array()
-            .and_then(|a| a.iter().find(|n| n["name"] == node))
-            .and_then(|n| n["drops"][reason].as_u64())
-            .unwrap_or(0)
-    };
-    let socket = |s: &Value| {
-        port_counter(s, "inside", "socket_drops") + port_counter(s, "outside", "socket_drops")
-    };
-    let w0_fwd = port_counter(&s0, "outside", "tx_packets");
-    let w1_fwd = port_counter(&s1, "outside", "tx_packets");
+    let socket = |s: &Stats| s.ports.iter().map(|p| p.socket_drops).sum::<u64>();
+    let forwarded = |s: &Stats| s.port("outside").map_or(0, |p| p.tx_packets);
+    let (w0_fwd, w1_fwd) = (forwarded(&s0), forwarded(&s1));
     for id in ["fw-a", "nat-a", "fw-b", "nat-b"] {
         vnfm.destruct_instance(id)?;
     }
@@ -610,8 +598,8 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         "pps": args.pps,
         "forwarded_by_old": w0_fwd,
         "forwarded_by_new": w1_fwd,
-        "new_invalid_state": drop_of(&s1, "firewall", "invalid_state"),
-        "new_nat_no_mapping": drop_of(&s1, "nat", "nat_no_mapping"),
+        "new_invalid_state": s1.node_drop("firewall", "invalid_state"),
+        "new_nat_no_mapping": s1.node_drop("nat", "nat_no_mapping"),
         "socket_drops": socket(&s0) + socket(&s1),
         "phases": phases,
     }))

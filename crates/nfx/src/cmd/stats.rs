@@ -4,9 +4,9 @@
 use anyhow::{bail, Context};
 use nfx_dataplane::config::default_socket;
 use nfx_dataplane::stats::render_table;
-use nfx_dataplane::{fetch_stats, Stats};
+use nfx_proto::{Client, Stats};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::output::JsonOut;
@@ -79,22 +79,25 @@ fn print(
     }
 }
 
-fn fetch(path: &Path) -> anyhow::Result<Stats> {
-    fetch_stats(path).with_context(|| format!("reading stats from {}", path.display()))
+fn fetch(client: &mut Client) -> anyhow::Result<Stats> {
+    let path = client.socket().display().to_string();
+    client
+        .stats()
+        .with_context(|| format!("reading stats from {path}"))
 }
 
 /// Prints the stats once, or every `--watch` seconds.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let path = socket_of(&args)?;
+    let mut client = Client::lazy(socket_of(&args)?);
     let Some(secs) = args.watch else {
-        return print(&fetch(&path)?, None, args.json.as_ref(), false);
+        return print(&fetch(&mut client)?, None, args.json.as_ref(), false);
     };
     if !(secs.is_finite() && secs > 0.0) {
         bail!("--watch {secs}: must be a positive number of seconds");
     }
     let mut prev: Option<Stats> = None;
     loop {
-        let cur = fetch(&path)?;
+        let cur = fetch(&mut client)?;
         print(&cur, prev.as_ref(), args.json.as_ref(), true)?;
         prev = Some(cur);
         std::thread::sleep(Duration::from_secs_f64(secs));

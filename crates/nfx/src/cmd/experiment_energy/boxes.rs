@@ -105,10 +105,12 @@ impl NatBox {
     pub fn dataplane(&self) -> anyhow::Result<Option<(u32, u32)>> {
         let Some(r) = &self.run else { return Ok(None) };
         let st = r.stats()?;
-        let tid = st["workers"][0]["tid"]
-            .as_u64()
+        let tid = st
+            .workers
+            .first()
+            .map(|w| w.tid)
             .context("the dataplane reports no worker thread id")?;
-        Ok(Some((r.pid(), tid as u32)))
+        Ok(Some((r.pid(), tid)))
     }
 
     /// The box's own threads: the dataplane's process (nfx cases).
