@@ -164,8 +164,10 @@ fn restart_agent(out: &Path, host: &str) {
             Ok(())
         });
     }
-    let child = cmd.spawn().unwrap();
+    let mut child = cmd.spawn().unwrap();
     std::fs::write(dir.join(format!("{host}.pid")), child.id().to_string()).unwrap();
+    // Reaped whenever it ends (killed by this test or by `nfx testbed down`).
+    std::thread::spawn(move || child.wait());
     let t = Instant::now();
     while !ready.exists() {
         assert!(

@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 /// The record format this agent writes and reads.
 pub const VERSION: u32 = 1;
 
+/// An instance a restarted agent could not bring back: `(instance, device, reason)`
+/// (reported as lost, so the controller places it again).
+pub type NotRestored = (String, String, String);
+
 /// Extension of record files.
 const EXT: &str = "json";
 

@@ -102,7 +102,7 @@ impl Tables {
         devices: Vec<(TableDevice, Stage)>,
         base_dir: PathBuf,
         records: PathBuf,
-    ) -> anyhow::Result<(Self, Vec<(String, String, String)>)> {
+    ) -> anyhow::Result<(Self, Vec<record::NotRestored>)> {
         std::fs::create_dir_all(&records)
             .map_err(|e| anyhow::anyhow!("{}: {e}", records.display()))?;
         let t = Tables {

@@ -18,9 +18,7 @@
 mod process;
 mod restore;
 
-pub use restore::NotRestored;
-
-use super::record;
+use super::record::{self, NotRestored};
 use super::steering::NeighborLink;
 use crate::mediator::tunnel::{fnv1a, EndpointConfig, TUNNEL_SLOTS};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};

@@ -16,7 +16,7 @@
 
 use super::process::{kill_if_ours, pid_in, Proc};
 use super::{Endpoint, EndpointView, Tunnels};
-use crate::hostagent::record;
+use crate::hostagent::record::{self, NotRestored};
 use crate::hostagent::steering::NeighborLink;
 use crate::mediator::tunnel::EndpointConfig;
 use crate::vnfm::{InstanceSpec, VnfmError};
@@ -41,9 +41,6 @@ pub(super) struct EndpointRecord {
     /// The underlay's local and peer addresses.
     pub underlay: (SocketAddr, SocketAddr),
 }
-
-/// An instance the restarted agent could not bring back: `(instance, device, reason)`.
-pub type NotRestored = (String, String, String);
 
 impl Tunnels {
     /// Brings back the device processes and endpoints an earlier agent recorded under
