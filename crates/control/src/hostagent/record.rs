@@ -197,20 +197,26 @@ mod tests {
             "{e}"
         );
 
-        let newer = file_of(&d.0, "newer");
-        std::fs::write(&newer, br#"{"version": 2, "record": {"id": "x", "n": 1}}"#).unwrap();
-        let e = load::<R>(&newer).unwrap_err();
-        assert!(
-            e.contains("newer.json") && e.contains("record version 2"),
-            "{e}"
+        // Written by a newer agent, and a field out of its type's range.
+        let refused = |name: &str, text: &[u8], why: &str| {
+            let f = file_of(&d.0, name);
+            std::fs::write(&f, text).unwrap();
+            let e = load::<R>(&f).unwrap_err();
+            assert!(
+                e.contains(&format!("{name}.json")) && e.contains(why),
+                "{e}"
+            );
+            f
+        };
+        let newer = refused(
+            "newer",
+            br#"{"version": 2, "record": {"id": "x", "n": 1}}"#,
+            "record version 2",
         );
-
-        let field = file_of(&d.0, "field");
-        std::fs::write(&field, br#"{"version": 1, "record": {"id": "x", "n": -1}}"#).unwrap();
-        let e = load::<R>(&field).unwrap_err();
-        assert!(
-            e.contains("field.json") && e.contains("invalid value"),
-            "{e}"
+        let field = refused(
+            "field",
+            br#"{"version": 1, "record": {"id": "x", "n": -1}}"#,
+            "invalid value",
         );
 
         let good = file_of(&d.0, "good");
