@@ -995,4 +995,91 @@ mod tests {
         drop(t);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A stand-in `nfx` binary: `accel serve` opens its socket (a file) and runs 5 s;
+    /// `tunnel` runs 0.5 s and fails, never ready.
+    const FAKE_NFX: &str = r#"#!/bin/sh
+if [ "$1" = accel ]; then
+  while [ "$#" -gt 0 ]; do
+    if [ "$1" = --socket ]; then mkdir -p "$(dirname "$2")"; touch "$2"; fi
+    shift
+  done
+  exec sleep 5
+fi
+sleep 0.5
+echo "stand-in endpoint: not ready"
+exit 3
+"#;
+
+    #[test]
+    fn an_endpoint_start_does_not_hold_the_lock_and_the_same_id_waits_for_it() {
+        let dir = std::env::temp_dir().join(format!("nfx-tunnels-busy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("nfx");
+        std::fs::write(&bin, FAKE_NFX).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (t, lost) = Tunnels::new(
+            "h1",
+            dir.join("tunnels"),
+            Some(bin),
+            &[AcceleratorDevice {
+                id: "h1-acc0".into(),
+                queue_pairs: 2,
+                core: None,
+            }],
+            BTreeMap::from([(
+                "h2".to_string(),
+                NeighborLink {
+                    iface: "lo".into(),
+                    peer: Ipv4Addr::LOCALHOST,
+                },
+            )]),
+        )
+        .unwrap();
+        assert!(lost.is_empty());
+        let t = std::sync::Arc::new(t);
+        let spec = InstanceSpec {
+            id: "vpn-esp-h1".into(),
+            function: "esp".into(),
+            device: "h1-acc0".into(),
+            config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
+            throughput_gbps: 1.0,
+            capacity: 1.0,
+        };
+        t.set_key(&spec.id, &[7; 32]).unwrap();
+        let first = std::thread::spawn({
+            let (t, spec) = (t.clone(), spec.clone());
+            move || t.deploy(&spec)
+        });
+        let t0 = Instant::now();
+        while !t.holds(&spec.id) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the start never began"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // While it starts: other calls answer at once; its own state is unavailable.
+        let t1 = Instant::now();
+        t.set_key("other", &[8; 32]).unwrap();
+        assert!(t.ids().is_empty());
+        assert!(matches!(t.state(&spec.id), Err(VnfmError::Unavailable(_))));
+        assert!(
+            t1.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t1.elapsed()
+        );
+        // A second deploy of the same id waits for the first, then finds its key
+        // consumed: it never started a second process beside the first.
+        let second = t.deploy(&spec).unwrap_err().to_string();
+        assert!(second.contains("no IKE key was provisioned"), "{second}");
+        let e = first.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("exited") && e.contains("not ready"), "{e}");
+        assert!(!t.holds(&spec.id) && t.ids().is_empty());
+        // The failed start stopped the device it had started for nothing.
+        assert!(t.st().devices.is_empty());
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

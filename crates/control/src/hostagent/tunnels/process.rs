@@ -147,8 +147,16 @@ mod tests {
         // The argument makes the command line this test's own.
         let arg = format!("30.{}", std::process::id());
         let mut child = Command::new("sleep").arg(&arg).spawn().unwrap();
+        // Until its exec, the child's command line is still this test's.
+        let start = Instant::now();
+        let mut p = loop {
+            if let Some(p) = Proc::adopt(child.id(), Path::new(&arg)) {
+                break p;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "never adopted");
+            std::thread::sleep(Duration::from_millis(1));
+        };
         assert!(Proc::adopt(child.id(), Path::new("/run/nfx/not-this-one")).is_none());
-        let mut p = Proc::adopt(child.id(), Path::new(&arg)).expect("adopted");
         assert_eq!(p.id(), child.id());
         assert_eq!(p.ended(), None);
         // The test still holds the child: reap it on a thread while `stop` waits.
