@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "nfxar-";
-const BASE: &str = "242";
+const BASE: &str = "229";
 const TOKEN: &str = "agent-restart-e2e-api-token-0123";
 /// The tunnel service's UDP port and the table service's TCP port.
 const UDP_PORT: u16 = 5300;
