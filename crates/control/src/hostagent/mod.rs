@@ -5,12 +5,16 @@
 //! controller's heartbeat. Its accelerator devices run the host's ESP tunnel endpoints
 //! (`esp` instances, [`tunnels`]); its table-tier devices run the table-tier functions
 //! placed on them as eBPF chains ([`tables`]). It listens on the host's management
-//! address over mutual TLS.
+//! address over mutual TLS. A restarted agent brings back what the earlier one ran:
+//! its workers (reloaded), its tunnel endpoints (adopted or started again) and its
+//! table-tier instances (reloaded; their chains attached again when the controller
+//! re-sends the host's paths), see docs/architecture.md.
 
 pub mod api;
 pub mod knobs;
 pub mod metrics;
 pub mod power;
+pub mod record;
 pub mod stages;
 pub mod steering;
 pub mod tables;
@@ -213,6 +217,11 @@ impl HostAgent {
             let st = Stage::new(&d.id, cfg.software.len() + j);
             st.ensure(&mut tools)
                 .map_err(|e| anyhow::anyhow!("attaching device {}: {e}", d.id))?;
+            let left = tables::clear_leftovers(&st, &mut tools)
+                .map_err(|e| anyhow::anyhow!("clearing device {}: {e}", d.id))?;
+            if left > 0 {
+                log::warn!("table device {}: {left} leftover program(s) removed", d.id);
+            }
             stages.insert(d.id.clone(), st.clone());
             table_devices.push((d.clone(), st));
         }
@@ -258,29 +267,47 @@ impl HostAgent {
         workers: BTreeMap<String, WorkerTemplate>,
         table_devices: Vec<(tables::TableDevice, Stage)>,
     ) -> anyhow::Result<Arc<Self>> {
-        let tables = tables::Tables::new(table_devices, cfg.run_dir.clone());
+        let (tables, mut lost) = tables::Tables::new(
+            table_devices,
+            cfg.run_dir.clone(),
+            cfg.run_dir.join("tables"),
+        )?;
         let local = LocalVnfm::new(LocalConfig {
             run_dir: cfg.run_dir.join("workers"),
             nfx_bin: cfg.nfx_bin.clone(),
             workers,
         })?
         .with_services();
-        let tunnels = tunnels::Tunnels::new(
+        let (tunnels, lost_tunnels) = tunnels::Tunnels::new(
             &cfg.host,
             cfg.run_dir.join("tunnels"),
             cfg.nfx_bin.clone(),
             &cfg.accelerators,
             cfg.neighbors.clone(),
         )?;
+        lost.extend(lost_tunnels);
         let mut steering = Steering::new(tools, cfg.neighbors.clone(), stages);
         steering
             .reset()
             .map_err(|e| anyhow::anyhow!("closing the host: {e}"))?;
+        for (id, link) in tunnels.links() {
+            steering.set_tunnel(&id, link);
+        }
+        let now_ms = unix_ms();
+        let lost = lost
+            .into_iter()
+            .map(|(instance, device, reason)| LostInstance {
+                instance,
+                device,
+                reason,
+                at_unix_ms: now_ms,
+            })
+            .collect();
         Ok(Arc::new(HostAgent {
             host: cfg.host.clone(),
             local,
             steering: Mutex::new(steering),
-            lost: Mutex::new(Vec::new()),
+            lost: Mutex::new(lost),
             started: Instant::now(),
             exits: AtomicU64::new(0),
             api: ApiMetrics::default(),
@@ -447,10 +474,7 @@ impl HostAgent {
     /// One housekeeping round: dead workers and tunnel endpoints become lost
     /// instances; drains end.
     fn tick(&self) {
-        let now_ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let now_ms = unix_ms();
         for (instance, device, reason) in self.tunnels.reap_dead() {
             self.exits.fetch_add(1, Ordering::Relaxed);
             log::warn!("{reason}; lost: {instance}");
@@ -491,6 +515,14 @@ impl HostAgent {
             Err(e) => log::warn!("ending drains: {e}"),
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The services each device's worker runs for `paths`, by device, in service id order

@@ -15,9 +15,20 @@
 //! chain is loaded, filled and attached when a path names the instances of a stage, in
 //! the path's order, and detached (its maps freed) when the path leaves the device or
 //! one of its instances is destroyed.
+//!
+//! Every instance is recorded in `tables/<id>.json` ([`super::record`]: its spec and
+//! configuration version). A restarted agent reloads the records (each checked against
+//! the device's entries again); the chains come back when the controller sends the
+//! host's paths again, as a restarted agent's paths always do. The chain's maps live in
+//! the agent's process and its tc links are owned by it, so a killed agent's programs
+//! are detached by the kernel and its tables (connection tracking, NAT mappings,
+//! elephant counters) are gone: flows through a table-tier NAT get new mappings after
+//! an agent restart. Any program still found on a table device's port at start (none
+//! of this agent's) is removed with the port ([`clear_leftovers`]).
 
+use super::record;
 use super::stages::Stage;
-use super::steering::{HostPath, SteerError};
+use super::steering::{HostPath, HostTools, SteerError};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
 use nfx_fastpath::table::{check, Placement, PortSpec, TableChain, TableStats};
 use nfx_vnf::NodeSpec;
@@ -34,6 +45,14 @@ pub struct TableDevice {
     pub id: String,
     /// Table entries it holds (its capacity: rules + flow rows of its functions).
     pub entries: u64,
+}
+
+/// What the agent keeps of a table-tier instance to bring it back after a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableRecord {
+    spec: InstanceSpec,
+    config_version: u64,
 }
 
 /// One recorded instance.
@@ -62,6 +81,8 @@ pub struct Tables {
     devices: BTreeMap<String, (TableDevice, Stage)>,
     /// Where relative file names in a configuration (a rules file) are taken from.
     base_dir: PathBuf,
+    /// Where each instance's record is kept.
+    records: PathBuf,
     inner: Mutex<Inner>,
 }
 
@@ -72,16 +93,90 @@ fn node_spec(function: &str, config: &serde_json::Value) -> Result<NodeSpec, Vnf
 }
 
 impl Tables {
-    /// The table devices `devices`, attached by `stages` (same order).
-    pub fn new(devices: Vec<(TableDevice, Stage)>, base_dir: PathBuf) -> Self {
-        Tables {
+    /// The table devices `devices`, attached by `stages` (same order), with the
+    /// instances recorded in `records` reloaded. Returns those that could not be, as
+    /// `(instance, device, reason)`: a damaged record (set aside into
+    /// `records/damaged/`), a device the configuration no longer has, a configuration
+    /// that no longer fits.
+    pub fn new(
+        devices: Vec<(TableDevice, Stage)>,
+        base_dir: PathBuf,
+        records: PathBuf,
+    ) -> anyhow::Result<(Self, Vec<record::NotRestored>)> {
+        std::fs::create_dir_all(&records)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", records.display()))?;
+        let t = Tables {
             devices: devices
                 .into_iter()
                 .map(|(d, s)| (d.id.clone(), (d, s)))
                 .collect(),
             base_dir,
+            records,
             inner: Mutex::new(Inner::default()),
+        };
+        let mut lost = Vec::new();
+        for file in record::files_in(&t.records) {
+            let id = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match record::load::<TableRecord>(&file) {
+                Ok(r) => {
+                    if let Err(e) = t.reload(&id, r.clone()) {
+                        let _ = std::fs::remove_file(&file);
+                        log::warn!("table instance {id}: not reloaded: {e}");
+                        lost.push((id, r.spec.device, format!("not restored: {e}")));
+                    }
+                }
+                Err(e) => {
+                    let aside = record::set_aside(&t.records, &file);
+                    log::error!(
+                        "table instance {id}: {e} (set aside as {})",
+                        aside.display()
+                    );
+                    lost.push((id, "unknown".into(), format!("damaged record: {e}")));
+                }
+            }
         }
+        Ok((t, lost))
+    }
+
+    /// Takes back recorded instance `id`, checked as a deploy is.
+    fn reload(&self, id: &str, r: TableRecord) -> Result<(), String> {
+        if r.spec.id != id {
+            return Err(format!("its record names instance {:?}", r.spec.id));
+        }
+        if !self.has_device(&r.spec.device) {
+            return Err(format!(
+                "{} is no longer a table device of this host",
+                r.spec.device
+            ));
+        }
+        let node = node_spec(&r.spec.function, &r.spec.config).map_err(|e| e.to_string())?;
+        let mut g = self.inner();
+        let free = self.free(&g, &r.spec.device, id);
+        let need = check(&node, free, &self.base_dir).map_err(|e| e.to_string())?;
+        g.instances.insert(
+            id.to_string(),
+            Deployed {
+                spec: r.spec,
+                node,
+                entries: need.entries,
+                version: r.config_version,
+            },
+        );
+        Ok(())
+    }
+
+    /// Writes instance `id`'s record (`g` holds it).
+    fn save(&self, g: &Inner, id: &str) -> Result<(), VnfmError> {
+        let d = &g.instances[id];
+        let r = TableRecord {
+            spec: d.spec.clone(),
+            config_version: d.version,
+        };
+        record::save(&record::file_of(&self.records, id), &r)
+            .map_err(|e| VnfmError::Unavailable(format!("recording instance {id}: {e}")))
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -139,6 +234,10 @@ impl Tables {
                     version: 1,
                 },
             );
+            if let Err(e) = self.save(&g, &spec.id) {
+                g.instances.remove(&spec.id);
+                return Err(e);
+            }
         }
         Ok(state_of(&g, &spec.id))
     }
@@ -176,6 +275,7 @@ impl Tables {
             d.entries = need.entries;
             d.version += 1;
         }
+        self.save(&g, id)?;
         Ok(state_of(&g, id))
     }
 
@@ -186,6 +286,7 @@ impl Tables {
             .instances
             .remove(id)
             .ok_or_else(|| VnfmError::NotFound(id.to_string()))?;
+        let _ = std::fs::remove_file(record::file_of(&self.records, id));
         if g.chains
             .get(&d.spec.device)
             .is_some_and(|r| r.instances.iter().any(|i| i == id))
@@ -298,6 +399,27 @@ impl Tables {
     }
 }
 
+/// Removes every tc program found on `stage`'s ports (a fresh agent holds none: they
+/// belong to no recorded instance) by deleting the ports' veth pairs and attaching
+/// them again; returns how many there were.
+pub fn clear_leftovers(stage: &Stage, tools: &mut dyn HostTools) -> Result<usize, String> {
+    let mut found = 0;
+    for (kernel, port) in [
+        (&stage.kernel_in, &stage.worker_in),
+        (&stage.kernel_out, &stage.worker_out),
+    ] {
+        let n = nfx_fastpath::table::tcx_programs(port).unwrap_or(0);
+        if n > 0 {
+            found += n;
+            tools.ip(&["link", "del", kernel])?;
+        }
+    }
+    if found > 0 {
+        stage.ensure(tools)?;
+    }
+    Ok(found)
+}
+
 /// The state of a recorded instance (`g` holds it).
 fn state_of(g: &Inner, id: &str) -> InstanceState {
     let d = &g.instances[id];
@@ -329,5 +451,76 @@ fn state_of(g: &Inner, id: &str) -> InstanceState {
             "node": node,
             "table": function,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str, device: &str, max_flows: u64) -> InstanceSpec {
+        InstanceSpec {
+            id: id.into(),
+            function: "firewall".into(),
+            device: device.into(),
+            config: serde_json::json!({"default": "allow", "max_flows": max_flows}),
+            throughput_gbps: 1.0,
+            capacity: 16.0,
+        }
+    }
+
+    #[test]
+    fn instances_are_reloaded_from_their_records_and_damaged_ones_set_aside() {
+        let dir = std::env::temp_dir().join(format!("nfx-tables-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let records = dir.join("tables");
+        let devices = || {
+            vec![(
+                TableDevice {
+                    id: "tt0".into(),
+                    entries: 1000,
+                },
+                Stage::new("tt0", 0),
+            )]
+        };
+        let (t, lost) = Tables::new(devices(), dir.clone(), records.clone()).unwrap();
+        assert!(lost.is_empty());
+        t.deploy(&spec("fw1", "tt0", 16)).unwrap();
+        let cfg = serde_json::json!({"default": "deny", "max_flows": 32});
+        assert_eq!(t.configure("fw1", &cfg).unwrap().config_version, 2);
+        drop(t);
+        // Beside it: a damaged record, and one on a device the agent no longer has.
+        std::fs::write(
+            records.join("bad.json"),
+            b"{\"version\": 1, \"record\": {\"spec\"",
+        )
+        .unwrap();
+        let stale = TableRecord {
+            spec: spec("old", "tt9", 16),
+            config_version: 1,
+        };
+        record::save(&record::file_of(&records, "old"), &stale).unwrap();
+
+        let (t, mut lost) = Tables::new(devices(), dir.clone(), records.clone()).unwrap();
+        assert_eq!(t.ids(), ["fw1"]);
+        let st = t.state("fw1").unwrap();
+        assert_eq!(st.config_version, 2);
+        assert!(
+            t.holds("fw1") && t.deploy(&spec("fw1", "tt0", 16)).is_err(),
+            "reloaded with its new config"
+        );
+        lost.sort();
+        assert_eq!(lost.len(), 2, "{lost:?}");
+        assert_eq!(lost[0].0, "bad");
+        assert!(lost[0].2.contains("bad.json: not a record"), "{lost:?}");
+        assert!(records.join("damaged").join("bad.json").exists());
+        assert_eq!(lost[1].0, "old");
+        assert!(
+            lost[1].2.contains("tt9 is no longer a table device"),
+            "{lost:?}"
+        );
+        t.destruct("fw1").unwrap();
+        assert!(record::files_in(&records).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

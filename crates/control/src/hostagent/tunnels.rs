@@ -12,18 +12,24 @@
 //! is how the host's steering sends the service's traffic into the tunnel.
 //!
 //! Both endpoints of a tunnel derive the same UDP port and TUN addresses from the
-//! service id, so neither needs the other's settings.
+//! service id, so neither needs the other's settings. Every running endpoint is
+//! recorded, and a restarted agent adopts or restarts it ([`restore`]).
 
+mod process;
+mod restore;
+
+use super::record::{self, NotRestored};
 use super::steering::NeighborLink;
 use crate::mediator::tunnel::{fnv1a, EndpointConfig, TUNNEL_SLOTS};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
+use process::{log_tail, spawn, Proc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::process::Command;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
@@ -31,8 +37,6 @@ use zeroize::Zeroizing;
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time limit of one element-manager call.
 const EM_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a stopped process may take to exit before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(2);
 /// A tunnel's UDP port is `PORT_BASE + slot` (slots below `TUNNEL_SLOTS`).
 const PORT_BASE: u16 = 20_000;
 /// Most keys held for endpoints not deployed yet.
@@ -56,20 +60,28 @@ pub struct AcceleratorDevice {
     pub core: Option<usize>,
 }
 
-/// A running endpoint.
+/// A running endpoint: its process and what the agent's calls need of it.
 struct Endpoint {
+    view: EndpointView,
+    proc: Proc,
+}
+
+/// What a call needs of a running endpoint, taken out of the lock before the call talks
+/// to the endpoint's element manager.
+#[derive(Clone)]
+struct EndpointView {
     spec: InstanceSpec,
-    child: Child,
     dir: PathBuf,
     em: SocketAddr,
     token: Zeroizing<String>,
     link: NeighborLink,
     underlay: (SocketAddr, SocketAddr),
+    pid: u32,
 }
 
 /// A running device process.
 struct DeviceProcess {
-    child: Child,
+    proc: Proc,
     socket: PathBuf,
 }
 
@@ -78,9 +90,18 @@ struct State {
     keys: BTreeMap<String, Zeroizing<Vec<u8>>>,
     ends: BTreeMap<String, Endpoint>,
     devices: BTreeMap<String, DeviceProcess>,
+    /// Endpoints being started or stopped (outside the lock), with their device: other
+    /// calls for the same id wait for it; the device is kept running for it.
+    busy: BTreeMap<String, String>,
+    /// Devices whose process is being started (outside the lock).
+    starting_devices: BTreeSet<String>,
 }
 
 /// The host's tunnel endpoints and accelerator device processes.
+///
+/// Starting an endpoint (up to [`START_TIMEOUT`]) or a device, and stopping an endpoint,
+/// run outside the lock: the id is marked busy meanwhile, so calls for other endpoints
+/// answer at once and calls for the same id wait until it is done.
 pub struct Tunnels {
     host: String,
     dir: PathBuf,
@@ -88,6 +109,8 @@ pub struct Tunnels {
     devices: BTreeMap<String, AcceleratorDevice>,
     neighbors: BTreeMap<String, NeighborLink>,
     st: Mutex<State>,
+    /// Signalled whenever a busy endpoint or a starting device is done.
+    done: Condvar,
 }
 
 /// What the controller asks of a tunnel endpoint's engine
@@ -138,33 +161,44 @@ fn unavailable(e: impl std::fmt::Display) -> VnfmError {
 }
 
 impl Tunnels {
-    /// The tunnels of `host`, with their files under `dir`; processes an earlier agent
-    /// left there are stopped and the directory emptied.
+    /// The tunnels of `host`, with their files under `dir`; the device processes and
+    /// endpoints an earlier agent recorded there are adopted or started again
+    /// ([`restore`]). Returns those that could not be brought back, as `(instance,
+    /// device, reason)`.
     pub fn new(
         host: &str,
         dir: PathBuf,
         nfx_bin: Option<PathBuf>,
         devices: &[AcceleratorDevice],
         neighbors: BTreeMap<String, NeighborLink>,
-    ) -> anyhow::Result<Self> {
-        stop_leftovers(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
+    ) -> anyhow::Result<(Self, Vec<NotRestored>)> {
         for d in [dir.clone(), dir.join("accel"), dir.join("ends")] {
             std::fs::create_dir_all(&d)?;
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Tunnels {
+        let t = Tunnels {
             host: host.to_string(),
             dir,
             nfx_bin,
             devices: devices.iter().map(|d| (d.id.clone(), d.clone())).collect(),
             neighbors,
             st: Mutex::new(State::default()),
-        })
+            done: Condvar::new(),
+        };
+        let lost = t.restore();
+        Ok((t, lost))
     }
 
     fn st(&self) -> MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits (releasing the lock) until endpoint `id` is not busy.
+    fn until_idle<'a>(&self, mut st: MutexGuard<'a, State>, id: &str) -> MutexGuard<'a, State> {
+        while st.busy.contains_key(id) {
+            st = self.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st
     }
 
     /// Keeps the IKE key of endpoint `id` until its deploy.
@@ -187,34 +221,55 @@ impl Tunnels {
         Ok(())
     }
 
-    /// Whether `id` is a tunnel endpoint of this host.
+    /// Whether `id` is a tunnel endpoint of this host (running, or being started or
+    /// stopped).
     pub fn holds(&self, id: &str) -> bool {
-        self.st().ends.contains_key(id)
+        let st = self.st();
+        st.ends.contains_key(id) || st.busy.contains_key(id)
     }
 
     /// The configuration endpoint `id` was deployed with.
     pub fn config_of(&self, id: &str) -> Option<serde_json::Value> {
-        self.st().ends.get(id).map(|e| e.spec.config.clone())
+        self.st().ends.get(id).map(|e| e.view.spec.config.clone())
     }
 
-    /// Ids of the endpoints.
+    /// Ids of the running endpoints.
     pub fn ids(&self) -> Vec<String> {
         self.st().ends.keys().cloned().collect()
+    }
+
+    /// Every running endpoint's TUN link (the steering sends its tunnel's traffic there).
+    pub fn links(&self) -> Vec<(String, NeighborLink)> {
+        self.st()
+            .ends
+            .iter()
+            .map(|(id, e)| (id.clone(), e.view.link.clone()))
+            .collect()
+    }
+
+    /// The view of running endpoint `id` (busy: unavailable until its start or stop
+    /// is done).
+    fn view(&self, id: &str) -> Result<EndpointView, VnfmError> {
+        let st = self.st();
+        match st.ends.get(id) {
+            Some(e) => Ok(e.view.clone()),
+            None if st.busy.contains_key(id) => Err(VnfmError::Unavailable(format!(
+                "tunnel endpoint {id} is being started or stopped"
+            ))),
+            None => Err(VnfmError::NotFound(format!("no tunnel endpoint {id}"))),
+        }
     }
 
     /// Switches endpoint `id`'s crypto live onto a queue pair of its device or back to its
     /// CPU engine, through the endpoint's element manager (its token never leaves the
     /// agent). A refusal (no free queue pair, already attached) is a conflict.
     pub fn switch_engine(&self, id: &str, req: EngineRequest) -> Result<EngineSwitch, VnfmError> {
-        let (em, token, socket) = {
-            let st = self.st();
-            let e = st
-                .ends
-                .get(id)
-                .ok_or_else(|| VnfmError::NotFound(format!("no tunnel endpoint {id}")))?;
-            let socket = st.devices.get(&e.spec.device).map(|d| d.socket.clone());
-            (e.em, e.token.clone(), socket)
-        };
+        let e = self.view(id)?;
+        let socket = self
+            .st()
+            .devices
+            .get(&e.spec.device)
+            .map(|d| d.socket.clone());
         let (path, body) = if req.lookaside {
             let socket = socket.ok_or_else(|| {
                 VnfmError::Unavailable(format!("the device of tunnel endpoint {id} does not run"))
@@ -226,8 +281,8 @@ impl Tunnels {
         let r = ureq::AgentBuilder::new()
             .timeout(EM_TIMEOUT)
             .build()
-            .post(&format!("http://{em}{path}"))
-            .set("Authorization", &format!("Bearer {}", token.as_str()))
+            .post(&format!("http://{}{path}", e.em))
+            .set("Authorization", &format!("Bearer {}", e.token.as_str()))
             .send_json(body);
         match r {
             Ok(resp) => resp.into_json().map_err(|err| {
@@ -248,20 +303,43 @@ impl Tunnels {
         }
     }
 
-    /// Starts endpoint `spec` (and its device if it does not run); returns its state and
-    /// the TUN link the steering sends the tunnel's traffic to.
+    /// Starts endpoint `spec` (and its device if it does not run), outside the lock;
+    /// returns its state and the TUN link the steering sends the tunnel's traffic to.
     pub fn deploy(&self, spec: &InstanceSpec) -> Result<(InstanceState, NeighborLink), VnfmError> {
         check_id(&spec.id)?;
-        let mut st = self.st();
+        let st = self.st();
+        let mut st = self.until_idle(st, &spec.id);
         if let Some(e) = st.ends.get(&spec.id) {
-            if e.spec != *spec {
+            if e.view.spec != *spec {
                 return Err(VnfmError::Conflict(format!(
                     "tunnel endpoint {} exists with another spec",
                     spec.id
                 )));
             }
-            return Ok((self.read_state(e)?, e.link.clone()));
+            let view = e.view.clone();
+            drop(st);
+            return Ok((self.read_state(&view)?, view.link));
         }
+        let (c, dev, nb) = self.prepare(spec)?;
+        let psk = st.keys.remove(&spec.id).ok_or_else(|| {
+            VnfmError::Invalid(format!(
+                "no IKE key was provisioned for tunnel endpoint {} (the controller sends it \
+                 before the deploy)",
+                spec.id
+            ))
+        })?;
+        st.busy.insert(spec.id.clone(), spec.device.clone());
+        drop(st);
+        let started = self.launch(spec, &c, &dev, &nb, &nfx_io::token::hex(&psk));
+        let view = self.finish_start(spec, started)?;
+        Ok((self.read_state(&view)?, view.link))
+    }
+
+    /// Checks an endpoint's configuration: its config, its device, its peer host.
+    fn prepare(
+        &self,
+        spec: &InstanceSpec,
+    ) -> Result<(EndpointConfig, AcceleratorDevice, NeighborLink), VnfmError> {
         let c: EndpointConfig = serde_json::from_value(spec.config.clone())
             .map_err(|e| VnfmError::Invalid(format!("esp instance {}: config: {e}", spec.id)))?;
         if !matches!(c.role.as_str(), "initiator" | "responder") {
@@ -282,71 +360,95 @@ impl Tunnels {
                 spec.id, c.peer_host, self.host
             ))
         })?;
-        let psk = st.keys.remove(&spec.id).ok_or_else(|| {
-            VnfmError::Invalid(format!(
-                "no IKE key was provisioned for tunnel endpoint {} (the controller sends it \
-                 before the deploy)",
-                spec.id
-            ))
-        })?;
+        Ok((c, dev.clone(), nb.clone()))
+    }
+
+    /// Starts the device if needed, then the endpoint (its id is busy; the lock is not
+    /// held).
+    fn launch(
+        &self,
+        spec: &InstanceSpec,
+        c: &EndpointConfig,
+        dev: &AcceleratorDevice,
+        nb: &NeighborLink,
+        psk_hex: &str,
+    ) -> Result<Endpoint, VnfmError> {
         let local = iface_addr(&nb.iface)?;
-        let socket = self.ensure_device(&mut st, dev)?;
-        match self.start_endpoint(spec, &c, &socket, nb, local, &psk) {
+        let socket = self.ensure_device(dev)?;
+        self.start_endpoint(spec, c, &socket, nb, local, psk_hex)
+    }
+
+    /// Ends a start of busy endpoint `spec`: keeps the endpoint (or, when it failed,
+    /// stops the devices no endpoint uses), frees its id and wakes the waiters.
+    fn finish_start(
+        &self,
+        spec: &InstanceSpec,
+        started: Result<Endpoint, VnfmError>,
+    ) -> Result<EndpointView, VnfmError> {
+        let mut st = self.st();
+        st.busy.remove(&spec.id);
+        let out = match started {
             Ok(e) => {
-                let out = (self.read_state(&e)?, e.link.clone());
+                let view = e.view.clone();
                 st.ends.insert(spec.id.clone(), e);
-                Ok(out)
+                Ok(view)
             }
             Err(e) => {
                 self.stop_unused_devices(&mut st);
                 Err(e)
             }
-        }
+        };
+        drop(st);
+        self.done.notify_all();
+        out
     }
 
-    /// Stops endpoint `id` and removes its files (its device too when no endpoint uses
-    /// it any more); `false` when there is no such endpoint.
+    /// Stops endpoint `id` (outside the lock) and removes its record and files (its
+    /// device too when no endpoint uses it any more); `false` when there is no such
+    /// endpoint.
     pub fn destruct(&self, id: &str) -> bool {
-        let mut st = self.st();
+        let st = self.st();
+        let mut st = self.until_idle(st, id);
         let Some(mut e) = st.ends.remove(id) else {
             return false;
         };
-        stop(&mut e.child);
-        let _ = std::fs::remove_dir_all(&e.dir);
+        st.busy.insert(id.to_string(), e.view.spec.device.clone());
+        drop(st);
+        let _ = std::fs::remove_file(self.record_file(id));
+        e.proc.stop();
+        let _ = std::fs::remove_dir_all(&e.view.dir);
+        let mut st = self.st();
+        st.busy.remove(id);
         self.stop_unused_devices(&mut st);
+        drop(st);
+        self.done.notify_all();
         true
     }
 
     /// The endpoint's state, its counters read from the running endpoint.
     pub fn state(&self, id: &str) -> Result<InstanceState, VnfmError> {
-        let st = self.st();
-        let e = st
-            .ends
-            .get(id)
-            .ok_or_else(|| VnfmError::NotFound(format!("no tunnel endpoint {id}")))?;
-        self.read_state(e)
+        let view = self.view(id)?;
+        self.read_state(&view)
     }
 
     /// Endpoints whose process ended without the agent stopping it: `(instance,
-    /// device, reason)`; they are forgotten (their files removed).
+    /// device, reason)`; they are forgotten (their record and files removed).
     pub fn reap_dead(&self) -> Vec<(String, String, String)> {
         let mut st = self.st();
         let dead: Vec<(String, String)> = st
             .ends
             .iter_mut()
-            .filter_map(|(id, e)| match e.child.try_wait() {
-                Ok(Some(status)) => Some((id.clone(), status.to_string())),
-                _ => None,
-            })
+            .filter_map(|(id, e)| e.proc.ended().map(|status| (id.clone(), status)))
             .collect();
         let mut out = Vec::new();
         for (id, status) in dead {
             if let Some(e) = st.ends.remove(&id) {
-                let _ = std::fs::remove_dir_all(&e.dir);
+                let _ = std::fs::remove_file(self.record_file(&id));
+                let _ = std::fs::remove_dir_all(&e.view.dir);
                 out.push((
                     id,
-                    e.spec.device.clone(),
-                    format!("tunnel endpoint (pid {}) ended: {status}", e.child.id()),
+                    e.view.spec.device.clone(),
+                    format!("tunnel endpoint (pid {}) ended: {status}", e.view.pid),
                 ));
             }
         }
@@ -356,6 +458,11 @@ impl Tunnels {
         out
     }
 
+    /// Where endpoint `id`'s record is kept.
+    fn record_file(&self, id: &str) -> PathBuf {
+        record::file_of(&self.dir.join("ends"), id)
+    }
+
     fn nfx_bin(&self) -> Result<PathBuf, VnfmError> {
         match &self.nfx_bin {
             Some(b) => Ok(b.clone()),
@@ -363,14 +470,39 @@ impl Tunnels {
         }
     }
 
-    /// The device's socket, starting its process if it does not run.
-    fn ensure_device(&self, st: &mut State, dev: &AcceleratorDevice) -> Result<PathBuf, VnfmError> {
-        if let Some(p) = st.devices.get_mut(&dev.id) {
-            if matches!(p.child.try_wait(), Ok(None)) {
-                return Ok(p.socket.clone());
+    /// The device's socket, starting its process (outside the lock) if it does not run.
+    fn ensure_device(&self, dev: &AcceleratorDevice) -> Result<PathBuf, VnfmError> {
+        let mut st = self.st();
+        loop {
+            if st.starting_devices.contains(&dev.id) {
+                st = self.done.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
             }
-            st.devices.remove(&dev.id);
+            if let Some(p) = st.devices.get_mut(&dev.id) {
+                if p.proc.ended().is_none() {
+                    return Ok(p.socket.clone());
+                }
+                st.devices.remove(&dev.id);
+            }
+            break;
         }
+        st.starting_devices.insert(dev.id.clone());
+        drop(st);
+        let started = self.start_device(dev);
+        let mut st = self.st();
+        st.starting_devices.remove(&dev.id);
+        let out = started.map(|p| {
+            let socket = p.socket.clone();
+            st.devices.insert(dev.id.clone(), p);
+            socket
+        });
+        drop(st);
+        self.done.notify_all();
+        out
+    }
+
+    /// Starts the device's process and waits for its socket.
+    fn start_device(&self, dev: &AcceleratorDevice) -> Result<DeviceProcess, VnfmError> {
         let dir = self.dir.join("accel").join(&dev.id);
         let _ = std::fs::remove_dir_all(&dir);
         let socket = dir.join("device.sock");
@@ -383,14 +515,14 @@ impl Tunnels {
         if let Some(c) = dev.core {
             cmd.arg("--core").arg(c.to_string());
         }
-        let mut child = spawn(cmd, &log_file)?;
+        let mut proc = spawn(cmd, &log_file)?;
         write_private(
             &self.dir.join("accel").join(format!("{}.pid", dev.id)),
-            child.id().to_string().as_bytes(),
+            proc.id().to_string().as_bytes(),
         )?;
         let start = Instant::now();
         while !socket.exists() {
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(status) = proc.ended() {
                 return Err(VnfmError::Unavailable(format!(
                     "accelerator device {} exited ({status}): {}",
                     dev.id,
@@ -398,7 +530,7 @@ impl Tunnels {
                 )));
             }
             if start.elapsed() > START_TIMEOUT {
-                stop(&mut child);
+                proc.stop();
                 return Err(VnfmError::Unavailable(format!(
                     "accelerator device {} did not open its socket within {START_TIMEOUT:?}",
                     dev.id
@@ -409,30 +541,26 @@ impl Tunnels {
         log::info!(
             "accelerator device {} started (pid {}, {} queue pairs; {DEVICE_KIND})",
             dev.id,
-            child.id(),
+            proc.id(),
             dev.queue_pairs
         );
-        st.devices.insert(
-            dev.id.clone(),
-            DeviceProcess {
-                child,
-                socket: socket.clone(),
-            },
-        );
-        Ok(socket)
+        Ok(DeviceProcess { proc, socket })
     }
 
-    /// Stops the device processes no endpoint uses.
+    /// Stops the device processes no endpoint uses (running or busy).
     fn stop_unused_devices(&self, st: &mut State) {
         let unused: Vec<String> = st
             .devices
             .keys()
-            .filter(|d| !st.ends.values().any(|e| &e.spec.device == *d))
+            .filter(|d| {
+                !st.ends.values().any(|e| &e.view.spec.device == *d)
+                    && !st.busy.values().any(|b| b == *d)
+            })
             .cloned()
             .collect();
         for d in unused {
             if let Some(mut p) = st.devices.remove(&d) {
-                stop(&mut p.child);
+                p.proc.stop();
                 log::info!("accelerator device {d} stopped (no tunnel endpoint left)");
             }
             let _ = std::fs::remove_dir_all(self.dir.join("accel").join(&d));
@@ -440,7 +568,8 @@ impl Tunnels {
         }
     }
 
-    /// Writes the endpoint's files and starts it; waits until it is ready.
+    /// Writes the endpoint's files and starts it; waits until it is ready, then records
+    /// it ([`restore::EndpointRecord`]).
     fn start_endpoint(
         &self,
         spec: &InstanceSpec,
@@ -448,14 +577,14 @@ impl Tunnels {
         socket: &Path,
         nb: &NeighborLink,
         local: Ipv4Addr,
-        psk: &[u8],
+        psk_hex: &str,
     ) -> Result<Endpoint, VnfmError> {
         let dir = self.dir.join("ends").join(&spec.id);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(unavailable)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .map_err(unavailable)?;
-        write_private(&dir.join("ike.psk"), nfx_io::token::hex(psk).as_bytes())?;
+        write_private(&dir.join("ike.psk"), psk_hex.as_bytes())?;
         let token = nfx_io::token::random().map_err(VnfmError::Unavailable)?;
         write_private(&dir.join("em.token"), token.as_bytes())?;
         let em = free_local_port()?;
@@ -490,45 +619,27 @@ impl Tunnels {
         let log_file = dir.join("tunnel.log");
         let mut cmd = Command::new(self.nfx_bin()?);
         cmd.arg("tunnel").arg("--config").arg(&file);
-        let child = spawn(cmd, &log_file)?;
-        write_private(&dir.join("pid"), child.id().to_string().as_bytes())?;
+        let proc = spawn(cmd, &log_file)?;
+        write_private(&dir.join("pid"), proc.id().to_string().as_bytes())?;
         let mut e = Endpoint {
-            spec: spec.clone(),
-            child,
-            dir,
-            em,
-            token,
-            link: NeighborLink {
-                iface: plan.tun.clone(),
-                peer: plan.peer_tun,
+            view: EndpointView {
+                spec: spec.clone(),
+                dir,
+                em,
+                token,
+                link: NeighborLink {
+                    iface: plan.tun.clone(),
+                    peer: plan.peer_tun,
+                },
+                underlay,
+                pid: proc.id(),
             },
-            underlay,
+            proc,
         };
-        let start = Instant::now();
-        loop {
-            if self.em_status(&e).is_ok_and(|s| s.ready) {
-                break;
-            }
-            if let Ok(Some(status)) = e.child.try_wait() {
-                let why = log_tail(&log_file);
-                let _ = std::fs::remove_dir_all(&e.dir);
-                return Err(VnfmError::Unavailable(format!(
-                    "tunnel endpoint {} exited ({status}): {why}",
-                    spec.id
-                )));
-            }
-            if start.elapsed() > START_TIMEOUT {
-                let why = self.em_status(&e).err().map(|e| e.to_string());
-                stop(&mut e.child);
-                let tail = log_tail(&log_file);
-                let _ = std::fs::remove_dir_all(&e.dir);
-                return Err(VnfmError::Unavailable(format!(
-                    "tunnel endpoint {} was not ready within {START_TIMEOUT:?} ({}): {tail}",
-                    spec.id,
-                    why.unwrap_or_else(|| "not ready".into())
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if let Err(err) = self.until_ready(&mut e, &log_file) {
+            e.proc.stop();
+            let _ = std::fs::remove_dir_all(&e.view.dir);
+            return Err(err);
         }
         // Decrypted packets arrive on the TUN from addresses routed elsewhere: a strict
         // reverse-path filter would drop them.
@@ -536,6 +647,20 @@ impl Tunnels {
             format!("/proc/sys/net/ipv4/conf/{}/rp_filter", plan.tun),
             "0",
         );
+        let rec = restore::EndpointRecord {
+            spec: spec.clone(),
+            pid: e.view.pid,
+            em,
+            link: e.view.link.clone(),
+            underlay,
+        };
+        if let Err(err) = record::save(&self.record_file(&spec.id), &rec) {
+            e.proc.stop();
+            let _ = std::fs::remove_dir_all(&e.view.dir);
+            return Err(VnfmError::Unavailable(format!(
+                "recording the endpoint: {err}"
+            )));
+        }
         log::info!(
             "tunnel endpoint {} ({}) on device {}: {} → {}",
             spec.id,
@@ -547,7 +672,34 @@ impl Tunnels {
         Ok(e)
     }
 
-    fn em_status(&self, e: &Endpoint) -> Result<EmStatus, VnfmError> {
+    /// Waits until the endpoint's element manager says it is ready.
+    fn until_ready(&self, e: &mut Endpoint, log_file: &Path) -> Result<(), VnfmError> {
+        let start = Instant::now();
+        loop {
+            if self.em_status(&e.view).is_ok_and(|s| s.ready) {
+                return Ok(());
+            }
+            if let Some(status) = e.proc.ended() {
+                return Err(VnfmError::Unavailable(format!(
+                    "tunnel endpoint {} exited ({status}): {}",
+                    e.view.spec.id,
+                    log_tail(log_file)
+                )));
+            }
+            if start.elapsed() > START_TIMEOUT {
+                let why = self.em_status(&e.view).err().map(|e| e.to_string());
+                return Err(VnfmError::Unavailable(format!(
+                    "tunnel endpoint {} was not ready within {START_TIMEOUT:?} ({}): {}",
+                    e.view.spec.id,
+                    why.unwrap_or_else(|| "not ready".into()),
+                    log_tail(log_file)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn em_status(&self, e: &EndpointView) -> Result<EmStatus, VnfmError> {
         let r = ureq::AgentBuilder::new()
             .timeout(EM_TIMEOUT)
             .build()
@@ -562,7 +714,7 @@ impl Tunnels {
         })
     }
 
-    fn read_state(&self, e: &Endpoint) -> Result<InstanceState, VnfmError> {
+    fn read_state(&self, e: &EndpointView) -> Result<InstanceState, VnfmError> {
         let s = self.em_status(e)?;
         let ike = s.ike.map(|i| i.state).unwrap_or_default();
         Ok(InstanceState {
@@ -576,7 +728,7 @@ impl Tunnels {
             cpu_pct: s.cpu_pct,
             detail: serde_json::json!({
                 "vnfm": "real",
-                "pid": e.child.id(),
+                "pid": e.pid,
                 "device_kind": DEVICE_KIND,
                 "engine": s.engine,
                 "queue_pair": s.queue_pair,
@@ -599,10 +751,10 @@ impl Drop for Tunnels {
     fn drop(&mut self) {
         let mut st = self.st();
         for e in st.ends.values_mut() {
-            stop(&mut e.child);
+            e.proc.stop();
         }
         for p in st.devices.values_mut() {
-            stop(&mut p.child);
+            p.proc.stop();
         }
     }
 }
@@ -700,86 +852,6 @@ fn write_private(file: &Path, data: &[u8]) -> Result<(), VnfmError> {
     nfx_io::token::write_private(file, data).map_err(VnfmError::Unavailable)
 }
 
-/// Starts a dataplane process (tunnel endpoint or lookaside device) with its output in
-/// `log_file`, at the dataplane's priority as the agent's workers are
-/// ([`nfx_io::priority`]).
-fn spawn(mut cmd: Command, log_file: &Path) -> Result<Child, VnfmError> {
-    let log = std::fs::File::create(log_file)
-        .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", log_file.display())))?;
-    let nice = nfx_io::priority::DATAPLANE_NICE;
-    nfx_io::priority::start_at_nice(&mut cmd, nice);
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(unavailable)?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| VnfmError::Unavailable(format!("starting {cmd:?}: {e}")))?;
-    if let Err(e) = nfx_io::priority::check_nice(child.id(), nice) {
-        log::warn!("{cmd:?} {e}");
-    }
-    Ok(child)
-}
-
-/// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps the child.
-fn stop(child: &mut Child) {
-    if matches!(child.try_wait(), Ok(Some(_))) {
-        return;
-    }
-    // SAFETY: kill(2) of a child this agent started and has not reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let start = Instant::now();
-    while start.elapsed() < STOP_GRACE {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// The last lines of a log file (for an error).
-fn log_tail(file: &Path) -> String {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().rev().take(5).collect();
-    let tail: Vec<&str> = lines.into_iter().rev().collect();
-    format!("{} (see {})", tail.join(" | "), file.display())
-}
-
-/// Kills the device and endpoint processes an earlier agent recorded under `dir` (each
-/// only if its command line still names `dir`, so a reused pid is left alone).
-fn stop_leftovers(dir: &Path) {
-    let mut pid_files = Vec::new();
-    for sub in ["accel", "ends"] {
-        let Ok(rd) = std::fs::read_dir(dir.join(sub)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                pid_files.push(p.join("pid"));
-            } else if p.extension().is_some_and(|x| x == "pid") {
-                pid_files.push(p);
-            }
-        }
-    }
-    let needle = dir.display().to_string();
-    for f in pid_files {
-        let Some(pid) = std::fs::read_to_string(&f)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&needle) {
-            // SAFETY: kill(2) of a process whose command line names this agent's
-            // tunnel directory (started by an earlier agent of this host).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,7 +914,8 @@ mod tests {
                 },
             )]),
         )
-        .unwrap();
+        .unwrap()
+        .0;
         assert!(matches!(
             t.set_key("../x", &[1; 32]),
             Err(VnfmError::Invalid(_))
@@ -868,6 +941,144 @@ mod tests {
         spec.config["secret"] = "x".into();
         assert!(matches!(t.deploy(&spec), Err(VnfmError::Invalid(_))));
         assert!(t.ids().is_empty() && !t.destruct("vpn-esp-h1"));
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_restart_reports_damaged_and_stale_records_and_removes_unfinished_starts() {
+        let dir = std::env::temp_dir().join(format!("nfx-tunnels-rs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ends = dir.join("ends");
+        std::fs::create_dir_all(ends.join("half")).unwrap();
+        // Torn by a crash of the disk, written by a newer agent.
+        std::fs::write(ends.join("torn.json"), br#"{"version": 1, "rec"#).unwrap();
+        std::fs::write(ends.join("newer.json"), br#"{"version": 9, "record": {}}"#).unwrap();
+        // Whole, but on a device the agent's configuration no longer has.
+        let rec = restore::EndpointRecord {
+            spec: InstanceSpec {
+                id: "gone".into(),
+                function: "esp".into(),
+                device: "h1-acc9".into(),
+                config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
+                throughput_gbps: 1.0,
+                capacity: 1.0,
+            },
+            pid: 1,
+            em: "127.0.0.1:1".parse().unwrap(),
+            link: NeighborLink {
+                iface: "nfxt0".into(),
+                peer: Ipv4Addr::LOCALHOST,
+            },
+            underlay: (
+                "127.0.0.1:2".parse().unwrap(),
+                "127.0.0.1:3".parse().unwrap(),
+            ),
+        };
+        record::save(&ends.join("gone.json"), &rec).unwrap();
+        // A start the earlier agent never finished: no record; its pid file names a
+        // process that is not an endpoint (init), which is left alone.
+        std::fs::write(ends.join("half").join("pid"), "1").unwrap();
+        let (t, mut lost) = Tunnels::new("h1", dir.clone(), None, &[], BTreeMap::new()).unwrap();
+        lost.sort();
+        let reasons: Vec<(&str, &str)> = lost
+            .iter()
+            .map(|(id, _, why)| (id.as_str(), why.as_str()))
+            .collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert!(reasons[0].0 == "gone" && reasons[0].1.contains("no longer an accelerator device"));
+        assert!(reasons[1].0 == "newer" && reasons[1].1.contains("newer.json: record version 9"));
+        assert!(reasons[2].0 == "torn" && reasons[2].1.contains("torn.json: not a record"));
+        assert!(t.ids().is_empty());
+        assert!(ends.join("damaged").join("torn.json").exists());
+        assert!(!ends.join("half").exists() && !ends.join("gone.json").exists());
+        drop(t);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A stand-in `nfx` binary: `accel serve` opens its socket (a file) and runs 5 s;
+    /// `tunnel` runs 0.5 s and fails, never ready.
+    const FAKE_NFX: &str = r#"#!/bin/sh
+if [ "$1" = accel ]; then
+  while [ "$#" -gt 0 ]; do
+    if [ "$1" = --socket ]; then mkdir -p "$(dirname "$2")"; touch "$2"; fi
+    shift
+  done
+  exec sleep 5
+fi
+sleep 0.5
+echo "stand-in endpoint: not ready"
+exit 3
+"#;
+
+    #[test]
+    fn an_endpoint_start_does_not_hold_the_lock_and_the_same_id_waits_for_it() {
+        let dir = std::env::temp_dir().join(format!("nfx-tunnels-busy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("nfx");
+        std::fs::write(&bin, FAKE_NFX).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (t, lost) = Tunnels::new(
+            "h1",
+            dir.join("tunnels"),
+            Some(bin),
+            &[AcceleratorDevice {
+                id: "h1-acc0".into(),
+                queue_pairs: 2,
+                core: None,
+            }],
+            BTreeMap::from([(
+                "h2".to_string(),
+                NeighborLink {
+                    iface: "lo".into(),
+                    peer: Ipv4Addr::LOCALHOST,
+                },
+            )]),
+        )
+        .unwrap();
+        assert!(lost.is_empty());
+        let t = std::sync::Arc::new(t);
+        let spec = InstanceSpec {
+            id: "vpn-esp-h1".into(),
+            function: "esp".into(),
+            device: "h1-acc0".into(),
+            config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
+            throughput_gbps: 1.0,
+            capacity: 1.0,
+        };
+        t.set_key(&spec.id, &[7; 32]).unwrap();
+        let first = std::thread::spawn({
+            let (t, spec) = (t.clone(), spec.clone());
+            move || t.deploy(&spec)
+        });
+        let t0 = Instant::now();
+        while !t.holds(&spec.id) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the start never began"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // While it starts: other calls answer at once; its own state is unavailable.
+        let t1 = Instant::now();
+        t.set_key("other", &[8; 32]).unwrap();
+        assert!(t.ids().is_empty());
+        assert!(matches!(t.state(&spec.id), Err(VnfmError::Unavailable(_))));
+        assert!(
+            t1.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t1.elapsed()
+        );
+        // A second deploy of the same id waits for the first, then finds its key
+        // consumed: it never started a second process beside the first.
+        let second = t.deploy(&spec).unwrap_err().to_string();
+        assert!(second.contains("no IKE key was provisioned"), "{second}");
+        let e = first.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("exited") && e.contains("not ready"), "{e}");
+        assert!(!t.holds(&spec.id) && t.ids().is_empty());
+        // The failed start stopped the device it had started for nothing.
+        assert!(t.st().devices.is_empty());
         drop(t);
         std::fs::remove_dir_all(&dir).unwrap();
     }

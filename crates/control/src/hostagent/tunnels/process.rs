@@ -1,0 +1,168 @@
+//! The processes of the accelerator tier (tunnel endpoints, lookaside devices): started
+//! by this agent, or adopted from the agent that ran before it and was killed (its
+//! children outlive it; a restarted agent is not their parent, so it watches them by
+//! pid, checked against their command line so that a reused pid is never taken for
+//! one of them).
+
+use crate::vnfm::VnfmError;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a stopped process may take to exit before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// One process of the tier.
+pub(super) enum Proc {
+    /// Started by this agent.
+    Child(Child),
+    /// Started by an earlier agent of this host; `needle` is a path its command line
+    /// names (its configuration or socket under the agent's directory).
+    Adopted { pid: u32, needle: String },
+}
+
+impl Proc {
+    /// Adopts process `pid` if it runs and its command line names `needle`.
+    pub(super) fn adopt(pid: u32, needle: &Path) -> Option<Proc> {
+        let needle = needle.display().to_string();
+        is_ours(pid, &needle).then_some(Proc::Adopted { pid, needle })
+    }
+
+    /// Its process id.
+    pub(super) fn id(&self) -> u32 {
+        match self {
+            Proc::Child(c) => c.id(),
+            Proc::Adopted { pid, .. } => *pid,
+        }
+    }
+
+    /// How it ended, once it has (`None` while it runs).
+    pub(super) fn ended(&mut self) -> Option<String> {
+        match self {
+            Proc::Child(c) => match c.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                _ => None,
+            },
+            Proc::Adopted { pid, needle } => (!is_ours(*pid, needle))
+                .then(|| "ended (adopted after an agent restart: no exit status)".to_string()),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps a child.
+    pub(super) fn stop(&mut self) {
+        if self.ended().is_some() {
+            return;
+        }
+        let pid = self.id() as i32;
+        // SAFETY: kill(2) of a process of this tier that still runs (a child not yet
+        // reaped, or an adopted process whose command line was just checked).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < STOP_GRACE {
+            if self.ended().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match self {
+            Proc::Child(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Proc::Adopted { pid, needle } => kill_if_ours(*pid, Path::new(needle.as_str())),
+        }
+    }
+}
+
+/// Whether `pid` runs (not a zombie) and its command line contains `needle`.
+fn is_ours(pid: u32, needle: &str) -> bool {
+    let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.starts_with(" Z"))
+    });
+    running
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+}
+
+/// SIGKILLs `pid` if its command line names `needle` (a process an earlier agent
+/// started and this one does not adopt) and waits up to [`STOP_GRACE`] until it is gone,
+/// so that its TUN device and port are free for a new process.
+pub(super) fn kill_if_ours(pid: u32, needle: &Path) {
+    let needle = needle.display().to_string();
+    if !is_ours(pid, &needle) {
+        return;
+    }
+    // SAFETY: kill(2) of a process whose command line names this agent's tunnel
+    // directory (started by an earlier agent of this host).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let start = Instant::now();
+    while is_ours(pid, &needle) && start.elapsed() < STOP_GRACE {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The pid recorded in `file`, if any.
+pub(super) fn pid_in(file: &Path) -> Option<u32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// Starts a dataplane process (tunnel endpoint or lookaside device) with its output in
+/// `log_file`, at the dataplane's priority as the agent's workers are
+/// ([`nfx_io::priority`]).
+pub(super) fn spawn(mut cmd: Command, log_file: &Path) -> Result<Proc, VnfmError> {
+    let log = std::fs::File::create(log_file)
+        .map_err(|e| VnfmError::Unavailable(format!("{}: {e}", log_file.display())))?;
+    let nice = nfx_io::priority::DATAPLANE_NICE;
+    nfx_io::priority::start_at_nice(&mut cmd, nice);
+    let out = log
+        .try_clone()
+        .map_err(|e| VnfmError::Unavailable(e.to_string()))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| VnfmError::Unavailable(format!("starting {cmd:?}: {e}")))?;
+    if let Err(e) = nfx_io::priority::check_nice(child.id(), nice) {
+        log::warn!("{cmd:?} {e}");
+    }
+    Ok(Proc::Child(child))
+}
+
+/// The last lines of a log file (for an error).
+pub(super) fn log_tail(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    let tail: Vec<&str> = lines.into_iter().rev().collect();
+    format!("{} (see {})", tail.join(" | "), file.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_adopted_process_is_watched_and_stopped_by_pid() {
+        // The argument makes the command line this test's own.
+        let arg = format!("30.{}", std::process::id());
+        let mut child = Command::new("sleep").arg(&arg).spawn().unwrap();
+        // Until its exec, the child's command line is still this test's.
+        let start = Instant::now();
+        let mut p = loop {
+            if let Some(p) = Proc::adopt(child.id(), Path::new(&arg)) {
+                break p;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "never adopted");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(Proc::adopt(child.id(), Path::new("/run/nfx/not-this-one")).is_none());
+        assert_eq!(p.id(), child.id());
+        assert_eq!(p.ended(), None);
+        // The test still holds the child: reap it on a thread while `stop` waits.
+        let reaper = std::thread::spawn(move || child.wait().unwrap());
+        p.stop();
+        assert!(!reaper.join().unwrap().success());
+        assert!(p.ended().is_some());
+    }
+}
