@@ -894,13 +894,13 @@ mod tests {
         assert!(matches!(at(TUNNEL_SLOTS), Err(VnfmError::Invalid(_))));
     }
 
-    #[test]
-    fn bad_ids_and_keys_are_refused_and_no_key_means_no_endpoint() {
-        let dir = std::env::temp_dir().join(format!("nfx-tunnels-{}", std::process::id()));
-        let t = Tunnels::new(
+    /// Host h1's tunnels in `dir`: one accelerator device of two queue pairs, neighbor h2
+    /// over loopback.
+    fn h1_with_one_device(dir: PathBuf, nfx_bin: Option<PathBuf>) -> (Tunnels, Vec<NotRestored>) {
+        Tunnels::new(
             "h1",
-            dir.clone(),
-            None,
+            dir,
+            nfx_bin,
             &[AcceleratorDevice {
                 id: "h1-acc0".into(),
                 queue_pairs: 2,
@@ -915,7 +915,12 @@ mod tests {
             )]),
         )
         .unwrap()
-        .0;
+    }
+
+    #[test]
+    fn bad_ids_and_keys_are_refused_and_no_key_means_no_endpoint() {
+        let dir = std::env::temp_dir().join(format!("nfx-tunnels-{}", std::process::id()));
+        let t = h1_with_one_device(dir.clone(), None).0;
         assert!(matches!(
             t.set_key("../x", &[1; 32]),
             Err(VnfmError::Invalid(_))
@@ -1019,24 +1024,7 @@ exit 3
         let bin = dir.join("nfx");
         std::fs::write(&bin, FAKE_NFX).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let (t, lost) = Tunnels::new(
-            "h1",
-            dir.join("tunnels"),
-            Some(bin),
-            &[AcceleratorDevice {
-                id: "h1-acc0".into(),
-                queue_pairs: 2,
-                core: None,
-            }],
-            BTreeMap::from([(
-                "h2".to_string(),
-                NeighborLink {
-                    iface: "lo".into(),
-                    peer: Ipv4Addr::LOCALHOST,
-                },
-            )]),
-        )
-        .unwrap();
+        let (t, lost) = h1_with_one_device(dir.join("tunnels"), Some(bin));
         assert!(lost.is_empty());
         let t = std::sync::Arc::new(t);
         let spec = InstanceSpec {
