@@ -147,7 +147,7 @@ impl Tunnels {
         devices: &[AcceleratorDevice],
         neighbors: BTreeMap<String, NeighborLink>,
     ) -> anyhow::Result<Self> {
-        stop_leftovers(&dir);
+        super::leftovers::stop(&dir);
         let _ = std::fs::remove_dir_all(&dir);
         for d in [dir.clone(), dir.join("accel"), dir.join("ends")] {
             std::fs::create_dir_all(&d)?;
@@ -373,7 +373,7 @@ impl Tunnels {
         }
         let dir = self.dir.join("accel").join(&dev.id);
         let _ = std::fs::remove_dir_all(&dir);
-        let socket = dir.join("device.sock");
+        let socket = dir.join(super::leftovers::DEVICE_SOCKET);
         let log_file = self.dir.join("accel").join(format!("{}.log", dev.id));
         let mut cmd = Command::new(self.nfx_bin()?);
         cmd.args(["accel", "serve", "--queue-pairs"])
@@ -484,7 +484,7 @@ impl Tunnels {
                 "restart_s": 1,
             },
         });
-        let file = dir.join("tunnel.yaml");
+        let file = dir.join(super::leftovers::ENDPOINT_CONFIG);
         let yaml = serde_yaml_ng::to_string(&cfg).map_err(unavailable)?;
         std::fs::write(&file, yaml).map_err(unavailable)?;
         let log_file = dir.join("tunnel.log");
@@ -744,40 +744,6 @@ fn log_tail(file: &Path) -> String {
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     let tail: Vec<&str> = lines.into_iter().rev().collect();
     format!("{} (see {})", tail.join(" | "), file.display())
-}
-
-/// Kills the device and endpoint processes an earlier agent recorded under `dir` (each
-/// only if its command line still names `dir`, so a reused pid is left alone).
-fn stop_leftovers(dir: &Path) {
-    let mut pid_files = Vec::new();
-    for sub in ["accel", "ends"] {
-        let Ok(rd) = std::fs::read_dir(dir.join(sub)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                pid_files.push(p.join("pid"));
-            } else if p.extension().is_some_and(|x| x == "pid") {
-                pid_files.push(p);
-            }
-        }
-    }
-    let needle = dir.display().to_string();
-    for f in pid_files {
-        let Some(pid) = std::fs::read_to_string(&f)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&needle) {
-            // SAFETY: kill(2) of a process whose command line names this agent's
-            // tunnel directory (started by an earlier agent of this host).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
 }
 
 #[cfg(test)]
