@@ -329,11 +329,11 @@ def agent_seeds():
 
 def leftover_seeds():
     # leftover_pid: kind byte (bit 0: device), id, NUL, pid file, NUL, the process's
-    # cmdline; the target's tunnel directory is /tmp/nfx-fuzz-leftovers-<its pid>, so
+    # cmdline; the target's tunnel directory is /dev/shm/nfx-fuzz-leftovers-<its pid>, so
     # these name another directory's files: the fuzzer finds its own from the compares.
     def argv(*args):
         return b"".join(a.encode() + b"\0" for a in args)
-    d = "/tmp/nfx-fuzz-leftovers-1"
+    d = "/dev/shm/nfx-fuzz-leftovers-1"
     write("control", "leftover_pid", "endpoint", b"\0t1\0" + b"4242\n\0" +
           argv("/usr/bin/nfx", "tunnel", "--config", d + "/ends/t1/tunnel.yaml"))
     write("control", "leftover_pid", "device", b"\1qat0\0" + b"4243\0" +

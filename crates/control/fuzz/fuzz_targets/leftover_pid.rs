@@ -23,9 +23,7 @@ use nfx_control::hostagent::leftovers::{leftover, pid_files};
 
 fn scratch() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        std::env::temp_dir().join(format!("nfx-fuzz-leftovers-{}", std::process::id()))
-    })
+    DIR.get_or_init(|| nfx_control_fuzz::scratch("leftovers"))
 }
 
 /// The pid the target itself reads from the file's bytes.
