@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the VNF, tunnel and controller fuzz targets into
 crates/{vnf,tunnel,control}/fuzz/seeds/<target>/ (docs/fuzzing.md): valid frames, state blobs,
-TCP bursts, TSO/USO super-packets, sealed payloads, REST sessions and agent state records, so that the fuzzer starts past
+TCP bursts, TSO/USO super-packets, sealed payloads, tunnel configurations, REST sessions, agent
+state records and pid files, so that the fuzzer starts past
 the checksum, header and blob checks instead of rediscovering them."""
 import json
 import os
@@ -195,6 +196,11 @@ def tunnel_seeds():
     payload = inner + bytes(range(1, pad + 1)) + bytes([pad, 4])
     for mode in (8, 9, 14):
         write("tunnel", "esp_open", "sealed_%d" % mode, bytes([mode, len(payload)]) + payload)
+    # tunnel_config: the example endpoint configurations (the target's directory holds
+    # their tunnel.psk and em.token).
+    for name in ("edge", "cloud", "present"):
+        with open(os.path.join(ROOT, "configs", "tunnel", name + ".yaml"), "rb") as fh:
+            write("tunnel", "tunnel_config", name, fh.read())
 
 
 def control_seeds():
@@ -318,6 +324,22 @@ def agent_seeds():
              b" ring_slots: 256, fast_path: 1024, allowed_dirs: [/etc/nfx], nice: -5 }\n")
     write("control", "agent_state", "agent_config", bytes([1, 0]) + agent)
     write("control", "agent_state", "local_config", bytes([2, 0]) + local)
+    leftover_seeds()
+
+
+def leftover_seeds():
+    # leftover_pid: kind byte (bit 0: device), id, NUL, pid file, NUL, the process's
+    # cmdline; the target's tunnel directory is /dev/shm/nfx-fuzz-leftovers-<its pid>, so
+    # these name another directory's files: the fuzzer finds its own from the compares.
+    def argv(*args):
+        return b"".join(a.encode() + b"\0" for a in args)
+    d = "/dev/shm/nfx-fuzz-leftovers-1"
+    write("control", "leftover_pid", "endpoint", b"\0t1\0" + b"4242\n\0" +
+          argv("/usr/bin/nfx", "tunnel", "--config", d + "/ends/t1/tunnel.yaml"))
+    write("control", "leftover_pid", "device", b"\1qat0\0" + b"4243\0" +
+          argv("nfx", "accel", "serve", "--queue-pairs", "4", "--socket", d + "/accel/qat0/device.sock", "--core", "1"))
+    write("control", "leftover_pid", "names_the_dir", b"\0t1\0" + b"77\0" +
+          argv("tail", "-f", d + "/ends/t1/tunnel.log"))
 
 
 if __name__ == "__main__":

@@ -606,6 +606,27 @@ ike: {role: initiator, local_id: a.nfx, remote_id: b.nfx, psk_file: t.psk}
     }
 
     #[test]
+    fn intervals_past_the_limit_are_an_error_not_a_panic() {
+        let d = ike_dir("secs", "a-long-enough-secret-key\n", 0o600);
+        for (field, value) in [
+            ("dpd_s", "1e30"),
+            ("ike_lifetime_s", "1e300"),
+            ("child_lifetime_s", "2e9"),
+            ("restart_s", ".inf"),
+        ] {
+            let text = IKE.replace(
+                "psk_file: t.psk",
+                &format!("psk_file: t.psk, {field}: {value}"),
+            );
+            let e = Config::parse(&d.join("t.yaml"), &text)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(&format!("ike.{field}")), "{e}");
+        }
+    }
+
+    #[test]
     fn psk_file_errors_never_show_the_key() {
         let d = ike_dir("short", "short-SECRET", 0o600);
         let e = Config::parse(&d.join("t.yaml"), IKE)

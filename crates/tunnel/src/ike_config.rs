@@ -186,9 +186,16 @@ fn esp_alg(name: &str) -> Result<EspAlg, FieldError> {
     })
 }
 
+/// Longest interval a configuration may give (about 31 years): far beyond any lifetime
+/// or timer, and small enough that the endpoint's deadline arithmetic cannot overflow.
+const MAX_SECS: f64 = 1e9;
+
 fn secs(f: &str, v: f64, min: f64) -> Result<Duration, FieldError> {
-    if !(v.is_finite() && v >= min) {
-        return Err(bad(f, format!("{v} is not a number of seconds ≥ {min}")));
+    if !(v.is_finite() && (min..=MAX_SECS).contains(&v)) {
+        return Err(bad(
+            f,
+            format!("{v} is not a number of seconds in {min}..={MAX_SECS}"),
+        ));
     }
     Ok(Duration::from_secs_f64(v))
 }

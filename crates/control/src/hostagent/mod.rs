@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod knobs;
+pub mod leftovers;
 pub mod metrics;
 pub mod power;
 pub mod record;

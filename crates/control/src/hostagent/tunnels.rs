@@ -505,7 +505,7 @@ impl Tunnels {
     fn start_device(&self, dev: &AcceleratorDevice) -> Result<DeviceProcess, VnfmError> {
         let dir = self.dir.join("accel").join(&dev.id);
         let _ = std::fs::remove_dir_all(&dir);
-        let socket = dir.join("device.sock");
+        let socket = dir.join(super::leftovers::DEVICE_SOCKET);
         let log_file = self.dir.join("accel").join(format!("{}.log", dev.id));
         let mut cmd = Command::new(self.nfx_bin()?);
         cmd.args(["accel", "serve", "--queue-pairs"])
@@ -613,7 +613,7 @@ impl Tunnels {
                 "restart_s": 1,
             },
         });
-        let file = dir.join("tunnel.yaml");
+        let file = dir.join(super::leftovers::ENDPOINT_CONFIG);
         let yaml = serde_yaml_ng::to_string(&cfg).map_err(unavailable)?;
         std::fs::write(&file, yaml).map_err(unavailable)?;
         let log_file = dir.join("tunnel.log");

@@ -4,6 +4,10 @@
 //! check after every run.
 
 use nfx_packet::{parse, Direction, Packet, PacketBuf};
+use nfx_vnf::dpi::config::DpiConfig;
+use nfx_vnf::dpi::engine::Engine;
+use nfx_vnf::dpi::inspector::Dpi;
+use nfx_vnf::dpi::patterns::{self, PatternSpec};
 use nfx_vnf::{build, EventSink, FileScope, ImportReport, Node, NodeCtx, NodeSpec, SkipReason};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -47,7 +51,27 @@ fn built(s: &NodeSpec) -> Box<dyn Node> {
 /// Builds node `i` of [`CHAIN`] (0 firewall, 1 NAT, 2 DPI, 3 elephant).
 pub fn node(i: usize) -> Box<dyn Node> {
     static SPECS: OnceLock<Vec<NodeSpec>> = OnceLock::new();
+    if i == 2 {
+        return dpi();
+    }
     built(&SPECS.get_or_init(|| CHAIN.iter().map(|y| spec(y)).collect())[i])
+}
+
+/// The DPI node of [`CHAIN`], as `build` makes it, but its engine is compiled once per
+/// process and cloned for each node (a clone shares the automata and starts with
+/// scratch state of its own): a node costs its tables, not a regex compilation.
+fn dpi() -> Box<dyn Node> {
+    static PROTO: OnceLock<(DpiConfig, Vec<PatternSpec>, Engine)> = OnceLock::new();
+    let (cfg, specs, engine) = PROTO.get_or_init(|| {
+        let NodeSpec::Dpi(cfg) = spec(CHAIN[2]) else {
+            panic!("CHAIN[2] is the DPI node")
+        };
+        let files = FileScope::new(env!("CARGO_MANIFEST_DIR"));
+        let specs = patterns::load(&files, &cfg.patterns).expect("fuzz patterns");
+        let engine = Engine::build(&specs, cfg.engine).expect("fuzz engine");
+        (cfg, specs, engine)
+    });
+    Box::new(Dpi::with_engine("dpi", cfg, specs, engine.clone()).expect("fuzz DPI node"))
 }
 
 /// The whole [`CHAIN`], in order.
@@ -58,11 +82,7 @@ pub fn chain() -> Vec<Box<dyn Node>> {
 /// Firewall (`i` = 0) or NAT (`i` = 1) of the given variant (see [`fw_nat_yaml`]).
 pub fn fw_nat(variant: u8, i: usize) -> Box<dyn Node> {
     static SPECS: OnceLock<Vec<[NodeSpec; 2]>> = OnceLock::new();
-    let specs = SPECS.get_or_init(|| {
-        (0..8)
-            .map(|v| fw_nat_yaml(v).map(|y| spec(&y)))
-            .collect()
-    });
+    let specs = SPECS.get_or_init(|| (0..8).map(|v| fw_nat_yaml(v).map(|y| spec(&y))).collect());
     built(&specs[usize::from(variant & 7)][i])
 }
 
@@ -187,8 +207,9 @@ pub fn scratch_scope() -> &'static FileScope {
             conf.join("rules.yaml"),
             "- {action: allow, proto: tcp, dport: 80}\n- {action: deny, proto: udp}\n".into(),
         );
-        let pats = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("patterns.txt"))
-            .expect("fuzz patterns");
+        let pats =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("patterns.txt"))
+                .expect("fuzz patterns");
         write(conf.join("patterns.txt"), pats);
         write(
             conf.join("canary.yaml"),
@@ -198,8 +219,14 @@ pub fn scratch_scope() -> &'static FileScope {
             conf.join("canary.txt"),
             format!("{CANARY}\talert\tregex\t({CANARY}\n"),
         );
-        write(conf.join("passwd"), format!("root:x:0:0:{CANARY}:/root:/bin/sh\n"));
-        write(root.join("outside.yaml"), format!("- {{action: {CANARY}}}\n"));
+        write(
+            conf.join("passwd"),
+            format!("root:x:0:0:{CANARY}:/root:/bin/sh\n"),
+        );
+        write(
+            root.join("outside.yaml"),
+            format!("- {{action: {CANARY}}}\n"),
+        );
         let _ = std::os::unix::fs::symlink(root.join("outside.yaml"), conf.join("out.yaml"));
         FileScope::new(conf)
     })

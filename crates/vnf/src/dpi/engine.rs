@@ -44,6 +44,7 @@ const ONE_CACHE_BYTES: usize = 2 << 20;
 /// Bound on the compiled NFA of all patterns together.
 const NFA_SIZE_LIMIT: usize = 64 << 20;
 
+#[derive(Clone)]
 enum Imp {
     Regex {
         re: meta::Regex,
@@ -56,6 +57,7 @@ enum Imp {
 }
 
 /// How a factor hit becomes a match of a pattern.
+#[derive(Clone)]
 enum Confirm {
     /// Case-sensitive literal: the hit's bytes must equal it exactly.
     Exact(Vec<u8>),
@@ -66,6 +68,7 @@ enum Confirm {
 }
 
 /// A meta regex over a subset of the patterns, with the global id of each.
+#[derive(Clone)]
 struct Group {
     re: meta::Regex,
     cache: meta::Cache,
@@ -85,6 +88,7 @@ impl Group {
 }
 
 /// State of the hybrid engine.
+#[derive(Clone)]
 struct Hybrid {
     ac: Option<AhoCorasick>,
     /// Patterns each factor stands for.
@@ -96,7 +100,10 @@ struct Hybrid {
     rest: Option<Group>,
 }
 
-/// A built engine with its per-node scratch state (no allocation per scan).
+/// A built engine with its per-node scratch state (no allocation per scan). A clone
+/// shares the compiled automata (reference-counted) and has scratch state of its own,
+/// so nodes over the same patterns need not compile them again.
+#[derive(Clone)]
 pub struct Engine {
     imp: Imp,
     patterns: usize,

@@ -102,6 +102,28 @@ impl Dpi {
                     },
                 }
             })?;
+        Self::with_engine(name, cfg, specs, engine)
+    }
+
+    /// Builds the node around `engine`, already built over `specs` with `cfg.engine`
+    /// (a clone of one built once: the compiled automata are shared).
+    pub fn with_engine(
+        name: &str,
+        cfg: &DpiConfig,
+        specs: &[PatternSpec],
+        engine: Engine,
+    ) -> Result<Self, DpiError> {
+        cfg.validate()?;
+        if engine.pattern_len() != specs.len() {
+            return Err(DpiError::Config {
+                field: "patterns",
+                problem: format!(
+                    "the engine holds {} patterns, the list {}",
+                    engine.pattern_len(),
+                    specs.len()
+                ),
+            });
+        }
         let n = specs.len();
         Ok(Self {
             engine,

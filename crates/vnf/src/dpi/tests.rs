@@ -136,6 +136,38 @@ fn literal_and_regex_hits_at_payload_start_and_end_and_misses() {
 }
 
 #[test]
+fn nodes_around_clones_of_one_engine_match_on_their_own() {
+    let specs = patterns::parse(PATTERNS, Path::new("t.txt")).unwrap();
+    let cfg = DpiConfig::with_patterns("t.txt");
+    for kind in [EngineKind::Hybrid, EngineKind::Regex] {
+        let cfg = DpiConfig {
+            engine: kind,
+            ..cfg.clone()
+        };
+        let engine = engine::Engine::build(&specs, kind).unwrap();
+        let mut a = Dpi::with_engine("a", &cfg, &specs, engine.clone()).unwrap();
+        let mut b = Dpi::with_engine("b", &cfg, &specs, engine.clone()).unwrap();
+        let ev = run(
+            &mut a,
+            &mut [udp(1000, 53, b"SSH-2.0-OpenSSH NFX-DPI-TEST")],
+            0,
+        );
+        assert_eq!(ids(&ev), ["lit", "re"]);
+        // `a`'s scan left nothing behind in `b`'s engine or tables.
+        assert!(run(&mut b, &mut [udp(1000, 53, b"banner SSH-2.0-x")], 0).is_empty());
+        let ev = run(&mut b, &mut [udp(1001, 53, b"xx TAIL-MARK")], 0);
+        assert_eq!(ids(&ev), ["endre"]);
+        assert_eq!(a.stats()["matches_alert"], 2);
+        assert_eq!(b.stats()["matches_alert"], 1);
+    }
+    let fewer = engine::Engine::build(&specs[..2], EngineKind::Hybrid).unwrap();
+    let e = Dpi::with_engine("c", &cfg, &specs, fewer)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dpi.patterns"), "{e}");
+}
+
+#[test]
 fn headers_are_not_payload() {
     let mut d = dpi("port\talert\tliteral\t\\x00\\x35\n");
     // UDP port 53 (0x0035) is in the header only.

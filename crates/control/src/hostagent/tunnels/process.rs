@@ -4,6 +4,7 @@
 //! pid, checked against their command line so that a reused pid is never taken for
 //! one of them).
 
+use crate::hostagent::leftovers;
 use crate::vnfm::VnfmError;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -16,13 +17,15 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 pub(super) enum Proc {
     /// Started by this agent.
     Child(Child),
-    /// Started by an earlier agent of this host; `needle` is a path its command line
-    /// names (its configuration or socket under the agent's directory).
+    /// Started by an earlier agent of this host; `needle` is its own file under the
+    /// agent's directory (an endpoint's configuration or a device's socket), which its
+    /// command line names after the flag the agent passed it with.
     Adopted { pid: u32, needle: String },
 }
 
 impl Proc {
-    /// Adopts process `pid` if it runs and its command line names `needle`.
+    /// Adopts process `pid` if it runs and its command line is the one the agent starts
+    /// for `needle`.
     pub(super) fn adopt(pid: u32, needle: &Path) -> Option<Proc> {
         let needle = needle.display().to_string();
         is_ours(pid, &needle).then_some(Proc::Adopted { pid, needle })
@@ -74,7 +77,8 @@ impl Proc {
     }
 }
 
-/// Whether `pid` runs (not a zombie) and its command line contains `needle`.
+/// Whether `pid` runs (not a zombie) and its command line is the one the agent starts
+/// for the instance whose own file is `needle` ([`leftovers::runs`]).
 fn is_ours(pid: u32, needle: &str) -> bool {
     let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit_once(')')
@@ -82,19 +86,20 @@ fn is_ours(pid: u32, needle: &str) -> bool {
     });
     running
         && std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+            .is_ok_and(|c| leftovers::runs(Path::new(needle), &c))
 }
 
-/// SIGKILLs `pid` if its command line names `needle` (a process an earlier agent
-/// started and this one does not adopt) and waits up to [`STOP_GRACE`] until it is gone,
-/// so that its TUN device and port are free for a new process.
+/// SIGKILLs `pid` if its command line is the one the agent starts for `needle` (a
+/// process an earlier agent started and this one does not adopt) and waits up to
+/// [`STOP_GRACE`] until it is gone, so that its TUN device and port are free for a new
+/// process.
 pub(super) fn kill_if_ours(pid: u32, needle: &Path) {
     let needle = needle.display().to_string();
     if !is_ours(pid, &needle) {
         return;
     }
-    // SAFETY: kill(2) of a process whose command line names this agent's tunnel
-    // directory (started by an earlier agent of this host).
+    // SAFETY: kill(2) of a single process (pid > 1) whose command line is the one an
+    // agent of this host starts for `needle`.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let start = Instant::now();
     while is_ours(pid, &needle) && start.elapsed() < STOP_GRACE {
@@ -102,9 +107,10 @@ pub(super) fn kill_if_ours(pid: u32, needle: &Path) {
     }
 }
 
-/// The pid recorded in `file`, if any.
+/// The pid recorded in `file`, if it holds one ([`leftovers::parse_pid`]: digits, above 1).
 pub(super) fn pid_in(file: &Path) -> Option<u32> {
-    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+    let pid = leftovers::parse_pid(&std::fs::read(file).ok()?)?;
+    u32::try_from(pid).ok()
 }
 
 /// Starts a dataplane process (tunnel endpoint or lookaside device) with its output in
@@ -144,19 +150,26 @@ mod tests {
 
     #[test]
     fn an_adopted_process_is_watched_and_stopped_by_pid() {
-        // The argument makes the command line this test's own.
-        let arg = format!("30.{}", std::process::id());
-        let mut child = Command::new("sleep").arg(&arg).spawn().unwrap();
+        // A shell whose command line is an endpoint's, for a configuration of this test.
+        let conf = std::env::temp_dir()
+            .join(format!("nfx-proc-{}", std::process::id()))
+            .join(leftovers::ENDPOINT_CONFIG);
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 5; :", "sh", "tunnel", "--config"])
+            .arg(&conf)
+            .spawn()
+            .unwrap();
         // Until its exec, the child's command line is still this test's.
         let start = Instant::now();
         let mut p = loop {
-            if let Some(p) = Proc::adopt(child.id(), Path::new(&arg)) {
+            if let Some(p) = Proc::adopt(child.id(), &conf) {
                 break p;
             }
             assert!(start.elapsed() < Duration::from_secs(2), "never adopted");
             std::thread::sleep(Duration::from_millis(1));
         };
-        assert!(Proc::adopt(child.id(), Path::new("/run/nfx/not-this-one")).is_none());
+        let other = Path::new("/run/nfx/not-this-one").join(leftovers::ENDPOINT_CONFIG);
+        assert!(Proc::adopt(child.id(), &other).is_none());
         assert_eq!(p.id(), child.id());
         assert_eq!(p.ended(), None);
         // The test still holds the child: reap it on a thread while `stop` waits.

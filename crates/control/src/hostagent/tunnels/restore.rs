@@ -16,6 +16,7 @@
 
 use super::process::{kill_if_ours, pid_in, Proc};
 use super::{Endpoint, EndpointView, Tunnels};
+use crate::hostagent::leftovers::{DEVICE_SOCKET, ENDPOINT_CONFIG};
 use crate::hostagent::record::{self, NotRestored};
 use crate::hostagent::steering::NeighborLink;
 use crate::mediator::tunnel::EndpointConfig;
@@ -121,7 +122,7 @@ impl Tunnels {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let socket = accel.join(&id).join("device.sock");
+            let socket = accel.join(&id).join(DEVICE_SOCKET);
             let adopted = pid_in(&p)
                 .filter(|_| self.devices.contains_key(&id) && socket.exists())
                 .and_then(|pid| Proc::adopt(pid, &socket));
@@ -132,7 +133,7 @@ impl Tunnels {
                 }
                 None => {
                     if let Some(pid) = pid_in(&p) {
-                        kill_if_ours(pid, &self.dir);
+                        kill_if_ours(pid, &socket);
                     }
                     let _ = std::fs::remove_file(&p);
                     let _ = std::fs::remove_dir_all(accel.join(&id));
@@ -155,7 +156,7 @@ impl Tunnels {
             return Ok("adopted");
         }
         stop_recorded(dir);
-        kill_if_ours(rec.pid, dir);
+        kill_if_ours(rec.pid, &dir.join(ENDPOINT_CONFIG));
         let psk = std::fs::read_to_string(dir.join("ike.psk"))
             .map(|s| Zeroizing::new(s.trim().to_string()))
             .map_err(|e| VnfmError::Unavailable(format!("its key file: {e}")))?;
@@ -167,7 +168,7 @@ impl Tunnels {
 
     /// The endpoint of `rec` if its process still runs its configuration and answers.
     fn adopt(&self, rec: &EndpointRecord, dir: &Path) -> Option<Endpoint> {
-        let proc = Proc::adopt(rec.pid, &dir.join("tunnel.yaml"))?;
+        let proc = Proc::adopt(rec.pid, &dir.join(ENDPOINT_CONFIG))?;
         let token = std::fs::read_to_string(dir.join("em.token")).ok()?;
         let c: EndpointConfig = serde_json::from_value(rec.spec.config.clone()).ok()?;
         let view = EndpointView {
@@ -188,6 +189,6 @@ impl Tunnels {
 /// endpoint's configuration).
 fn stop_recorded(dir: &Path) {
     if let Some(pid) = pid_in(&dir.join("pid")) {
-        kill_if_ours(pid, dir);
+        kill_if_ours(pid, &dir.join(ENDPOINT_CONFIG));
     }
 }
