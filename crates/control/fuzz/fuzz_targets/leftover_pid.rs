@@ -4,8 +4,9 @@
 //! the agent kills what they name as root. Whatever a pid file holds and whatever
 //! process the pid is, the agent picks a pid only if the file holds exactly that pid
 //! (decimal, above 1, not its own) and the process's command line is the one the agent
-//! starts for that file: the subcommand (`tunnel` / `accel serve`), then the flag
-//! (`--config` / `--socket`) followed by that instance's own path as a whole argument.
+//! starts for that file: a program (an interpreter and its script, too), the subcommand
+//! (`tunnel` / `accel serve`) as whole arguments, then after them the flag (`--config` /
+//! `--socket`) followed by that instance's own path as a whole argument.
 //! It also picks it whenever both hold (a real leftover is always stopped). The files
 //! are real (a scratch tunnel directory); the process table is the input's: no process
 //! is signalled.
@@ -44,13 +45,16 @@ fn is_started(cmdline: &[u8], words: &[&str], flag: &str, path: &Path) -> bool {
     };
     let args: Vec<&[u8]> = body.split(|b| *b == 0).collect();
     let path = path.as_os_str().as_encoded_bytes();
-    args.len() > words.len() + 2
-        && words
-            .iter()
-            .enumerate()
-            .all(|(i, w)| args[i + 1] == w.as_bytes())
-        && (words.len() + 1..args.len() - 1)
-            .any(|i| args[i] == flag.as_bytes() && args[i + 1] == path)
+    (1..args.len()).any(|start| {
+        let after = start + words.len();
+        after <= args.len()
+            && words
+                .iter()
+                .enumerate()
+                .all(|(i, w)| args[start + i] == w.as_bytes())
+            && (after..args.len().saturating_sub(1))
+                .any(|i| args[i] == flag.as_bytes() && args[i + 1] == path)
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
