@@ -894,6 +894,18 @@ mod tests {
         assert!(matches!(at(TUNNEL_SLOTS), Err(VnfmError::Invalid(_))));
     }
 
+    /// The initiator end of tunnel `vpn` on h1's device.
+    fn vpn_initiator() -> InstanceSpec {
+        InstanceSpec {
+            id: "vpn-esp-h1".into(),
+            function: "esp".into(),
+            device: "h1-acc0".into(),
+            config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
+            throughput_gbps: 1.0,
+            capacity: 1.0,
+        }
+    }
+
     /// Host h1's tunnels in `dir`: one accelerator device of two queue pairs, neighbor h2
     /// over loopback.
     fn h1_with_one_device(dir: PathBuf, nfx_bin: Option<PathBuf>) -> (Tunnels, Vec<NotRestored>) {
@@ -929,14 +941,7 @@ mod tests {
             t.set_key("e1", &[1; 8]),
             Err(VnfmError::Invalid(_))
         ));
-        let mut spec = InstanceSpec {
-            id: "vpn-esp-h1".into(),
-            function: "esp".into(),
-            device: "h1-acc0".into(),
-            config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
-            throughput_gbps: 1.0,
-            capacity: 1.0,
-        };
+        let mut spec = vpn_initiator();
         let e = t.deploy(&spec).unwrap_err().to_string();
         assert!(e.contains("no IKE key was provisioned"), "{e}");
         spec.device = "h1-sw0".into();
@@ -1027,14 +1032,7 @@ exit 3
         let (t, lost) = h1_with_one_device(dir.join("tunnels"), Some(bin));
         assert!(lost.is_empty());
         let t = std::sync::Arc::new(t);
-        let spec = InstanceSpec {
-            id: "vpn-esp-h1".into(),
-            function: "esp".into(),
-            device: "h1-acc0".into(),
-            config: serde_json::to_value(cfg("vpn", "initiator")).unwrap(),
-            throughput_gbps: 1.0,
-            capacity: 1.0,
-        };
+        let spec = vpn_initiator();
         t.set_key(&spec.id, &[7; 32]).unwrap();
         let first = std::thread::spawn({
             let (t, spec) = (t.clone(), spec.clone());
