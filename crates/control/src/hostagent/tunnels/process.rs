@@ -6,7 +6,7 @@
 
 use crate::hostagent::leftovers;
 use crate::vnfm::VnfmError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,15 +20,17 @@ pub(super) enum Proc {
     /// Started by an earlier agent of this host; `needle` is its own file under the
     /// agent's directory (an endpoint's configuration or a device's socket), which its
     /// command line names after the flag the agent passed it with.
-    Adopted { pid: u32, needle: String },
+    Adopted { pid: u32, needle: PathBuf },
 }
 
 impl Proc {
     /// Adopts process `pid` if it runs and its command line is the one the agent starts
     /// for `needle`.
     pub(super) fn adopt(pid: u32, needle: &Path) -> Option<Proc> {
-        let needle = needle.display().to_string();
-        is_ours(pid, &needle).then_some(Proc::Adopted { pid, needle })
+        is_ours(pid, needle).then(|| Proc::Adopted {
+            pid,
+            needle: needle.to_path_buf(),
+        })
     }
 
     /// Its process id.
@@ -72,21 +74,20 @@ impl Proc {
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            Proc::Adopted { pid, needle } => kill_if_ours(*pid, Path::new(needle.as_str())),
+            Proc::Adopted { pid, needle } => kill_if_ours(*pid, needle),
         }
     }
 }
 
 /// Whether `pid` runs (not a zombie) and its command line is the one the agent starts
 /// for the instance whose own file is `needle` ([`leftovers::runs`]).
-fn is_ours(pid: u32, needle: &str) -> bool {
+fn is_ours(pid: u32, needle: &Path) -> bool {
     let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit_once(')')
             .is_some_and(|(_, rest)| rest.starts_with(" Z"))
     });
     running
-        && std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| leftovers::runs(Path::new(needle), &c))
+        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| leftovers::runs(needle, &c))
 }
 
 /// SIGKILLs `pid` if its command line is the one the agent starts for `needle` (a
@@ -94,15 +95,14 @@ fn is_ours(pid: u32, needle: &str) -> bool {
 /// [`STOP_GRACE`] until it is gone, so that its TUN device and port are free for a new
 /// process.
 pub(super) fn kill_if_ours(pid: u32, needle: &Path) {
-    let needle = needle.display().to_string();
-    if !is_ours(pid, &needle) {
+    if !is_ours(pid, needle) {
         return;
     }
     // SAFETY: kill(2) of a single process (pid > 1) whose command line is the one an
     // agent of this host starts for `needle`.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let start = Instant::now();
-    while is_ours(pid, &needle) && start.elapsed() < STOP_GRACE {
+    while is_ours(pid, needle) && start.elapsed() < STOP_GRACE {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
