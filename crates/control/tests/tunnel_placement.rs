@@ -1,8 +1,9 @@
 //! Placement of a service's ESP tunnel through the controller on the simulated VNFM: one
 //! `esp` endpoint on each end host's accelerator device, one queue pair each, freed on
 //! destroy; without a free queue pair the endpoint is placed on its CPU engine and the
-//! SSM's grant and revoke move the queue pair in the model; a tunnel without an
-//! accelerator device, or against the path's direction is refused at plan with the reason.
+//! SSM's grant and revoke move the queue pair in the model and the state database (a
+//! restarted controller keeps the move); a tunnel without an accelerator device, or
+//! against the path's direction is refused at plan with the reason.
 
 use nfx_control::controller::Controller;
 use nfx_control::enforcer::Enforcer;
@@ -28,10 +29,15 @@ links: [{ a: h1, b: h2, latency_us: 20 }, { a: h2, b: h3, latency_us: 20 }]
 ";
 
 fn controller() -> Arc<Controller> {
+    controller_on(std::path::Path::new(":memory:"), SimConfig::default())
+}
+
+/// A controller on the state database `db` with the simulator `sim`.
+fn controller_on(db: &std::path::Path, sim: SimConfig) -> Arc<Controller> {
     let infra = Infrastructure::from_yaml("infra.yaml", INFRA).unwrap();
-    let sim = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let sim = Arc::new(SimVnfm::new(&infra, sim).unwrap());
     let med = Mediator::new(infra, VnfmMap::new(sim), Arc::new(Enforcer::default())).unwrap();
-    Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap()
+    Controller::open(Store::open(db).unwrap(), med).unwrap()
 }
 
 fn svc(id: &str, tunnel: serde_json::Value) -> Service {
@@ -152,6 +158,68 @@ fn a_full_accelerator_places_on_cpu_and_the_ssm_moves_the_queue_pair() {
         0.0,
         "destroy frees the moved queue pair"
     );
+}
+
+/// The queue pair of each endpoint on `device`, by instance id.
+fn holders(ctl: &Controller, ids: &[&str]) -> Vec<Option<f64>> {
+    let rows = ctl.instances().unwrap();
+    ids.iter()
+        .map(|id| {
+            rows.iter()
+                .find(|r| r.spec.id == *id)
+                .map(|r| r.spec.capacity)
+        })
+        .collect()
+}
+
+#[test]
+fn a_queue_pair_the_ssm_moved_holds_across_a_controller_restart() {
+    let dir = std::env::temp_dir().join(format!("nfx-ssm-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("state.db");
+    let sim = SimConfig {
+        state_file: Some(dir.join("sim.json")),
+        ..SimConfig::default()
+    };
+    let ids = ["a-esp-h1", "b-esp-h1"];
+    {
+        let ctl = controller_on(&db, sim.clone());
+        for id in ["a", "b"] {
+            let op = ctl
+                .deploy(svc(id, serde_json::json!({"from": "h1", "to": "h2"})))
+                .unwrap();
+            assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+        }
+        ctl.set_queue_pair("a-esp-h1", false).unwrap();
+        ctl.set_queue_pair("b-esp-h1", true).unwrap();
+        assert_eq!(holders(&ctl, &ids), [Some(0.0), Some(1.0)]);
+    }
+    let ctl = controller_on(&db, sim);
+    let summary = ctl.recover().unwrap();
+    assert_eq!(
+        holders(&ctl, &ids),
+        [Some(0.0), Some(1.0)],
+        "the restarted controller lost the SSM's move ({summary})"
+    );
+    assert_eq!(used_qps(&ctl, "h1-acc"), 1.0);
+    let e = ctl
+        .set_queue_pair("a-esp-h1", true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("h1-acc"), "the queue pair is still held: {e}");
+    let c = svc("c", serde_json::json!({"from": "h1", "to": "h2"}));
+    let plan = ctl.plan(&c).unwrap();
+    let h1 = plan.placements.iter().find(|p| p.instance == "c-esp-h1");
+    assert!(h1.unwrap().reason.contains("CPU engine"), "{plan:?}");
+    ctl.destroy("b").unwrap();
+    assert_eq!(
+        used_qps(&ctl, "h1-acc"),
+        0.0,
+        "destroy frees the moved queue pair"
+    );
+    ctl.set_queue_pair("a-esp-h1", true).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
