@@ -21,7 +21,7 @@ use nfx_testbed::acl::{IPERF_PORT, UDPGEN_PORT};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::runconfig::{chain_nodes, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
