@@ -52,19 +52,13 @@ pub fn topology(cfg: &RunConfig) -> Result<Topology, ConfigError> {
 mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
-name: edge
-netns: nfx-edge
-ports:
-  inside:  { iface: to-src,   peer_mac: "02:00:00:00:00:01" }
-  outside: { iface: to-cloud, peer_mac: "02:00:00:00:00:02" }
-vector: 64
-poll: busy
-events: /tmp/run/events.jsonl
+    /// A chain-form config (the file format's own tests are nfx-proto's).
+    const GOOD: &str = "name: edge
+ports: { inside: { iface: a, peer_mac: '02:00:00:00:00:01' }, outside: { iface: b, peer_mac: '02:00:00:00:00:02' } }
 chain:
   - firewall: { default: allow }
   - nat: {}
-"#;
+";
 
     fn err_of(text: &str) -> ConfigError {
         parse(text, "bad.yaml").unwrap_err()
