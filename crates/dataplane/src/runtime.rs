@@ -682,7 +682,7 @@ impl Dataplane {
             file: cfg.source.clone(),
             ..e
         };
-        let topology = cfg.topology().map_err(with_file)?;
+        let topology = crate::config::topology(cfg).map_err(with_file)?;
         let (plans, by_port) = graph_plans(&builder, &topology, None, n).map_err(with_file)?;
         let mut writers: Vec<Option<Box<dyn std::io::Write + Send>>> = Vec::with_capacity(n);
         match &cfg.events {

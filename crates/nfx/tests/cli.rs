@@ -609,3 +609,113 @@ fn plan_exports_the_tools_inputs_and_optimize_moves_to_the_cheap_device() {
         assert_eq!(i["spec"]["device"], "big", "{i}");
     }
 }
+
+/// A 3-host infrastructure with the host names `nfx testbed up --hosts 3` gives (h1, h2,
+/// h3 in a line), one software device each: what configs/demo's services are written for.
+const HOSTS3: &str = "hosts:
+  - { id: h1, cores: 2 }
+  - { id: h2, cores: 2 }
+  - { id: h3, cores: 2 }
+devices:
+  - { id: h1-sw0, host: h1, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
+  - { id: h2-sw0, host: h2, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
+  - { id: h3-sw0, host: h3, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
+links:
+  - { a: h1, b: h2, latency_us: 30 }
+  - { a: h2, b: h3, latency_us: 30 }
+";
+
+/// Every `.yaml` file under `dir`, sorted.
+fn yaml_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(yaml_files(&p));
+        } else if p.extension().is_some_and(|x| x == "yaml") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A tunnel endpoint's config loads as docs/tunnel.md has a user run it: copied with the
+/// secret files its comments tell them to make (mode 0600) beside it.
+fn tunnel_config_loads(file: &Path, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let copy = dir.join(file.file_name().unwrap());
+    std::fs::copy(file, &copy).unwrap();
+    for (name, secret) in [
+        ("tunnel.psk", "ab".repeat(32)),
+        ("em.token", "cd".repeat(24)),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, secret).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    if let Err(e) = nfx_tunnel::config::Config::load(&copy) {
+        panic!("{}: {e}", file.display());
+    }
+}
+
+/// Every YAML file shipped in configs/ loads with the schema it is written in (a file no
+/// check covers fails the test), and every shipped service file plans through the
+/// controller (`nfx plan`): configs/examples on its own infrastructure, configs/demo on
+/// the testbed's 3 hosts. (configs/demo also deploys for real in
+/// `demo_runs_through_the_controller_and_cleans_up`.)
+#[test]
+fn every_shipped_config_loads_and_its_services_plan() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let hosts3 = dir.path().join("hosts3.yaml");
+    std::fs::write(&hosts3, HOSTS3).unwrap();
+    let mut plans: Vec<(std::path::PathBuf, Vec<std::path::PathBuf>)> = vec![
+        (root.join("examples/infrastructure.yaml"), Vec::new()),
+        (hosts3, Vec::new()),
+    ];
+    for file in yaml_files(&root) {
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        match rel.as_str() {
+            r if r.ends_with("infrastructure.yaml") => {
+                if let Err(e) = nfx_model::Infrastructure::load(&file) {
+                    panic!("{e}");
+                }
+            }
+            "examples/services.yaml" => plans[0].1.push(file),
+            r if r.starts_with("demo/") => plans[1].1.push(file),
+            r if r.starts_with("tunnel/") => {
+                let d = dir.path().join(r.replace(['/', '.'], "-"));
+                std::fs::create_dir_all(&d).unwrap();
+                tunnel_config_loads(&file, &d);
+            }
+            other => panic!("configs/{other}: no check covers this file; add one here"),
+        }
+    }
+    for (k, (infra, services)) in plans.iter().enumerate() {
+        assert!(
+            !services.is_empty(),
+            "no service file for {}",
+            infra.display()
+        );
+        let up_dir = dir.path().join(format!("up{k}"));
+        std::fs::create_dir_all(&up_dir).unwrap();
+        let (_up, url) = up_in(&up_dir, infra);
+        for svc in services {
+            let o = Command::new(NFX)
+                .current_dir(&up_dir)
+                .env_remove("NFX_TOKEN")
+                .env("NFX_URL", &url)
+                .arg("plan")
+                .arg(svc)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}: {}", svc.display(), text(&o));
+        }
+    }
+}

@@ -16,11 +16,12 @@ use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, PacketBuf, PacketVector};
 use nfx_proto::fetch_stats;
+use nfx_proto::run_config::{PortConfig, Ports};
 use nfx_testbed::acl::{IPERF_PORT, UDPGEN_PORT};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::runconfig::{chain_nodes, Chain};
 use nfx_testbed::{netns, Host, Spec, TestbedGuard};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
@@ -66,12 +67,20 @@ impl Rig {
         let (src_mac, cloud_mac) = tb.edge_peer_macs().unwrap();
         let template = WorkerTemplate {
             netns: Some(tb.ns(Host::Edge)),
-            ports: json!({
-                "inside": {"iface": "to-src", "peer_mac": src_mac},
-                "outside": {"iface": "to-cloud", "peer_mac": cloud_mac},
-            }),
+            ports: Ports {
+                inside: PortConfig {
+                    iface: "to-src".into(),
+                    peer_mac: src_mac.clone(),
+                    table_tier: false,
+                },
+                outside: PortConfig {
+                    iface: "to-cloud".into(),
+                    peer_mac: cloud_mac.clone(),
+                    table_tier: false,
+                },
+            },
             vector: None,
-            poll: Some("adaptive".into()),
+            poll: Some(nfx_io::PollMode::Adaptive),
             ring_slots: None,
             fanout: Some(group),
             fast_path: None,

@@ -18,6 +18,29 @@ pub struct InstanceConfig {
     pub config: serde_json::Value,
 }
 
+impl InstanceConfig {
+    /// Instance `function` with `config`; no configuration (`null`) is the function's
+    /// defaults (`{}`).
+    pub fn new(function: &str, config: &serde_json::Value) -> Self {
+        InstanceConfig {
+            function: function.to_string(),
+            config: if config.is_null() {
+                empty_object()
+            } else {
+                config.clone()
+            },
+        }
+    }
+
+    /// The instance as an entry of the run config's and `reconfigure`'s `chain:`
+    /// (`{function: config}`).
+    pub fn chain_entry(&self) -> serde_json::Value {
+        let mut entry = serde_json::Map::new();
+        entry.insert(self.function.clone(), self.config.clone());
+        serde_json::Value::Object(entry)
+    }
+}
+
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }

@@ -203,7 +203,7 @@ impl HostAgent {
                     netns: None,
                     ports,
                     vector: None,
-                    poll: Some("adaptive".into()),
+                    poll: Some(nfx_io::PollMode::Adaptive),
                     ring_slots: Some(WORKER_RING_SLOTS),
                     nice: Some(nfx_io::priority::DATAPLANE_NICE),
                     fanout: None,

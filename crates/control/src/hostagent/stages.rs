@@ -7,6 +7,7 @@
 //! ports' MACs, so no ARP ever crosses the worker.
 
 use super::steering::HostTools;
+use nfx_proto::run_config::{PortConfig, Ports};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 
@@ -49,43 +50,51 @@ impl Stage {
 
     /// Creates (or repairs) the two veth pairs, their addresses and neighbor entries;
     /// returns the `ports:` block of the worker's run config.
-    pub fn ensure(&self, tools: &mut dyn HostTools) -> Result<serde_json::Value, String> {
-        let mut ports = serde_json::Map::new();
-        for (role, kernel, worker, gw) in [
-            ("inside", &self.kernel_in, &self.worker_in, self.gw_in),
-            ("outside", &self.kernel_out, &self.worker_out, self.gw_out),
-        ] {
-            if tools.ip(&["link", "show", "dev", kernel]).is_err() {
-                let _ = tools.ip(&["link", "del", worker]);
-                tools.ip(&[
-                    "link", "add", kernel, "type", "veth", "peer", "name", worker,
-                ])?;
-            }
-            let o = gw.octets();
-            let local = Ipv4Addr::new(o[0], o[1], o[2], o[3] - 1);
-            tools.ip(&["addr", "replace", &format!("{local}/30"), "dev", kernel])?;
-            for dev in [kernel, worker] {
-                tools.ip(&["link", "set", "dev", dev, "up"])?;
-            }
-            let worker_mac = mac(tools, worker)?;
-            tools.ip(&[
-                "neigh",
-                "replace",
-                &gw.to_string(),
-                "lladdr",
-                &worker_mac,
-                "dev",
-                kernel,
-                "nud",
-                "permanent",
-            ])?;
-            ports.insert(
-                role.into(),
-                serde_json::json!({"iface": worker, "peer_mac": mac(tools, kernel)?}),
-            );
-        }
-        Ok(serde_json::Value::Object(ports))
+    pub fn ensure(&self, tools: &mut dyn HostTools) -> Result<Ports, String> {
+        Ok(Ports {
+            inside: attach(tools, &self.kernel_in, &self.worker_in, self.gw_in)?,
+            outside: attach(tools, &self.kernel_out, &self.worker_out, self.gw_out)?,
+        })
     }
+}
+
+/// Creates (or repairs) the veth pair `kernel`–`worker` with the kernel end's address
+/// and the gateway `gw`'s permanent neighbor entry; returns the worker's port.
+fn attach(
+    tools: &mut dyn HostTools,
+    kernel: &str,
+    worker: &str,
+    gw: Ipv4Addr,
+) -> Result<PortConfig, String> {
+    if tools.ip(&["link", "show", "dev", kernel]).is_err() {
+        let _ = tools.ip(&["link", "del", worker]);
+        tools.ip(&[
+            "link", "add", kernel, "type", "veth", "peer", "name", worker,
+        ])?;
+    }
+    let o = gw.octets();
+    let local = Ipv4Addr::new(o[0], o[1], o[2], o[3] - 1);
+    tools.ip(&["addr", "replace", &format!("{local}/30"), "dev", kernel])?;
+    for dev in [kernel, worker] {
+        tools.ip(&["link", "set", "dev", dev, "up"])?;
+    }
+    let worker_mac = mac(tools, worker)?;
+    tools.ip(&[
+        "neigh",
+        "replace",
+        &gw.to_string(),
+        "lladdr",
+        &worker_mac,
+        "dev",
+        kernel,
+        "nud",
+        "permanent",
+    ])?;
+    Ok(PortConfig {
+        iface: worker.to_string(),
+        peer_mac: mac(tools, kernel)?,
+        table_tier: false,
+    })
 }
 
 /// The MAC address of `dev`.

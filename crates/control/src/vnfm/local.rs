@@ -11,8 +11,10 @@
 
 use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use nfx_proto::run_config::{FastPathConfig, Ports};
 use nfx_proto::{
-    Client, ClientError, InstanceConfig, Reconfigure, Request, ServiceConfig, ServiceSet, Stats,
+    Client, ClientError, FanoutConfig, InstanceConfig, Reconfigure, Request, Role, RunConfig,
+    ServiceConfig, ServiceSet, Stats,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -45,13 +47,13 @@ pub struct WorkerTemplate {
     #[serde(default)]
     pub netns: Option<String>,
     /// The `ports:` block of the run config (inside/outside iface and peer_mac).
-    pub ports: serde_json::Value,
+    pub ports: Ports,
     /// Vector size (default: the dataplane's).
     #[serde(default)]
     pub vector: Option<usize>,
-    /// Poll mode (`busy`, `interrupt`, `adaptive`).
+    /// Poll mode (`busy`, `interrupt`, `adaptive`; default: the dataplane's).
     #[serde(default)]
-    pub poll: Option<String>,
+    pub poll: Option<nfx_io::PollMode>,
     /// PACKET_FANOUT group shared with other workers on the same interfaces (inside
     /// port: this id, outside: the next). At most two workers of a group run at once.
     #[serde(default)]
@@ -239,21 +241,15 @@ impl LocalVnfm {
     /// What a worker runs, as the run config's and `reconfigure`'s fields: `chain`, or
     /// (services form) `services` and `instances`.
     fn worker_body(&self, w: &Worker) -> Reconfigure {
+        let config = |i: &InstanceSpec| InstanceConfig::new(&i.function, &i.config);
         if !self.classify {
-            return Reconfigure::chain(w.instances.iter().map(node_spec).collect());
+            let chain = w.instances.iter().map(|i| config(i).chain_entry());
+            return Reconfigure::chain(chain.collect());
         }
         let instances: BTreeMap<String, InstanceConfig> = w
             .instances
             .iter()
-            .map(|i| {
-                let config = if i.config.is_null() {
-                    serde_json::json!({})
-                } else {
-                    i.config.clone()
-                };
-                let function = i.function.clone();
-                (i.id.clone(), InstanceConfig { function, config })
-            })
+            .map(|i| (i.id.clone(), config(i)))
             .collect();
         let services: Vec<ServiceConfig> = w
             .services
@@ -413,45 +409,34 @@ impl LocalVnfm {
         })?;
         let sock = self.socket(device);
         let _ = std::fs::remove_file(&sock);
-        let mut rc = serde_json::to_value(body).map_err(unavailable)?;
-        rc["name"] = device.into();
-        rc["control_socket"] = serde_json::json!(sock);
-        rc["ports"] = t.ports.clone();
-        if let Some(group) = t.fanout {
+        let mut rc = RunConfig::new(device, t.ports.clone()).running(body);
+        rc.control_socket = Some(sock.clone());
+        rc.netns = t.netns.clone();
+        rc.vector = t.vector.unwrap_or(rc.vector);
+        rc.poll = t.poll.unwrap_or(rc.poll);
+        rc.ring_slots = t.ring_slots;
+        rc.fast_path = t.fast_path.map(|capacity| FastPathConfig { capacity });
+        rc.allowed_dirs = t.allowed_dirs.clone();
+        rc.fanout = t.fanout.map(|group| FanoutConfig {
+            group,
+            role: Role::Active,
+        });
+        let file = self.cfg.run_dir.join(format!("{device}.yaml"));
+        rc.validate(&file.display().to_string())
+            .map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        if let Some(f) = &mut rc.fanout {
             if peers.len() >= 2 {
                 return Err(VnfmError::Conflict(format!(
-                    "fanout group {group} already has two workers ({}); destroy one first",
+                    "fanout group {} already has two workers ({}); destroy one first",
+                    f.group,
                     peers.join(", ")
                 )));
             }
-            let role = match peers.first() {
-                Some(active) => {
-                    ask(&self.socket(active), |c| c.steer(0))?;
-                    "standby"
-                }
-                None => "active",
-            };
-            rc["fanout"] = serde_json::json!({"group": group, "role": role});
+            if let Some(active) = peers.first() {
+                ask(&self.socket(active), |c| c.steer(0))?;
+                f.role = Role::Standby;
+            }
         }
-        if let Some(ns) = &t.netns {
-            rc["netns"] = ns.clone().into();
-        }
-        if let Some(v) = t.vector {
-            rc["vector"] = v.into();
-        }
-        if let Some(p) = &t.poll {
-            rc["poll"] = p.clone().into();
-        }
-        if let Some(n) = t.ring_slots {
-            rc["ring_slots"] = n.into();
-        }
-        if let Some(capacity) = t.fast_path {
-            rc["fast_path"] = serde_json::json!({ "capacity": capacity });
-        }
-        if !t.allowed_dirs.is_empty() {
-            rc["allowed_dirs"] = serde_json::json!(t.allowed_dirs);
-        }
-        let file = self.cfg.run_dir.join(format!("{device}.yaml"));
         let yaml = serde_yaml_ng::to_string(&rc).map_err(unavailable)?;
         std::fs::write(&file, yaml).map_err(unavailable)?;
         let bin = match &self.cfg.nfx_bin {
@@ -663,17 +648,6 @@ impl LocalVnfm {
     }
 }
 
-/// The dataplane node spec of an instance: `{function: config}`.
-fn node_spec(i: &InstanceSpec) -> serde_json::Value {
-    let cfg = if i.config.is_null() {
-        serde_json::json!({})
-    } else {
-        i.config.clone()
-    };
-    serde_json::json!({ i.function.clone(): cfg })
-}
-
-/// VNF node names from a stats answer: every node except the built-in `parse` and `output`.
 /// Whether a recorded set of workers holds together: each device a plain file name (its
 /// control socket is `run_dir/<device>.sock`), per worker one configuration version per
 /// instance and at most one node name per instance (what every lookup by instance
@@ -695,6 +669,7 @@ fn check_workers(workers: &BTreeMap<String, Worker>) -> Result<(), String> {
     Ok(())
 }
 
+/// VNF node names from a stats answer: every node except the built-in `parse` and `output`.
 fn vnf_node_names(stats: &Stats, n: usize) -> Vec<String> {
     stats
         .nodes
@@ -954,7 +929,10 @@ mod tests {
             throughput_gbps: 0.0,
             capacity: 0.0,
         };
-        assert_eq!(node_spec(&s), serde_json::json!({"nat": {}}));
+        assert_eq!(
+            InstanceConfig::new(&s.function, &s.config).chain_entry(),
+            serde_json::json!({"nat": {}})
+        );
         let st = Stats {
             nodes: ["parse", "firewall", "nat", "output"]
                 .map(|name| nfx_proto::NodeStats {
@@ -967,6 +945,9 @@ mod tests {
         assert_eq!(vnf_node_names(&st, 2), vec!["firewall", "nat"]);
     }
 
+    /// A worker's two ports, as a local agent config writes them.
+    const PORTS: &str = "{ inside: { iface: a, peer_mac: '02:00:00:00:00:01' }, outside: { iface: b, peer_mac: '02:00:00:00:00:02' } }";
+
     fn vnfm_with(dir: &Path, state: serde_json::Value) -> LocalVnfm {
         std::fs::create_dir_all(dir).unwrap();
         StateFile::open::<serde_json::Value>(dir)
@@ -974,7 +955,7 @@ mod tests {
             .save(&state)
             .unwrap();
         let cfg: LocalConfig = serde_yaml_ng::from_str(&format!(
-            "run_dir: {}\nworkers:\n  w0: {{ ports: {{}}, fanout: 7 }}\n  w1: {{ ports: {{}}, fanout: 7 }}\n  w2: {{ ports: {{}}, fanout: 7 }}\n  x: {{ ports: {{}} }}\n",
+            "run_dir: {}\nworkers:\n  w0: {{ ports: {PORTS}, fanout: 7 }}\n  w1: {{ ports: {PORTS}, fanout: 7 }}\n  w2: {{ ports: {PORTS}, fanout: 7 }}\n  x: {{ ports: {PORTS} }}\n",
             dir.display()
         ))
         .unwrap();
@@ -1118,7 +1099,7 @@ mod tests {
     fn unknown_devices_and_dead_sockets_are_errors() {
         let dir = std::env::temp_dir().join(format!("nfx-local-{}", std::process::id()));
         let cfg: LocalConfig = serde_yaml_ng::from_str(&format!(
-            "run_dir: {}\nnfx_bin: /nonexistent/nfx\nworkers:\n  w0: {{ ports: {{}} }}\n",
+            "run_dir: {}\nnfx_bin: /nonexistent/nfx\nworkers:\n  w0: {{ ports: {PORTS} }}\n",
             dir.display()
         ))
         .unwrap();

@@ -14,7 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nfx_dataplane::{vnf_builder, RunConfig};
+use nfx_dataplane::{config, vnf_builder};
 use nfx_vnf_fuzz::{scratch_scope, CANARY};
 
 /// Caps the table sizes a spec asks for, so that one input cannot allocate gigabytes.
@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let files = scratch_scope();
     let file = files.base().join("run.yaml").display().to_string();
-    let cfg = match RunConfig::parse(text, &file) {
+    let cfg = match config::parse(text, &file) {
         Ok(cfg) => cfg,
         Err(e) => {
             let shown = e.to_string();
@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     let yaml = serde_yaml_ng::to_string(&cfg).expect("a parsed config serializes");
-    let again = RunConfig::parse(&yaml, &file)
+    let again = config::parse(&yaml, &file)
         .unwrap_or_else(|e| panic!("the written config does not parse: {e}\n{yaml}"));
     assert_eq!(
         again, cfg,
@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let _ = cfg.control_gid();
-    let topo = cfg.topology().expect("a parsed config has its topology");
+    let topo = config::topology(&cfg).expect("a parsed config has its topology");
     let build = vnf_builder(cfg.file_scope());
     let names_canary = text.contains(CANARY);
     for i in &topo.instances {

@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use nfx_dataplane::builtin::{L2Rewrite, OutputNode};
 use nfx_dataplane::graph::{Graph, GraphPlan};
 use nfx_dataplane::services::Topology;
-use nfx_dataplane::{ClassifierConfig, RunConfig};
+use nfx_dataplane::{config, ClassifierConfig, RunConfig};
 use nfx_proto::request::ReconfigureForm;
 use nfx_proto::Request;
 use nfx_packet::{Direction, Packet, PacketBuf};
@@ -125,7 +125,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(head) else {
         return;
     };
-    match RunConfig::parse(text, "fuzz.yaml").map(|cfg| cfg.topology()) {
+    match RunConfig::parse(text, "fuzz.yaml").map(|cfg| config::topology(&cfg)) {
         Ok(Ok(topo)) => run(&topo, frames),
         Ok(Err(e)) => assert!(!e.problem.is_empty()),
         Err(e) => assert!(

@@ -15,6 +15,7 @@ use nfx_control::vnfm::local::{
 };
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
 use nfx_packet::{checksum, Direction, Packet, PacketBuf};
+use nfx_proto::run_config::{PortConfig, Ports};
 use nfx_proto::{fetch_stats as stats, Client, Stats};
 use nfx_testbed::acl::UDPGEN_PORT;
 use nfx_testbed::process::ChildGuard;
@@ -445,10 +446,9 @@ fn deploy_samples(
             "w2".to_string(),
             WorkerTemplate {
                 netns: Some(ns.to_string()),
-                ports: json!({"inside": {"iface": "d4", "peer_mac": "02:00:00:00:00:01"},
-                              "outside": {"iface": "d5", "peer_mac": "02:00:00:00:00:02"}}),
+                ports: ports(("d4", "02:00:00:00:00:01"), ("d5", "02:00:00:00:00:02")),
                 vector: None,
-                poll: Some("interrupt".into()),
+                poll: Some(nfx_io::PollMode::Interrupt),
                 ring_slots: None,
                 fanout: None,
                 fast_path: None,
@@ -521,10 +521,9 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
     let (src_mac, cloud_mac) = tb.edge_peer_macs()?;
     let template = WorkerTemplate {
         netns: Some(tb.ns(Host::Edge)),
-        ports: json!({"inside": {"iface": "to-src", "peer_mac": src_mac},
-                      "outside": {"iface": "to-cloud", "peer_mac": cloud_mac}}),
+        ports: ports(("to-src", &src_mac), ("to-cloud", &cloud_mac)),
         vector: None,
-        poll: Some("adaptive".into()),
+        poll: Some(nfx_io::PollMode::Adaptive),
         ring_slots: None,
         fanout: Some(4000),
         fast_path: None,
@@ -603,4 +602,17 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         "socket_drops": socket(&s0) + socket(&s1),
         "phases": phases,
     }))
+}
+
+/// A worker's two ports: `(iface, peer_mac)` inside and outside.
+fn ports(inside: (&str, &str), outside: (&str, &str)) -> Ports {
+    let port = |(iface, mac): (&str, &str)| PortConfig {
+        iface: iface.into(),
+        peer_mac: mac.into(),
+        table_tier: false,
+    };
+    Ports {
+        inside: port(inside),
+        outside: port(outside),
+    }
 }

@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 use nfx_dataplane::signals::TerminationSignals;
-use nfx_dataplane::{vnf_builder, ControlServer, Dataplane, RunConfig};
+use nfx_dataplane::{vnf_builder, ControlServer, Dataplane};
 use nfx_io::PollMode;
 use nfx_metrics::http as metrics_http;
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub struct Args {
 /// Runs the dataplane and prints its final stats.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let signals = TerminationSignals::block().context("blocking SIGINT/SIGTERM")?;
-    let mut cfg = RunConfig::load(&args.config)?;
+    let mut cfg = nfx_dataplane::config::load(&args.config)?;
     if args.scalar {
         cfg.vector = 1;
     }
@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.workers.is_some() || args.fast_path.is_some() {
         let file = cfg.source.clone();
-        cfg.validate(&file)?;
+        nfx_dataplane::config::validate(&cfg, &file)?;
     }
     let deadline = match args.duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(Instant::now() + Duration::from_secs_f64(d)),
