@@ -968,6 +968,13 @@ fn check_service(s: &Service) -> Result<(), CtlError> {
     ident("tenant", &s.tenant)?;
     for (k, c) in s.chain.iter().enumerate() {
         ident(&format!("chain[{k}].function"), &c.function)?;
+        if c.function == "esp" {
+            return Err(CtlError::BadRequest(format!(
+                "chain[{k}].function: `esp` is not a chain step: a service's ESP tunnel is its \
+                 `tunnel:` block (from, to, alg), whose two endpoints the controller places on \
+                 the accelerator tier (docs/descriptors.md, \"Tunnels\")"
+            )));
+        }
         if let Some(j) = s.chain[..k].iter().position(|p| p.function == c.function) {
             return Err(CtlError::BadRequest(format!(
                 "chain[{k}].function: `{}` is already chain[{j}]; a chain holds each function once \
@@ -1055,6 +1062,24 @@ mod tests {
         let e = check_service(&s).unwrap_err().to_string();
         assert!(
             e.contains(&format!("chain[{k}].function")) && e.contains("already chain[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_esp_chain_step_is_refused_naming_the_tunnel_block() {
+        let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
+        let mut s = ServiceSet::load(&example("services.yaml"), &infra)
+            .unwrap()
+            .services
+            .remove(1);
+        let mut esp = s.chain[0].clone();
+        esp.function = "esp".into();
+        esp.config = serde_yaml_ng::from_str("{ alg: aes-128-gcm }").unwrap();
+        s.chain.push(esp);
+        let e = check_service(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("chain[1].function") && e.contains("`tunnel:` block"),
             "{e}"
         );
     }

@@ -20,7 +20,11 @@ fn example_infrastructure_and_services_load() {
     let svc = ServiceSet::load(&example("services.yaml"), &infra).unwrap();
     assert_eq!(svc.services.len(), 2);
     assert_eq!(svc.services[0].chain[0].tier, Some(Tier::Table));
-    assert_eq!(svc.services[1].chain[1].capacity_need, 1.0);
+    let t = svc.services[1]
+        .tunnel
+        .as_ref()
+        .expect("the VPN service has a tunnel");
+    assert_eq!((t.from.as_str(), t.to.as_str()), ("edge", "cloud"));
 }
 
 #[test]
