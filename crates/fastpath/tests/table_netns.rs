@@ -401,7 +401,10 @@ fn a_pinned_chain_outlives_its_owner_and_is_adopted_with_its_mappings() {
     nfx_io::bpf::ensure_bpffs(Path::new("/sys/fs/bpf")).unwrap();
     let g = line("pin");
     let specs: Vec<(String, NodeSpec)> = vec![
-        ("fw".into(), spec("firewall: {default: allow, max_flows: 64}")),
+        (
+            "fw".into(),
+            spec("firewall: {default: allow, max_flows: 64}"),
+        ),
         (
             "nat".into(),
             spec(&format!(
@@ -448,11 +451,20 @@ fn a_pinned_chain_outlives_its_owner_and_is_adopted_with_its_mappings() {
         TableChain::adopt(&fns, Path::new("."), shape, &d, &alone()).unwrap()
     });
     assert_eq!(programs(), 1);
-    assert_eq!(through(&tx, &rx, b"adopted"), Some(mapped), "mapping changed");
+    assert_eq!(
+        through(&tx, &rx, b"adopted"),
+        Some(mapped),
+        "mapping changed"
+    );
     let stats = chain.stats().unwrap();
     let nat = stats.functions.iter().find(|f| f.name == "nat").unwrap();
     assert!(nat.flows >= 1, "{stats:?}");
-    let counted = stats.nodes.iter().find(|n| n.name == "nat").unwrap().packets;
+    let counted = stats
+        .nodes
+        .iter()
+        .find(|n| n.name == "nat")
+        .unwrap()
+        .packets;
     assert!(counted >= 3, "the counters restarted: {counted}");
 
     g.within(1, move || chain.detach());

@@ -372,6 +372,13 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         kept_carries(&mut client, &mut server, b"still"),
         "the kept connection lost its NAT mapping"
     );
+    for id in &table_ids {
+        assert_eq!(
+            detail(&c, id)["adopted"],
+            true,
+            "{id}: the re-sent paths loaded the chain again"
+        );
+    }
 
     // h1's agent and its endpoint killed together: the endpoint is started again and
     // negotiates new SAs.

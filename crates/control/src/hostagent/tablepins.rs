@@ -153,15 +153,7 @@ pub fn file_of(dir: &Path, device: &str) -> PathBuf {
 
 /// Every pin directory under `root` (none when it does not exist).
 pub fn pin_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
+    record::paths_in(root, Path::is_dir)
 }
 
 #[cfg(test)]

@@ -142,11 +142,7 @@ impl Tables {
             inner: Mutex::new(Inner::default()),
         };
         let mut lost = Vec::new();
-        for file in record::files_in(&t.records) {
-            let id = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        for (id, file) in record::named_in(&t.records) {
             match record::load::<TableRecord>(&file) {
                 Ok(r) => {
                     if let Err(e) = t.reload(&id, r.clone()) {
@@ -172,9 +168,9 @@ impl Tables {
     /// Devices whose chain an earlier agent left pinned, per their manifests in
     /// `records` (not yet checked): those whose ports must not be cleared at start.
     pub fn pinned_devices(records: &Path) -> Vec<String> {
-        record::files_in(&records.join(CHAINS))
-            .iter()
-            .filter_map(|f| f.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        record::named_in(&records.join(CHAINS))
+            .into_iter()
+            .map(|(device, _)| device)
             .collect()
     }
 
@@ -466,11 +462,7 @@ impl Tables {
     fn adopt_pinned(&self) {
         let dir = self.records.join(CHAINS);
         let mut kept = Vec::new();
-        for file in record::files_in(&dir) {
-            let device = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        for (device, file) in record::named_in(&dir) {
             match self.adopt(&file, &device) {
                 Ok(pins) => kept.push(pins),
                 Err(e) => {
