@@ -384,3 +384,91 @@ fn a_nat_migrates_under_traffic_without_a_lost_datagram_or_a_changed_mapping() {
         "{after:?}"
     );
 }
+
+/// One datagram a → b through the NAT: the source address b sees.
+fn through(tx: &UdpSocket, rx: &UdpSocket, tag: &[u8]) -> Option<SocketAddr> {
+    tx.send_to(tag, "10.93.2.1:9100").ok()?;
+    let mut buf = [0u8; 64];
+    let (n, from) = rx.recv_from(&mut buf).ok()?;
+    (buf[..n] == *tag).then_some(from)
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_pinned_chain_outlives_its_owner_and_is_adopted_with_its_mappings() {
+    assert!(is_root());
+    let dir = Path::new("/sys/fs/bpf").join(format!("nfx-test-pin-{}", std::process::id()));
+    nfx_io::bpf::ensure_bpffs(Path::new("/sys/fs/bpf")).unwrap();
+    let g = line("pin");
+    let specs: Vec<(String, NodeSpec)> = vec![
+        (
+            "fw".into(),
+            spec("firewall: {default: allow, max_flows: 64}"),
+        ),
+        (
+            "nat".into(),
+            spec(&format!(
+                "nat: {{snat: {{public_ip: {PUBLIC}, port_range: [30000, 30100]}}, max_flows: 64}}"
+            )),
+        ),
+    ];
+    let rx = socket_in(&g, 2, "10.93.2.1:9100");
+    rx.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let tx = socket_in(&g, 0, "10.93.1.1:4100");
+    let (fns, d) = (specs.clone(), dir.clone());
+    let shape = g.within(1, move || {
+        let mut c = TableChain::deploy_pinned(&fns, Path::new("."), &d).unwrap();
+        c.attach(&alone()).unwrap();
+        c.shape()
+        // Dropped: as when its owner is killed.
+    });
+    let programs = || g.within(1, || nfx_fastpath::table::tcx_programs("m0").unwrap());
+    assert_eq!(programs(), 1, "the pinned chain left with its owner");
+    let mapped = through(&tx, &rx, b"owner gone").expect("nothing passes");
+    assert_eq!(mapped.ip().to_string(), PUBLIC);
+    assert!((30000..=30100).contains(&mapped.port()), "{mapped}");
+
+    // Pinned at other ports than these: refused, and the chain still runs.
+    let swapped = match alone() {
+        Placement::Alone { inside, outside } => Placement::Alone {
+            inside: outside,
+            outside: inside,
+        },
+        p => p,
+    };
+    let (fns, d) = (specs.clone(), dir.clone());
+    let refused = g.within(1, move || {
+        TableChain::adopt(&fns, Path::new("."), shape, &d, &swapped).err()
+    });
+    assert!(
+        refused.is_some_and(|e| e.to_string().contains("not attached where")),
+        "adopted at the wrong ports"
+    );
+    assert_eq!(through(&tx, &rx, b"refused"), Some(mapped));
+
+    let (fns, d) = (specs.clone(), dir.clone());
+    let mut chain = g.within(1, move || {
+        TableChain::adopt(&fns, Path::new("."), shape, &d, &alone()).unwrap()
+    });
+    assert_eq!(programs(), 1);
+    assert_eq!(
+        through(&tx, &rx, b"adopted"),
+        Some(mapped),
+        "mapping changed"
+    );
+    let stats = chain.stats().unwrap();
+    let nat = stats.functions.iter().find(|f| f.name == "nat").unwrap();
+    assert!(nat.flows >= 1, "{stats:?}");
+    let counted = stats
+        .nodes
+        .iter()
+        .find(|n| n.name == "nat")
+        .unwrap()
+        .packets;
+    assert!(counted >= 3, "the counters restarted: {counted}");
+
+    g.within(1, move || chain.detach());
+    assert_eq!(programs(), 0);
+    assert!(!dir.exists(), "pins left behind");
+    assert_eq!(through(&tx, &rx, b"detached"), None);
+}

@@ -190,3 +190,49 @@ pub fn delete_all(fd: BorrowedFd<'_>, keys: &[u8], count: usize) -> io::Result<u
         Err(e) => Err(e),
     }
 }
+
+/// `f_type` of a BPF file system (`BPF_FS_MAGIC`).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// True when `dir` lies on a BPF file system (bpffs), where programs, maps and links can
+/// be pinned so they outlive the process that made them.
+pub fn is_bpffs(dir: &std::path::Path) -> io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `statfs` is plain old data that statfs(2) fills in.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a statfs it writes.
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// Makes `dir` a BPF file system: nothing to do when it is one already, else a bpffs
+/// instance is mounted on it (created first; mode 0700, needs CAP_SYS_ADMIN). Returns
+/// whether it mounted one. The mount belongs to the caller's mount namespace and stays
+/// after the caller exits, so what is pinned there survives it.
+pub fn ensure_bpffs(dir: &std::path::Path) -> io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::create_dir_all(dir)?;
+    if is_bpffs(dir)? {
+        return Ok(false);
+    }
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(true)
+}

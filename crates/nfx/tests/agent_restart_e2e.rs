@@ -1,22 +1,26 @@
 //! An agent restart brings every tier back: on `nfx testbed up --hosts 2` (with table
 //! tier) and `nfx up`, two services from YAML — `vpn` (UDP through an ESP tunnel h1 → h2
 //! whose endpoints run on the hosts' accelerator devices) and `tab` (TCP through a
-//! firewall and a NAT on the table tier) — carry traffic. Both agents are killed with
-//! SIGKILL: the kernel detaches their table programs with them (nothing is left on a
-//! port no recorded instance owns). Both are started again at once with the same
-//! configuration; each agent lists the same instances as before, the tunnel endpoints
-//! are adopted (same pids, the tunnel never renegotiated), the table chain is attached
-//! again when the controller re-sends the paths, and real packets pass through both
-//! services again. Then h1's agent and its endpoint are killed together: the restarted
-//! agent starts the endpoint again (new pid, IKE established again) and the tunnel
-//! carries traffic again. Needs root; own prefix and subnet; torn down on failure too.
+//! firewall and a NAT on the table tier) — carry traffic, and one TCP connection
+//! through the NAT is kept open. Both agents are killed with SIGKILL: the table chain
+//! stays attached (pinned in bpffs), the kept connection and new ones still pass while
+//! the agents are down. Both are started again at once with the same configuration;
+//! each agent lists the same instances as before, the tunnel endpoints are adopted
+//! (same pids, the tunnel never renegotiated), the table chain is taken back from its
+//! pins (its instances say `adopted`, their packet counters went on from where they
+//! were) and the kept connection still carries data (its NAT mapping survived: the
+//! destination sees the same source port), and real packets pass through both
+//! services. Then h1's agent and its endpoint are killed together: the restarted agent
+//! starts the endpoint again (new pid, IKE established again) and the tunnel carries
+//! traffic again. Destroying the table service leaves no program and no pin behind.
+//! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
 mod hostbed;
 
 use common::eventually;
 use nfx_control::client::{load_token, read_token_file, Client};
-use nfx_control::hostagent::AgentConfig;
+use nfx_control::hostagent::{tablepins, AgentConfig};
 use nfx_control::netns_exec::NetnsExecutor;
 use nfx_control::tls;
 use nfx_control::vnfm::remote::{AgentLink, RemoteVnfm};
@@ -24,6 +28,7 @@ use nfx_control::vnfm::Vnfm;
 use nfx_model::TlsFiles;
 use nfx_testbed::{netns, udpgen};
 use serde_json::Value;
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -106,6 +111,44 @@ fn tcp_passes(src_ns: &str, dst: Ipv4Addr, listener: &TcpListener) -> bool {
         peer.is_some()
     });
     connected && peer.as_deref() == Some(PUBLIC)
+}
+
+/// A TCP connection from `src_ns` through the NAT to `listener`, kept open: (client end,
+/// server end, the source address the destination sees).
+fn keep_connection(
+    src_ns: &str,
+    dst: Ipv4Addr,
+    listener: &TcpListener,
+) -> (TcpStream, TcpStream, SocketAddr) {
+    let addr = SocketAddr::from((dst, TCP_PORT));
+    let client = netns::in_netns(src_ns, move || {
+        Ok(TcpStream::connect_timeout(&addr, Duration::from_secs(1))?)
+    })
+    .unwrap();
+    let mut accepted = None;
+    assert!(eventually(Duration::from_secs(1), || {
+        accepted = listener.accept().ok();
+        accepted.is_some()
+    }));
+    let (server, peer) = accepted.unwrap();
+    server.set_nonblocking(false).unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    (client, server, peer)
+}
+
+/// Whether `tag` written on the kept connection's client end arrives at its server end.
+fn kept_carries(client: &mut TcpStream, server: &mut TcpStream, tag: &[u8]) -> bool {
+    let mut got = vec![0u8; tag.len()];
+    client.write_all(tag).is_ok() && server.read_exact(&mut got).is_ok() && got == tag
+}
+
+/// Pin directories of `host`'s agent (one per table chain it pinned).
+fn pinned_chains(out: &Path, host: &str) -> usize {
+    let cfg = AgentConfig::load(&out.join("agents").join(format!("{host}.yaml"))).unwrap();
+    let root = tablepins::root_of(Path::new(tablepins::BPF_FS), host, &cfg.run_dir);
+    tablepins::pin_dirs(&root).len()
 }
 
 /// tc programs on the device ports (`sw*`) of `host`.
@@ -256,16 +299,40 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         detail(&c, "vpn-esp-h1")["pid"].clone(),
         detail(&c, "vpn-esp-h2")["pid"].clone(),
     ];
+    assert_eq!(pinned_chains(&out, "h1") + pinned_chains(&out, "h2"), 1);
+    let (mut client, mut server, mapped) = keep_connection(&src_ns, dst, &listener);
+    assert_eq!(mapped.ip().to_string(), PUBLIC, "not NATed: {mapped}");
+    assert!(kept_carries(&mut client, &mut server, b"before"));
+    let table_ids: Vec<String> = before
+        .concat()
+        .into_iter()
+        .filter(|i| i.starts_with("tab"))
+        .collect();
+    assert_eq!(table_ids.len(), 2, "{before:?}");
+    let packets = |id: &str| {
+        c.get(&format!("/api/v1/instances/{id}")).unwrap().body["state"]["packets"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let counted: Vec<u64> = table_ids.iter().map(|i| packets(i)).collect();
+    assert!(counted.iter().all(|n| *n > 0), "{counted:?}");
 
-    // Both agents killed: their table programs go with them; both start again at once
-    // (within the controller's 2 s, so it sees a restart, not a dead host).
+    // Both agents killed: the pinned table chain stays attached and carries the kept
+    // connection and new ones while they are down; both start again at once (within
+    // the controller's 2 s, so it sees a restart, not a dead host).
     for h in ["h1", "h2"] {
         // SAFETY: kill(2) of the agent this test's testbed started.
         unsafe { libc::kill(agent_pid(&out, h), libc::SIGKILL) };
     }
-    assert!(eventually(Duration::from_secs(2), || {
-        attached_programs("h1") + attached_programs("h2") == 0
-    }));
+    assert_eq!(attached_programs("h1") + attached_programs("h2"), programs);
+    assert!(
+        kept_carries(&mut client, &mut server, b"while the agents are down"),
+        "the kept connection stopped with the agents"
+    );
+    assert!(
+        tcp_passes(&src_ns, dst, &listener),
+        "the table chain stopped with the agents"
+    );
     let t = Instant::now();
     for h in ["h1", "h2"] {
         restart_agent(&out, h);
@@ -277,6 +344,14 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         detail(&c, "vpn-esp-h2")["pid"].clone(),
     ];
     assert_eq!(again, pids, "the endpoints were adopted, not restarted");
+    for (id, n) in table_ids.iter().zip(&counted) {
+        assert_eq!(detail(&c, id)["adopted"], true, "{id}: {}", detail(&c, id));
+        assert!(packets(id) > *n, "{id}: its counters restarted");
+    }
+    assert!(
+        kept_carries(&mut client, &mut server, b"after the restart"),
+        "the kept connection lost its NAT mapping"
+    );
     assert!(
         eventually(Duration::from_secs(5), || udp_passes(&src_ns, &dst_ns, dst)),
         "the tunnel carries nothing after the restart"
@@ -287,8 +362,23 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         )),
         "the table chain carries nothing after the restart"
     );
-    assert!(attached_programs("h1") + attached_programs("h2") >= 2);
+    assert_eq!(attached_programs("h1") + attached_programs("h2"), programs);
+    assert_eq!(pinned_chains(&out, "h1") + pinned_chains(&out, "h2"), 1);
     println!("both services carry traffic again after {:?}", t.elapsed());
+    let (mut client2, mut server2, mapped2) = keep_connection(&src_ns, dst, &listener);
+    assert!(kept_carries(&mut client2, &mut server2, b"new"));
+    assert_ne!(mapped2, mapped, "a new flow got the kept flow's mapping");
+    assert!(
+        kept_carries(&mut client, &mut server, b"still"),
+        "the kept connection lost its NAT mapping"
+    );
+    for id in &table_ids {
+        assert_eq!(
+            detail(&c, id)["adopted"],
+            true,
+            "{id}: the re-sent paths loaded the chain again"
+        );
+    }
 
     // h1's agent and its endpoint killed together: the endpoint is started again and
     // negotiates new SAs.
@@ -316,6 +406,7 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
     nfx(&["destroy", "vpn", "--url", &url]);
     nfx(&["destroy", "tab", "--url", &url]);
     assert_eq!(attached_programs("h1") + attached_programs("h2"), 0);
+    assert_eq!(pinned_chains(&out, "h1") + pinned_chains(&out, "h2"), 0);
     drop(_ctl);
     bed.down();
 }

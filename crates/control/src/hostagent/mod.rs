@@ -18,6 +18,7 @@ pub mod power;
 pub mod record;
 pub mod stages;
 pub mod steering;
+pub mod tablepins;
 pub mod tables;
 pub mod tunnels;
 
@@ -214,19 +215,38 @@ impl HostAgent {
             stages.insert(d.id.clone(), st);
         }
         let mut table_devices = Vec::new();
+        let pins = if cfg.tables.is_empty() {
+            None
+        } else {
+            tablepins::prepare_root(&cfg.host, &cfg.run_dir)
+        };
+        // A device whose chain an earlier agent left pinned keeps its programs: the
+        // chain is taken back, or unpinned, by the tables.
+        let pinned = match pins {
+            Some(_) => tables::Tables::pinned_devices(&cfg.run_dir.join("tables")),
+            None => Vec::new(),
+        };
         for (j, d) in cfg.tables.iter().enumerate() {
             let st = Stage::new(&d.id, cfg.software.len() + j);
             st.ensure(&mut tools)
                 .map_err(|e| anyhow::anyhow!("attaching device {}: {e}", d.id))?;
-            let left = tables::clear_leftovers(&st, &mut tools)
-                .map_err(|e| anyhow::anyhow!("clearing device {}: {e}", d.id))?;
-            if left > 0 {
-                log::warn!("table device {}: {left} leftover program(s) removed", d.id);
+            if !pinned.contains(&d.id) {
+                let left = tables::clear_leftovers(&st, &mut tools)
+                    .map_err(|e| anyhow::anyhow!("clearing device {}: {e}", d.id))?;
+                if left > 0 {
+                    log::warn!("table device {}: {left} leftover program(s) removed", d.id);
+                }
             }
             stages.insert(d.id.clone(), st.clone());
             table_devices.push((d.clone(), st));
         }
-        let agent = Self::assemble(cfg, Box::new(SystemTools), stages, workers, table_devices)?;
+        let agent = Self::assemble(
+            cfg,
+            Box::new(SystemTools),
+            stages,
+            workers,
+            (table_devices, pins),
+        )?;
         let weak = Arc::downgrade(&agent);
         std::thread::Builder::new()
             .name("agent-housekeeping".into())
@@ -255,7 +275,7 @@ impl HostAgent {
             Box::new(steering::Unplugged),
             BTreeMap::new(),
             BTreeMap::new(),
-            Vec::new(),
+            (Vec::new(), None),
         )
     }
 
@@ -266,13 +286,14 @@ impl HostAgent {
         tools: Box<dyn steering::HostTools>,
         stages: BTreeMap<String, Stage>,
         workers: BTreeMap<String, WorkerTemplate>,
-        table_devices: Vec<(tables::TableDevice, Stage)>,
+        (table_devices, pins): (Vec<(tables::TableDevice, Stage)>, Option<PathBuf>),
     ) -> anyhow::Result<Arc<Self>> {
-        let (tables, mut lost) = tables::Tables::new(
-            table_devices,
-            cfg.run_dir.clone(),
-            cfg.run_dir.join("tables"),
-        )?;
+        // A rules file is read as the software workers read theirs: from their
+        // configuration directory or an allowed directory.
+        let files = nfx_io::FileScope::new(cfg.run_dir.join("workers"))
+            .with_allowed(cfg.allowed_dirs.iter().cloned());
+        let (tables, mut lost) =
+            tables::Tables::new(table_devices, files, cfg.run_dir.join("tables"), pins)?;
         let local = LocalVnfm::new(LocalConfig {
             run_dir: cfg.run_dir.join("workers"),
             nfx_bin: cfg.nfx_bin.clone(),

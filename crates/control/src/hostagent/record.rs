@@ -93,15 +93,34 @@ pub fn file_of(dir: &Path, name: &str) -> PathBuf {
 
 /// Every record file directly in `dir` (sorted; none when `dir` does not exist).
 pub fn files_in(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+    paths_in(dir, |p| {
+        p.is_file() && p.extension().is_some_and(|x| x == EXT)
+    })
+}
+
+/// Every record file directly in `dir` with the name it records (its stem), sorted.
+pub fn named_in(dir: &Path) -> Vec<(String, PathBuf)> {
+    files_in(dir)
+        .into_iter()
+        .map(|f| {
+            let name = f.file_stem().map(|s| s.to_string_lossy().into_owned());
+            (name.unwrap_or_default(), f)
+        })
+        .collect()
+}
+
+/// Every entry directly in `dir` that `keep` accepts (sorted; none when `dir` does not
+/// exist).
+pub fn paths_in(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == EXT))
+        .filter(|p| keep(p))
         .collect();
-    files.sort();
-    files
+    paths.sort();
+    paths
 }
 
 /// Moves `path` (a damaged record, or the directory holding one) into `dir/damaged/`

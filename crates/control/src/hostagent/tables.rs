@@ -17,24 +17,40 @@
 //! one of its instances is destroyed.
 //!
 //! Every instance is recorded in `tables/<id>.json` ([`super::record`]: its spec and
-//! configuration version). A restarted agent reloads the records (each checked against
-//! the device's entries again); the chains come back when the controller sends the
-//! host's paths again, as a restarted agent's paths always do. The chain's maps live in
-//! the agent's process and its tc links are owned by it, so a killed agent's programs
-//! are detached by the kernel and its tables (connection tracking, NAT mappings,
-//! elephant counters) are gone: flows through a table-tier NAT get new mappings after
-//! an agent restart. Any program still found on a table device's port at start (none
-//! of this agent's) is removed with the port ([`clear_leftovers`]).
+//! configuration version). A chain is pinned in the host's BPF file system
+//! ([`super::tablepins`]: its tables and tcx links, one directory per chain under the
+//! agent's own) with a manifest (`tables/chains/<device>.json`: the service, its
+//! instances and their configuration versions, the tables' sizes, the ports), so it
+//! outlives the agent: while a killed agent is down, frames keep running the chain with
+//! its connection tracking, NAT mappings and counters. A restarted agent reloads the
+//! records (each checked against the device's entries again), then takes back each
+//! pinned chain whose manifest matches them ([`nfx_fastpath::table::TableChain::adopt`]:
+//! programs loaded over the pinned tables and swapped onto the pinned links
+//! atomically); a chain whose manifest is damaged or disagrees (another configuration
+//! version, an instance no longer recorded, a device no longer configured), and any
+//! pin no manifest names, is unpinned, which detaches it, and is loaded anew when the
+//! controller sends the host's paths again. Paths re-sent for a chain a device runs
+//! already leave it alone; a path that changes a device's chain switches to the new
+//! one with [`nfx_fastpath::table::TableChain::take_over`] (atomic per hook); a path
+//! leaving the device, or a destroyed instance, detaches and unpins it. Where the host
+//! has no bpffs to pin in (and none can be mounted), chains live with the agent's
+//! process, as its maps and links then do. Programs found at start on a table device's
+//! port with no pinned chain (none of this agent's) are removed with the port
+//! ([`clear_leftovers`]). A configuration's files (a firewall's `rules_file`) are read
+//! within the same scope as a software worker's: the workers' configuration directory
+//! and the agent's `allowed_dirs`.
 
 use super::record;
 use super::stages::Stage;
 use super::steering::{HostPath, HostTools, SteerError};
+use super::tablepins::{self, Manifest};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
 use nfx_fastpath::table::{check, Placement, PortSpec, TableChain, TableStats};
+use nfx_io::FileScope;
 use nfx_vnf::NodeSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// A table-tier device of the host (agent configuration).
@@ -46,6 +62,9 @@ pub struct TableDevice {
     /// Table entries it holds (its capacity: rules + flow rows of its functions).
     pub entries: u64,
 }
+
+/// Subdirectory of the records holding the pinned chains' manifests.
+const CHAINS: &str = "chains";
 
 /// What the agent keeps of a table-tier instance to bring it back after a restart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +87,8 @@ struct Running {
     service: String,
     instances: Vec<String>,
     chain: TableChain,
+    /// Taken back from the pins of an earlier agent (not loaded by this one).
+    adopted: bool,
 }
 
 #[derive(Default)]
@@ -79,10 +100,13 @@ struct Inner {
 /// The host's table devices and what runs on them.
 pub struct Tables {
     devices: BTreeMap<String, (TableDevice, Stage)>,
-    /// Where relative file names in a configuration (a rules file) are taken from.
-    base_dir: PathBuf,
+    /// Where the files a configuration names (a rules file) may be read from: the
+    /// software workers' configuration directory and the agent's allowed directories.
+    files: FileScope,
     /// Where each instance's record is kept.
     records: PathBuf,
+    /// Where the chains are pinned ([`tablepins`]); none: they live with the agent.
+    pins: Option<PathBuf>,
     inner: Mutex<Inner>,
 }
 
@@ -94,32 +118,31 @@ fn node_spec(function: &str, config: &serde_json::Value) -> Result<NodeSpec, Vnf
 
 impl Tables {
     /// The table devices `devices`, attached by `stages` (same order), with the
-    /// instances recorded in `records` reloaded. Returns those that could not be, as
-    /// `(instance, device, reason)`: a damaged record (set aside into
-    /// `records/damaged/`), a device the configuration no longer has, a configuration
-    /// that no longer fits.
+    /// instances recorded in `records` reloaded, and the chains pinned under `pins` that
+    /// still match them taken back ([`Tables::adopt_pinned`]). Returns the instances
+    /// that could not be reloaded, as `(instance, device, reason)`: a damaged record
+    /// (set aside into `records/damaged/`), a device the configuration no longer has,
+    /// a configuration that no longer fits.
     pub fn new(
         devices: Vec<(TableDevice, Stage)>,
-        base_dir: PathBuf,
+        files: FileScope,
         records: PathBuf,
+        pins: Option<PathBuf>,
     ) -> anyhow::Result<(Self, Vec<record::NotRestored>)> {
-        std::fs::create_dir_all(&records)
+        std::fs::create_dir_all(records.join(CHAINS))
             .map_err(|e| anyhow::anyhow!("{}: {e}", records.display()))?;
         let t = Tables {
             devices: devices
                 .into_iter()
                 .map(|(d, s)| (d.id.clone(), (d, s)))
                 .collect(),
-            base_dir,
+            files,
             records,
+            pins,
             inner: Mutex::new(Inner::default()),
         };
         let mut lost = Vec::new();
-        for file in record::files_in(&t.records) {
-            let id = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        for (id, file) in record::named_in(&t.records) {
             match record::load::<TableRecord>(&file) {
                 Ok(r) => {
                     if let Err(e) = t.reload(&id, r.clone()) {
@@ -138,7 +161,17 @@ impl Tables {
                 }
             }
         }
+        t.adopt_pinned();
         Ok((t, lost))
+    }
+
+    /// Devices whose chain an earlier agent left pinned, per their manifests in
+    /// `records` (not yet checked): those whose ports must not be cleared at start.
+    pub fn pinned_devices(records: &Path) -> Vec<String> {
+        record::named_in(&records.join(CHAINS))
+            .into_iter()
+            .map(|(device, _)| device)
+            .collect()
     }
 
     /// Takes back recorded instance `id`, checked as a deploy is.
@@ -155,7 +188,7 @@ impl Tables {
         let node = node_spec(&r.spec.function, &r.spec.config).map_err(|e| e.to_string())?;
         let mut g = self.inner();
         let free = self.free(&g, &r.spec.device, id);
-        let need = check(&node, free, &self.base_dir).map_err(|e| e.to_string())?;
+        let need = check(&node, free, self.files.clone()).map_err(|e| e.to_string())?;
         g.instances.insert(
             id.to_string(),
             Deployed {
@@ -223,7 +256,7 @@ impl Tables {
         } else {
             let node = node_spec(&spec.function, &spec.config)?;
             let free = self.free(&g, &spec.device, &spec.id);
-            let need = check(&node, free, &self.base_dir)
+            let need = check(&node, free, self.files.clone())
                 .map_err(|e| VnfmError::Invalid(format!("device {}: {e}", spec.device)))?;
             g.instances.insert(
                 spec.id.clone(),
@@ -260,12 +293,12 @@ impl Tables {
         let device = d.spec.device.clone();
         let node = node_spec(&d.spec.function, config)?;
         let free = self.free(&g, &device, id);
-        let need = check(&node, free, &self.base_dir)
+        let need = check(&node, free, self.files.clone())
             .map_err(|e| VnfmError::Invalid(format!("device {device}: {e}")))?;
         if let Some(r) = g.chains.get_mut(&device) {
             if let Some(k) = r.instances.iter().position(|i| i == id) {
                 r.chain
-                    .configure(k, &node, &self.base_dir)
+                    .configure(k, &node, self.files.clone())
                     .map_err(|e| VnfmError::Invalid(e.to_string()))?;
             }
         }
@@ -276,6 +309,9 @@ impl Tables {
             d.version += 1;
         }
         self.save(&g, id)?;
+        if let Some(r) = g.chains.get(&device) {
+            self.save_manifest(&g, &device, r);
+        }
         Ok(state_of(&g, id))
     }
 
@@ -291,8 +327,9 @@ impl Tables {
             .get(&d.spec.device)
             .is_some_and(|r| r.instances.iter().any(|i| i == id))
         {
-            g.chains.remove(&d.spec.device);
-            log::info!("table device {}: chain detached", d.spec.device);
+            if let Some(r) = g.chains.remove(&d.spec.device) {
+                self.stop(&d.spec.device, r);
+            }
         }
         Ok(())
     }
@@ -308,8 +345,10 @@ impl Tables {
     }
 
     /// Makes the table devices run exactly the chains `paths` name: a device whose
-    /// stage lists instances gets their chain (loaded, filled and attached, unless it
-    /// runs that chain already); every other chain is detached.
+    /// stage lists instances gets their chain (loaded, filled and attached; a device
+    /// that runs another chain is switched to the new one atomically, [`TableChain::take_over`];
+    /// one that runs that chain already, adopted or not, is left as it is); every
+    /// other chain is detached and unpinned.
     pub fn reconcile(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
         let want = self.wanted(paths)?;
         let mut g = self.inner();
@@ -325,33 +364,170 @@ impl Tables {
                 }
             }
         }
-        g.chains.retain(|device, r| {
-            let keep = want
-                .get(device)
-                .is_some_and(|(s, ids)| *s == r.service && *ids == r.instances);
-            if !keep {
-                log::info!("table device {device}: chain of {} detached", r.service);
+        let gone: Vec<String> = g
+            .chains
+            .keys()
+            .filter(|d| !want.contains_key(*d))
+            .cloned()
+            .collect();
+        for device in gone {
+            if let Some(r) = g.chains.remove(&device) {
+                self.stop(&device, r);
             }
-            keep
-        });
+        }
         for (device, (service, ids)) in want {
-            if g.chains.contains_key(&device) {
+            if g.chains
+                .get(&device)
+                .is_some_and(|r| r.service == service && r.instances == ids)
+            {
                 continue;
             }
-            let chain = self.start(&g, &device, &ids).map_err(|e| {
+            let fail = |e: String| {
                 SteerError::Failed(format!("table device {device}, service {service}: {e}"))
-            })?;
-            log::info!("table device {device}: chain {ids:?} of {service} attached");
-            g.chains.insert(
-                device,
-                Running {
-                    service,
-                    instances: ids,
-                    chain,
-                },
-            );
+            };
+            let mut chain = self.load(&g, &device, &ids).map_err(fail)?;
+            match g.chains.remove(&device) {
+                Some(mut old) => {
+                    if let Err(e) = chain.take_over(&mut old.chain) {
+                        chain.detach();
+                        g.chains.insert(device.clone(), old);
+                        return Err(fail(e.to_string()));
+                    }
+                    log::info!(
+                        "table device {device}: chain {ids:?} of {service} took over from {:?} of {}",
+                        old.instances,
+                        old.service
+                    );
+                    old.chain.detach();
+                }
+                None => {
+                    let placement = self.placement(&device).map_err(fail)?;
+                    if let Err(e) = chain.attach(&placement) {
+                        chain.detach();
+                        return Err(fail(e.to_string()));
+                    }
+                    log::info!("table device {device}: chain {ids:?} of {service} attached");
+                }
+            }
+            let r = Running {
+                service,
+                instances: ids,
+                chain,
+                adopted: false,
+            };
+            self.save_manifest(&g, &device, &r);
+            g.chains.insert(device, r);
         }
         Ok(())
+    }
+
+    /// Detaches `device`'s chain `r` (unpinned, its manifest removed).
+    fn stop(&self, device: &str, mut r: Running) {
+        r.chain.detach();
+        let _ = std::fs::remove_file(tablepins::file_of(&self.records.join(CHAINS), device));
+        log::info!("table device {device}: chain of {} detached", r.service);
+    }
+
+    /// Writes the manifest of `device`'s chain `r` (a pinned chain only). Without it a
+    /// restarted agent does not take the chain back: it unpins it and loads it anew.
+    fn save_manifest(&self, g: &Inner, device: &str, r: &Running) {
+        let Some(pins) = r.chain.pinned_at() else {
+            return;
+        };
+        let stage = &self.devices[device].1;
+        let m = Manifest {
+            device: device.to_string(),
+            service: r.service.clone(),
+            instances: r
+                .instances
+                .iter()
+                .map(|i| (i.clone(), g.instances.get(i).map_or(0, |d| d.version)))
+                .collect(),
+            shape: r.chain.shape(),
+            pins: pins.to_path_buf(),
+            ports: (stage.worker_in.clone(), stage.worker_out.clone()),
+        };
+        let file = tablepins::file_of(&self.records.join(CHAINS), device);
+        if let Err(e) = record::save(&file, &m) {
+            log::error!("table device {device}: {e}: its chain will not survive a restart");
+        }
+    }
+
+    /// Takes back every chain an earlier agent left pinned whose manifest matches the
+    /// recorded instances (same instances, same configuration versions, same ports):
+    /// packets never stopped and its flow state is kept. Every other pin directory of
+    /// the agent's (damaged or mismatched manifest, a device no longer configured, a
+    /// chain that could not be taken back, pins no manifest names) is unpinned, which
+    /// detaches its chain.
+    fn adopt_pinned(&self) {
+        let dir = self.records.join(CHAINS);
+        let mut kept = Vec::new();
+        for (device, file) in record::named_in(&dir) {
+            match self.adopt(&file, &device) {
+                Ok(pins) => kept.push(pins),
+                Err(e) => {
+                    log::warn!("table device {device}: pinned chain not taken back: {e}");
+                    let _ = std::fs::remove_file(&file);
+                }
+            }
+        }
+        let Some(root) = &self.pins else { return };
+        for pins in tablepins::pin_dirs(root) {
+            if !kept.contains(&pins) {
+                log::info!("{}: pinned by no recorded chain, removed", pins.display());
+                if let Err(e) = nfx_fastpath::table::unpin(&pins) {
+                    log::error!("{}: {e}", pins.display());
+                }
+            }
+        }
+    }
+
+    /// Takes back the chain whose manifest is `file`; returns its pin directory (which
+    /// the caller unpins on an error).
+    fn adopt(&self, file: &Path, device: &str) -> Result<PathBuf, String> {
+        let root = self.pins.as_deref().ok_or("this agent pins nothing")?;
+        let m: Manifest = record::load(file)?;
+        let stage = &self
+            .devices
+            .get(device)
+            .ok_or_else(|| format!("{device} is no longer a table device of this host"))?
+            .1;
+        let mut g = self.inner();
+        let why = m.mismatch(root, device, (&stage.worker_in, &stage.worker_out), |id| {
+            g.instances
+                .get(id)
+                .map(|d| (d.spec.device.clone(), d.version))
+        });
+        if let Some(why) = why {
+            return Err(why);
+        }
+        let ids = m.ids();
+        let adopted = self.placement(device).and_then(|placement| {
+            TableChain::adopt(
+                &functions_of(&g, &ids),
+                self.files.clone(),
+                m.shape,
+                &m.pins,
+                &placement,
+            )
+            .map_err(|e| e.to_string())
+        });
+        let chain = adopted?;
+        log::info!(
+            "table device {device}: chain {ids:?} of {} taken back from {}",
+            m.service,
+            m.pins.display()
+        );
+        g.chains.insert(
+            device.to_string(),
+            Running {
+                service: m.service,
+                instances: ids,
+                chain,
+                adopted: true,
+            },
+        );
+        Ok(m.pins)
     }
 
     /// The chain each table device must run: (service, instances in order).
@@ -375,12 +551,26 @@ impl Tables {
         Ok(want)
     }
 
-    /// Loads, fills and attaches the chain of `ids` on `device`'s ports.
-    fn start(&self, g: &Inner, device: &str, ids: &[String]) -> Result<TableChain, String> {
-        let functions: Vec<(String, NodeSpec)> = ids
-            .iter()
-            .map(|id| (id.clone(), g.instances[id].node.clone()))
-            .collect();
+    /// Loads and fills the chain of `ids` for `device` (pinned in a new directory of
+    /// the agent's, when it pins), not attached yet.
+    fn load(&self, g: &Inner, device: &str, ids: &[String]) -> Result<TableChain, String> {
+        let functions = functions_of(g, ids);
+        match &self.pins {
+            Some(root) => {
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let dir = root.join(format!("{device}-{stamp}"));
+                TableChain::deploy_pinned(&functions, self.files.clone(), &dir)
+            }
+            None => TableChain::deploy(&functions, self.files.clone()),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Where `device`'s chain runs: alone between its two ports, towards the kernel
+    /// ends' MACs.
+    fn placement(&self, device: &str) -> Result<Placement, String> {
         let stage = &self.devices[device].1;
         let port = |iface: &str, kernel: &str| -> Result<PortSpec, String> {
             Ok(PortSpec {
@@ -388,15 +578,18 @@ impl Tables {
                 peer_mac: nfx_io::sys::iface_mac(kernel).map_err(|e| format!("{kernel}: {e}"))?,
             })
         };
-        let placement = Placement::Alone {
+        Ok(Placement::Alone {
             inside: port(&stage.worker_in, &stage.kernel_in)?,
             outside: port(&stage.worker_out, &stage.kernel_out)?,
-        };
-        let mut chain =
-            TableChain::deploy(&functions, &self.base_dir).map_err(|e| e.to_string())?;
-        chain.attach(&placement).map_err(|e| e.to_string())?;
-        Ok(chain)
+        })
     }
+}
+
+/// The functions of instances `ids` (recorded in `g`), in order.
+fn functions_of(g: &Inner, ids: &[String]) -> Vec<(String, NodeSpec)> {
+    ids.iter()
+        .filter_map(|id| g.instances.get(id).map(|d| (id.clone(), d.node.clone())))
+        .collect()
 }
 
 /// Removes every tc program found on `stage`'s ports (a fresh agent holds none: they
@@ -447,6 +640,8 @@ fn state_of(g: &Inner, id: &str) -> InstanceState {
             "tier": "table",
             "entries": d.entries,
             "attached": running.is_some_and(|r| r.chain.is_attached()),
+            "pinned": running.is_some_and(|r| r.chain.pinned_at().is_some()),
+            "adopted": running.is_some_and(|r| r.adopted),
             "service": running.map(|r| r.service.clone()),
             "node": node,
             "table": function,
@@ -483,7 +678,8 @@ mod tests {
                 Stage::new("tt0", 0),
             )]
         };
-        let (t, lost) = Tables::new(devices(), dir.clone(), records.clone()).unwrap();
+        let (t, lost) =
+            Tables::new(devices(), FileScope::new(&dir), records.clone(), None).unwrap();
         assert!(lost.is_empty());
         t.deploy(&spec("fw1", "tt0", 16)).unwrap();
         let cfg = serde_json::json!({"default": "deny", "max_flows": 32});
@@ -501,7 +697,8 @@ mod tests {
         };
         record::save(&record::file_of(&records, "old"), &stale).unwrap();
 
-        let (t, mut lost) = Tables::new(devices(), dir.clone(), records.clone()).unwrap();
+        let (t, mut lost) =
+            Tables::new(devices(), FileScope::new(&dir), records.clone(), None).unwrap();
         assert_eq!(t.ids(), ["fw1"]);
         let st = t.state("fw1").unwrap();
         assert_eq!(st.config_version, 2);

@@ -13,7 +13,6 @@ use nfx_vnf::nat::config::{DnatConfig, NatTimeoutConfig, SnatConfig};
 use nfx_vnf::nat::NatConfig;
 use nfx_vnf::{ConfigError, NodeSpec};
 use std::net::{IpAddr, Ipv6Addr};
-use std::path::Path;
 
 const NS: u64 = 1_000_000_000;
 
@@ -114,11 +113,12 @@ pub enum Function {
 }
 
 impl Function {
-    /// Validates `spec` for the table tier; relative paths (a rules file) are taken from
-    /// `base_dir`.
-    pub fn plan(spec: &NodeSpec, base_dir: &Path) -> Result<Self, Refusal> {
+    /// Validates `spec` for the table tier; a file it names (a rules file) is read within
+    /// `files` (a directory, or a config directory and the operator's allowed ones, as a
+    /// software worker reads them).
+    pub fn plan(spec: &NodeSpec, files: impl Into<FileScope>) -> Result<Self, Refusal> {
         match spec {
-            NodeSpec::Firewall(c) => plan_firewall(c, base_dir).map(Function::Firewall),
+            NodeSpec::Firewall(c) => plan_firewall(c, &files.into()).map(Function::Firewall),
             NodeSpec::Nat(c) => plan_nat(c).map(Function::Nat),
             NodeSpec::Elephant(c) => plan_elephant(c).map(Function::Elephant),
             NodeSpec::Dpi(c) => Err(dpi_refusal(c)),
@@ -149,8 +149,8 @@ impl Function {
 /// The plan-time check the control plane calls: can the table tier run `spec` on a
 /// device with `capacity` entries free? `Ok` says how many it takes; a refusal says why
 /// not (DPI, a table larger than the device, an invalid configuration).
-pub fn check(spec: &NodeSpec, capacity: u64, base_dir: &Path) -> Result<Need, Refusal> {
-    let f = Function::plan(spec, base_dir)?;
+pub fn check(spec: &NodeSpec, capacity: u64, files: impl Into<FileScope>) -> Result<Need, Refusal> {
+    let f = Function::plan(spec, files)?;
     let need = f.need();
     if need.entries > capacity {
         let detail = match &f {
@@ -290,8 +290,7 @@ fn secs(s: u64) -> u64 {
     s.saturating_mul(NS)
 }
 
-fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Refusal> {
-    let files = FileScope::from(base_dir);
+fn plan_firewall(c: &FirewallConfig, files: &FileScope) -> Result<FirewallPlan, Refusal> {
     let err = config_err("firewall");
     // Every field is named, so that a field added to the software firewall must be
     // decided on here (supported, or refused) before this compiles.
@@ -319,7 +318,7 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         reverse_new: *reverse_new,
         timeouts: timeouts.clone(),
     }
-    .build("probe", &files)
+    .build("probe", files)
     .map_err(&err)?;
     let mut raw = rules
         .iter()
@@ -328,7 +327,7 @@ fn plan_firewall(c: &FirewallConfig, base_dir: &Path) -> Result<FirewallPlan, Re
         .collect::<Result<Vec<_>, _>>()
         .map_err(&err)?;
     if let Some(f) = rules_file {
-        let more = read_rules_file(f, &files).map_err(&err)?;
+        let more = read_rules_file(f, files).map_err(&err)?;
         for (i, r) in more.iter().enumerate() {
             raw.push(
                 rule(r, &format!("rules[{i}]"))

@@ -26,6 +26,7 @@
 mod function;
 mod maps;
 mod migrate;
+mod pin;
 pub mod raw;
 pub mod runconfig;
 mod state;
@@ -34,6 +35,7 @@ pub mod testrun;
 
 pub use function::{check, ElephantPlan, FirewallPlan, Function, NatPlan, Need, Refusal};
 pub use migrate::Migration;
+pub use pin::unpin;
 pub use stats::{FunctionStats, NodeCounters, TableEvent, TableStats};
 
 use crate::mapping::Mapping;
@@ -42,9 +44,10 @@ use aya::programs::tc::{SchedClassifierLinkId, TcAttachType};
 use aya::programs::SchedClassifier;
 use aya::Ebpf;
 use maps::TableMap;
+use nfx_io::FileScope;
 use nfx_vnf::{NodeSpec, StateError};
 use raw::*;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The compiled object.
@@ -72,6 +75,9 @@ pub enum TableError {
     /// A request that does not fit the deployed chain.
     #[error("table tier: {0}")]
     Request(String),
+    /// Pinning a chain, or taking a pinned one back.
+    #[error("table tier: pinned chain {0}")]
+    Pinned(String),
 }
 
 /// One port of a table tier that forwards by itself.
@@ -138,6 +144,8 @@ pub struct TableChain {
     links: Vec<(&'static str, SchedClassifierLinkId)>,
     port_rows: Vec<RawPortKey>,
     swept: [u64; 3],
+    /// The bpffs directory its maps and links are pinned in ([`TableChain::deploy_pinned`]).
+    pins: Option<PathBuf>,
 }
 
 /// The program behind each hook.
@@ -158,7 +166,8 @@ fn kind_code(f: &Function) -> u8 {
 }
 
 /// Table sizes of a prepared chain.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Shape {
     /// ACL rules (per configuration bank).
     pub rules: u32,
@@ -209,7 +218,7 @@ impl Shape {
 /// Plans every function of a chain (a refusal names the function and why).
 fn plan_all(
     functions: &[(String, NodeSpec)],
-    base_dir: &Path,
+    files: &FileScope,
 ) -> Result<Vec<Function>, TableError> {
     if functions.is_empty() || functions.len() > MAX_CHAIN {
         return Err(TableError::Request(format!(
@@ -219,7 +228,7 @@ fn plan_all(
     }
     let plans = functions
         .iter()
-        .map(|(_, s)| Function::plan(s, base_dir))
+        .map(|(_, s)| Function::plan(s, files.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     for (i, p) in plans.iter().enumerate() {
         if plans[..i].iter().any(|q| q.kind() == p.kind()) {
@@ -236,8 +245,12 @@ impl TableChain {
     /// Deploys `functions` (instance name and configuration, in forward order) cold:
     /// [`TableChain::prepare`] with the tables they need, then [`TableChain::install`].
     /// Nothing is attached yet. Needs root (CAP_BPF, CAP_NET_ADMIN).
-    pub fn deploy(functions: &[(String, NodeSpec)], base_dir: &Path) -> Result<Self, TableError> {
-        let plans = plan_all(functions, base_dir)?;
+    /// A file a configuration names (a rules file) is read within `files`.
+    pub fn deploy(
+        functions: &[(String, NodeSpec)],
+        files: impl Into<FileScope>,
+    ) -> Result<Self, TableError> {
+        let plans = plan_all(functions, &files.into())?;
         let mut chain = Self::prepare(Shape::of(&plans))?;
         chain.install_plans(functions, plans)?;
         Ok(chain)
@@ -249,13 +262,26 @@ impl TableChain {
     /// are deployed on it. Frames are not touched until a chain is installed and
     /// attached.
     pub fn prepare(shape: Shape) -> Result<Self, TableError> {
-        let mut bpf = aya::EbpfLoader::new()
+        Self::load(shape, None)
+    }
+
+    /// Loads the object with tables of `shape`; with `pins`, every table is the one
+    /// pinned at `pins/<name>`, or a new one pinned there.
+    fn load(shape: Shape, pins: Option<&std::path::Path>) -> Result<Self, TableError> {
+        let mut loader = aya::EbpfLoader::new();
+        loader
             .map_max_entries("fw_rules", 2 * shape.rules.max(1))
             .map_max_entries("fw_ct", shape.fw_flows.max(1))
             .map_max_entries("nat_map", 2 * shape.nat_flows.max(1))
             .map_max_entries("nat_dnat", 2 * shape.dnat.max(1))
             .map_max_entries("nat_public", 2 * shape.publics.max(1))
-            .map_max_entries("ele_flows", shape.ele_flows.max(1))
+            .map_max_entries("ele_flows", shape.ele_flows.max(1));
+        if let Some(dir) = pins {
+            for name in pin::MAPS {
+                loader.map_pin_path(name, dir.join(name));
+            }
+        }
+        let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| TableError::Load(format!("{e} (needs root and kernel ≥ 6.6)")))?;
         let take = |bpf: &mut Ebpf, n| TableMap::take(bpf, n);
@@ -286,6 +312,7 @@ impl TableChain {
             links: Vec::new(),
             port_rows: Vec::new(),
             swept: [0; 3],
+            pins: None,
         };
         chain.load_hook(HOOK_INGRESS)?;
         chain.load_hook(HOOK_EGRESS)?;
@@ -298,9 +325,9 @@ impl TableChain {
     pub fn install(
         &mut self,
         functions: &[(String, NodeSpec)],
-        base_dir: &Path,
+        files: impl Into<FileScope>,
     ) -> Result<(), TableError> {
-        let plans = plan_all(functions, base_dir)?;
+        let plans = plan_all(functions, &files.into())?;
         self.install_plans(functions, plans)
     }
 
@@ -308,6 +335,17 @@ impl TableChain {
         &mut self,
         functions: &[(String, NodeSpec)],
         plans: Vec<Function>,
+    ) -> Result<(), TableError> {
+        self.set_plans(functions, plans, true)
+    }
+
+    /// Installs `plans` and publishes them; `fresh`: the NAT's port cursors start at
+    /// the bottom of its range (a chain taken back keeps where they are).
+    fn set_plans(
+        &mut self,
+        functions: &[(String, NodeSpec)],
+        plans: Vec<Function>,
+        fresh: bool,
     ) -> Result<(), TableError> {
         if !self.functions.is_empty() {
             return Err(TableError::Request("a chain is installed already".into()));
@@ -331,7 +369,7 @@ impl TableChain {
             2 * u64::from(need.nat_flows),
             u64::from(need.ele_flows),
         ];
-        if let Some(Function::Nat(n)) = plans.iter().find(|f| f.kind() == "nat") {
+        if let Some(Function::Nat(n)) = plans.iter().find(|f| fresh && f.kind() == "nat") {
             let lo = n.snat.map_or(1024, |s| u32::from(s.2));
             for ci in 0..3u32 {
                 self.nat_cursor.put(&ci, &lo)?;
@@ -477,13 +515,13 @@ impl TableChain {
         &mut self,
         index: usize,
         spec: &NodeSpec,
-        base_dir: &Path,
+        files: impl Into<FileScope>,
     ) -> Result<(), TableError> {
         let old = self
             .functions
             .get(index)
             .ok_or_else(|| TableError::Request(format!("no function {index}")))?;
-        let new = Function::plan(spec, base_dir)?;
+        let new = Function::plan(spec, files)?;
         if new.kind() != old.kind() {
             return Err(TableError::Request(format!(
                 "function {index} is a `{}`, not a `{}`",
@@ -637,6 +675,10 @@ impl TableChain {
                 }
             }
         }
+        if let Err(e) = self.pin_links() {
+            self.detach();
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -666,11 +708,17 @@ impl TableChain {
                 .map_err(|e| TableError::Attach(format!("replacing {name}: {e}")))?;
             self.links.push((name, id));
         }
-        Ok(())
+        self.pin_links()
     }
 
-    /// Detaches from every hook and forgets the port rows.
+    /// Detaches from every hook and forgets the port rows; a pinned chain is unpinned
+    /// (its links and tables leave the BPF file system with it).
     pub fn detach(&mut self) {
+        if let Some(dir) = self.pins.take() {
+            // Unpinned first, so that closing the links below detaches them. What could
+            // not be removed is owned by no chain: its owner's sweep removes it.
+            let _ = pin::unpin(&dir);
+        }
         for (name, id) in std::mem::take(&mut self.links) {
             if let Ok(p) = self.program(name) {
                 // The link may be gone with its interface; nothing else can fail here.
@@ -694,8 +742,12 @@ impl TableChain {
 }
 
 impl Drop for TableChain {
+    /// An unpinned chain is detached; a pinned one stays attached and keeps its tables
+    /// (that is what pinning is for), until [`TableChain::detach`] or [`unpin`].
     fn drop(&mut self) {
-        self.detach();
+        if self.pins.is_none() {
+            self.detach();
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use super::testrun::{Verdict, EGRESS_TEST_IFINDEX};
 use super::*;
 use etherparse::PacketBuilder;
 use nfx_packet::DropReason;
+use std::path::Path;
 
 const IN: u32 = 100;
 const OUT: u32 = 101;

@@ -72,7 +72,7 @@ fn check_chain(a: &CheckArgs) -> anyhow::Result<()> {
     let cfg = TableRunConfig::load(&a.config).map_err(|e| anyhow::anyhow!(e))?;
     let mut refused = 0;
     for (name, spec) in cfg.functions().map_err(|e| anyhow::anyhow!(e))? {
-        match check(&spec, a.capacity, &base_dir(&a.config)) {
+        match check(&spec, a.capacity, base_dir(&a.config)) {
             Ok(need) => println!("{name}: fits, {} entries", need.entries),
             Err(e) => {
                 refused += 1;
@@ -98,7 +98,7 @@ fn run_chain(a: &RunArgs) -> anyhow::Result<()> {
         nfx_io::netns::enter_netns(ns)?;
     }
     let functions = cfg.functions().map_err(|e| anyhow::anyhow!(e))?;
-    let mut chain = TableChain::deploy(&functions, &base_dir(&a.config))
+    let mut chain = TableChain::deploy(&functions, base_dir(&a.config))
         .with_context(|| format!("{}: deploying", cfg.name))?;
     chain
         .attach(&cfg.placement().map_err(|e| anyhow::anyhow!(e))?)

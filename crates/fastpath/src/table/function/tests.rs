@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::table::tests::spec;
+use std::path::Path;
 
 fn check_yaml(yaml: &str, capacity: u64) -> Result<Need, Refusal> {
     check(&spec(yaml), capacity, Path::new("."))
