@@ -421,9 +421,14 @@ impl Tables {
         Ok(())
     }
 
-    /// Detaches `device`'s chain `r` (unpinned, its manifest removed).
+    /// Detaches `device`'s chain `r` (unpinned, its manifest removed; the agent's pin
+    /// directory too once no chain is left in it, so a host whose services are gone
+    /// keeps nothing of this agent's on its bpffs — the next pinned chain creates it).
     fn stop(&self, device: &str, mut r: Running) {
         r.chain.detach();
+        if let Some(root) = &self.pins {
+            let _ = std::fs::remove_dir(root);
+        }
         let _ = std::fs::remove_file(tablepins::file_of(&self.records.join(CHAINS), device));
         log::info!("table device {device}: chain of {} detached", r.service);
     }
@@ -480,6 +485,8 @@ impl Tables {
                 }
             }
         }
+        // Kept only while it holds a chain: a pinned chain creates it again.
+        let _ = std::fs::remove_dir(root);
     }
 
     /// Takes back the chain whose manifest is `file`; returns its pin directory (which
