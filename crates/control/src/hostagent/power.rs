@@ -426,16 +426,14 @@ fn track_trees(st: &mut State, trees: &[ProcessTree]) {
             st.trees.insert(t.instance.clone(), pids);
         }
     }
-    let gone: Vec<String> = st
-        .trees
-        .keys()
-        .filter(|i| !trees.iter().any(|t| &t.instance == *i))
-        .cloned()
-        .collect();
-    for i in gone {
-        st.meter.remove_group(&format!("process:{i}"));
-        st.trees.remove(&i);
-    }
+    let meter = &mut st.meter;
+    st.trees.retain(|i, _| {
+        let here = trees.iter().any(|t| &t.instance == i);
+        if !here {
+            meter.remove_group(&format!("process:{i}"));
+        }
+        here
+    });
 }
 
 /// Each instance's share of its worker from the cycles each spent in the interval;

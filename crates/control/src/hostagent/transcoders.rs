@@ -260,10 +260,11 @@ impl Transcoders {
         cfg: &TranscodeConfig,
     ) -> Result<Child, VnfmError> {
         let file = dir.join(CONFIG);
-        let yaml =
-            serde_yaml_ng::to_string(&nfx_vnf::transcode::ProcessSpec::Transcode(cfg.clone()))
-                .map_err(|e| VnfmError::Unavailable(e.to_string()))?;
-        std::fs::write(&file, yaml).map_err(|e| unavailable(&file, e))?;
+        // JSON, which is YAML: `nfx transcode` reads it as `{"transcode": {...}}` (a YAML
+        // serializer would write the enum as a `!transcode` tag).
+        let text = serde_json::to_string(&nfx_vnf::transcode::ProcessSpec::Transcode(cfg.clone()))
+            .map_err(|e| VnfmError::Unavailable(e.to_string()))?;
+        std::fs::write(&file, text).map_err(|e| unavailable(&file, e))?;
         let spec_json = serde_json::to_vec(spec).map_err(|e| unavailable(dir, e))?;
         std::fs::write(dir.join("spec.json"), spec_json).map_err(|e| unavailable(dir, e))?;
         let bin = match &self.nfx_bin {
@@ -457,6 +458,16 @@ mod tests {
 
     fn config() -> serde_json::Value {
         serde_json::json!({"listen_port": 5000, "output": "127.0.0.1:6000", "bitrate_kbps": 300})
+    }
+
+    #[test]
+    fn the_config_file_is_what_nfx_transcode_reads() {
+        let cfg = TranscodeConfig::from_function_config(&config()).unwrap();
+        let text = serde_json::to_string(&nfx_vnf::transcode::ProcessSpec::Transcode(cfg.clone()))
+            .unwrap();
+        let nfx_vnf::transcode::ProcessSpec::Transcode(back) =
+            nfx_vnf::transcode::ProcessSpec::from_yaml(&text).unwrap();
+        assert_eq!(back, cfg);
     }
 
     #[test]
