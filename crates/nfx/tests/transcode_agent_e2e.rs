@@ -159,8 +159,8 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     let source_out = source.wait_with_output().unwrap();
     let sent: u64 = String::from_utf8_lossy(&source_out.stdout)
         .lines()
-        .filter_map(|l| l.strip_prefix("total_size=")?.parse().ok())
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("total_size=")?.parse().ok())
         .unwrap_or(0);
     assert!(cap.wait().unwrap().success(), "the capture failed");
     assert!(seen, "the transcoder's CPU was never metered");
