@@ -233,14 +233,7 @@ impl Transcoders {
 
     /// The directory of instance `id`, created; the id must be a plain file name.
     fn instance_dir(&self, id: &str) -> Result<PathBuf, VnfmError> {
-        let ok = !id.is_empty()
-            && id.len() <= 128
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            && id != "."
-            && id != "..";
-        if !ok {
+        if !nfx_vnf::transcode::plain_name(id, 128) {
             return Err(VnfmError::Invalid(format!(
                 "instance id {id:?}: a transcoder's id names its directory (A-Z a-z 0-9 - _ .)"
             )));

@@ -63,6 +63,19 @@ pub struct TranscodeConfig {
     pub netns: Option<String>,
 }
 
+/// Whether `name` (at most `max` bytes) is safe as one path component: letters, digits,
+/// `-`, `_` and `.`, and neither `.` nor `..` (a namespace under `/run/netns`, an
+/// instance's directory).
+pub fn plain_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name != "."
+        && name != ".."
+}
+
 fn one() -> u32 {
     1
 }
@@ -136,14 +149,7 @@ impl TranscodeConfig {
             ));
         }
         if let Some(ns) = &self.netns {
-            let ok = !ns.is_empty()
-                && ns.len() <= 64
-                && ns
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && ns != "."
-                && ns != "..";
-            if !ok {
+            if !plain_name(ns, 64) {
                 return Err(ConfigError::new(
                     "netns",
                     format!("{ns:?} is not a namespace name (A-Z a-z 0-9 - _ .)"),
