@@ -933,8 +933,17 @@ fn step_touches(step: &Step, instance: &str) -> bool {
 /// elephant) against that VNF's schema — field names, types, enum values — so that a
 /// wrong descriptor is refused when it is planned, not by a worker after placement.
 /// Values that need the worker (files it reads, addresses against its ports) are
-/// still checked there. Other functions' configurations stay opaque.
+/// still checked there. A `transcode` function's configuration is checked as `nfx
+/// transcode --config` checks its file. Other functions' configurations stay opaque.
 fn check_vnf_config(k: usize, c: &ChainFunction) -> Result<(), CtlError> {
+    if c.function == nfx_vnf::transcode::FUNCTION {
+        let config = serde_json::to_value(&c.config).map_err(|e| {
+            CtlError::BadRequest(format!("chain[{k}].config: not representable: {e}"))
+        })?;
+        return nfx_vnf::transcode::TranscodeConfig::from_function_config(&config)
+            .map(drop)
+            .map_err(|e| CtlError::BadRequest(format!("chain[{k}].config: {e}")));
+    }
     if !nfx_vnf::NodeSpec::KINDS.contains(&c.function.as_str()) {
         return Ok(());
     }
@@ -1047,6 +1056,43 @@ mod tests {
         s.chain[0].function = "lb".into();
         s.chain[0].config = serde_yaml_ng::from_str("{ anything: 1 }").unwrap();
         check_service(&s).unwrap();
+    }
+
+    #[test]
+    fn a_transcode_config_is_checked_at_plan_time_as_nfx_transcode_checks_it() {
+        let infra = Infrastructure::load(&example("infrastructure.yaml")).unwrap();
+        let s = ServiceSet::load(&example("transcode.yaml"), &infra)
+            .unwrap()
+            .services
+            .remove(0);
+        assert_eq!(s.chain[0].function, nfx_vnf::transcode::FUNCTION);
+        check_service(&s).unwrap();
+        for (yaml, why) in [
+            (
+                "{ listen_port: 5000, output: 10.200.3.2:6000, bitrate_kbps: 5 }",
+                "transcode.field `bitrate_kbps`",
+            ),
+            (
+                "{ listen_port: 5000, output: 10.200.3.2, bitrate_kbps: 300 }",
+                "invalid",
+            ),
+            (
+                "{ listen_port: 5000, output: 10.200.3.2:6000, bitrate_kbps: 300, fps: 5 }",
+                "unknown field `fps`",
+            ),
+            (
+                "{ listen_port: 5000, output: 10.200.3.2:6000, bitrate_kbps: 300, netns: x }",
+                "transcode.netns",
+            ),
+        ] {
+            let mut bad = s.clone();
+            bad.chain[0].config = serde_yaml_ng::from_str(yaml).unwrap();
+            let e = check_service(&bad).unwrap_err().to_string();
+            assert!(
+                e.contains("chain[0].config: ") && e.contains(why),
+                "{yaml}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -217,9 +217,45 @@ pub fn process_cpu_time(pid: u32) -> io::Result<Duration> {
     Ok(sum)
 }
 
+/// The parent pid field of a `/proc/<pid>/stat` line (the field after the
+/// parenthesised command name, which may itself hold spaces and parentheses).
+pub fn parse_ppid(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// Processes whose parent is `pid` (a scan of `/proc/*/stat`), ascending: what a
+/// supervisor's CPU accounting adds to its own threads (a child such as `ffmpeg`).
+pub fn child_pids(pid: u32) -> io::Result<Vec<u32>> {
+    let mut v: Vec<u32> = std::fs::read_dir("/proc")?
+        .filter_map(|e| {
+            let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            (parse_ppid(&stat)? == pid).then_some(p)
+        })
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn children_are_found_by_their_parent_pid() {
+        assert_eq!(parse_ppid("42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parse_ppid("garbage"), None);
+        let mut c = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let kids = child_pids(std::process::id()).unwrap();
+        assert!(kids.contains(&c.id()), "{kids:?}");
+        c.kill().unwrap();
+        c.wait().unwrap();
+        assert!(!child_pids(std::process::id()).unwrap().contains(&c.id()));
+    }
     use std::time::Instant;
 
     #[test]

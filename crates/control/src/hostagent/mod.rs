@@ -4,7 +4,8 @@
 //! routes, [`steering`]), watches its workers and reports those that died, and answers the
 //! controller's heartbeat. Its accelerator devices run the host's ESP tunnel endpoints
 //! (`esp` instances, [`tunnels`]); its table-tier devices run the table-tier functions
-//! placed on them as eBPF chains ([`tables`]). It listens on the host's management
+//! placed on them as eBPF chains ([`tables`]). A `transcode` instance on a software
+//! device is a process of its own ([`transcoders`]). It listens on the host's management
 //! address over mutual TLS. A restarted agent brings back what the earlier one ran:
 //! its workers (reloaded), its tunnel endpoints (adopted or started again) and its
 //! table-tier instances (reloaded; their chains attached again when the controller
@@ -20,6 +21,7 @@ pub mod stages;
 pub mod steering;
 pub mod tablepins;
 pub mod tables;
+pub mod transcoders;
 pub mod tunnels;
 
 use crate::api::metrics::ApiMetrics;
@@ -183,6 +185,8 @@ pub struct HostAgent {
     tunnels: tunnels::Tunnels,
     /// Table-tier devices and their chains.
     tables: tables::Tables,
+    /// The transcoders on the host's software devices.
+    transcoders: transcoders::Transcoders,
 }
 
 impl HostAgent {
@@ -308,6 +312,12 @@ impl HostAgent {
             cfg.neighbors.clone(),
         )?;
         lost.extend(lost_tunnels);
+        let (transcoders, lost_transcoders) = transcoders::Transcoders::new(
+            cfg.run_dir.join("transcode"),
+            cfg.nfx_bin.clone(),
+            cfg.software.iter().map(|d| d.id.clone()).collect(),
+        )?;
+        lost.extend(lost_transcoders);
         let mut steering = Steering::new(tools, cfg.neighbors.clone(), stages);
         steering
             .reset()
@@ -344,6 +354,7 @@ impl HostAgent {
             knobs: Mutex::new(nfx_energy::knobs::Actuator::new()),
             tunnels,
             tables,
+            transcoders,
         }))
     }
 
@@ -418,12 +429,28 @@ impl HostAgent {
     /// service until its instance goes or the path's drain ends, so frames still inside
     /// it are carried on.
     pub fn program(&self, service: &str, path: &HostPath) -> Result<(), SteerError> {
+        let path = &self.without_transcoders(path);
         let mut st = self.steering();
         let mut paths = st.paths();
         paths.insert(service.to_string(), path.clone());
         self.reconcile_workers(&paths, true)?;
         self.tables.reconcile(&paths)?;
         st.program(service, path)
+    }
+
+    /// `path` without its transcoders: a transcoder is an L4 endpoint that receives the
+    /// stream addressed to it and sends its own, so no frame is steered into it; a
+    /// stage left with no instance is no stage of the host's path.
+    fn without_transcoders(&self, path: &HostPath) -> HostPath {
+        let mut p = path.clone();
+        for chain in p.instances.values_mut() {
+            chain.retain(|i| !self.transcoders.holds(i));
+        }
+        let instances = &p.instances;
+        p.stages
+            .retain(|d| instances.get(d).is_none_or(|c| !c.is_empty()));
+        p.instances.retain(|_, c| !c.is_empty());
+        p
     }
 
     /// Removes `service`'s path from this host, then its chains from the workers.
@@ -438,6 +465,10 @@ impl HostAgent {
     /// Makes the host's paths exactly `paths` (workers gain services before the switch
     /// and lose the others after it).
     pub fn sync(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
+        let paths: &BTreeMap<String, HostPath> = &paths
+            .iter()
+            .map(|(s, p)| (s.clone(), self.without_transcoders(p)))
+            .collect();
         let mut st = self.steering();
         self.reconcile_workers(paths, true)?;
         self.tables.reconcile(paths)?;
@@ -497,6 +528,16 @@ impl HostAgent {
     /// instances; drains end.
     fn tick(&self) {
         let now_ms = unix_ms();
+        for (instance, device, reason) in self.transcoders.reap_dead() {
+            self.exits.fetch_add(1, Ordering::Relaxed);
+            log::warn!("{reason}; lost: {instance}");
+            self.record_lost(LostInstance {
+                instance,
+                device,
+                reason,
+                at_unix_ms: now_ms,
+            });
+        }
         for (instance, device, reason) in self.tunnels.reap_dead() {
             self.exits.fetch_add(1, Ordering::Relaxed);
             log::warn!("{reason}; lost: {instance}");
@@ -585,7 +626,8 @@ fn selector_config(s: &Selector) -> SelectorConfig {
 
 fn metering(agent: Weak<HostAgent>) {
     while let Some(a) = agent.upgrade() {
-        a.power.sample(&a.local.worker_processes());
+        a.power
+            .sample(&a.local.worker_processes(), &a.transcoders.processes());
         drop(a);
         std::thread::sleep(power::METER_EVERY);
     }
@@ -608,7 +650,9 @@ impl Vnfm for HostAgent {
     /// agent took (a new worker process included when one was started).
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
         let t = Instant::now();
-        let mut st = if spec.function == "esp" {
+        let mut st = if spec.function == nfx_vnf::transcode::FUNCTION {
+            self.transcoders.deploy(spec)?
+        } else if spec.function == "esp" {
             let (st, tun) = self.tunnels.deploy(spec)?;
             self.steering().set_tunnel(&spec.id, tun);
             st
@@ -635,6 +679,9 @@ impl Vnfm for HostAgent {
             self.steering().remove_tunnel(id);
             self.tunnels.destruct(id);
             return Ok(());
+        }
+        if self.transcoders.holds(id) {
+            return self.transcoders.destruct(id);
         }
         if self.tables.holds(id) {
             return self.tables.destruct(id);
@@ -663,6 +710,9 @@ impl Vnfm for HostAgent {
         if self.tables.holds(id) {
             return self.tables.configure(id, config);
         }
+        if self.transcoders.holds(id) {
+            return self.transcoders.configure(id, config);
+        }
         self.local.configure_instance(id, config)
     }
 
@@ -672,6 +722,12 @@ impl Vnfm for HostAgent {
         new: &str,
         flows: &[String],
     ) -> Result<MigrateReport, VnfmError> {
+        if self.transcoders.holds(old) || self.transcoders.holds(new) {
+            return Err(VnfmError::Invalid(format!(
+                "{old} → {new}: a transcoder holds no flow state to migrate; deploy the new \
+                 one and destroy the old"
+            )));
+        }
         if self.tables.holds(old) || self.tables.holds(new) {
             return Err(VnfmError::Invalid(format!(
                 "{old} → {new}: table-tier instances are not migrated by the agent; destroy \
@@ -688,6 +744,9 @@ impl Vnfm for HostAgent {
         if self.tables.holds(id) {
             return self.tables.state(id);
         }
+        if self.transcoders.holds(id) {
+            return self.transcoders.state(id);
+        }
         self.local.get_instance_state(id)
     }
 
@@ -695,6 +754,7 @@ impl Vnfm for HostAgent {
         let mut ids = self.local.list_instances()?;
         ids.extend(self.tunnels.ids());
         ids.extend(self.tables.ids());
+        ids.extend(self.transcoders.ids());
         Ok(ids)
     }
 

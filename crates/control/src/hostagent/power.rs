@@ -176,11 +176,28 @@ pub struct ThreadKnobs {
     pub cpu_max_cores: Option<f64>,
 }
 
+/// A VNF instance that is a process tree of its own rather than a node of a worker (a
+/// transcoder: `nfx transcode` and its `ffmpeg` child): metered by the CPU time of the
+/// process and its children, all of it the instance's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessTree {
+    /// Instance id.
+    pub instance: String,
+    /// Its device.
+    pub device: String,
+    /// The process at the root of the tree.
+    pub pid: u32,
+    /// Cores the instance reserves on its device (its share of the host's idle power).
+    pub reserved_cores: f64,
+}
+
 /// What the agent meters with.
 struct State {
     meter: Meter,
     /// pid of each device's worker as metered.
     pids: BTreeMap<String, u32>,
+    /// The processes metered for each process-tree instance (root first).
+    trees: BTreeMap<String, Vec<u32>>,
     /// Cumulative cycles of each (device, node) at the last sample.
     cycles: BTreeMap<(String, String), f64>,
     /// Joules of each instance.
@@ -214,6 +231,7 @@ impl PowerAgent {
             .map(|meter| State {
                 meter,
                 pids: BTreeMap::new(),
+                trees: BTreeMap::new(),
                 cycles: BTreeMap::new(),
                 joules: BTreeMap::new(),
                 ports: BTreeMap::new(),
@@ -248,11 +266,12 @@ impl PowerAgent {
             .clone())
     }
 
-    /// Takes one sample over the running `workers`.
-    pub fn sample(&self, workers: &[WorkerProcess]) {
+    /// Takes one sample over the running `workers` and process-tree instances `trees`.
+    pub fn sample(&self, workers: &[WorkerProcess], trees: &[ProcessTree]) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = &mut *g else { return };
-        match self.sample_with(st, workers) {
+        track_trees(st, trees);
+        match self.sample_with(st, workers, trees) {
             Ok(r) => *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(r),
             Err(e) => log::warn!("metering {}: {e}", self.host),
         }
@@ -262,6 +281,7 @@ impl PowerAgent {
         &self,
         st: &mut State,
         workers: &[WorkerProcess],
+        trees: &[ProcessTree],
     ) -> std::io::Result<EnergyReport> {
         for w in workers {
             if st.pids.get(&w.device) != Some(&w.pid) {
@@ -346,6 +366,21 @@ impl PowerAgent {
                     .unwrap_or_default(),
             });
         }
+        for t in trees {
+            let Some(g) = reading.groups.iter().find(|g| g.name == tree_group(t)) else {
+                continue;
+            };
+            let j = st.joules.entry(t.instance.clone()).or_insert(0.0);
+            *j += g.energy.watts * reading.interval_s;
+            instances.push(InstanceEnergy {
+                instance: t.instance.clone(),
+                device: t.device.clone(),
+                power_w: g.energy.watts,
+                energy_j: *j,
+                cpu_cores: g.cpu_cores,
+                source,
+            });
+        }
         st.joules
             .retain(|id, _| instances.iter().any(|i| &i.instance == id));
         st.cycles.retain(|(d, n), _| {
@@ -366,6 +401,39 @@ impl PowerAgent {
             workers: out_workers,
         })
     }
+}
+
+/// The meter's group name of a process-tree instance (apart from the workers', which are
+/// named by their device).
+fn tree_group(t: &ProcessTree) -> String {
+    format!("process:{}", t.instance)
+}
+
+/// Makes the meter's groups of process-tree instances `trees` cover each one's process
+/// and its current children (a child that appeared since the last sample, such as the
+/// encoder a transcoder starts, joins its group); forgets instances that have gone.
+fn track_trees(st: &mut State, trees: &[ProcessTree]) {
+    for t in trees {
+        let mut pids = vec![t.pid];
+        pids.extend(nfx_io::cpu::child_pids(t.pid).unwrap_or_default());
+        if st.trees.get(&t.instance) != Some(&pids) {
+            st.meter.add_group(Group {
+                name: tree_group(t),
+                kind: GroupKind::Vnf,
+                targets: pids.iter().map(|&pid| Target::Process { pid }).collect(),
+                reserved_cores: t.reserved_cores,
+            });
+            st.trees.insert(t.instance.clone(), pids);
+        }
+    }
+    let meter = &mut st.meter;
+    st.trees.retain(|i, _| {
+        let here = trees.iter().any(|t| &t.instance == i);
+        if !here {
+            meter.remove_group(&format!("process:{i}"));
+        }
+        here
+    });
 }
 
 /// Each instance's share of its worker from the cycles each spent in the interval;
@@ -446,8 +514,61 @@ mod tests {
         let a = PowerAgent::new("h9", BTreeMap::from([("d".into(), 1)]), None);
         let e = a.report().unwrap_err();
         assert!(e.contains("host h9") && e.contains("power"), "{e}");
-        a.sample(&[]);
+        a.sample(&[], &[]);
         assert!(a.report().is_err());
+    }
+
+    /// A process-tree instance is charged its children's CPU (a transcoder's encoder),
+    /// all of it its own, and is forgotten once gone.
+    #[test]
+    fn a_process_tree_is_metered_with_its_children() {
+        let model = nfx_energy::model::default_power(2);
+        let a = PowerAgent::new("h1", BTreeMap::from([("sw0".into(), 1)]), Some(model));
+        // A shell that waits while its child spins, in a process group of its own that
+        // the guard kills, whatever the test does.
+        struct Group(std::process::Child);
+        impl Drop for Group {
+            fn drop(&mut self) {
+                // SAFETY: kill(2) on the process group this test created.
+                unsafe { libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL) };
+                let _ = self.0.wait();
+            }
+        }
+        let root = Group(
+            std::os::unix::process::CommandExt::process_group(
+                &mut std::process::Command::new("sh"),
+                0,
+            )
+            .args(["-c", "yes > /dev/null & wait"])
+            .spawn()
+            .unwrap(),
+        );
+        let tree = ProcessTree {
+            instance: "xc".into(),
+            device: "sw0".into(),
+            pid: root.0.id(),
+            reserved_cores: 1.0,
+        };
+        let t0 = std::time::Instant::now();
+        let mut cores = 0.0;
+        while cores < 0.3 && t0.elapsed() < Duration::from_millis(2500) {
+            a.sample(&[], std::slice::from_ref(&tree));
+            std::thread::sleep(Duration::from_millis(250));
+            a.sample(&[], std::slice::from_ref(&tree));
+            let r = a.report().unwrap().unwrap();
+            if let Some(i) = r.instances.iter().find(|i| i.instance == "xc") {
+                assert_eq!(i.device, "sw0");
+                assert!(i.energy_j >= 0.0 && i.power_w > 0.0, "{i:?}");
+                cores = i.cpu_cores;
+            }
+        }
+        drop(root);
+        assert!(
+            cores >= 0.3,
+            "the spinning child was not charged: {cores} cores"
+        );
+        a.sample(&[], &[]);
+        assert!(a.report().unwrap().unwrap().instances.is_empty());
     }
 
     #[test]
@@ -459,9 +580,9 @@ mod tests {
             Some(model),
         );
         assert_eq!(a.report().unwrap(), None);
-        a.sample(&[]);
+        a.sample(&[], &[]);
         std::thread::sleep(Duration::from_millis(20));
-        a.sample(&[]);
+        a.sample(&[], &[]);
         let r = a.report().unwrap().unwrap();
         if r.source == Source::Model {
             assert!((r.power_w - 6.2).abs() < 1e-9, "{r:?}");

@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 pub const AGENT_PORT: u16 = 7443;
 /// How long an agent may take to listen.
 const AGENT_START: Duration = Duration::from_secs(20);
-/// Functions a software worker runs (crates/vnf).
-const SOFTWARE_FUNCTIONS: [&str; 4] = ["firewall", "nat", "elephant", "dpi"];
+/// Functions a software device runs: its worker's (crates/vnf) and the transcoder, a
+/// process of its own beside the worker.
+const SOFTWARE_FUNCTIONS: [&str; 5] = ["firewall", "nat", "elephant", "dpi", "transcode"];
 /// Nominal processing latency of a software worker, µs (import `nfx bench dataplane`
 /// figures through the descriptor's `calibration` for measured ones).
 const SOFTWARE_LATENCY_US: f64 = 30.0;

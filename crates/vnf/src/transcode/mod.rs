@@ -14,6 +14,10 @@ use crate::spec::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddrV4;
 
+/// The function name a service's chain gives the transcoder (the host agent deploys it
+/// as a process, not as a worker's node).
+pub const FUNCTION: &str = "transcode";
+
 /// Video codecs the transcoder encodes to (ffmpeg encoders shipped by Debian's ffmpeg).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -59,6 +63,19 @@ pub struct TranscodeConfig {
     pub netns: Option<String>,
 }
 
+/// Whether `name` (at most `max` bytes) is safe as one path component: letters, digits,
+/// `-`, `_` and `.`, and neither `.` nor `..` (a namespace under `/run/netns`, an
+/// instance's directory).
+pub fn plain_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name != "."
+        && name != ".."
+}
+
 fn one() -> u32 {
     1
 }
@@ -76,6 +93,11 @@ impl ProcessSpec {
     /// name the field.
     pub fn from_yaml(text: &str) -> Result<Self, String> {
         let v: serde_json::Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        Self::from_value(v)
+    }
+
+    /// [`ProcessSpec::from_yaml`] on an already parsed document.
+    fn from_value(v: serde_json::Value) -> Result<Self, String> {
         let spec: ProcessSpec = serde_json::from_value(v).map_err(|e| e.to_string())?;
         let ProcessSpec::Transcode(c) = &spec;
         c.validate().map_err(|e| format!("transcode.{e}"))?;
@@ -84,6 +106,22 @@ impl ProcessSpec {
 }
 
 impl TranscodeConfig {
+    /// The `config` of a service's `transcode` function (the body of `nfx transcode
+    /// --config`'s `transcode:` block), checked with the same errors; `netns` is refused,
+    /// since the host agent that deploys it runs it in its host's namespace.
+    pub fn from_function_config(config: &serde_json::Value) -> Result<Self, String> {
+        let ProcessSpec::Transcode(c) =
+            ProcessSpec::from_value(serde_json::json!({ "transcode": config }))?;
+        if c.netns.is_some() {
+            return Err(
+                "transcode.netns: set by the host agent (a deployed transcoder runs \
+                        in its host's namespace); remove it"
+                    .into(),
+            );
+        }
+        Ok(c)
+    }
+
     /// Checks the values a deserializer cannot: port, bitrate, thread count, namespace.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.listen_port == 0 {
@@ -111,14 +149,7 @@ impl TranscodeConfig {
             ));
         }
         if let Some(ns) = &self.netns {
-            let ok = !ns.is_empty()
-                && ns.len() <= 64
-                && ns
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && ns != "."
-                && ns != "..";
-            if !ok {
+            if !plain_name(ns, 64) {
                 return Err(ConfigError::new(
                     "netns",
                     format!("{ns:?} is not a namespace name (A-Z a-z 0-9 - _ .)"),
@@ -236,6 +267,40 @@ mod tests {
             .ffmpeg_args()
             .join(" ")
             .contains("-c:v mpeg2video -b:v"));
+    }
+
+    #[test]
+    fn a_function_config_is_checked_as_the_command_checks_it() {
+        let ok = serde_json::json!({"listen_port": 5000, "output": "10.0.0.1:6000", "bitrate_kbps": 300});
+        let c = TranscodeConfig::from_function_config(&ok).unwrap();
+        assert_eq!((c.listen_port, c.threads), (5000, 1));
+        for (bad, field) in [
+            (
+                serde_json::json!({"listen_port": 5000, "output": "10.0.0.1:6000", "bitrate_kbps": 1}),
+                "bitrate_kbps",
+            ),
+            (
+                serde_json::json!({"listen_port": 5000, "output": "10.0.0.1:6000", "bitrate_kbps": 300, "colour": 1}),
+                "colour",
+            ),
+            (
+                serde_json::json!({"listen_port": 5000, "bitrate_kbps": 300}),
+                "output",
+            ),
+            (
+                serde_json::json!({"listen_port": 5000, "output": "10.0.0.1:6000", "bitrate_kbps": 300, "netns": "x"}),
+                "netns",
+            ),
+            (serde_json::Value::Null, "TranscodeConfig"),
+        ] {
+            let e = TranscodeConfig::from_function_config(&bad).unwrap_err();
+            assert!(e.contains(field), "{bad}: {e}");
+            let text = format!("transcode: {bad}");
+            if field != "netns" {
+                // The same error `nfx transcode --config` gives for that file.
+                assert_eq!(ProcessSpec::from_yaml(&text).unwrap_err(), e, "{text}");
+            }
+        }
     }
 
     #[test]

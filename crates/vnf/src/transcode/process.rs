@@ -63,6 +63,8 @@ fn open_netns(ns: &str) -> io::Result<OwnedFd> {
 
 impl Transcoder {
     /// Starts `ffmpeg` (from `PATH`) for `cfg`; its error output goes to `log` if given.
+    /// ffmpeg is killed when the thread that started it ends (`PR_SET_PDEATHSIG`):
+    /// start it from a thread that lives as long as the transcoder.
     pub fn start(cfg: &TranscodeConfig, log: Option<&Path>) -> io::Result<Self> {
         cfg.validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("transcode.{e}")))?;
@@ -75,18 +77,23 @@ impl Transcoder {
                 None => Stdio::null(),
             });
         let ns_fd = cfg.netns.as_deref().map(open_netns).transpose()?;
-        if let Some(fd) = &ns_fd {
-            let raw = fd.as_raw_fd();
-            // SAFETY: the closure only calls setns(2) on a descriptor opened before the
-            // fork; it allocates nothing and takes no lock.
-            unsafe {
-                cmd.pre_exec(move || {
+        let raw = ns_fd.as_ref().map(|fd| fd.as_raw_fd());
+        // SAFETY: the closure only calls prctl(2) and setns(2) (on a descriptor opened
+        // before the fork); it allocates nothing and takes no lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                // ffmpeg never outlives its supervisor (an `nfx transcode` killed with
+                // SIGKILL leaves no orphan encoder behind).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(raw) = raw {
                     if libc::setns(raw, libc::CLONE_NEWNET) != 0 {
                         return Err(io::Error::last_os_error());
                     }
-                    Ok(())
-                });
-            }
+                }
+                Ok(())
+            });
         }
         let mut child = cmd.spawn().map_err(|e| {
             io::Error::new(
