@@ -168,10 +168,18 @@ impl Exposition {
         self.families.values().map(|f| f.samples.len()).sum()
     }
 
-    /// The text, ending in `# EOF`.
+    /// The text, ending in `# EOF`. Families without metadata (samples under their own
+    /// name) come first: after a family's `# HELP`/`# TYPE` block a parser attributes
+    /// samples by suffix to that family, so a bare `x_total` written there would join
+    /// family `x` when the text is read back. Written before any metadata, each keeps
+    /// its own family, and the text parses back to what renders it.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for name in &self.order {
+        let (bare, declared): (Vec<&String>, Vec<&String>) = self
+            .order
+            .iter()
+            .partition(|name| self.families[*name].meta.is_empty());
+        for name in bare.into_iter().chain(declared) {
             let f = &self.families[name];
             for l in f.meta.iter().chain(&f.samples) {
                 out.push_str(l);
@@ -239,7 +247,20 @@ nfx_node_packets_total{instance=\"a\",node=\"fw\"} 10\n\
     fn a_sample_joins_the_family_only_by_its_suffix() {
         let t = "# HELP n N.\nnfx_x 1\nn_total 2\n# EOF\n";
         let e = Exposition::parse(t).unwrap();
-        assert_eq!(e.render(), "# HELP n N.\nn_total 2\nnfx_x 1\n# EOF\n");
+        assert_eq!(e.render(), "nfx_x 1\n# HELP n N.\nn_total 2\n# EOF\n");
+    }
+
+    #[test]
+    fn a_bare_sample_keeps_its_own_family_when_read_back() {
+        // `c_total` is read while family `b_total` is current, so it keeps its own family,
+        // ordered after `a`; written after `c`'s block it would join `c`, ahead of `a`.
+        let t = "b_total 1\n# HELP c x\n# HELP b_total x\na 1\nc_total 1\n";
+        let out = Exposition::parse(t).unwrap().render();
+        assert_eq!(
+            out,
+            "a 1\nc_total 1\n# HELP b_total x\nb_total 1\n# HELP c x\n# EOF\n"
+        );
+        assert_eq!(Exposition::parse(&out).unwrap().render(), out);
     }
 
     #[test]
@@ -258,6 +279,19 @@ nfx_node_packets_total{instance=\"a\",node=\"fw\"} 10\n\
     }
 
     proptest::proptest! {
+        #[test]
+        fn arbitrary_text_renders_to_what_it_parses_back_to(
+            s in "(# (HELP|TYPE) [a-c](_total|_bucket)? x\n|[a-c](_total|_bucket)?(\\{l=\"v\"\\})? 1\n){0,8}"
+        ) {
+            if let Ok(mut e) = Exposition::parse(&s) {
+                e.add_labels(&[("host", "h")]);
+                let out = e.render();
+                let back = Exposition::parse(&out).expect("rendered text parses");
+                proptest::prop_assert_eq!(back.samples(), e.samples());
+                proptest::prop_assert_eq!(back.render(), out);
+            }
+        }
+
         #[test]
         fn arbitrary_text_never_panics(s in "[a-z_{}=\\\\\" #\n0-9.,:]{0,80}") {
             if let Ok(mut e) = Exposition::parse(&s) {
