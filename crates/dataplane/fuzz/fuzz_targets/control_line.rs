@@ -22,9 +22,12 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// One worker, interrupt-driven (no core spinning between inputs), a firewall → NAT
-/// service and a pass-through service, small tables.
+/// service and a pass-through service, small tables, and an 8-frame vector: each slot
+/// holds a 64 KiB GSO buffer, and zeroing the default 256 slots for every input's worker
+/// was a third of the target's time (no frame crosses these ports).
 const CONFIG: &str = r#"
 name: fuzz
+vector: 8
 ports:
   inside:  { iface: in0, peer_mac: "02:00:00:00:00:01" }
   outside: { iface: out0, peer_mac: "02:00:00:00:00:02" }
