@@ -178,7 +178,7 @@ pub enum IoMode {
     /// PACKET_MMAP receive ring and transmit ring (TPACKET_V2).
     Rings,
     /// The receive ring of MTU slots whose frames are copied out (GSO super-packets
-    /// read from the socket queue), `sendmmsg` batches: the `ring` of before session 5.
+    /// read from the socket queue), `sendmmsg` batches.
     #[serde(rename = "ring-copy")]
     RingCopy,
 }
