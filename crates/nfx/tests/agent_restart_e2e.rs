@@ -10,7 +10,8 @@
 //! pins (its instances say `adopted`, their packet counters went on from where they
 //! were) and the kept connection still carries data (its NAT mapping survived: the
 //! destination sees the same source port), and real packets pass through both
-//! services. Then h1's agent and its endpoint are killed together: the restarted agent
+//! services; a paced UDP stream through the tunnel across the kill and the restart
+//! loses no datagram (the restarted agents load their recorded steering again). Then h1's agent and its endpoint are killed together: the restarted agent
 //! starts the endpoint again (new pid, IKE established again) and the tunnel carries
 //! traffic again. Destroying the table service leaves no program and no pin behind.
 //! Needs root; own prefix and subnet; torn down on failure too.
@@ -32,6 +33,8 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "nfxar-";
@@ -95,6 +98,57 @@ fn udp_passes(src_ns: &str, dst_ns: &str, dst: Ipv4Addr) -> bool {
     eventually(Duration::from_secs(1), || sink.packets() >= sent);
     let got = sink.finish().unwrap();
     sent > 100 && got.matched == sent
+}
+
+/// 500 datagrams a second through the tunnel, in 250 ms pieces until stopped, counted
+/// at `dst`.
+struct Stream {
+    sink: udpgen::Sink,
+    stop: Arc<AtomicBool>,
+    sender: std::thread::JoinHandle<u64>,
+}
+
+impl Stream {
+    /// How long the stream goes on after the agents listen again: past the
+    /// controller's re-sent paths (its heartbeat is 250 ms).
+    const AFTER: Duration = Duration::from_secs(1);
+
+    fn start(src_ns: &str, dst_ns: &str, dst: Ipv4Addr) -> Self {
+        let sink = udpgen::Sink::start(dst_ns, UDP_PORT, PATTERN).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ns, halt) = (src_ns.to_string(), stop.clone());
+        let sender = std::thread::spawn(move || {
+            let mut sent = 0;
+            while !halt.load(Ordering::Relaxed) {
+                let piece = udpgen::generate(udpgen::GenSpec {
+                    ns: ns.clone(),
+                    dst,
+                    port: UDP_PORT,
+                    payload: 200,
+                    pattern: PATTERN.to_vec(),
+                    flows: 1,
+                    duration: Duration::from_millis(250),
+                    batch: 1,
+                    pps: Some(500),
+                });
+                sent += piece.unwrap().sent;
+            }
+            sent
+        });
+        Stream { sink, stop, sender }
+    }
+
+    /// Goes on for [`Stream::AFTER`] past `restarted`, then: every datagram arrived.
+    fn check(self, restarted: Instant) {
+        std::thread::sleep((restarted + Self::AFTER).saturating_duration_since(Instant::now()));
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = self.sender.join().unwrap();
+        eventually(Duration::from_secs(2), || self.sink.packets() >= sent);
+        let got = self.sink.finish().unwrap().matched;
+        println!("stream across the restart: {got} of {sent} datagrams");
+        assert!(sent >= 500, "the stream sent only {sent}");
+        assert_eq!(got, sent, "datagrams lost across the agent restart");
+    }
 }
 
 /// Whether a TCP connection from `src_ns` reaches `listener` through the NAT (dst sees
@@ -319,7 +373,10 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
 
     // Both agents killed: the pinned table chain stays attached and carries the kept
     // connection and new ones while they are down; both start again at once (within
-    // the controller's 2 s, so it sees a restart, not a dead host).
+    // the controller's 2 s, so it sees a restart, not a dead host). A paced stream
+    // through the tunnel spans the kill, the restart and the controller's re-sent
+    // paths: the restarted agents keep their recorded steering, so none is lost.
+    let stream = Stream::start(&src_ns, &dst_ns, dst);
     for h in ["h1", "h2"] {
         // SAFETY: kill(2) of the agent this test's testbed started.
         unsafe { libc::kill(agent_pid(&out, h), libc::SIGKILL) };
@@ -338,6 +395,7 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         restart_agent(&out, h);
     }
     println!("both agents listening again after {:?}", t.elapsed());
+    let restarted = Instant::now();
     assert_eq!([listing(&out, "h1"), listing(&out, "h2")], before);
     let again = [
         detail(&c, "vpn-esp-h1")["pid"].clone(),
@@ -352,6 +410,7 @@ fn an_agent_restart_brings_back_tunnels_and_table_chains() {
         kept_carries(&mut client, &mut server, b"after the restart"),
         "the kept connection lost its NAT mapping"
     );
+    stream.check(restarted);
     assert!(
         eventually(Duration::from_secs(5), || udp_passes(&src_ns, &dst_ns, dst)),
         "the tunnel carries nothing after the restart"

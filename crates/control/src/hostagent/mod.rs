@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
-use steering::{HostPath, NeighborLink, SteerError, Steering, SystemTools};
+use steering::{HostPath, NeighborLink, Restored, SteerError, Steering, SystemTools};
 
 /// How often the agent looks for dead workers and ended drains.
 const HOUSEKEEPING: Duration = Duration::from_millis(100);
@@ -190,9 +190,9 @@ pub struct HostAgent {
 }
 
 impl HostAgent {
-    /// Attaches the software devices, closes the host (every earlier path removed, until
-    /// the controller sends its paths again), reloads the workers recorded in `run_dir`,
-    /// and starts watching them.
+    /// Attaches the software devices, reloads the workers recorded in `run_dir`, keeps
+    /// the paths an earlier agent recorded there (or closes the host: every earlier path
+    /// removed until the controller sends its paths), and starts watching the workers.
     pub fn start(cfg: &AgentConfig) -> anyhow::Result<Arc<Self>> {
         let mut tools = SystemTools;
         let mut stages = BTreeMap::new();
@@ -284,7 +284,8 @@ impl HostAgent {
     }
 
     /// The agent over its attached `stages` and their worker templates: reloads the
-    /// workers recorded in `run_dir` and closes the host through `tools`.
+    /// workers recorded in `run_dir` and restores its recorded paths (or closes the host)
+    /// through `tools`.
     fn assemble(
         cfg: &AgentConfig,
         tools: Box<dyn steering::HostTools>,
@@ -318,12 +319,18 @@ impl HostAgent {
             cfg.software.iter().map(|d| d.id.clone()).collect(),
         )?;
         lost.extend(lost_transcoders);
-        let mut steering = Steering::new(tools, cfg.neighbors.clone(), stages);
-        steering
-            .reset()
-            .map_err(|e| anyhow::anyhow!("closing the host: {e}"))?;
+        let mut steering = Steering::new(tools, cfg.neighbors.clone(), stages)
+            .with_record(cfg.run_dir.join("steering.json"));
         for (id, link) in tunnels.links() {
             steering.set_tunnel(&id, link);
+        }
+        match steering
+            .restore()
+            .map_err(|e| anyhow::anyhow!("closing the host: {e}"))?
+        {
+            Restored::Paths(n) => log::info!("steering: {n} recorded path(s) kept"),
+            Restored::Refused(why) => log::warn!("steering: host closed ({why})"),
+            Restored::Closed => {}
         }
         let now_ms = unix_ms();
         let lost = lost

@@ -30,7 +30,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod persist;
+pub use persist::Restored;
 
 /// The table (family inet) holding every path of the host.
 pub const TABLE: &str = "nfx_steer";
@@ -191,6 +195,8 @@ pub struct Steering {
     /// Marks whose rule and table are installed.
     routed: BTreeSet<u32>,
     next_slot: u32,
+    /// Where every change of the paths is recorded for a restarted agent.
+    record: Option<PathBuf>,
 }
 
 /// Why a path cannot be programmed (a bad request: HTTP 400) or the host failed (503).
@@ -220,27 +226,15 @@ impl Steering {
             services: BTreeMap::new(),
             routed: BTreeSet::new(),
             next_slot: 1,
+            record: None,
         }
     }
 
     /// Forgets every path: removes nfx's rules and tables left by an earlier agent and
     /// loads the closed table.
     pub fn reset(&mut self) -> Result<(), SteerError> {
-        let rules = self
-            .tools
-            .ip(&["-j", "rule", "show", "pref", RULE_PREF])
-            .unwrap_or_default();
-        #[derive(Deserialize)]
-        struct Rule {
-            #[serde(default)]
-            table: Option<String>,
-        }
-        let rules: Vec<Rule> = serde_json::from_str(&rules).unwrap_or_default();
-        for r in rules {
-            if let Some(t) = r.table {
-                let _ = self.tools.ip(&["route", "flush", "table", &t]);
-            }
-            let _ = self.tools.ip(&["rule", "del", "pref", RULE_PREF]);
+        for table in self.rule_tables() {
+            self.remove_rule(&table);
         }
         self.services.clear();
         self.routed.clear();
@@ -373,6 +367,17 @@ impl Steering {
     /// Installs `wanted`: routes of new marks, then the one nftables transaction, then the
     /// removal of routes no longer used.
     fn switch(&mut self, wanted: BTreeMap<String, Programmed>) -> Result<(), SteerError> {
+        self.switch_routes(wanted, false)
+    }
+
+    /// [`Steering::switch`]; with `refresh`, the routes of marks whose rule is already
+    /// installed are replaced too (a restarted agent's marks: their next hops may have
+    /// changed while it was down).
+    fn switch_routes(
+        &mut self,
+        wanted: BTreeMap<String, Programmed>,
+        refresh: bool,
+    ) -> Result<(), SteerError> {
         let needed: BTreeMap<u32, (Ipv4Addr, String)> = wanted
             .values()
             .flat_map(|p| p.segments.iter().chain(p.drains.iter().map(|(s, _)| s)))
@@ -382,7 +387,8 @@ impl Steering {
             })
             .collect();
         for (mark, (gw, dev)) in &needed {
-            if self.routed.contains(mark) {
+            let routed = self.routed.contains(mark);
+            if routed && !refresh {
                 continue;
             }
             let (m, gw) = (mark.to_string(), gw.to_string());
@@ -392,6 +398,9 @@ impl Steering {
                     "route", "replace", "default", "via", &gw, "dev", dev, "onlink", "table", &m,
                 ])
                 .map_err(fail)?;
+            if routed {
+                continue;
+            }
             self.tools
                 .ip(&["rule", "add", "fwmark", &m, "table", &m, "pref", RULE_PREF])
                 .map_err(fail)?;
@@ -424,7 +433,9 @@ impl Steering {
         let script = render(&self.services);
         self.tools
             .nft(&script)
-            .map_err(|e| SteerError::Failed(format!("nft: {e}")))
+            .map_err(|e| SteerError::Failed(format!("nft: {e}")))?;
+        self.save_record();
+        Ok(())
     }
 
     fn neighbor(&self, host: &str) -> Result<&NeighborLink, SteerError> {

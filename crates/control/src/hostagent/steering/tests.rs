@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 struct Rec {
     calls: Arc<Mutex<Vec<String>>>,
     fail_nft: Arc<Mutex<bool>>,
+    /// What `ip -j rule show pref 1000` lists (JSON; empty: none).
+    rules: Arc<Mutex<String>>,
 }
 
 impl HostTools for Rec {
@@ -29,6 +31,10 @@ impl HostTools for Rec {
         if line.starts_with("-j route get 10.9.2.") {
             return Ok(r#"[{"dst":"10.9.2.2","dev":"to-dst"}]"#.into());
         }
+        if line == "-j rule show pref 1000" {
+            let rules = self.rules.lock().unwrap().clone();
+            return Ok(if rules.is_empty() { "[]".into() } else { rules });
+        }
         Ok("[]".into())
     }
 }
@@ -40,6 +46,14 @@ impl Rec {
 }
 
 fn steering(rec: &Rec) -> Steering {
+    let mut s = unreset(rec);
+    s.reset().unwrap();
+    rec.take();
+    s
+}
+
+/// The test host's steering before its start-up step (reset or restore).
+fn unreset(rec: &Rec) -> Steering {
     let n = |iface: &str, peer: &str| NeighborLink {
         iface: iface.into(),
         peer: peer.parse().unwrap(),
@@ -52,10 +66,7 @@ fn steering(rec: &Rec) -> Steering {
         ("sw0".to_string(), Stage::new("sw0", 0)),
         ("sw1".to_string(), Stage::new("sw1", 1)),
     ]);
-    let mut s = Steering::new(Box::new(rec.clone()), neighbors, stages);
-    s.reset().unwrap();
-    rec.take();
-    s
+    Steering::new(Box::new(rec.clone()), neighbors, stages)
 }
 
 fn sel() -> Selector {
@@ -309,4 +320,118 @@ fn a_tunnel_hop_goes_through_the_endpoints_tun_device() {
     end.tunnel_prev = Some("vpn-esp-h2".into());
     let e = s.program("bad", &end).unwrap_err();
     assert!(e.to_string().contains("at an end of the path"), "{e}");
+}
+
+fn record_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("nfx-steer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `ip -j rule show` of the rules `calls` added.
+fn listed_rules(calls: &[String]) -> String {
+    let tables: Vec<String> = calls
+        .iter()
+        .filter_map(|c| c.strip_prefix("ip rule add fwmark "))
+        .map(|r| {
+            format!(
+                r#"{{"priority":1000,"table":"{}"}}"#,
+                r.split(' ').next().unwrap()
+            )
+        })
+        .collect();
+    format!("[{}]", tables.join(","))
+}
+
+#[test]
+fn a_restarted_agent_loads_its_recorded_paths_without_closing_the_host() {
+    let dir = record_dir("restore");
+    let file = dir.join("steering.json");
+    let rec = Rec::default();
+    let mut s = unreset(&rec).with_record(file.clone());
+    s.reset().unwrap();
+    s.program("a", &path(Some("h1"), Some("h3"), &["sw0"]))
+        .unwrap();
+    s.program("b", &path(None, Some("h3"), &[])).unwrap();
+    s.withdraw("b").unwrap();
+    s.program("c", &path(Some("h1"), None, &["sw1"])).unwrap();
+    let before = s.paths();
+    let calls = rec.take();
+    let table = nft_scripts(&calls).last().unwrap().to_string();
+    // The kernel holds the rules of every mark ever added (b's included, as if the
+    // agent died before removing them) and a stray one.
+    let mut rules = listed_rules(&calls);
+    rules.insert_str(1, r#"{"priority":1000,"table":"1314390080"},"#);
+    *rec.rules.lock().unwrap() = rules;
+    drop(s);
+
+    let mut again = unreset(&rec).with_record(file.clone());
+    assert_eq!(again.restore().unwrap(), Restored::Paths(2));
+    let calls = rec.take();
+    assert_eq!(again.paths(), before);
+    let nft = nft_scripts(&calls);
+    assert_eq!(nft.len(), 1, "{calls:?}");
+    assert_eq!(*nft[0], table, "the same table, marks included");
+    assert!(
+        !calls.iter().any(|c| c.starts_with("ip rule add")),
+        "{calls:?}"
+    );
+    let replaced = calls.iter().filter(|c| c.contains("route replace")).count();
+    assert_eq!(
+        replaced, 7,
+        "routes of kept marks replaced in place: {calls:?}"
+    );
+    let deleted: BTreeSet<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("ip rule del"))
+        .collect();
+    assert_eq!(
+        deleted,
+        BTreeSet::from([
+            &"ip rule del table 1314390048 pref 1000".to_string(),
+            &"ip rule del table 1314390080 pref 1000".to_string()
+        ]),
+        "only the rules of marks no longer used (b's, withdrawn, and a stray one) go"
+    );
+    // The controller's paths then change nothing that is the same.
+    again.sync(&before).unwrap();
+    assert!(!rec.take().iter().any(|c| c.starts_with("ip ")));
+    // A new path after the restore takes a slot the recorded ones do not use.
+    again.program("d", &path(None, Some("h1"), &[])).unwrap();
+    let marks: BTreeSet<u32> = again.services.values().map(|p| p.slot).collect();
+    assert_eq!(marks.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_or_foreign_record_closes_the_host() {
+    let dir = record_dir("refuse");
+    let file = dir.join("steering.json");
+    let rec = Rec::default();
+    let mut s = unreset(&rec).with_record(file.clone());
+    assert_eq!(s.restore().unwrap(), Restored::Closed, "no record yet");
+    s.program("a", &path(None, None, &["sw1"])).unwrap();
+    let good = std::fs::read_to_string(&file).unwrap();
+    for (text, want) in [
+        (good[..good.len() / 2].to_string(), "not a record"),
+        (good.replace("sw1", "gpu"), "not a device of this host"),
+        (good.replace("\"slot\":1", "\"slot\":0"), "slot 0"),
+        (good.replace("\"version\":1", "\"version\":9"), "version 9"),
+    ] {
+        assert_ne!(text, good, "{want}");
+        std::fs::write(&file, &text).unwrap();
+        rec.take();
+        let mut again = unreset(&rec).with_record(file.clone());
+        match again.restore().unwrap() {
+            Restored::Refused(why) => assert!(why.contains(want), "{why}"),
+            other => panic!("{want}: {other:?}"),
+        }
+        assert!(again.paths().is_empty());
+        let calls = rec.take();
+        assert!(!nft_scripts(&calls).last().unwrap().contains("mark set"));
+        assert!(dir.join("damaged/steering.json").exists());
+        assert!(file.exists(), "the closed host is recorded");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
