@@ -60,15 +60,25 @@ pub struct Testbed {
 }
 
 /// Runs `nfx testbed up` with `hosts` hosts under `prefix` and subnet base `base`.
+// examples_e2e shapes its testbed with testbed_up_shaped.
+#[allow(dead_code)]
 pub fn testbed_up(token: &str, prefix: &'static str, base: &str, hosts: u32) -> Testbed {
+    let n = hosts.to_string();
+    testbed_up_shaped(token, prefix, base, &["--hosts", &n])
+}
+
+/// `nfx testbed up SHAPE` (`--hosts N`, or `--infra FILE` and its options) under
+/// `prefix` and subnet base `base`, into a temporary `--out` directory.
+pub fn testbed_up_shaped(token: &str, prefix: &'static str, base: &str, shape: &[&str]) -> Testbed {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     let down = Down(prefix);
-    let n = hosts.to_string();
-    let args = ["testbed", "up", "--hosts", &n, "--out"];
-    let rest = ["--prefix", prefix, "--subnet-base", base];
+    let rest = ["--prefix", prefix, "--subnet-base", base, "--out"];
     let out_s = out.to_str().unwrap();
-    nfx(token, &[&args[..], &[out_s], &rest[..]].concat());
+    nfx(
+        token,
+        &[&["testbed", "up"][..], shape, &rest[..], &[out_s]].concat(),
+    );
     let eps = serde_json::from_str(&std::fs::read_to_string(out.join("endpoints.json")).unwrap())
         .unwrap();
     Testbed {

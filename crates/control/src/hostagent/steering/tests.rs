@@ -310,3 +310,24 @@ fn a_tunnel_hop_goes_through_the_endpoints_tun_device() {
     let e = s.program("bad", &end).unwrap_err();
     assert!(e.to_string().contains("at an end of the path"), "{e}");
 }
+
+#[test]
+fn a_selector_without_addresses_leaves_interface_bound_segments_the_last_word() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let mut p = path(Some("h1"), None, &[]);
+    p.selector = serde_json::from_value(serde_json::json!({"proto": "tcp"})).unwrap();
+    s.program("web", &p).unwrap();
+    let calls = rec.take();
+    let script = nft_scripts(&calls)[0];
+    // At the egress host the replies' interface is unknown: their rule matches on every
+    // interface, so it must come before the forward rule bound to the link from h1
+    // (the last matching rule's mark wins).
+    let reply = script
+        .find(" meta l4proto tcp meta mark set 0x4e580018")
+        .unwrap_or_else(|| panic!("{script}"));
+    let forward = script
+        .find("iifname \"to-h1\" meta l4proto tcp meta mark set 0x4e580010")
+        .unwrap_or_else(|| panic!("{script}"));
+    assert!(reply < forward, "{script}");
+}
