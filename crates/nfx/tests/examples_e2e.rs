@@ -28,7 +28,6 @@ use hostbed::instances;
 use nfx_control::client::{load_services, load_token, Client};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::probe::{tcp_request, PeerEcho, TcpOutcome};
-use nfx_testbed::udpgen;
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -215,23 +214,13 @@ fn vpn_globex(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
     });
     assert!(up, "IKE never came up");
     let port = 7000;
-    let sink = udpgen::Sink::start(&dst.netns, port, b"").unwrap();
-    let sent = udpgen::generate(udpgen::GenSpec {
-        ns: src.netns.clone(),
-        dst: dst.address,
-        port,
-        payload: 200,
-        pattern: Vec::new(),
-        flows: 1,
-        duration: Duration::from_millis(500),
-        batch: 8,
-        pps: Some(2000),
-    })
-    .unwrap()
-    .sent;
+    let (sent, got) = hostbed::paced_udp(
+        (&src.netns, &dst.netns),
+        (dst.address, port),
+        (200, b""),
+        (2000, 0.5),
+    );
     assert!(sent > 500, "{sent}");
-    eventually(Duration::from_secs(3), || sink.packets() >= sent);
-    let got = sink.finish().unwrap();
     assert_eq!(got.packets, sent, "every datagram through the tunnel");
     destroy(c, "vpn-globex");
 }

@@ -183,3 +183,36 @@ pub fn operations(c: &nfx_control::client::Client, kind: &str, target: &str) -> 
         .cloned()
         .collect()
 }
+
+/// Sends `payload`-byte datagrams starting with `pattern` at `pps` a second for `secs`
+/// from namespace `src` to `dst:port` while a sink in namespace `dst_ns` counts them;
+/// waits up to 3 s for the stragglers. Returns how many were sent and what the sink got.
+// Only the tunnel tests send paced datagrams.
+#[allow(dead_code)]
+pub fn paced_udp(
+    (src, dst_ns): (&str, &str),
+    (dst, port): (std::net::Ipv4Addr, u16),
+    (payload, pattern): (usize, &[u8]),
+    (pps, secs): (u64, f64),
+) -> (u64, nfx_testbed::udpgen::SinkReport) {
+    use nfx_testbed::udpgen;
+    let sink = udpgen::Sink::start(dst_ns, port, pattern).unwrap();
+    let sent = udpgen::generate(udpgen::GenSpec {
+        ns: src.to_string(),
+        dst,
+        port,
+        payload,
+        pattern: pattern.to_vec(),
+        flows: 1,
+        duration: Duration::from_secs_f64(secs),
+        batch: 8,
+        pps: Some(pps),
+    })
+    .unwrap()
+    .sent;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while sink.packets() < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (sent, sink.finish().unwrap())
+}
