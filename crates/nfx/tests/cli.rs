@@ -663,7 +663,8 @@ fn tunnel_config_loads(file: &Path, dir: &Path) {
 /// check covers fails the test), and every shipped service file plans through the
 /// controller (`nfx plan`): configs/examples on its own infrastructure, configs/demo on
 /// the testbed's 3 hosts. (configs/demo also deploys for real in
-/// `demo_runs_through_the_controller_and_cleans_up`.)
+/// `demo_runs_through_the_controller_and_cleans_up`, configs/examples/services.yaml in
+/// examples_e2e.rs.)
 #[test]
 fn every_shipped_config_loads_and_its_services_plan() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");

@@ -451,23 +451,13 @@ fn tunnel_service_carries_esp_between_two_hosts() {
         .unwrap();
     let mut line = [0u8; 64];
     let _ = std::io::Read::read(dump.stderr.as_mut().unwrap(), &mut line);
-    let sink = udpgen::Sink::start(&dst.netns, port, PLAINTEXT).unwrap();
-    let sent = udpgen::generate(udpgen::GenSpec {
-        ns: src.netns.clone(),
-        dst: dst.address,
-        port,
-        payload: 200,
-        pattern: PLAINTEXT.to_vec(),
-        flows: 1,
-        duration: Duration::from_secs(1),
-        batch: 8,
-        pps: Some(2000),
-    })
-    .unwrap()
-    .sent;
+    let (sent, got) = hostbed::paced_udp(
+        (&src.netns, &dst.netns),
+        (dst.address, port),
+        (200, PLAINTEXT),
+        (2000, 1.0),
+    );
     assert!(sent > 500, "{sent}");
-    eventually(Duration::from_secs(3), || sink.packets() >= sent);
-    let got = sink.finish().unwrap();
     let _ = Command::new("kill")
         .args(["-INT", &dump.id().to_string()])
         .status();
@@ -545,22 +535,12 @@ const SSM_BASE: &str = "239";
 /// Sends `pps` datagrams a second for `secs` from src to dst:`port` while a sink counts
 /// them at dst; returns (sent, received, matched).
 fn udp_through(src: &Endpoint, dst: &Endpoint, port: u16, pps: u64, secs: u64) -> (u64, u64, u64) {
-    let sink = udpgen::Sink::start(&dst.netns, port, PLAINTEXT).unwrap();
-    let sent = udpgen::generate(udpgen::GenSpec {
-        ns: src.netns.clone(),
-        dst: dst.address,
-        port,
-        payload: 1000,
-        pattern: PLAINTEXT.to_vec(),
-        flows: 1,
-        duration: Duration::from_secs(secs),
-        batch: 8,
-        pps: Some(pps),
-    })
-    .unwrap()
-    .sent;
-    eventually(Duration::from_secs(3), || sink.packets() >= sent);
-    let got = sink.finish().unwrap();
+    let (sent, got) = hostbed::paced_udp(
+        (&src.netns, &dst.netns),
+        (dst.address, port),
+        (1000, PLAINTEXT),
+        (pps, secs as f64),
+    );
     (sent, got.packets, got.matched)
 }
 

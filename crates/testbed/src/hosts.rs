@@ -1,5 +1,6 @@
 //! The multi-host testbed: N host namespaces joined by links (a line h1—h2—…—hN and, from
-//! three hosts on, the chord h1—hN so that services have two ways between the ends),
+//! three hosts on, the chord h1—hN so that services have two ways between the ends; or
+//! the hosts and links an infrastructure file names, see [`HostsSpec::names`]),
 //! endpoint namespaces attached to hosts, and a management namespace with a veth to
 //! every host, through which a controller in the root namespace reaches the hosts'
 //! agents without any interface being added to the root namespace.
@@ -10,7 +11,7 @@
 //!
 //! Addresses (b = subnet base): endpoint k (src = 0, dst = 1, then the extra ones) sits
 //! in 10.b.(1+k).0/24 (host side .1, endpoint .2); link j (1-based) in
-//! 10.b.(100+j).0/24 (lower host .1, higher .2); host i's management link in
+//! 10.b.(100+j).0/24 (its first host .1, its second .2); host i's management link in
 //! 10.b.(200+i).0/24 (management side .1, host side .2).
 
 use crate::topology::{create_ns, kill_all_in, mark_path, owned, MARK_ALIAS, MARK_DIR};
@@ -40,8 +41,16 @@ pub struct HostsSpec {
     pub subnet_base: u8,
     /// Number of hosts (1..=[`MAX_HOSTS`]).
     pub hosts: usize,
-    /// Endpoint names besides `src` (on h1) and `dst` (on hN), attached round-robin.
+    /// Endpoint names besides `src` (on the first host) and `dst` (on the last),
+    /// attached round-robin.
     pub extra_endpoints: Vec<String>,
+    /// Host ids in order (as an infrastructure file names them); empty: `h1`…`hN`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// The links between hosts (ids of [`HostsSpec::host_ids`]); empty: the line
+    /// h1—…—hN plus, from three hosts on, the chord h1—hN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkInfo>,
 }
 
 /// One end of a link as seen from a host.
@@ -129,12 +138,14 @@ impl HostsSpec {
         if self.hosts == 0 || self.hosts > MAX_HOSTS {
             bail!("--hosts {}: must be 1..={MAX_HOSTS}", self.hosts);
         }
+        self.validate_shape()?;
+        let ids = self.host_ids();
         let mut names: Vec<&str> = vec!["src", "dst"];
         for e in &self.extra_endpoints {
-            let ok = !e.is_empty()
-                && e.len() <= 12
-                && e.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if !ok || e.starts_with('h') && e[1..].parse::<usize>().is_ok() || e == "mgmt" {
+            if !name_ok(e)
+                || ids.contains(e)
+                || e.starts_with('h') && e[1..].parse::<usize>().is_ok()
+            {
                 bail!("endpoint name {e:?}: use 1-12 of a-z A-Z 0-9 -, not a host name or mgmt");
             }
             if names.contains(&e.as_str()) {
@@ -148,22 +159,105 @@ impl HostsSpec {
         Ok(())
     }
 
+    /// Checks the host names and links, when given: unique names that fit interface
+    /// names, links between two different named hosts, at most one per pair, and every
+    /// host reachable from the first.
+    fn validate_shape(&self) -> anyhow::Result<()> {
+        if !self.names.is_empty() && self.names.len() != self.hosts {
+            bail!("{} host names for {} hosts", self.names.len(), self.hosts);
+        }
+        for (i, n) in self.names.iter().enumerate() {
+            if !name_ok(n) {
+                bail!("host name {n:?}: use 1-12 of a-z A-Z 0-9 -, not mgmt");
+            }
+            if self.names[..i].contains(n) {
+                bail!("host {n:?} is given twice");
+            }
+        }
+        let ids = self.host_ids();
+        let idx = |id: &str| ids.iter().position(|h| h == id);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &self.links {
+            let (Some(a), Some(b)) = (idx(&l.a), idx(&l.b)) else {
+                bail!(
+                    "link {}—{}: both ends must be hosts of the testbed",
+                    l.a,
+                    l.b
+                );
+            };
+            if a == b || !seen.insert((a.min(b), a.max(b))) {
+                bail!("link {}—{}: a loop or given twice", l.a, l.b);
+            }
+        }
+        let mut reached = vec![false; ids.len()];
+        let mut todo = vec![0];
+        while let Some(v) = todo.pop() {
+            if !std::mem::replace(&mut reached[v], true) {
+                todo.extend(self.links().iter().filter_map(|&(a, b, _)| {
+                    (a - 1 == v)
+                        .then_some(b - 1)
+                        .or((b - 1 == v).then_some(a - 1))
+                }));
+            }
+        }
+        if let Some(i) = reached.iter().position(|r| !r) {
+            bail!("host {} is not linked to the others", ids[i]);
+        }
+        Ok(())
+    }
+
     fn addr(&self, subnet: u8, host: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, self.subnet_base, subnet, host)
     }
 
-    /// Host ids `h1`…`hN`.
+    /// Host ids: the given names, else `h1`…`hN`.
     pub fn host_ids(&self) -> Vec<String> {
-        (1..=self.hosts).map(|i| format!("h{i}")).collect()
+        if self.names.is_empty() {
+            (1..=self.hosts).map(|i| format!("h{i}")).collect()
+        } else {
+            self.names.clone()
+        }
     }
 
-    /// The links: the line, plus the chord h1—hN from three hosts on.
-    pub fn links(&self) -> Vec<(usize, usize)> {
-        let mut l: Vec<(usize, usize)> = (1..self.hosts).map(|i| (i, i + 1)).collect();
+    /// The links as (1-based host, 1-based host, latency µs): the given ones, else the
+    /// line plus the chord h1—hN from three hosts on.
+    pub fn links(&self) -> Vec<(usize, usize, u32)> {
+        if !self.links.is_empty() {
+            let ids = self.host_ids();
+            let idx = |id: &str| ids.iter().position(|h| h == id).map_or(0, |i| i + 1);
+            return self
+                .links
+                .iter()
+                .map(|l| (idx(&l.a), idx(&l.b), l.latency_us))
+                .collect();
+        }
+        let mut l: Vec<(usize, usize, u32)> = (1..self.hosts)
+            .map(|i| (i, i + 1, LINE_LATENCY_US))
+            .collect();
         if self.hosts >= 3 {
-            l.push((1, self.hosts));
+            l.push((1, self.hosts, CHORD_LATENCY_US));
         }
         l
+    }
+
+    /// The namespace of endpoint `name`: `<prefix><name>`, or `<prefix><name>-ep` when
+    /// a host has that name (an infrastructure's `src` and `dst` hosts).
+    fn endpoint_netns(&self, name: &str) -> String {
+        if self.host_ids().iter().any(|h| h == name) {
+            format!("{}{name}-ep", self.prefix)
+        } else {
+            format!("{}{name}", self.prefix)
+        }
+    }
+
+    /// The host's interface towards endpoint `name`: `to-<name>`, or `ep-<name>` when a
+    /// host has that name (`to-<host>` is the interface of a link).
+    fn endpoint_iface(&self, name: &str) -> String {
+        if self.host_ids().iter().any(|h| h == name) {
+            format!("ep-{name}")
+        } else {
+            format!("to-{name}")
+        }
     }
 
     /// Endpoint names with the (1-based) host each is attached to.
@@ -195,7 +289,7 @@ impl HostsSpec {
             })
             .collect();
         let mut links = Vec::new();
-        for (j, &(a, b)) in self.links().iter().enumerate() {
+        for (j, &(a, b, latency_us)) in self.links().iter().enumerate() {
             let subnet = 100 + j as u8 + 1;
             let (la, lb) = (self.addr(subnet, 1), self.addr(subnet, 2));
             hosts[a - 1].neighbors.push(Neighbor {
@@ -213,11 +307,7 @@ impl HostsSpec {
             links.push(LinkInfo {
                 a: ids[a - 1].clone(),
                 b: ids[b - 1].clone(),
-                latency_us: if b == a + 1 {
-                    LINE_LATENCY_US
-                } else {
-                    CHORD_LATENCY_US
-                },
+                latency_us,
             });
         }
         let endpoints = self
@@ -225,7 +315,7 @@ impl HostsSpec {
             .into_iter()
             .enumerate()
             .map(|(k, (name, h))| EndpointInfo {
-                netns: ns(&name),
+                netns: self.endpoint_netns(&name),
                 address: self.addr(1 + k as u8, 2),
                 gateway: self.addr(1 + k as u8, 1),
                 host: ids[h - 1].clone(),
@@ -304,6 +394,16 @@ impl Layout {
     }
 }
 
+/// Whether `n` fits as a host or endpoint name: 1-12 of a-z A-Z 0-9 - (the interface
+/// names `to-<name>` stay within the kernel's 15 bytes), and not the management
+/// namespace's `mgmt`.
+fn name_ok(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 12
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && n != "mgmt"
+}
+
 /// Builds the testbed (idempotent: completes or repairs what exists) and records its
 /// layout. Each host gets `closed` (the agents' nftables table with no path) before its
 /// kernel forwards. Agents are not started here (see `nfx testbed up --hosts`).
@@ -329,7 +429,7 @@ fn build(lay: &Layout, closed: &str) -> anyhow::Result<()> {
         let h = lay.host(&e.host).context("endpoint host")?;
         let subnet = 1 + k as u8;
         wire(
-            (&h.netns, &format!("to-{}", e.name), s.addr(subnet, 1)),
+            (&h.netns, &s.endpoint_iface(&e.name), s.addr(subnet, 1)),
             (&e.netns, "veth0", s.addr(subnet, 2)),
         )?;
         netns::ip(
@@ -508,6 +608,8 @@ mod tests {
             subnet_base: 152,
             hosts: n,
             extra_endpoints: extra.iter().map(|s| s.to_string()).collect(),
+            names: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -555,6 +657,62 @@ mod tests {
         assert!(l.next_hop(2, 2).is_none());
         let two = spec(2, &[]).layout();
         assert_eq!(two.links.len(), 1, "no chord below three hosts");
+    }
+
+    fn shaped() -> HostsSpec {
+        let link = |a: &str, b: &str| LinkInfo {
+            a: a.into(),
+            b: b.into(),
+            latency_us: 30,
+        };
+        HostsSpec {
+            names: ["src", "edge", "cloud", "dst"].map(String::from).to_vec(),
+            links: vec![
+                link("src", "edge"),
+                link("edge", "cloud"),
+                link("cloud", "dst"),
+            ],
+            ..spec(4, &[])
+        }
+    }
+
+    #[test]
+    fn named_hosts_take_their_links_and_endpoints_their_own_namespaces() {
+        let s = shaped();
+        s.validate().unwrap();
+        let l = s.layout();
+        assert_eq!(l.links.len(), 3, "no chord: the links given");
+        assert!(l.links.iter().all(|k| k.latency_us == 30));
+        let src = l.endpoint("src").unwrap();
+        assert_eq!((src.host.as_str(), src.netns.as_str()), ("src", "t-src-ep"));
+        assert_eq!(l.host("src").unwrap().netns, "t-src");
+        assert_eq!(l.endpoint("dst").unwrap().host, "dst");
+        assert_eq!(s.endpoint_iface("src"), "ep-src");
+        assert_eq!(l.next_hop(0, 3).unwrap().host, "edge");
+        let mut ns = l.namespaces();
+        ns.sort();
+        ns.dedup();
+        assert_eq!(ns.len(), 4 + 2 + 1, "every namespace distinct");
+    }
+
+    #[test]
+    fn bad_shapes_are_named() {
+        let mut s = shaped();
+        s.names[2] = "edge".into();
+        assert!(s.validate().unwrap_err().to_string().contains("twice"));
+        let mut s = shaped();
+        s.links.pop();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("dst is not linked"), "{e}");
+        let mut s = shaped();
+        s.links[0].b = "moon".into();
+        assert!(s.validate().unwrap_err().to_string().contains("moon"));
+        let mut s = shaped();
+        s.names.pop();
+        assert!(s.validate().is_err());
+        let mut s = shaped();
+        s.extra_endpoints = vec!["cloud".into()];
+        assert!(s.validate().unwrap_err().to_string().contains("cloud"));
     }
 
     #[test]

@@ -683,19 +683,27 @@ fn render(services: &BTreeMap<String, Programmed>) -> String {
          \x20 chain prerouting {{\n\
          \x20   type filter hook prerouting priority mangle; policy accept;\n"
     );
-    for (svc, p) in services {
-        let drains = p.drains.iter().map(|(s, _)| (s, "drain "));
-        for (seg, tag) in p.segments.iter().map(|s| (s, "")).chain(drains) {
-            let iif = seg
-                .iif
-                .as_ref()
-                .map(|i| format!(" iifname \"{i}\""))
-                .unwrap_or_default();
-            let _ = writeln!(
-                r,
-                "   {iif}{} meta mark set {:#x} comment \"{tag}{svc}\"",
-                seg.expr, seg.mark
-            );
+    // A segment with no interface (a path's end whose selector names no address, so
+    // its endpoint's interface is unknown) matches on every interface. Those rules come
+    // first: the last matching rule's mark wins, so on an interface a segment is bound
+    // to, that segment decides (a forward packet reaching the egress host is not taken
+    // for a reply of a selector that tells them apart by interface only).
+    for bound in [false, true] {
+        for (svc, p) in services {
+            let drains = p.drains.iter().map(|(s, _)| (s, "drain "));
+            let segs = p.segments.iter().map(|s| (s, "")).chain(drains);
+            for (seg, tag) in segs.filter(|(s, _)| s.iif.is_some() == bound) {
+                let iif = seg
+                    .iif
+                    .as_ref()
+                    .map(|i| format!(" iifname \"{i}\""))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    r,
+                    "   {iif}{} meta mark set {:#x} comment \"{tag}{svc}\"",
+                    seg.expr, seg.mark
+                );
+            }
         }
     }
     let _ = write!(

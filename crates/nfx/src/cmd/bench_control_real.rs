@@ -117,6 +117,8 @@ fn up(o: &RealOptions) -> anyhow::Result<Bed> {
         subnet_base: o.subnet_base,
         hosts: 3,
         extra_endpoints: Vec::new(),
+        names: Vec::new(),
+        links: Vec::new(),
     };
     let bed = ControlledBed::up(&spec, &out, &[])?;
     let exec = NetnsExecutor::start(&bed.lay.mgmt_netns, 2)?;

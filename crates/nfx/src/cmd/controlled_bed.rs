@@ -55,7 +55,7 @@ impl ControlledBed {
     pub fn up(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow::Result<Self> {
         // The guard exists before anything is built, so a failure half-way is cleaned up.
         let mut bed = Self::empty(spec, out, true);
-        bed.lay = testbed_hosts::up_with(spec, out, allowed_dirs)?;
+        bed.lay = testbed_hosts::up_with(spec, out, allowed_dirs, None)?;
         bed.start_controller()?;
         Ok(bed)
     }

@@ -185,6 +185,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         hosts: 3,
         // Round-robin from h1: dst-b on h1, src-b on h2 (tenant B enters at h2).
         extra_endpoints: vec!["dst-b".into(), "src-b".into()],
+        names: Vec::new(),
+        links: Vec::new(),
     };
     let mut sum = Summary {
         simulated: args.simulate,

@@ -1,6 +1,7 @@
 //! `nfx testbed up|down|status`: the namespace testbeds that demos, tests and benchmarks
 //! run on (see crates/testbed): the line `src — edge — cloud — dst`, or with `--hosts N`
-//! N hosts run by agents (see `testbed_hosts`).
+//! N hosts run by agents, or with `--infra FILE` the hosts, links and devices of an
+//! infrastructure descriptor run by agents (see `testbed_hosts`).
 
 use super::testbed_hosts;
 use nfx_testbed::hosts::{self, HostsSpec};
@@ -27,15 +28,24 @@ pub struct Args {
     #[arg(long, global = true, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<JsonOut>,
     /// Build N hosts run by agents (with `up`) instead of the line.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, conflicts_with = "infra")]
     hosts: Option<usize>,
-    /// Endpoints besides src (on h1) and dst (on hN), attached round-robin (with --hosts).
-    #[arg(long, global = true, value_delimiter = ',', requires = "hosts")]
+    /// Build the hosts, links and devices of this infrastructure descriptor, run by
+    /// agents (with `up`): `src` on its first host, `dst` on its last.
+    #[arg(long, global = true, value_name = "FILE")]
+    infra: Option<PathBuf>,
+    /// Endpoints besides src (on the first host) and dst (on the last), attached
+    /// round-robin (with --hosts or --infra).
+    #[arg(long, global = true, value_delimiter = ',')]
     endpoints: Vec<String>,
-    /// Where --hosts writes infrastructure.yaml, endpoints.json, the PKI, the token and the
-    /// agents' files (default /run/nfx/testbed/<prefix>out).
-    #[arg(long, global = true, requires = "hosts")]
+    /// Where --hosts/--infra writes infrastructure.yaml, endpoints.json, the PKI, the
+    /// token and the agents' files (default /run/nfx/testbed/<prefix>out).
+    #[arg(long, global = true)]
     out: Option<PathBuf>,
+    /// A directory the agents' workers may read files from that a VNF configuration
+    /// names, e.g. DPI pattern files (absolute; repeatable; with --hosts or --infra).
+    #[arg(long = "allowed-dir", global = true, value_name = "DIR")]
+    allowed_dirs: Vec<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -63,19 +73,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prefix: args.prefix,
         subnet_base: args.subnet_base,
     };
-    match (args.action, args.hosts) {
-        (Action::Up, Some(n)) => {
-            let hs = HostsSpec {
-                prefix: spec.prefix.clone(),
-                subnet_base: spec.subnet_base,
-                hosts: n,
-                extra_endpoints: args.endpoints.clone(),
+    let agents = args.hosts.is_some() || args.infra.is_some();
+    if !agents
+        && (!args.endpoints.is_empty() || args.out.is_some() || !args.allowed_dirs.is_empty())
+    {
+        anyhow::bail!("--endpoints, --out and --allowed-dir need --hosts or --infra");
+    }
+    if let Some(d) = args.allowed_dirs.iter().find(|d| !d.is_absolute()) {
+        anyhow::bail!("--allowed-dir {}: must be absolute", d.display());
+    }
+    match (args.action, agents) {
+        (Action::Up, true) => {
+            let shape = match &args.infra {
+                Some(f) => {
+                    Some(nfx_model::Infrastructure::load(f).map_err(|e| anyhow::anyhow!("{e}"))?)
+                }
+                None => None,
+            };
+            let hs = match &shape {
+                Some(i) => testbed_hosts::spec_for(
+                    i,
+                    &spec.prefix,
+                    spec.subnet_base,
+                    args.endpoints.clone(),
+                ),
+                None => HostsSpec {
+                    prefix: spec.prefix.clone(),
+                    subnet_base: spec.subnet_base,
+                    hosts: args.hosts.unwrap_or_default(),
+                    extra_endpoints: args.endpoints.clone(),
+                    names: Vec::new(),
+                    links: Vec::new(),
+                },
             };
             let out = args
                 .out
                 .clone()
                 .unwrap_or_else(|| testbed_hosts::default_out(&spec.prefix));
-            let lay = testbed_hosts::up(&hs, &out)?;
+            let lay = testbed_hosts::up_with(&hs, &out, &args.allowed_dirs, shape.as_ref())?;
             if let Some(json) = &args.json {
                 json.write(&lay)?;
             } else {
@@ -88,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        (Action::Up, None) => {
+        (Action::Up, false) => {
             let tb = Testbed::up(spec)?;
             print_status(&tb, args.json.as_ref())
         }

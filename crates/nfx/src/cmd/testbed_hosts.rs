@@ -68,48 +68,57 @@ pub fn default_out(prefix: &str) -> PathBuf {
     PathBuf::from(format!("/run/nfx/testbed/{prefix}out"))
 }
 
-/// Builds the testbed, starts its agents and writes the files; returns the layout.
-pub fn up(spec: &HostsSpec, out: &Path) -> anyhow::Result<Layout> {
-    up_with(spec, out, &[])
+/// The testbed shaped as `infra`: its hosts (by id, in order) and links, `src` on the
+/// first host and `dst` on the last, `extra_endpoints` round-robin.
+pub fn spec_for(
+    infra: &Infrastructure,
+    prefix: &str,
+    subnet_base: u8,
+    extra_endpoints: Vec<String>,
+) -> HostsSpec {
+    HostsSpec {
+        prefix: prefix.to_string(),
+        subnet_base,
+        hosts: infra.hosts.len(),
+        extra_endpoints,
+        names: infra.hosts.iter().map(|h| h.id.clone()).collect(),
+        links: infra
+            .links
+            .iter()
+            .map(|l| hosts::LinkInfo {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                latency_us: l.latency_us.round().clamp(0.0, f64::from(u32::MAX)) as u32,
+            })
+            .collect(),
+    }
 }
 
-/// [`up`], with agents that let workers read files (DPI patterns) under `allowed_dirs`.
-pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow::Result<Layout> {
+/// Builds the testbed, starts its agents and writes the files; returns the layout. The
+/// agents let workers read files (DPI patterns) under `allowed_dirs`;
+/// with `shape` (an infrastructure descriptor, `spec` from [`spec_for`]) every agent runs
+/// the devices `shape` gives its host, and the written infrastructure is `shape` with
+/// the agents and management settings added.
+pub fn up_with(
+    spec: &HostsSpec,
+    out: &Path,
+    allowed_dirs: &[PathBuf],
+    shape: Option<&Infrastructure>,
+) -> anyhow::Result<Layout> {
     let lay = hosts::up(spec, &closed_ruleset())?;
     std::fs::create_dir_all(out.join("agents"))
         .with_context(|| format!("creating {}", out.display()))?;
-    let subjects: Vec<AgentSubject> = lay
-        .hosts
-        .iter()
-        .map(|h| AgentSubject {
-            name: h.id.clone(),
-            ips: vec![h.mgmt.into()],
-        })
-        .collect();
-    // A rebuild keeps the material its running agents hold; anything missing means new
-    // material and restarted agents.
-    let pki_dir = out.join("pki");
-    let token_file = out.join("token");
-    let pki = match tls::existing(&pki_dir, &subjects).filter(|_| token_file.exists()) {
-        Some(p) => p,
-        None => {
-            for h in &lay.hosts {
-                stop_agent(h, &out.join("agents"));
-            }
-            nfx_control::client::write_new_token(&token_file)?;
-            tls::generate(&pki_dir, &subjects)?
-        }
-    };
+    let (pki, token_file) = pki(&lay, out)?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get() as u32)
         .unwrap_or(1);
-    let mut infra = infrastructure(&lay, cores, true);
-    let tables = match table_tier_probe() {
-        Ok(()) => true,
-        Err(e) => {
-            crate::note!("no table-tier devices on this testbed: {e}");
-            false
-        }
+    let tables = table_tier_probe();
+    if let Err(e) = &tables {
+        crate::note!("no table-tier devices on this testbed: {e}");
+    }
+    let mut infra = match shape {
+        Some(s) => with_agents(s, &lay)?,
+        None => infrastructure(&lay, cores, true),
     };
     infra.management = Some(Management {
         netns: Some(lay.mgmt_netns.clone()),
@@ -122,7 +131,19 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
     });
     let nfx_bin = std::env::current_exe().context("locating the nfx binary")?;
     for h in &lay.hosts {
-        let software = software_devices(&h.id, cores);
+        let (devs, power) = match shape {
+            Some(s) => (
+                shaped_devices(s, &h.id, cores, &tables)?,
+                host_power(s, &h.id),
+            ),
+            None => {
+                let d = generic_devices(&h.id, cores, tables.is_ok());
+                if let Some(t) = d.tables.first() {
+                    infra.devices.push(table_device(&h.id, t));
+                }
+                (d, nfx_energy::model::default_power(cores))
+            }
+        };
         let cfg = AgentConfig {
             host: h.id.clone(),
             listen: (h.mgmt, AGENT_PORT).into(),
@@ -130,7 +151,7 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
             token_file: token_file.clone(),
             run_dir: out.join("agents").join(&h.id),
             nfx_bin: Some(nfx_bin.clone()),
-            software,
+            software: devs.software,
             neighbors: h
                 .neighbors
                 .iter()
@@ -146,17 +167,10 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
                 .collect(),
             ready_file: Some(out.join("agents").join(format!("{}.ready", h.id))),
             allowed_dirs: allowed_dirs.to_vec(),
-            power: Some(nfx_energy::model::default_power(cores)),
-            accelerators: vec![accelerator(&h.id, cores)],
-            tables: if tables {
-                vec![table(&h.id)]
-            } else {
-                Vec::new()
-            },
+            power: Some(power),
+            accelerators: devs.accelerators,
+            tables: devs.tables,
         };
-        if tables {
-            infra.devices.push(table_device(&h.id, &table(&h.id)));
-        }
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
     infra
@@ -166,6 +180,37 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
         &out.join("infrastructure.yaml"),
         &serde_yaml_ng::to_string(&infra)?,
     )?;
+    write_endpoints(&lay, out)?;
+    Ok(lay)
+}
+
+/// The agents' TLS material and the API token file: a rebuild keeps the material its
+/// running agents hold; anything missing means new material and restarted agents.
+fn pki(lay: &Layout, out: &Path) -> anyhow::Result<(tls::Pki, PathBuf)> {
+    let subjects: Vec<AgentSubject> = lay
+        .hosts
+        .iter()
+        .map(|h| AgentSubject {
+            name: h.id.clone(),
+            ips: vec![h.mgmt.into()],
+        })
+        .collect();
+    let pki_dir = out.join("pki");
+    let token_file = out.join("token");
+    let pki = match tls::existing(&pki_dir, &subjects).filter(|_| token_file.exists()) {
+        Some(p) => p,
+        None => {
+            for h in &lay.hosts {
+                stop_agent(h, &out.join("agents"));
+            }
+            nfx_control::client::write_new_token(&token_file)?;
+            tls::generate(&pki_dir, &subjects)?
+        }
+    };
+    Ok((pki, token_file))
+}
+
+fn write_endpoints(lay: &Layout, out: &Path) -> anyhow::Result<()> {
     let eps: BTreeMap<&str, EndpointEntry> = lay
         .endpoints
         .iter()
@@ -183,8 +228,92 @@ pub fn up_with(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow
     write(
         &out.join("endpoints.json"),
         &serde_json::to_string_pretty(&eps)?,
-    )?;
-    Ok(lay)
+    )
+}
+
+/// The devices one host's agent runs.
+struct HostDevices {
+    software: Vec<SoftwareDevice>,
+    accelerators: Vec<AcceleratorDevice>,
+    tables: Vec<TableDevice>,
+}
+
+/// A generic host's devices: software workers sharing the cores, one lookaside device,
+/// and one table device where the kernel runs the table tier.
+fn generic_devices(host: &str, cores: u32, tables: bool) -> HostDevices {
+    HostDevices {
+        software: software_devices(host, cores),
+        accelerators: vec![accelerator(host, cores)],
+        tables: if tables {
+            vec![table(host)]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The devices `infra` gives `host`, as its agent runs them: a software device's
+/// `cpu_cores`, an accelerator's `queue_pairs` (its process pinned to the machine's last
+/// core), a table device's `table_entries`. A table device where the kernel does not run
+/// the table tier is an error naming it.
+fn shaped_devices(
+    infra: &Infrastructure,
+    host: &str,
+    cores: u32,
+    tables: &Result<(), String>,
+) -> anyhow::Result<HostDevices> {
+    let mut d = HostDevices {
+        software: Vec::new(),
+        accelerators: Vec::new(),
+        tables: Vec::new(),
+    };
+    for dev in infra.devices.iter().filter(|d| d.host == host) {
+        match dev.tier {
+            Tier::Software => d.software.push(SoftwareDevice {
+                id: dev.id.clone(),
+                cores: dev.cpu_cores.unwrap_or(1).max(1),
+            }),
+            Tier::Accelerator => d.accelerators.push(AcceleratorDevice {
+                id: dev.id.clone(),
+                queue_pairs: dev.queue_pairs.unwrap_or(1),
+                core: Some(cores.saturating_sub(1) as usize),
+            }),
+            Tier::Table => match tables {
+                Ok(()) => d.tables.push(TableDevice {
+                    id: dev.id.clone(),
+                    entries: dev.table_entries.unwrap_or(TABLE_ENTRIES),
+                }),
+                Err(e) => bail!(
+                    "device {} is of the table tier, which this machine does not run: {e}",
+                    dev.id
+                ),
+            },
+        }
+    }
+    Ok(d)
+}
+
+/// The power model of `host` in `infra`, else the default one for its cores.
+fn host_power(infra: &Infrastructure, host: &str) -> nfx_model::PowerModel {
+    let h = infra.hosts.iter().find(|h| h.id == host);
+    h.and_then(|h| h.power.clone())
+        .unwrap_or_else(|| nfx_energy::model::default_power(h.map_or(1, |h| h.cores)))
+}
+
+/// `infra` with each host's agent URL on the testbed `lay` (built from it). Its
+/// `calibration` block is left out: loading `infra` applied its figures to the devices,
+/// and its paths are relative to the file it came from.
+fn with_agents(infra: &Infrastructure, lay: &Layout) -> anyhow::Result<Infrastructure> {
+    let mut infra = infra.clone();
+    infra.calibration = None;
+    for h in &mut infra.hosts {
+        let mgmt = lay
+            .host(&h.id)
+            .context("a host of the shape is not built")?
+            .mgmt;
+        h.agent = Some(format!("https://{mgmt}:{AGENT_PORT}"));
+    }
+    Ok(infra)
 }
 
 /// The hosts (with their agents' URLs if `agents`), software devices and links of
@@ -420,6 +549,8 @@ mod tests {
             subnet_base: 152,
             hosts: 3,
             extra_endpoints: Vec::new(),
+            names: Vec::new(),
+            links: Vec::new(),
         }
         .layout();
         let real = infrastructure(&lay, 2, true);

@@ -60,15 +60,25 @@ pub struct Testbed {
 }
 
 /// Runs `nfx testbed up` with `hosts` hosts under `prefix` and subnet base `base`.
+// examples_e2e shapes its testbed with testbed_up_shaped.
+#[allow(dead_code)]
 pub fn testbed_up(token: &str, prefix: &'static str, base: &str, hosts: u32) -> Testbed {
+    let n = hosts.to_string();
+    testbed_up_shaped(token, prefix, base, &["--hosts", &n])
+}
+
+/// `nfx testbed up SHAPE` (`--hosts N`, or `--infra FILE` and its options) under
+/// `prefix` and subnet base `base`, into a temporary `--out` directory.
+pub fn testbed_up_shaped(token: &str, prefix: &'static str, base: &str, shape: &[&str]) -> Testbed {
     let dir = nfx_testbed::tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     let down = Down(prefix);
-    let n = hosts.to_string();
-    let args = ["testbed", "up", "--hosts", &n, "--out"];
-    let rest = ["--prefix", prefix, "--subnet-base", base];
+    let rest = ["--prefix", prefix, "--subnet-base", base, "--out"];
     let out_s = out.to_str().unwrap();
-    nfx(token, &[&args[..], &[out_s], &rest[..]].concat());
+    nfx(
+        token,
+        &[&["testbed", "up"][..], shape, &rest[..], &[out_s]].concat(),
+    );
     let eps = serde_json::from_str(&std::fs::read_to_string(out.join("endpoints.json")).unwrap())
         .unwrap();
     Testbed {
@@ -172,4 +182,37 @@ pub fn operations(c: &nfx_control::client::Client, kind: &str, target: &str) -> 
         .filter(|o| o["kind"] == kind && o["target"] == target)
         .cloned()
         .collect()
+}
+
+/// Sends `payload`-byte datagrams starting with `pattern` at `pps` a second for `secs`
+/// from namespace `src` to `dst:port` while a sink in namespace `dst_ns` counts them;
+/// waits up to 3 s for the stragglers. Returns how many were sent and what the sink got.
+// Only the tunnel tests send paced datagrams.
+#[allow(dead_code)]
+pub fn paced_udp(
+    (src, dst_ns): (&str, &str),
+    (dst, port): (std::net::Ipv4Addr, u16),
+    (payload, pattern): (usize, &[u8]),
+    (pps, secs): (u64, f64),
+) -> (u64, nfx_testbed::udpgen::SinkReport) {
+    use nfx_testbed::udpgen;
+    let sink = udpgen::Sink::start(dst_ns, port, pattern).unwrap();
+    let sent = udpgen::generate(udpgen::GenSpec {
+        ns: src.to_string(),
+        dst,
+        port,
+        payload,
+        pattern: pattern.to_vec(),
+        flows: 1,
+        duration: Duration::from_secs_f64(secs),
+        batch: 8,
+        pps: Some(pps),
+    })
+    .unwrap()
+    .sent;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while sink.packets() < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (sent, sink.finish().unwrap())
 }

@@ -435,3 +435,24 @@ fn a_damaged_or_foreign_record_closes_the_host() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_selector_without_addresses_leaves_interface_bound_segments_the_last_word() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let mut p = path(Some("h1"), None, &[]);
+    p.selector = serde_json::from_value(serde_json::json!({"proto": "tcp"})).unwrap();
+    s.program("web", &p).unwrap();
+    let calls = rec.take();
+    let script = nft_scripts(&calls)[0];
+    // At the egress host the replies' interface is unknown: their rule matches on every
+    // interface, so it must come before the forward rule bound to the link from h1
+    // (the last matching rule's mark wins).
+    let reply = script
+        .find(" meta l4proto tcp meta mark set 0x4e580018")
+        .unwrap_or_else(|| panic!("{script}"));
+    let forward = script
+        .find("iifname \"to-h1\" meta l4proto tcp meta mark set 0x4e580010")
+        .unwrap_or_else(|| panic!("{script}"));
+    assert!(reply < forward, "{script}");
+}
