@@ -1,6 +1,6 @@
 //! The controller's power manager consolidating a service's workers on real knobs, on a
-//! one-host testbed (`nfx testbed up --hosts 1`): a chain of two firewalls, each on a
-//! worker of its own on the same host, managed with `nfx up --power-manager-service`.
+//! one-host testbed (`nfx testbed up --hosts 1`): a chain of a firewall and an
+//! elephant-flow detector, each on a worker of its own on the same host, managed with `nfx up --power-manager-service`.
 //! Idle, the manager pins every thread of both workers to the host's first core; the
 //! test reads each thread's `Cpus_allowed_list` from `/proc/<pid>/task/<tid>/status`
 //! and finds the decision as a completed `power` operation with its reason. Under a
@@ -18,7 +18,6 @@ mod hostbed;
 use common::eventually;
 use nfx_control::client::Client;
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
-use serde_json::Value;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "hc-";
@@ -39,8 +38,8 @@ fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
 }
 
-/// The service: two firewalls in a chain, each needing 60 % of a device, so each gets a
-/// worker of its own (the testbed splits the host's cores between two devices).
+/// The service: a firewall and an elephant-flow detector in a chain, each needing 60 %
+/// of a device, so each gets a worker of its own (the testbed splits the host's cores between two devices).
 fn service_yaml(
     src: &(String, std::net::Ipv4Addr, String),
     dst_addr: std::net::Ipv4Addr,
@@ -50,6 +49,9 @@ fn service_yaml(
         "      - function: firewall
         capacity_need: {need}
         config: {{ default: deny, rules: [{{ action: allow, proto: udp, dport: {PORT} }}] }}
+      - function: elephant
+        capacity_need: {need}
+        config: {{ min_bytes: 1000000 }}
 "
     );
     format!(
@@ -60,7 +62,7 @@ fn service_yaml(
     egress: {host}
     selector: {{ src: {}/32, dst: {dst_addr}/32, proto: udp, dport: {PORT} }}
     chain:
-{fw}{fw}    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+{fw}    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
 ",
         src.1,
         host = src.2,
