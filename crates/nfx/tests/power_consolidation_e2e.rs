@@ -1,10 +1,10 @@
 //! The controller's power manager consolidating a service's workers on real knobs, on a
 //! one-host testbed (`nfx testbed up --hosts 1`): a chain of a firewall and an
-//! elephant-flow detector, each on a worker of its own on the same host, managed with `nfx up --power-manager-service`.
-//! Idle, the manager pins every thread of both workers to the host's first core; the
-//! test reads each thread's `Cpus_allowed_list` from `/proc/<pid>/task/<tid>/status`
-//! and finds the decision as a completed `power` operation with its reason. Under a
-//! paced UDP stream through the chain, the workers ask for more than one core gives
+//! elephant-flow detector, each on a worker of its own on the same host, managed with
+//! `nfx up --power-manager-service`. Idle, the manager pins every thread of both
+//! workers to the host's first core; the test reads each thread's `Cpus_allowed_list`
+//! from `/proc/<pid>/task/<tid>/status` and finds the decision as a completed `power`
+//! operation with its reason. Under a paced UDP stream through the chain, the workers ask for more than one core gives
 //! them (their CPU time plus the time they waited for it, from the kernel's
 //! `schedstat`): they are spread over all of the host's cores again, read back the same
 //! way; once the stream stops they are consolidated again. The service's latency SLA
@@ -39,7 +39,8 @@ fn nfx(args: &[&str]) -> String {
 }
 
 /// The service: a firewall and an elephant-flow detector in a chain, each needing 60 %
-/// of a device, so each gets a worker of its own (the testbed splits the host's cores between two devices).
+/// of a device, so each gets a worker of its own (the testbed splits the host's cores
+/// between two devices).
 fn service_yaml(
     src: &(String, std::net::Ipv4Addr, String),
     dst_addr: std::net::Ipv4Addr,
