@@ -4,13 +4,13 @@
 //! `nfx up --power-manager-service`. Idle, the manager pins every thread of both
 //! workers to the host's first core; the test reads each thread's `Cpus_allowed_list`
 //! from `/proc/<pid>/task/<tid>/status` and finds the decision as a completed `power`
-//! operation with its reason. Under a paced UDP stream through the chain, the workers ask for more than one core gives
-//! them (their CPU time plus the time they waited for it, from the kernel's
-//! `schedstat`): they are spread over all of the host's cores again, read back the same
-//! way; once the stream stops they are consolidated again. The service's latency SLA
-//! (1 ms) keeps its workers unlimited, so the affinity is the only knob that moves.
-//! Nothing waits for a fixed time: every step is polled with a bound. Needs root; own
-//! prefix and subnet; torn down on failure too.
+//! operation with its reason. Under a paced UDP stream through the chain, the workers
+//! ask for more than one core gives them (their CPU time plus the time they waited for
+//! it, from the kernel's `schedstat`): they are spread over all of the host's cores
+//! again, read back the same way; once the stream stops they are consolidated again.
+//! The service's latency SLA (1 ms) keeps its workers unlimited, so the affinity is the
+//! only knob that moves. Nothing waits for a fixed time: every step is polled with a
+//! bound. Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
 mod hostbed;
