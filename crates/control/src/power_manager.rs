@@ -355,6 +355,8 @@ pub struct CpuUse {
     pub device_cores: f64,
     /// Whether it polls (busy or adaptive): it then spins on what it is given.
     pub spins: bool,
+    /// Cores' worth of time it waited for a CPU (not counted under its own limit).
+    pub waited: f64,
 }
 
 /// The worker's sample over the interval since its previous report (`None` before the
@@ -381,8 +383,13 @@ fn sample(
         allowed: speed * f64::from(w.cores),
         device_cores: f64::from(w.cores.max(1)),
         spins: wp.threads.iter().any(|t| t.poll != "interrupt"),
+        // Under a limit the worker waits by design: that is not CPU it lacks.
+        waited: if speed < 1.0 { 0.0 } else { wp.wait_cores },
     };
-    Some(traffic_sample(&prev, &now, &cpu))
+    let mut s = traffic_sample(&prev, &now, &cpu);
+    // The agent's latency figure: the CPU limit's worst-case wait, as the kernel has it.
+    s.sample.latency_us = wp.cpu_wait_bound_us;
+    Some(s)
 }
 
 /// Offered and delivered throughput between two readings, the CPU the worker used as a
@@ -435,6 +442,7 @@ pub fn traffic_sample(a: &Counters, b: &Counters, cpu: &CpuUse) -> BoxSample {
         },
         pps: frames / dt,
         cpu_cores: cpu.cores,
+        wait_cores: cpu.waited,
     }
 }
 
@@ -605,13 +613,24 @@ mod tests {
     /// (the rest are dropped by the kernel) and uses `min(limit, need)` cores. The
     /// kernel counts the frames on its ports as they arrive (`wire`); the worker's own
     /// counters move by `1 ± jitter` of that, alternately (it reads in bursts under a
-    /// CPU limit).
+    /// CPU limit). Its agent reports `latency(limit)` µs as the latency figure: by
+    /// default the bound the agent computes (the limit's worst-case wait).
     struct Box1 {
         at_ms: u64,
         t: WorkerTraffic,
         wire: WireTraffic,
         limit: f64,
         jitter: f64,
+        latency: fn(f64) -> f64,
+    }
+
+    /// The agent's latency figure for a limit of `cores` (one-core worker).
+    fn bound_us(cores: f64) -> f64 {
+        if cores >= 1.0 {
+            0.0
+        } else {
+            nfx_io::cgroup::worst_wait(cores).as_secs_f64() * 1e6
+        }
     }
 
     impl Box1 {
@@ -622,6 +641,7 @@ mod tests {
                 wire: WireTraffic::default(),
                 limit: 1.0,
                 jitter,
+                latency: bound_us,
             }
         }
 
@@ -659,7 +679,10 @@ mod tests {
                     poll: "adaptive".into(),
                     affinity: vec![0],
                     cpu_max_cores: None,
+                    cpu_wait_bound_us: 0.0,
                 }],
+                wait_cores: 0.0,
+                cpu_wait_bound_us: Some((self.latency)(self.limit)),
             };
             let r = EnergyReport {
                 host: "h1".into(),
@@ -684,14 +707,26 @@ mod tests {
             need: f64,
             offered: f64,
         ) -> Vec<Decision> {
-            let svc = [service("s")];
+            self.run_for(&service("s"), pm, secs, need, offered)
+        }
+
+        /// [`Box1::run`] for the service `svc`.
+        fn run_for(
+            &mut self,
+            svc: &ServiceRow,
+            pm: &mut PowerManagers,
+            secs: usize,
+            need: f64,
+            offered: f64,
+        ) -> Vec<Decision> {
+            let svc = std::slice::from_ref(svc);
             let rows = [row("fw", "h1-sw0", Tier::Software, &["s"])];
             let cores = BTreeMap::from([("h1-sw0".to_string(), 1)]);
             let hosts = BTreeMap::from([("h1".to_string(), 2)]);
             let mut all = Vec::new();
             for _ in 0..secs {
                 let f = self.second(need, offered);
-                for d in pm.decide(&svc, &rows, &f, &cores, &hosts) {
+                for d in pm.decide(svc, &rows, &f, &cores, &hosts) {
                     if let KnobSetting::CpuMax(c) = d.request.setting {
                         self.limit = c.unwrap_or(1.0);
                     }
@@ -796,6 +831,38 @@ mod tests {
     }
 
     #[test]
+    fn a_level_whose_reported_latency_breaks_the_sla_is_never_settled_at() {
+        // A 15 ms SLA admits the levels whose limit's wait is ≤ 15 ms (0.25 core and up).
+        // With the agent reporting that bound, the worker (0.1 core needed) settles at
+        // 0.25 core, where the bound is exactly 15 ms.
+        let svc = service_with("s", 15_000.0);
+        let mut pm = PowerManagers::default();
+        let mut b = Box1::new(0.0);
+        b.run_for(&svc, &mut pm, 14, 0.1, 40e6);
+        assert_eq!(b.limit, 0.25);
+        assert!(pm.settings()[0].settled, "{:?}", pm.settings());
+        // A worker whose reported latency is twice that bound (40 ms × (1 − level): its
+        // kernel's period is longer, or packets queue behind others): 0.25, 0.35 and 0.5
+        // break the SLA by what the agent reports. The probe leaves them and settles at
+        // 0.7 core (12 ms); once settled, the latency it reports holds.
+        let mut pm = PowerManagers::default();
+        let mut b = Box1::new(0.0);
+        b.latency = |l| if l >= 1.0 { 0.0 } else { 40_000.0 * (1.0 - l) };
+        let d = b.run_for(&svc, &mut pm, 16, 0.1, 40e6);
+        assert_eq!(b.limit, 0.7, "{d:#?}");
+        assert!(
+            d.iter().any(|d| d.reason.contains("the SLA broke")),
+            "{d:#?}"
+        );
+        for _ in 0..10 {
+            let d = b.run_for(&svc, &mut pm, 1, 0.1, 40e6);
+            assert!(d.is_empty(), "{d:#?}");
+            assert!(pm.settings()[0].settled);
+            assert!((b.latency)(b.limit) <= 15_000.0);
+        }
+    }
+
+    #[test]
     fn only_software_workers_of_one_service_are_managed() {
         let cores = BTreeMap::from([("h1-sw0".to_string(), 1), ("h1-sw1".to_string(), 2)]);
         let rows = [
@@ -817,6 +884,7 @@ mod tests {
             allowed: 0.5,
             device_cores: 1.0,
             spins,
+            waited: 0.0,
         };
         let wire = |at, rx: u64, dropped| WireTraffic {
             at_unix_ms: at,
@@ -866,6 +934,7 @@ mod tests {
             allowed: 0.5,
             device_cores: 1.0,
             spins: false,
+            waited: 0.0,
         };
         let a = Counters {
             at_ms: 0,
@@ -905,6 +974,7 @@ mod tests {
                 poll: poll.into(),
                 affinity: vec![0, 1],
                 cpu_max_cores: limit,
+                cpu_wait_bound_us: 0.0,
             }],
         };
         let ok = read_back(

@@ -7,7 +7,9 @@
 //!   `adaptive` below half that rate (by load only: on a shared or oversubscribed host a
 //!   broken latency is often CPU contention, which spinning makes worse);
 //! * **consolidation**: every box on the first core while the service needs less than
-//!   `consolidate_below_cores`, spread over all cores above 1.5× that (hysteresis).
+//!   `consolidate_below_cores`, spread over all cores above 1.5× that (hysteresis). Its
+//!   need is the CPU its boxes used plus the time they waited for a CPU: boxes sharing
+//!   one core cannot use more than it gives them, but a wait shows what they lack.
 //!
 //! It is pure (no I/O): the controller feeds it samples and applies what it returns
 //! through the hosts' agents ([`crate::knobs`]).
@@ -47,6 +49,10 @@ pub struct BoxSample {
     pub pps: f64,
     /// Cores the box used.
     pub cpu_cores: f64,
+    /// Cores' worth of time the box was runnable but waited for a CPU (0 when unknown,
+    /// or when the wait is the box's own CPU limit): used + waited is what it asked for,
+    /// which boxes sharing a core do not get.
+    pub wait_cores: f64,
 }
 
 /// A knob setting to apply.
@@ -176,7 +182,9 @@ impl PowerManager {
         if self.cpus.len() < 2 || samples.iter().all(Option::is_none) {
             return Vec::new();
         }
-        let need: f64 = samples.iter().flatten().map(|s| s.cpu_cores).sum();
+        let used: f64 = samples.iter().flatten().map(|s| s.cpu_cores).sum();
+        let waited: f64 = samples.iter().flatten().map(|s| s.wait_cores).sum();
+        let need = used + waited;
         let thr = self.policy.consolidate_below_cores;
         let want = match self.consolidated {
             Some(true) if need > 1.5 * thr => false,
@@ -191,13 +199,14 @@ impl PowerManager {
         let (cpus, why) = if want {
             (
                 vec![self.cpus[0]],
-                format!("service uses {need:.2} cores (< {thr:.2}): consolidated on core {}, the others left idle", self.cpus[0]),
+                format!("service needs {need:.2} cores (used {used:.2} + waited {waited:.2}; < {thr:.2}): consolidated on core {}, the others left idle", self.cpus[0]),
             )
         } else {
             (
                 self.cpus.clone(),
                 format!(
-                    "service uses {need:.2} cores: spread over cores {:?}",
+                    "service needs {need:.2} cores (used {used:.2} + waited {waited:.2}; > {:.2}): spread over cores {:?}",
+                    1.5 * thr,
                     self.cpus
                 ),
             )
@@ -270,6 +279,7 @@ mod tests {
             },
             pps,
             cpu_cores: need.min(level),
+            wait_cores: 0.0,
         }
     }
 
@@ -371,5 +381,34 @@ mod tests {
         );
         // No sample: nothing decided.
         assert!(m.step(&[None, None]).is_empty());
+    }
+
+    #[test]
+    fn boxes_sharing_a_core_spread_when_they_wait_for_it() {
+        let mut m = PowerManager::new(policy(), boxes(), vec![0, 1]);
+        let idle = sample(1.0, 0.01, 1e5, 10.0);
+        let a = m.step(&[Some(idle), Some(idle)]);
+        assert!(a.iter().any(|x| x.setting == Setting::Affinity(vec![0])));
+        // Loaded, both on core 0 beside a busy neighbour: each gets 0.2 core and waits
+        // 0.8 for it. What they used alone (0.4) is below the threshold; what they asked
+        // for (2.0) is not.
+        let mut busy = sample(1.0, 0.2, 1e7, 1e3);
+        busy.wait_cores = 0.8;
+        let a = m.step(&[Some(busy), Some(busy)]);
+        let spread: Vec<&Action> = a
+            .iter()
+            .filter(|x| x.setting == Setting::Affinity(vec![0, 1]))
+            .collect();
+        assert_eq!(spread.len(), 2, "{a:?}");
+        assert!(
+            spread[0].reason.contains("used 0.40 + waited 1.60"),
+            "{}",
+            spread[0].reason
+        );
+        // Spread, the same use with less wait (0.7 in all): between the thresholds, it
+        // stays spread.
+        busy.wait_cores = 0.15;
+        let a = m.step(&[Some(busy), Some(busy)]);
+        assert!(!a.iter().any(|x| matches!(x.setting, Setting::Affinity(_))));
     }
 }

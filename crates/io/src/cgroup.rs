@@ -136,18 +136,18 @@ impl CpuController {
         ))
     }
 
-    /// The CPU limit in force on thread `tid`, in cores (0.3 = 30 % of one core), read
-    /// from the kernel: its cgroup in this hierarchy (`/proc/<tid>/cgroup`) and that
-    /// group's `cpu.max` (v2) or CFS quota (v1). `None` when unlimited (the root group
-    /// has no limit file).
-    pub fn thread_limit_cores(&self, tid: u32) -> io::Result<Option<f64>> {
+    /// The CPU limit in force on thread `tid` as `(quota, period)`, read from the
+    /// kernel: its cgroup in this hierarchy (`/proc/<tid>/cgroup`) and that group's
+    /// `cpu.max` (v2) or CFS quota (v1). `None` when unlimited (the root group has no
+    /// limit file).
+    pub fn thread_limit(&self, tid: u32) -> io::Result<Option<(Duration, Duration)>> {
         let cg = current_cgroup(self.version, tid);
         let rel = cg.strip_prefix("/").unwrap_or(&cg);
         if rel.as_os_str().is_empty() {
             return Ok(None);
         }
         let (q, p) = read_limit(self.version, &self.root.join(rel))?;
-        Ok(q.map(|q| q.as_secs_f64() / p.as_secs_f64().max(1e-9)))
+        Ok(q.map(|q| (q, p)))
     }
 
     /// Creates (or reuses) the group `nfx/<name>`. On v2 it first enables the cpu

@@ -168,6 +168,30 @@ pub fn parse_schedstat(text: &str) -> io::Result<u64> {
         .map_err(|_| bad("bad schedstat"))
 }
 
+/// Time spent runnable but waiting for a CPU, in nanoseconds: the second field of
+/// `/proc/<pid>/task/<tid>/schedstat` (the scheduler's run-queue delay, which includes
+/// time held back by a CPU bandwidth limit). CPU time says what a thread got; this says
+/// what it was kept waiting for.
+pub fn parse_schedstat_wait(text: &str) -> io::Result<u64> {
+    text.split_whitespace()
+        .nth(1)
+        .ok_or_else(|| bad("schedstat without a run-queue delay"))?
+        .parse()
+        .map_err(|_| bad("bad schedstat"))
+}
+
+/// Run-queue delay of every thread of process `pid` together ([`parse_schedstat_wait`]);
+/// a thread that exits while it is read is left out.
+pub fn process_wait_time(pid: u32) -> io::Result<Duration> {
+    let mut ns = 0u64;
+    for tid in thread_ids(pid)? {
+        if let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")) {
+            ns += parse_schedstat_wait(&t)?;
+        }
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
 /// CPU time of thread `tid` of process `pid`: nanosecond `schedstat` where the kernel
 /// has it, else `stat`'s user + system clock ticks.
 pub fn task_cpu_time(pid: u32, tid: u32) -> io::Result<Duration> {
@@ -339,6 +363,11 @@ mod tests {
         assert_eq!(parse_schedstat("1668237 12803909 3\n").unwrap(), 1668237);
         assert!(parse_schedstat("").is_err());
         assert!(parse_schedstat("x 1 2").is_err());
+        assert_eq!(
+            parse_schedstat_wait("1668237 12803909 3\n").unwrap(),
+            12803909
+        );
+        assert!(parse_schedstat_wait("1668237").is_err());
     }
 
     #[test]

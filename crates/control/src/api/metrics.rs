@@ -228,6 +228,14 @@ fn worker_knobs(
         "nfx_worker_cpu_limit_cores",
         "CPU bandwidth limit of a worker's dataplane thread, cores, read back from the kernel by its agent (cpu.max or the CFS quota; absent when unlimited)",
     );
+    let bound = f.gauge(
+        "nfx_worker_cpu_wait_bound_seconds",
+        "Longest a worker's thread can wait for CPU under its limit, s: period − quota of the limit its agent read back from the kernel (a bound, not a measured delay; 0 when unlimited); the power manager checks it against the service's latency SLA",
+    );
+    let waited = f.gauge(
+        "nfx_worker_cpu_wait_cores",
+        "Cores' worth of time a worker's threads were runnable but waited for a CPU over its agent's last interval (the kernel's run-queue delay, schedstat)",
+    );
     let Some((energy, settings)) = knobs else {
         return;
     };
@@ -245,11 +253,14 @@ fn worker_knobs(
     }
     for h in &energy.hosts {
         for w in &h.workers {
+            let l = labels(&[("host", &h.host), ("device", &w.device)]);
             if let Some(c) = w.threads.iter().find_map(|t| t.cpu_max_cores) {
-                limit
-                    .get_or_create(&labels(&[("host", &h.host), ("device", &w.device)]))
-                    .set(c);
+                limit.get_or_create(&l).set(c);
             }
+            if let Some(us) = w.cpu_wait_bound_us {
+                bound.get_or_create(&l).set(us / 1e6);
+            }
+            waited.get_or_create(&l).set(w.wait_cores);
         }
     }
 }

@@ -16,7 +16,7 @@ use nfx_model::PowerModel;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How often the power agent samples its host.
 pub const METER_EVERY: Duration = Duration::from_secs(1);
@@ -89,6 +89,18 @@ pub struct WorkerPower {
     /// Its dataplane threads as the worker and the kernel report them (empty when the
     /// worker did not answer).
     pub threads: Vec<ThreadKnobs>,
+    /// Cores' worth of time its threads spent runnable but waiting for a CPU over the
+    /// interval (the kernel's run-queue delay, `schedstat`; it includes time held back by
+    /// its CPU limit): with `cpu_cores`, the CPU it asked for — what the power manager
+    /// consolidates by, since threads sharing a contended core get less than they need.
+    #[serde(default)]
+    pub wait_cores: f64,
+    /// The longest a packet can wait for this worker's CPU because of its CPU limit, µs:
+    /// a bound computed from the limit read back from the kernel (period − quota of its
+    /// threads' cgroup; 0 unlimited), not a measured delay. `None` when no thread
+    /// answered. The power manager checks it against the service's latency SLA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait_bound_us: Option<f64>,
 }
 
 /// A worker's cumulative port counters, from its stats (zero when it did not answer).
@@ -174,6 +186,10 @@ pub struct ThreadKnobs {
     /// Its cgroup's CPU limit in cores (`cpu.max` or the v1 CFS quota); `None` when
     /// unlimited or the host has no readable cpu controller.
     pub cpu_max_cores: Option<f64>,
+    /// The longest this thread waits for CPU in one period of its limit, µs (period −
+    /// quota as the kernel has them; 0 when unlimited or the quota covers the period).
+    #[serde(default)]
+    pub cpu_wait_bound_us: f64,
 }
 
 /// A VNF instance that is a process tree of its own rather than a node of a worker (a
@@ -204,6 +220,8 @@ struct State {
     joules: BTreeMap<String, f64>,
     /// Interface names of each device's worker ports (from its stats).
     ports: BTreeMap<String, Vec<String>>,
+    /// Each device's worker: pid, its threads' run-queue delay and when it was read.
+    waits: BTreeMap<String, (u32, Duration, Instant)>,
     cpu: Option<CpuController>,
 }
 
@@ -235,6 +253,7 @@ impl PowerAgent {
                 cycles: BTreeMap::new(),
                 joules: BTreeMap::new(),
                 ports: BTreeMap::new(),
+                waits: BTreeMap::new(),
                 cpu: CpuController::detect().ok(),
             })
             .map_err(|e| e.to_string());
@@ -304,6 +323,7 @@ impl PowerAgent {
             st.meter.remove_group(&d);
             st.pids.remove(&d);
             st.ports.remove(&d);
+            st.waits.remove(&d);
         }
         let reading = st.meter.sample()?;
         let source = reading.energy.source;
@@ -353,6 +373,10 @@ impl PowerAgent {
                     source,
                 });
             }
+            let threads = stats
+                .as_ref()
+                .map(|s| thread_knobs(s, st.cpu.as_ref()))
+                .unwrap_or_default();
             out_workers.push(WorkerPower {
                 device: w.device.clone(),
                 pid: w.pid,
@@ -361,9 +385,9 @@ impl PowerAgent {
                 energy_j: g.energy.joules,
                 traffic: stats.as_ref().map(WorkerTraffic::of).unwrap_or_default(),
                 wire,
-                threads: stats
-                    .map(|s| thread_knobs(&s, st.cpu.as_ref()))
-                    .unwrap_or_default(),
+                wait_cores: wait_cores(&mut st.waits, w),
+                cpu_wait_bound_us: cpu_wait_bound_us(&threads),
+                threads,
             });
         }
         for t in trees {
@@ -401,6 +425,28 @@ impl PowerAgent {
             workers: out_workers,
         })
     }
+}
+
+/// Cores' worth of run-queue delay of `w`'s threads since the last call for its device
+/// (0 on the first, or when its pid changed or `/proc` could not be read).
+fn wait_cores(waits: &mut BTreeMap<String, (u32, Duration, Instant)>, w: &WorkerProcess) -> f64 {
+    let Ok(now) = nfx_io::cpu::process_wait_time(w.pid) else {
+        waits.remove(&w.device);
+        return 0.0;
+    };
+    let at = Instant::now();
+    match waits.insert(w.device.clone(), (w.pid, now, at)) {
+        Some((pid, before, t)) if pid == w.pid && at > t => {
+            now.saturating_sub(before).as_secs_f64() / (at - t).as_secs_f64()
+        }
+        _ => 0.0,
+    }
+}
+
+/// The longest wait for CPU that its limit imposes on any of `threads`, µs, from the
+/// limits they read back ([`ThreadKnobs::cpu_wait_bound_us`]); `None` without threads.
+fn cpu_wait_bound_us(threads: &[ThreadKnobs]) -> Option<f64> {
+    threads.iter().map(|t| t.cpu_wait_bound_us).reduce(f64::max)
 }
 
 /// The meter's group name of a process-tree instance (apart from the workers', which are
@@ -454,12 +500,17 @@ pub(crate) fn thread_knobs(
 ) -> Vec<ThreadKnobs> {
     s.workers
         .iter()
-        .map(|w| ThreadKnobs {
-            worker: w.id,
-            tid: w.tid,
-            poll: w.poll.clone(),
-            affinity: nfx_io::affinity::affinity(w.tid).unwrap_or_default(),
-            cpu_max_cores: cpu.and_then(|c| c.thread_limit_cores(w.tid).ok().flatten()),
+        .map(|w| {
+            let limit = cpu.and_then(|c| c.thread_limit(w.tid).ok().flatten());
+            ThreadKnobs {
+                worker: w.id,
+                tid: w.tid,
+                poll: w.poll.clone(),
+                affinity: nfx_io::affinity::affinity(w.tid).unwrap_or_default(),
+                cpu_max_cores: limit.map(|(q, p)| q.as_secs_f64() / p.as_secs_f64().max(1e-9)),
+                cpu_wait_bound_us: limit
+                    .map_or(0.0, |(q, p)| p.saturating_sub(q).as_secs_f64() * 1e6),
+            }
         })
         .collect()
 }

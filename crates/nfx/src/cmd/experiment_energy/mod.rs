@@ -454,6 +454,7 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
                         },
                         pps,
                         cpu_cores: tick.nat_cpu,
+                        wait_cores: 0.0,
                     }),
                     Some(BoxSample {
                         sample: Sample {
@@ -465,6 +466,7 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
                         },
                         pps: 0.0,
                         cpu_cores: tick.transcode_cpu,
+                        wait_cores: 0.0,
                     }),
                 ];
                 let actions = m.step(&samples);
