@@ -837,10 +837,21 @@ impl Vnfm for LocalVnfm {
         w.config_versions.remove(p);
         if w.instances.is_empty() {
             let sock = self.socket(&d);
+            self.kept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&d);
             if ask(&sock, Client::shutdown).is_ok() {
+                // Until the process has ended, not only its control socket: it removes
+                // its ports' isolation tables on the way out, and a worker started next
+                // on the same interfaces would find them held by a live process.
+                let running = || match w.pid {
+                    Some(pid) => alive(pid),
+                    None => ask(&sock, Client::stats).is_ok(),
+                };
                 let start = Instant::now();
-                while ask(&sock, Client::stats).is_ok() && start.elapsed() < SOCKET_TIMEOUT {
-                    std::thread::sleep(Duration::from_millis(20));
+                while running() && start.elapsed() < SOCKET_TIMEOUT {
+                    std::thread::sleep(Duration::from_millis(2));
                 }
             }
             g.remove(&d);
