@@ -99,8 +99,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // A supervisor that gave this process a `$NOTIFY_SOCKET` (the host agent, systemd's
     // `Type=notify`) learns here, without probing, that the ports are open and the
-    // control socket answers.
-    nfx_io::notify::ready().context("telling the supervisor we are ready ($NOTIFY_SOCKET)")?;
+    // control socket answers. A notify socket that has gone (a variable inherited from
+    // an ended supervisor) does not stop the dataplane.
+    if let Err(e) = nfx_io::notify::ready() {
+        eprintln!("nfx run: telling the supervisor we are ready ($NOTIFY_SOCKET): {e}");
+    }
     eprintln!(
         "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s){}); control socket {}",
         cfg.name,
