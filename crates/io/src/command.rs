@@ -29,13 +29,18 @@ pub fn run(
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
         stdin.write_all(text.as_bytes())?;
     }
-    // Read both pipes on their own threads so a chatty command cannot block on a full pipe.
+    // Read both pipes on their own threads so a chatty command cannot block on a full
+    // pipe; each says when its pipe reached end of file, which the command's exit
+    // brings, so the wait below needs no polling while the command runs.
+    let (eof_tx, eof) = std::sync::mpsc::channel::<()>();
     let drain = |p: Option<Box<dyn Read + Send>>| {
+        let eof_tx = eof_tx.clone();
         std::thread::spawn(move || {
             let mut s = String::new();
             if let Some(mut p) = p {
                 let _ = p.read_to_string(&mut s);
             }
+            let _ = eof_tx.send(());
             s
         })
     };
@@ -52,19 +57,31 @@ pub fn run(
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
     let deadline = Instant::now() + limit;
+    let timed_out = |child: &mut std::process::Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{what}: no answer within {limit:?}"),
+        )
+    };
+    for _ in 0..2 {
+        if eof
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            return Err(timed_out(&mut child));
+        }
+    }
+    // Both pipes closed: the command has ended, or (rarely) closed them and runs on.
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break s;
         }
         if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{what}: no answer within {limit:?}"),
-            ));
+            return Err(timed_out(&mut child));
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_micros(100));
     };
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();

@@ -131,13 +131,16 @@ pub(crate) fn map_packet_ring(
         )
     })?;
     let size = blocks * block;
+    // No MAP_POPULATE: the packet socket's mmap handler inserts every page of the ring
+    // (allocated and zeroed by the setsockopt above) into the mapping itself, so a
+    // populate pass would only walk the page tables again on the worker's start-up path.
     // SAFETY: maps the ring just configured on `fd`; checked for MAP_FAILED below.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
+            libc::MAP_SHARED,
             fd,
             0,
         )

@@ -356,3 +356,76 @@ fn udp_sequence_arrives_complete_and_in_order_across_migration() {
     );
     assert_eq!(rig.stateless_drops("w1"), (0, 0, 0));
 }
+
+/// A device's worker started again right after its last instance was destroyed: the
+/// destroy returns once the old process has ended (with it, the isolation tables that
+/// would make the new worker refuse the interfaces as served by a live process), and
+/// every start is announced by the worker (`READY=1`), not found by probing.
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_worker_restarts_at_once_after_its_last_instance_is_destroyed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tb = TestbedGuard::up(Spec {
+        prefix: "nfxmig-rst-".into(),
+        subnet_base: 249,
+    })
+    .unwrap();
+    let dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let (src_mac, cloud_mac) = tb.edge_peer_macs().unwrap();
+    let port = |iface: &str, peer_mac: &str| PortConfig {
+        iface: iface.into(),
+        peer_mac: peer_mac.into(),
+        table_tier: false,
+    };
+    let template = WorkerTemplate {
+        netns: Some(tb.ns(Host::Edge)),
+        ports: Ports {
+            inside: port("to-src", &src_mac),
+            outside: port("to-cloud", &cloud_mac),
+        },
+        vector: None,
+        poll: Some(nfx_io::PollMode::Adaptive),
+        ring_slots: Some(64),
+        fanout: None,
+        fast_path: None,
+        allowed_dirs: Vec::new(),
+        nice: None,
+    };
+    let _workers = Workers {
+        run_dir: dir.path().to_path_buf(),
+    };
+    let vnfm = LocalVnfm::new(LocalConfig {
+        run_dir: dir.path().to_path_buf(),
+        nfx_bin: Some(PathBuf::from(NFX)),
+        workers: [("w0".into(), template)].into(),
+    })
+    .unwrap();
+    let spec = InstanceSpec {
+        id: "fw-r".into(),
+        function: "firewall".into(),
+        device: "w0".into(),
+        config: serde_json::json!({"default": "allow"}),
+        throughput_gbps: 0.0,
+        capacity: 0.0,
+    };
+    let mut pids = BTreeSet::new();
+    for round in 0..5 {
+        let st = vnfm
+            .deploy_instance(&spec)
+            .unwrap_or_else(|e| panic!("start {round}: {e}"));
+        assert_eq!(st.status, "running");
+        let pid = vnfm.worker_processes()[0].pid;
+        assert!(pids.insert(pid), "round {round}: a new process each time");
+        assert!(
+            !dir.path().join("w0.ready").exists(),
+            "the readiness socket goes once the worker is up"
+        );
+        vnfm.destruct_instance("fw-r").unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" Z"))),
+            "round {round}: worker {pid} still runs after its destroy"
+        );
+    }
+}

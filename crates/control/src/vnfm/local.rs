@@ -445,7 +445,20 @@ impl LocalVnfm {
         };
         let log = std::fs::File::create(self.cfg.run_dir.join(format!("{device}.log")))
             .map_err(unavailable)?;
+        // The worker says when it is ready (sd_notify's `READY=1` once its control
+        // socket answers); a run directory whose path is too long for a socket address
+        // falls back to probing the control socket.
+        let notify =
+            nfx_io::notify::ReadyListener::bind(&self.cfg.run_dir.join(format!("{device}.ready")))
+                .inspect_err(|e| {
+                    log::debug!("worker for {device}: no readiness socket ({e}); probing")
+                })
+                .ok();
         let mut cmd = std::process::Command::new(&bin);
+        match &notify {
+            Some(n) => cmd.env(nfx_io::notify::NOTIFY_SOCKET, n.path()),
+            None => cmd.env_remove(nfx_io::notify::NOTIFY_SOCKET),
+        };
         cmd.arg("run")
             .arg("--config")
             .arg(&file)
@@ -465,7 +478,14 @@ impl LocalVnfm {
         }
         let start = Instant::now();
         loop {
-            if ask(&sock, Client::stats).is_ok() {
+            let ready = match &notify {
+                // Short slices: a worker that exits early is noticed within one.
+                Some(n) => n
+                    .wait(Duration::from_millis(20))
+                    .unwrap_or_else(|_| probe(&sock)),
+                None => probe(&sock),
+            };
+            if ready {
                 let pid = child.id();
                 let exits = self.exits.clone();
                 std::thread::spawn(move || {
@@ -493,8 +513,6 @@ impl LocalVnfm {
                     sock.display()
                 )));
             }
-            // Short: a worker's start is on the deploy's critical path.
-            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -746,6 +764,13 @@ fn instance_state(
     }
 }
 
+/// Whether a starting worker's control socket answers, after a short pause (a worker's
+/// start is on the deploy's critical path).
+fn probe(sock: &Path) -> bool {
+    std::thread::sleep(Duration::from_millis(2));
+    ask(sock, Client::stats).is_ok()
+}
+
 /// A client of a worker's control socket, with the exchange timeouts set.
 fn worker_client(sock: &Path) -> Client {
     Client::lazy(sock).with_timeout(SOCKET_TIMEOUT)
@@ -812,10 +837,21 @@ impl Vnfm for LocalVnfm {
         w.config_versions.remove(p);
         if w.instances.is_empty() {
             let sock = self.socket(&d);
+            self.kept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&d);
             if ask(&sock, Client::shutdown).is_ok() {
+                // Until the process has ended, not only its control socket: it removes
+                // its ports' isolation tables on the way out, and a worker started next
+                // on the same interfaces would find them held by a live process.
+                let running = || match w.pid {
+                    Some(pid) => alive(pid),
+                    None => ask(&sock, Client::stats).is_ok(),
+                };
                 let start = Instant::now();
-                while ask(&sock, Client::stats).is_ok() && start.elapsed() < SOCKET_TIMEOUT {
-                    std::thread::sleep(Duration::from_millis(20));
+                while running() && start.elapsed() < SOCKET_TIMEOUT {
+                    std::thread::sleep(Duration::from_millis(2));
                 }
             }
             g.remove(&d);

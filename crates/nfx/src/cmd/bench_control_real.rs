@@ -7,8 +7,8 @@
 //!   alternated twice; the p50 difference per host hop;
 //! * deploy to first packet: a paced UDP stream runs (and is dropped at h1) while two
 //!   services are submitted; the time from the first submit to the first datagram at `dst`;
-//! * a new instance on a running worker and a new worker process, as the agent times them
-//!   (and as the controller's HTTPS call sees them);
+//! * a new instance on a running worker and a new worker process (medians of 20 and of 5
+//!   starts), as the agent times them (and as the controller's HTTPS call sees them);
 //! * a migration under a paced UDP stream: datagrams sent − received;
 //! * the middle host's agent killed with SIGKILL: time to the controller's `agent.down`,
 //!   and from it to the end of the re-placements.
@@ -42,6 +42,9 @@ const SOCKPERF_PORT: u16 = 11111;
 const PPS: u64 = 10_000;
 /// Deploys on a running worker measured (median reported).
 const RUNNING_DEPLOYS: usize = 20;
+/// Deploys that start a worker process measured (median reported), the worker
+/// destroyed in between.
+const NEW_WORKER_DEPLOYS: usize = 5;
 
 /// Options of the real run.
 pub struct RealOptions {
@@ -60,7 +63,7 @@ pub struct RealReport {
     pub deploy_to_first_packet_s: f64,
     /// Agent's time for a new instance on a running worker (median), ms.
     pub instance_on_running_worker_ms: f64,
-    /// Agent's time for a new instance that starts a worker process, ms.
+    /// Agent's time for a new instance that starts a worker process (median), ms.
     pub new_worker_ms: f64,
     /// From SIGKILL of an agent to the controller's `agent.down`, s.
     pub agent_failure_detect_s: f64,
@@ -80,8 +83,10 @@ pub struct RealReport {
     pub both_services_completed_s: f64,
     /// The controller-side round trip (HTTPS) of the running-worker deploy (median), ms.
     pub instance_on_running_worker_rtt_ms: f64,
-    /// The controller-side round trip of the new-worker deploy, ms.
+    /// The controller-side round trip of the new-worker deploy (median), ms.
     pub new_worker_rtt_ms: f64,
+    /// Agent's time of each new-worker deploy, in order, ms.
+    pub new_worker_samples_ms: Vec<f64>,
     /// Datagrams sent / received across the migration.
     pub migration_sent: u64,
     /// Datagrams received across the migration.
@@ -279,8 +284,17 @@ fn timed_deploy(agent: &RemoteVnfm, spec: &InstanceSpec) -> anyhow::Result<(f64,
     Ok((ms, rtt))
 }
 
-/// New worker, then instances on the running worker, on a device no service uses.
-fn deploy_times(bed: &Bed) -> anyhow::Result<((f64, f64), (f64, f64))> {
+/// Agent and round-trip times (medians) of deploys that start a worker (and each
+/// sample's agent time) and of deploys on the running worker.
+struct DeployTimes {
+    new: (f64, f64),
+    new_samples: Vec<f64>,
+    running: (f64, f64),
+}
+
+/// New workers (each destroyed before the next), then instances on a running worker, on
+/// a device no service uses.
+fn deploy_times(bed: &Bed) -> anyhow::Result<DeployTimes> {
     let used: Vec<String> = bed
         .api
         .get("/api/v1/instances")?
@@ -301,7 +315,13 @@ fn deploy_times(bed: &Bed) -> anyhow::Result<((f64, f64), (f64, f64))> {
             "id": format!("bench-x{k}"), "function": "firewall", "device": dev,
             "config": {"default": "allow"}, "throughput_gbps": 0.1, "capacity": 0.1}))?)
     };
-    let new = timed_deploy(agent, &spec(0)?)?;
+    let mut new = Vec::new();
+    for k in 0..NEW_WORKER_DEPLOYS {
+        new.push(timed_deploy(agent, &spec(0)?)?);
+        if k + 1 < NEW_WORKER_DEPLOYS {
+            agent.destruct_instance("bench-x0")?;
+        }
+    }
     let mut running = Vec::new();
     for k in 1..=RUNNING_DEPLOYS {
         running.push(timed_deploy(agent, &spec(k)?)?);
@@ -313,11 +333,17 @@ fn deploy_times(bed: &Bed) -> anyhow::Result<((f64, f64), (f64, f64))> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let run = (
-        median(running.iter().map(|r| r.0).collect()),
-        median(running.iter().map(|r| r.1).collect()),
-    );
-    Ok((new, run))
+    let medians = |v: &[(f64, f64)]| {
+        (
+            median(v.iter().map(|r| r.0).collect()),
+            median(v.iter().map(|r| r.1).collect()),
+        )
+    };
+    Ok(DeployTimes {
+        new: medians(&new),
+        new_samples: new.iter().map(|r| r.0).collect(),
+        running: medians(&running),
+    })
 }
 
 /// Migrates bench-udp's instance under a paced stream; (sent, received).
@@ -409,7 +435,8 @@ pub fn run(o: &RealOptions) -> anyhow::Result<RealReport> {
     crate::note!("deploy to first packet ...");
     let (first, both) = deploy_to_first_packet(&bed)?;
     crate::note!("deploys on the agent ...");
-    let (new, running) = deploy_times(&bed)?;
+    let times = deploy_times(&bed)?;
+    let (new, running) = (times.new, times.running);
     crate::note!("migration under a stream ...");
     let (sent, received) = migration(&bed)?;
     crate::note!("agent failure ...");
@@ -428,6 +455,7 @@ pub fn run(o: &RealOptions) -> anyhow::Result<RealReport> {
         both_services_completed_s: both,
         instance_on_running_worker_rtt_ms: running.1,
         new_worker_rtt_ms: new.1,
+        new_worker_samples_ms: times.new_samples,
         migration_sent: sent,
         migration_received: received,
         load_avg: (load_start, loadavg()),
@@ -463,9 +491,18 @@ pub fn print(r: &RealReport) {
         "",
     );
     row(
-        "new worker process (agent)",
+        "new worker process (agent, median)",
         format!("{:.1} ms", r.new_worker_ms),
         "≤ 50 ms",
+    );
+    row(
+        "  each start",
+        r.new_worker_samples_ms
+            .iter()
+            .map(|m| format!("{m:.0}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        "ms",
     );
     row(
         "  round trip over HTTPS",

@@ -97,6 +97,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let addr = metrics_http::serve(listener, std::sync::Arc::new(render), metrics_token)?;
         eprintln!("nfx run: metrics on http://{addr}/metrics");
     }
+    // A supervisor that gave this process a `$NOTIFY_SOCKET` (the host agent, systemd's
+    // `Type=notify`) learns here, without probing, that the ports are open and the
+    // control socket answers. A notify socket that has gone (a variable inherited from
+    // an ended supervisor) does not stop the dataplane.
+    if let Err(e) = nfx_io::notify::ready() {
+        eprintln!("nfx run: telling the supervisor we are ready ($NOTIFY_SOCKET): {e}");
+    }
     eprintln!(
         "nfx run: `{}` forwarding {} <-> {} ({} mode, {} poll, {} worker(s){}); control socket {}",
         cfg.name,
