@@ -329,6 +329,10 @@ impl Programmer for Agents {
         }
         Ok(())
     }
+
+    fn check(&self, now: &Steered) -> Result<(), String> {
+        self.host_paths(now).map(drop)
+    }
 }
 
 impl Agents {

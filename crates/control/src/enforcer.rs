@@ -79,6 +79,11 @@ pub trait Programmer: Send + Sync {
     ) -> Result<Vec<String>, String>;
     /// Closes `service`'s path (`None`: not known, close it wherever it may be).
     fn withdraw(&self, service: &str, path: Option<&Steered>) -> Result<(), String>;
+    /// Whether `now` could be installed as it is (checked when a deploy is planned, so
+    /// that a path the hosts would refuse is refused before anything starts).
+    fn check(&self, _now: &Steered) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Service id → path.
@@ -150,6 +155,11 @@ impl Enforcer {
         g.0.insert(service.to_string(), now);
         push_log(&mut g.1, line);
         Ok(())
+    }
+
+    /// Whether the hosts would take `now` (always, without a programmer).
+    pub fn check(&self, now: &Steered) -> Result<(), String> {
+        self.programmer.as_ref().map_or(Ok(()), |p| p.check(now))
     }
 
     /// Removes the steering of `service` (no-op if absent).

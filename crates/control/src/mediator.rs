@@ -642,6 +642,16 @@ impl Mediator {
                 }),
             }),
         )];
+        if let Some((_, Some(row))) = plan.paths.first() {
+            let steered = crate::enforcer::Steered {
+                ends: row.ends.clone(),
+                hops: row.hops.clone(),
+                hosts: Vec::new(),
+            };
+            self.enforcer
+                .check(&steered)
+                .map_err(|e| PlanError::Invalid(format!("path: {e}")))?;
+        }
         Ok(plan)
     }
 

@@ -180,11 +180,23 @@ fn web_acme(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
         TcpOutcome::Reply(nat_ip.clone()),
         "port 80 passes, seen from the NAT's public address"
     );
-    let dropped = tcp_request(&src.netns, dst.address, 80, b"NFX-DPI-DROP-TEST\r\n", limit);
+    // The echo answers once it has read the client's message to its end, or after 2 s
+    // of waiting for it: a client that gives up after 1 s gets an answer only if the
+    // DPI let the message through.
+    let dropped = tcp_request(
+        &src.netns,
+        dst.address,
+        80,
+        b"NFX-DPI-DROP-TEST\r\n",
+        Duration::from_secs(1),
+    );
     assert!(
         !matches!(dropped, Ok(TcpOutcome::Reply(ref r)) if !r.is_empty()),
         "the DPI drop signature was answered: {dropped:?}"
     );
+    let dpi = placed.iter().find(|(_, f, _)| f == "dpi").unwrap();
+    let dpi_drops = &instance(c, &dpi.0)["state"]["detail"]["node"]["drops"]["dpi_drop"];
+    assert!(dpi_drops.as_u64().unwrap_or(0) > 0, "{dpi_drops}");
     drop(echo);
     let denied = tcp_request(&src.netns, dst.address, 22, b"x", Duration::from_secs(1));
     assert_eq!(denied.unwrap(), TcpOutcome::TimedOut, "port 22 is denied");
@@ -244,6 +256,18 @@ fn every_example_service_deploys_and_carries_traffic() {
         ids,
         ["web-acme", "vpn-globex"],
         "a new example service needs a check here"
+    );
+    // The hosts are run by agents, which forward only a service's selected traffic:
+    // a service without a selector is refused at plan, before anything starts.
+    let mut unselected = services[0].clone();
+    unselected.as_object_mut().unwrap().remove("selector");
+    let refused = c.post("/api/v1/plan", &unselected).unwrap();
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert!(
+        refused.body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no selector")),
+        "{refused:?}"
     );
     web_acme(&c, &services[0], &src, &dst);
     vpn_globex(&c, &services[1], &src, &dst);
