@@ -378,14 +378,7 @@ impl Steering {
         wanted: BTreeMap<String, Programmed>,
         refresh: bool,
     ) -> Result<(), SteerError> {
-        let needed: BTreeMap<u32, (Ipv4Addr, String)> = wanted
-            .values()
-            .flat_map(|p| p.segments.iter().chain(p.drains.iter().map(|(s, _)| s)))
-            .filter_map(|s| match &s.target {
-                Target::Via(gw, dev) => Some((s.mark, (*gw, dev.clone()))),
-                Target::Main => None,
-            })
-            .collect();
+        let needed = routes_of(&wanted);
         for (mark, (gw, dev)) in &needed {
             let routed = self.routed.contains(mark);
             if routed && !refresh {
@@ -590,6 +583,19 @@ impl Stage {
     fn out_target(&self) -> Target {
         Target::Via(self.gw_out, self.kernel_out.clone())
     }
+}
+
+/// The mark tables `services` route through: mark → (next hop, interface), drains
+/// included (segments into the main table need none).
+fn routes_of(services: &BTreeMap<String, Programmed>) -> BTreeMap<u32, (Ipv4Addr, String)> {
+    services
+        .values()
+        .flat_map(|p| p.segments.iter().chain(p.drains.iter().map(|(s, _)| s)))
+        .filter_map(|s| match &s.target {
+            Target::Via(gw, dev) => Some((s.mark, (*gw, dev.clone()))),
+            Target::Main => None,
+        })
+        .collect()
 }
 
 /// Service ids go into nft comments: letters, digits, `-`, `_`, `.` only.

@@ -114,16 +114,11 @@ impl Steering {
             };
             wanted.insert(service, p);
         }
-        let needed: BTreeSet<u32> = wanted
-            .values()
-            .flat_map(|p| &p.segments)
-            .filter(|s| matches!(s.target, super::Target::Via(..)))
-            .map(|s| s.mark)
-            .collect();
+        let needed = super::routes_of(&wanted);
         self.services.clear();
         self.routed.clear();
         for table in self.rule_tables() {
-            match table.parse::<u32>().ok().filter(|m| needed.contains(m)) {
+            match table.parse::<u32>().ok().filter(|m| needed.contains_key(m)) {
                 Some(mark) => {
                     self.routed.insert(mark);
                 }
