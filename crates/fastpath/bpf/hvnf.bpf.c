@@ -14,6 +14,12 @@
 // Every frame is counted per node, and every drop by its reason, as the software graph
 // counts them; frames that are not the chain's (ARP, neighbour discovery, other
 // EtherTypes) go to the kernel untouched and are counted as such.
+//
+// Several chains (one per service) may share a port, each attached as its own tcx
+// program: a chain whose `svc_sel` row for the frame's direction is set takes only the
+// frames that row matches (the service's traffic selector) and returns TC_ACT_UNSPEC
+// (tcx: next program) for every other one — including frames that do not parse, which
+// no selector can claim — untouched and uncounted.
 #include "hvnf_common.h"
 #include "hvnf_parse.h"
 #include "hvnf_fw.h"
@@ -95,12 +101,15 @@ static __always_inline int hv_main(CTX *ctx, __u32 ifindex, __u32 hook)
 	m->has_inner = 0;
 	m->l3 = m->l4 = m->payload = m->ip_end = 0;
 
+	int r = hv_parse(ctx);
+	struct hv_rule *sel_row = bpf_map_lookup_elem(&svc_sel, &dir);
+	if (sel_row && sel_row->allow && (r || !rule_matches(sel_row, &m->key)))
+		return TC_ACT_UNSPEC;
 	struct hv_counters *cn = node(N_PARSE);
 	if (cn) {
 		cn->packets++;
 		cn->bytes += ctx->len;
 	}
-	int r = hv_parse(ctx);
 	if (r == PARSE_KERNEL) {
 		if (cn)
 			cn->to_kernel++;

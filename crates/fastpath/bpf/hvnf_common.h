@@ -89,6 +89,18 @@ struct {
 	__type(value, struct hv_cfg);
 } cfg SEC(".maps");
 
+// The frames this chain takes, per direction (DIR_FWD, DIR_REV), when several chains
+// share a device's ports (one per service): a row with `allow` 0 takes every frame; one
+// with `allow` 1 takes the frames it matches, and every other frame goes on untouched
+// and uncounted to the next program on the hook (the next service's chain), then to
+// the kernel.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct hv_rule);
+} svc_sel SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
@@ -278,6 +290,27 @@ static __always_inline __u8 icmp_proto(__u8 family)
 static __always_inline int is_icmp(struct hv_key *k)
 {
 	return k->proto == icmp_proto(k->family);
+}
+
+// True when flow `k` is one `r` describes (family, protocol, prefixes, port ranges):
+// an ACL rule, or the frames a chain sharing its ports takes (`svc_sel`).
+static __always_inline int rule_matches(struct hv_rule *r, struct hv_key *k)
+{
+	if (r->family && r->family != k->family)
+		return 0;
+	if (r->proto) {
+		__u8 p = r->proto == IPPROTO_ICMP ? icmp_proto(k->family) : r->proto;
+		if (p != k->proto)
+			return 0;
+	}
+	for (int w = 0; w < 4; w++) {
+		if ((k->src[w] & r->src_mask[w]) != r->src[w])
+			return 0;
+		if ((k->dst[w] & r->dst_mask[w]) != r->dst[w])
+			return 0;
+	}
+	__u16 sp = bpf_ntohs(k->sport), dp = bpf_ntohs(k->dport);
+	return sp >= r->sport_lo && sp <= r->sport_hi && dp >= r->dport_lo && dp <= r->dport_hi;
 }
 
 static __always_inline int icmp_is_echo(__u8 family, __u8 type)

@@ -179,22 +179,7 @@ static long acl_rule(__u32 i, struct acl_scan *a)
 	struct hv_rule *r = bpf_map_lookup_elem(&fw_rules, &idx);
 	if (!r)
 		return 1;
-	struct hv_key *k = &a->k;
-	if (r->family && r->family != k->family)
-		return 0;
-	if (r->proto) {
-		__u8 p = r->proto == IPPROTO_ICMP ? icmp_proto(k->family) : r->proto;
-		if (p != k->proto)
-			return 0;
-	}
-	for (int w = 0; w < 4; w++) {
-		if ((k->src[w] & r->src_mask[w]) != r->src[w])
-			return 0;
-		if ((k->dst[w] & r->dst_mask[w]) != r->dst[w])
-			return 0;
-	}
-	__u16 sp = bpf_ntohs(k->sport), dp = bpf_ntohs(k->dport);
-	if (sp < r->sport_lo || sp > r->sport_hi || dp < r->dport_lo || dp > r->dport_hi)
+	if (!rule_matches(r, &a->k))
 		return 0;
 	a->verdict = r->allow;
 	return 1;

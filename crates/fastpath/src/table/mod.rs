@@ -15,6 +15,8 @@
 //! - [`TableChain::export_state`] / [`TableChain::import_state`] — flow state for a
 //!   migration, moved with batch map operations, in the software nodes' blob format
 //!   (IPv4 state is interchangeable with the software firewall and NAT);
+//! - [`TableChain::select`] — take only one service's frames, so that several chains (one
+//!   per service) share a device's ports, each its own tcx program;
 //! - [`TableChain::take_over`] — replace another chain's program on its hooks atomically;
 //! - [`TableChain::migrate_to`] — move traffic and flow state to a new chain on the same
 //!   host (bulk copy, atomic switch, copy of what was created meanwhile);
@@ -29,6 +31,7 @@ mod migrate;
 mod pin;
 pub mod raw;
 pub mod runconfig;
+mod select;
 mod state;
 mod stats;
 pub mod testrun;
@@ -36,6 +39,7 @@ pub mod testrun;
 pub use function::{check, ElephantPlan, FirewallPlan, Function, NatPlan, Need, Refusal};
 pub use migrate::Migration;
 pub use pin::unpin;
+pub use select::{FrameMatch, Selection};
 pub use stats::{FunctionStats, NodeCounters, TableEvent, TableStats};
 
 use crate::mapping::Mapping;
@@ -122,6 +126,7 @@ pub struct TableChain {
     cfg_sel: TableMap,
     cfg: TableMap,
     ports: TableMap,
+    svc_sel: TableMap,
     counters: TableMap,
     gauges: TableMap,
     /// The `occupancy` array, mapped (the map itself is kept open beside it).
@@ -146,6 +151,8 @@ pub struct TableChain {
     swept: [u64; 3],
     /// The bpffs directory its maps and links are pinned in ([`TableChain::deploy_pinned`]).
     pins: Option<PathBuf>,
+    /// The frames it takes when it shares its ports ([`TableChain::select`]).
+    selection: Option<Selection>,
 }
 
 /// The program behind each hook.
@@ -290,6 +297,7 @@ impl TableChain {
             cfg_sel: take(&mut bpf, "cfg_sel")?,
             cfg: take(&mut bpf, "cfg")?,
             ports: take(&mut bpf, "ports")?,
+            svc_sel: take(&mut bpf, "svc_sel")?,
             counters: take(&mut bpf, "counters")?,
             gauges: take(&mut bpf, "gauges")?,
             occupancy: occupancy.1,
@@ -313,6 +321,7 @@ impl TableChain {
             port_rows: Vec::new(),
             swept: [0; 3],
             pins: None,
+            selection: None,
         };
         chain.load_hook(HOOK_INGRESS)?;
         chain.load_hook(HOOK_EGRESS)?;
@@ -684,10 +693,16 @@ impl TableChain {
 
     /// Takes over `old`'s hooks: writes its port rows here, then replaces its program on
     /// every link atomically (bpf_link_update): each frame runs either the old chain or
-    /// this one. `old` is left detached. Load this chain's programs first.
+    /// this one. `old` is left detached. Load this chain's programs first. A chain
+    /// given no selection of its own takes `old`'s ([`TableChain::select`]).
     pub fn take_over(&mut self, old: &mut TableChain) -> Result<(), TableError> {
         if !self.links.is_empty() {
             return Err(TableError::Request("already attached".into()));
+        }
+        if self.selection.is_none() {
+            if let Some(s) = old.selection {
+                self.select(Some(&s))?;
+            }
         }
         for key in &old.port_rows {
             let port: RawPort = old

@@ -20,10 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The tables pinned: every map of the object but the per-CPU scratch space.
-pub(super) const MAPS: [&str; 14] = [
+pub(super) const MAPS: [&str; 15] = [
     "cfg_sel",
     "cfg",
     "ports",
+    "svc_sel",
     "counters",
     "gauges",
     "occupancy",

@@ -17,6 +17,8 @@ const TC_ACT_OK: u32 = 0;
 const TC_ACT_SHOT: u32 = 2;
 const TC_ACT_STOLEN: u32 = 4;
 const TC_ACT_REDIRECT: u32 = 7;
+/// TC_ACT_UNSPEC (−1): tcx runs the next program on the hook.
+const TC_ACT_UNSPEC: u32 = u32::MAX;
 
 /// What the program did with a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +31,9 @@ pub enum Verdict {
     Kernel,
     /// Dropped, with the reason counted.
     Drop(DropReason),
+    /// Not this chain's service ([`TableChain::select`]): handed on untouched and
+    /// uncounted to the next program on the hook.
+    Next,
 }
 
 /// A frame after a run.
@@ -141,6 +146,7 @@ impl TableChain {
             TC_ACT_REDIRECT => Verdict::Redirect,
             TC_ACT_OK if after[kernel] > before[kernel] => Verdict::Kernel,
             TC_ACT_OK => Verdict::Pass,
+            TC_ACT_UNSPEC if after == before => Verdict::Next,
             other => return Err(TableError::Request(format!("verdict {other}"))),
         };
         Ok(Run {

@@ -460,3 +460,56 @@ fn migration_refuses_other_functions_and_a_detached_source() {
     assert!(e.contains("from an attached chain"), "{e}");
     assert!(!old.is_attached() && !same.is_attached());
 }
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_selected_chain_runs_only_its_services_frames_and_counts_only_them() {
+    let mut c = chain(&[(
+        "fw",
+        "firewall: {default: deny, rules: [{action: allow, proto: udp, dport: 53}], max_flows: 64}",
+    )]);
+    let dns = FrameMatch {
+        proto: Some(17),
+        dport: Some((53, 54)),
+        ..FrameMatch::default()
+    };
+    let reply = FrameMatch {
+        proto: Some(17),
+        sport: Some((53, 54)),
+        ..FrameMatch::default()
+    };
+    let sel = Selection {
+        forward: dns,
+        reverse: reply,
+    };
+    c.select(Some(&sel)).unwrap();
+    assert_eq!(c.selection(), Some(&sel));
+    let other = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 80);
+    let r = run(&mut c, IN, &other);
+    assert_eq!(r.verdict, Verdict::Next, "another service's frame goes on");
+    assert_eq!(r.frame, other, "untouched");
+    let mut short = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 53);
+    short.truncate(38);
+    assert_eq!(run(&mut c, IN, &short).verdict, Verdict::Next);
+    let asked = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 53);
+    assert_eq!(run(&mut c, IN, &asked).verdict, Verdict::Redirect);
+    let denied = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 54);
+    assert_eq!(
+        run(&mut c, IN, &denied).verdict,
+        Verdict::Drop(DropReason::AclDeny)
+    );
+    let answer = udp4([198, 51, 100, 7], 53, [10, 0, 0, 1], 5000);
+    assert_eq!(run(&mut c, OUT, &answer).verdict, Verdict::Redirect);
+    let not_a_reply = udp4([198, 51, 100, 7], 80, [10, 0, 0, 1], 5000);
+    assert_eq!(run(&mut c, OUT, &not_a_reply).verdict, Verdict::Next);
+    let st = c.stats().unwrap();
+    assert_eq!(st.nodes[0].packets, 3, "parse counted its service's frames only");
+    assert_eq!(st.nodes[1].drops["acl_deny"], 1);
+
+    c.select(None).unwrap();
+    assert_eq!(
+        run(&mut c, IN, &other).verdict,
+        Verdict::Drop(DropReason::AclDeny),
+        "unselected, the chain takes every frame"
+    );
+}
