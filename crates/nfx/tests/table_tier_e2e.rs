@@ -7,7 +7,13 @@
 //! deny rule stops a denied flow and the table tier's `acl_deny` counter counts it; dst
 //! sees the NAT's public address as the source; the DPI instance's counters grow; a
 //! DPI pinned to the table tier is refused at plan time with the table tier's reason;
-//! after the destroy no tc program is left on any device port and nothing passes.
+//! then a second service with a table-tier firewall of its own (default deny) on the
+//! same table device, its selector another port range: each chain runs only its own
+//! service's frames (the first service's NAT leaves the second's source alone, the
+//! second's default deny lets the first's iperf3 through), each firewall counts only
+//! its own traffic, and destroying the first service leaves the second's open
+//! connection flowing; after both destroys no tc program is left on any device port and
+//! nothing passes.
 //! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
@@ -30,6 +36,9 @@ const PORT: u16 = 5201;
 const DENIED: u16 = 5202;
 const PEEK: u16 = 5203;
 const PUBLIC: &str = "198.51.100.7";
+/// The second service's allowed and (by its default) denied port.
+const B_PORT: u16 = 5210;
+const B_DENIED: u16 = 5211;
 
 fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
@@ -60,16 +69,30 @@ fn accept_within(l: &TcpListener, limit: Duration) -> Option<SocketAddr> {
     peer
 }
 
-/// The live row of the instance running `function`.
-fn row(c: &Client, function: &str) -> Value {
-    let id = instances(c)
+/// The ids of the instances running `function`.
+fn ids_of(c: &Client, function: &str) -> Vec<String> {
+    instances(c)
         .into_iter()
-        .find(|i| i["spec"]["function"] == function)
-        .unwrap_or_else(|| panic!("no {function} instance"))["spec"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        .filter(|i| i["spec"]["function"] == function)
+        .map(|i| i["spec"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The live row of instance `id`.
+fn row_of(c: &Client, id: &str) -> Value {
     c.get(&format!("/api/v1/instances/{id}")).unwrap().body
+}
+
+/// The live row of the (only) instance running `function`.
+fn row(c: &Client, function: &str) -> Value {
+    let ids = ids_of(c, function);
+    assert_eq!(ids.len(), 1, "{function} instances: {ids:?}");
+    row_of(c, &ids[0])
+}
+
+/// The packets instance `id`'s node counted.
+fn packets(c: &Client, id: &str) -> u64 {
+    row_of(c, id)["state"]["packets"].as_u64().unwrap()
 }
 
 /// tc programs attached to the device ports (`sw*`) of every host.
@@ -116,6 +139,42 @@ fn service(src: Ipv4Addr, dst: Ipv4Addr, dpi_tier: &str) -> String {
     )
 }
 
+/// The second service: a table-tier firewall alone, default deny, on other ports.
+fn service_b(src: Ipv4Addr, dst: Ipv4Addr) -> String {
+    format!(
+        "services:
+  - id: sideb
+    tenant: acme
+    ingress: h1
+    egress: h2
+    selector: {{ src: {src}/32, dst: {dst}/32, proto: tcp, dport: {B_PORT}-{B_DENIED} }}
+    chain:
+      - function: firewall
+        tier: table
+        config:
+          default: deny
+          max_flows: 256
+          rules: [{{ action: allow, proto: tcp, dport: {B_PORT} }}]
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+"
+    )
+}
+
+/// Deploys the services of YAML `text` (written to `out/name`) through the CLI.
+fn deploy(out: &std::path::Path, name: &str, text: &str, url: &str) {
+    let file = out.join(name);
+    std::fs::write(&file, text).unwrap();
+    let op: Value = serde_json::from_str(&nfx(&[
+        "deploy",
+        file.to_str().unwrap(),
+        "--json",
+        "--url",
+        url,
+    ]))
+    .unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+}
+
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn hybrid_chain_on_the_table_tier_and_a_worker() {
@@ -156,17 +215,7 @@ fn hybrid_chain_on_the_table_tier_and_a_worker() {
         "{r:?}"
     );
 
-    let file = out.join("hybrid.yaml");
-    std::fs::write(&file, service(src, dst, "software")).unwrap();
-    let op: Value = serde_json::from_str(&nfx(&[
-        "deploy",
-        file.to_str().unwrap(),
-        "--json",
-        "--url",
-        &url,
-    ]))
-    .unwrap();
-    assert_eq!(op["state"], "COMPLETED", "{op}");
+    deploy(&out, "hybrid.yaml", &service(src, dst, "software"), &url);
     let tiers: Vec<(String, String)> = instances(&c)
         .iter()
         .map(|i| {
@@ -217,7 +266,7 @@ fn hybrid_chain_on_the_table_tier_and_a_worker() {
     );
     assert!(attached_programs(&["h1", "h2"]) >= 2);
 
-    nfx(&["destroy", "hybrid", "--url", &url]);
+    two_services_on_one_table_device(&c, &url, &out, (&src_ns, src), (&dst_ns, dst));
     assert!(instances(&c).is_empty());
     assert_eq!(
         attached_programs(&["h1", "h2"]),
@@ -230,4 +279,109 @@ fn hybrid_chain_on_the_table_tier_and_a_worker() {
     );
     drop(_ctl);
     bed.down();
+}
+
+/// The second service's chain beside the first's on the same table device: isolation
+/// both ways, counters per service, and the first's destroy leaving the second's flows.
+/// Destroys both services.
+fn two_services_on_one_table_device(
+    c: &Client,
+    url: &str,
+    out: &std::path::Path,
+    (src_ns, src): (&str, Ipv4Addr),
+    (dst_ns, dst): (&str, Ipv4Addr),
+) {
+    let a_fw = ids_of(c, "firewall").remove(0);
+    let a_drops = || row_of(c, &a_fw)["state"]["detail"]["node"]["drops"]["acl_deny"].clone();
+    let a_denied = a_drops();
+    let b_open = listen(dst_ns, dst, B_PORT);
+    let b_denied = listen(dst_ns, dst, B_DENIED);
+    deploy(out, "sideb.yaml", &service_b(src, dst), url);
+    let b_fw = ids_of(c, "firewall")
+        .into_iter()
+        .find(|i| *i != a_fw)
+        .expect("the second service's firewall");
+    let device = |id: &str| row_of(c, id)["spec"]["device"].clone();
+    assert_eq!(
+        device(&a_fw),
+        device(&b_fw),
+        "both chains on one table device"
+    );
+    assert_eq!(
+        row_of(c, &b_fw)["state"]["detail"]["service"],
+        "sideb",
+        "{}",
+        row_of(c, &b_fw)
+    );
+
+    // B's own flow: allowed by B, not rewritten by A's NAT; held open.
+    let held = std::thread::spawn({
+        let ns = src_ns.to_string();
+        move || {
+            netns::in_netns(&ns, move || {
+                Ok(TcpStream::connect_timeout(
+                    &SocketAddr::from((dst, B_PORT)),
+                    Duration::from_secs(2),
+                )?)
+            })
+        }
+    });
+    b_open.set_nonblocking(true).unwrap();
+    let mut accepted = None;
+    eventually(Duration::from_secs(3), || {
+        accepted = b_open.accept().ok();
+        accepted.is_some()
+    });
+    let mut held = held.join().unwrap().expect("B's allowed port connects");
+    let (mut accepted, peer) = accepted.expect("B's connection accepted");
+    assert_eq!(
+        peer.ip(),
+        std::net::IpAddr::from(src),
+        "A's NAT touched B's flow"
+    );
+    // B's default deny: counted by B's firewall, not by A's.
+    assert!(
+        !connects(src_ns, dst, B_DENIED),
+        "B's denied port connected"
+    );
+    drop(b_denied);
+    let b_row = row_of(c, &b_fw);
+    assert!(
+        b_row["state"]["detail"]["node"]["drops"]["acl_deny"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "{b_row}"
+    );
+    assert_eq!(a_drops(), a_denied, "B's drop counted by A");
+
+    // A's traffic crosses B's default-deny chain untouched and uncounted.
+    let (b_before, a_before) = (packets(c, &b_fw), packets(c, &a_fw));
+    let r = iperf::client(&ClientSpec::tcp(src_ns, dst, PORT, 1, 1))
+        .expect("A's iperf3 beside B's chain");
+    assert!(r.received_bytes > 1_000_000, "{r:?}");
+    assert!(packets(c, &a_fw) > a_before + 100, "{}", row_of(c, &a_fw));
+    assert_eq!(
+        packets(c, &b_fw),
+        b_before,
+        "B's firewall counted A's frames"
+    );
+
+    // A destroyed: B's chain and its tracked connection carry on.
+    nfx(&["destroy", "hybrid", "--url", url]);
+    assert!(!connects(src_ns, dst, PORT), "A's path stays open");
+    accepted.set_nonblocking(false).unwrap();
+    accepted
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    use std::io::{Read, Write};
+    held.write_all(b"still here").unwrap();
+    let mut got = [0u8; 10];
+    accepted
+        .read_exact(&mut got)
+        .expect("B's flow after A's destroy");
+    assert_eq!(&got, b"still here");
+    assert!(packets(c, &b_fw) > b_before, "{}", row_of(c, &b_fw));
+    assert!(attached_programs(&["h1", "h2"]) >= 1, "B's chain detached");
+    nfx(&["destroy", "sideb", "--url", url]);
 }

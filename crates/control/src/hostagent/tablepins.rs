@@ -5,14 +5,15 @@
 //! Every agent pins under its own directory of the host's bpffs,
 //! `/sys/fs/bpf/nfx/<host>-<hash of its run_dir>` (the bpffs is mounted on
 //! `/sys/fs/bpf` when nothing is), so two agents on one machine never meet; one
-//! subdirectory per chain (`<device>-<n>`, a new one for each chain a device runs). A
-//! bpffs holds no regular files, so the manifest of a device's chain is a record in the
-//! run directory (`tables/chains/<device>.json`); it names the pin directory, the
-//! service, its instances with their configuration versions, the tables' sizes and the
-//! ports the chain is attached to.
+//! subdirectory per chain (`<device>-<n>`, a new one for each chain a device runs; a
+//! device runs one chain per service). A bpffs holds no regular files, so the manifest
+//! of a chain is a record in the run directory (`tables/chains/<device>@<service>.json`);
+//! it names the pin directory, the service, its instances with their configuration
+//! versions, the tables' sizes, the ports the chain is attached to and the frames it
+//! takes there.
 
 use super::record;
-use nfx_fastpath::table::Shape;
+use nfx_fastpath::table::{Selection, Shape};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,9 @@ pub struct Manifest {
     pub pins: PathBuf,
     /// The device's (inside, outside) ports it is attached to.
     pub ports: (String, String),
+    /// The frames of its service it takes on those ports (none: every frame).
+    #[serde(default)]
+    pub selection: Option<Selection>,
 }
 
 impl Manifest {
@@ -146,9 +150,15 @@ pub fn prepare_root(host: &str, run_dir: &Path) -> Option<PathBuf> {
     }
 }
 
-/// The manifest file of `device` in `dir`.
-pub fn file_of(dir: &Path, device: &str) -> PathBuf {
-    record::file_of(dir, device)
+/// The manifest file of `service`'s chain on `device` in `dir` (service ids hold no
+/// `@`: [`device_of`] finds the device back).
+pub fn file_of(dir: &Path, device: &str, service: &str) -> PathBuf {
+    record::file_of(dir, &format!("{device}@{service}"))
+}
+
+/// The device a manifest file's name (its stem) is of.
+pub fn device_of(name: &str) -> &str {
+    name.rsplit_once('@').map_or(name, |(d, _)| d)
 }
 
 /// Every pin directory under `root` (none when it does not exist).
@@ -168,6 +178,7 @@ mod tests {
             shape: Shape::default(),
             pins: root.join("tt0-1"),
             ports: ("sw0i".into(), "sw0o".into()),
+            selection: None,
         }
     }
 
@@ -222,7 +233,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nfx-tablepins-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let root = Path::new("/r");
-        let file = file_of(&dir, "tt0");
+        let file = file_of(&dir, "tt0", "tab");
+        assert_eq!(device_of("tt0@tab"), "tt0");
         record::save(&file, &manifest(root)).unwrap();
         assert_eq!(record::load::<Manifest>(&file).unwrap(), manifest(root));
         for bad in [
@@ -232,7 +244,7 @@ mod tests {
         ] {
             std::fs::write(&file, bad).unwrap();
             let e = record::load::<Manifest>(&file).unwrap_err();
-            assert!(e.contains("tt0.json"), "{e}");
+            assert!(e.contains("tt0@tab.json"), "{e}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

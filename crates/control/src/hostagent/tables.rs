@@ -1,6 +1,11 @@
-//! The host's table-tier devices (HYPER's hardware VNFs): each runs one service's
-//! functions placed on it as one `nfx_fastpath::table::TableChain` (firewall, NAT,
-//! elephant detection in eBPF over bounded maps).
+//! The host's table-tier devices (HYPER's hardware VNFs): each runs, for every service
+//! whose path crosses it, that service's functions placed on it as one
+//! `nfx_fastpath::table::TableChain` (firewall, NAT, elephant detection in eBPF over
+//! bounded maps). The chains of one device are separate tcx programs on its ports, each
+//! with its own tables, and each takes only its service's frames
+//! ([`TableChain::select`]: the same selector expressions the steering routes the
+//! service into the device by, [`selection_of`]); adding, changing or removing one
+//! service's chain leaves the others' programs and flow state alone.
 //!
 //! A table device is attached to the host exactly like a software device — its two veth
 //! pairs ([`super::stages::Stage`]) — and the steering routes a service's packets into
@@ -19,8 +24,9 @@
 //! Every instance is recorded in `tables/<id>.json` ([`super::record`]: its spec and
 //! configuration version). A chain is pinned in the host's BPF file system
 //! ([`super::tablepins`]: its tables and tcx links, one directory per chain under the
-//! agent's own) with a manifest (`tables/chains/<device>.json`: the service, its
-//! instances and their configuration versions, the tables' sizes, the ports), so it
+//! agent's own) with a manifest (`tables/chains/<device>@<service>.json`: the service,
+//! its instances and their configuration versions, the tables' sizes, the ports, the
+//! frames it takes), so it
 //! outlives the agent: while a killed agent is down, frames keep running the chain with
 //! its connection tracking, NAT mappings and counters. A restarted agent reloads the
 //! records (each checked against the device's entries again), then takes back each
@@ -45,8 +51,11 @@ use super::stages::Stage;
 use super::steering::{HostPath, HostTools, SteerError};
 use super::tablepins::{self, Manifest};
 use crate::vnfm::{InstanceSpec, InstanceState, VnfmError};
-use nfx_fastpath::table::{check, Placement, PortSpec, TableChain, TableStats};
+use nfx_fastpath::table::{
+    check, FrameMatch, Placement, PortSpec, Selection, TableChain, TableStats,
+};
 use nfx_io::FileScope;
+use nfx_model::{Cidr, PortRange, Proto};
 use nfx_vnf::NodeSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -86,15 +95,34 @@ struct Deployed {
 struct Running {
     service: String,
     instances: Vec<String>,
+    /// The frames it takes on the device's ports.
+    selection: Selection,
     chain: TableChain,
     /// Taken back from the pins of an earlier agent (not loaded by this one).
     adopted: bool,
 }
 
+/// A running chain's key: (device, service).
+type ChainKey = (String, String);
+
+/// What a device must run for one service: its instances in order, and its frames.
+type Want = (Vec<String>, Selection);
+
 #[derive(Default)]
 struct Inner {
     instances: BTreeMap<String, Deployed>,
-    chains: BTreeMap<String, Running>,
+    chains: BTreeMap<ChainKey, Running>,
+}
+
+impl Inner {
+    /// The key of the chain instance `id` runs in, if it runs.
+    fn chain_of(&self, id: &str) -> Option<ChainKey> {
+        let device = &self.instances.get(id)?.spec.device;
+        self.chains
+            .iter()
+            .find(|((d, _), r)| d == device && r.instances.iter().any(|i| i == id))
+            .map(|(k, _)| k.clone())
+    }
 }
 
 /// The host's table devices and what runs on them.
@@ -168,10 +196,13 @@ impl Tables {
     /// Devices whose chain an earlier agent left pinned, per their manifests in
     /// `records` (not yet checked): those whose ports must not be cleared at start.
     pub fn pinned_devices(records: &Path) -> Vec<String> {
-        record::named_in(&records.join(CHAINS))
+        let mut devices: Vec<String> = record::named_in(&records.join(CHAINS))
             .into_iter()
-            .map(|(device, _)| device)
-            .collect()
+            .map(|(name, _)| tablepins::device_of(&name).to_string())
+            .collect();
+        devices.sort();
+        devices.dedup();
+        devices
     }
 
     /// Takes back recorded instance `id`, checked as a deploy is.
@@ -295,11 +326,12 @@ impl Tables {
         let free = self.free(&g, &device, id);
         let need = check(&node, free, self.files.clone())
             .map_err(|e| VnfmError::Invalid(format!("device {device}: {e}")))?;
-        if let Some(r) = g.chains.get_mut(&device) {
+        let key = g.chain_of(id);
+        if let Some(r) = key.as_ref().and_then(|k| g.chains.get_mut(k)) {
             if let Some(k) = r.instances.iter().position(|i| i == id) {
                 r.chain
                     .configure(k, &node, self.files.clone())
-                    .map_err(|e| VnfmError::Invalid(e.to_string()))?;
+                    .map_err(|e| VnfmError::Invalid(format!("device {device}: {e}")))?;
             }
         }
         if let Some(d) = g.instances.get_mut(id) {
@@ -309,26 +341,24 @@ impl Tables {
             d.version += 1;
         }
         self.save(&g, id)?;
-        if let Some(r) = g.chains.get(&device) {
+        if let Some(r) = key.as_ref().and_then(|k| g.chains.get(k)) {
             self.save_manifest(&g, &device, r);
         }
         Ok(state_of(&g, id))
     }
 
-    /// Forgets instance `id`; the chain it is part of is detached and its maps freed.
+    /// Forgets instance `id`; the chain it is part of is detached and its maps freed
+    /// (the other services' chains on its device run on untouched).
     pub fn destruct(&self, id: &str) -> Result<(), VnfmError> {
         let mut g = self.inner();
-        let d = g
-            .instances
+        let key = g.chain_of(id);
+        g.instances
             .remove(id)
             .ok_or_else(|| VnfmError::NotFound(id.to_string()))?;
         let _ = std::fs::remove_file(record::file_of(&self.records, id));
-        if g.chains
-            .get(&d.spec.device)
-            .is_some_and(|r| r.instances.iter().any(|i| i == id))
-        {
-            if let Some(r) = g.chains.remove(&d.spec.device) {
-                self.stop(&d.spec.device, r);
+        if let Some((device, service)) = key {
+            if let Some(r) = g.chains.remove(&(device.clone(), service)) {
+                self.stop(&device, r);
             }
         }
         Ok(())
@@ -344,15 +374,17 @@ impl Tables {
         Ok(state_of(&g, id))
     }
 
-    /// Makes the table devices run exactly the chains `paths` name: a device whose
-    /// stage lists instances gets their chain (loaded, filled and attached; a device
-    /// that runs another chain is switched to the new one atomically, [`TableChain::take_over`];
-    /// one that runs that chain already, adopted or not, is left as it is); every
-    /// other chain is detached and unpinned.
+    /// Makes the table devices run exactly the chains `paths` name: for every service
+    /// whose path lists instances on a device, their chain, taking only that service's
+    /// frames ([`selection_of`]) — loaded, filled, selected and attached beside the
+    /// device's other chains; a service's chain that changed (instances or frames) is
+    /// switched to the new one atomically ([`TableChain::take_over`]); one that runs
+    /// already, adopted or not, is left as it is — and so are the other services'
+    /// chains. Every other chain is detached and unpinned.
     pub fn reconcile(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
         let want = self.wanted(paths)?;
         let mut g = self.inner();
-        for (device, (service, ids)) in &want {
+        for ((device, service), (ids, _)) in &want {
             for id in ids {
                 match g.instances.get(id) {
                     Some(d) if d.spec.device == *device => {}
@@ -364,61 +396,79 @@ impl Tables {
                 }
             }
         }
-        let gone: Vec<String> = g
+        let gone: Vec<ChainKey> = g
             .chains
             .keys()
-            .filter(|d| !want.contains_key(*d))
+            .filter(|k| !want.contains_key(*k))
             .cloned()
             .collect();
-        for device in gone {
-            if let Some(r) = g.chains.remove(&device) {
-                self.stop(&device, r);
+        for key in gone {
+            if let Some(r) = g.chains.remove(&key) {
+                self.stop(&key.0, r);
             }
         }
-        for (device, (service, ids)) in want {
+        for (key, (ids, selection)) in want {
             if g.chains
-                .get(&device)
-                .is_some_and(|r| r.service == service && r.instances == ids)
+                .get(&key)
+                .is_some_and(|r| r.instances == ids && r.selection == selection)
             {
                 continue;
             }
-            let fail = |e: String| {
-                SteerError::Failed(format!("table device {device}, service {service}: {e}"))
-            };
-            let mut chain = self.load(&g, &device, &ids).map_err(fail)?;
-            match g.chains.remove(&device) {
-                Some(mut old) => {
-                    if let Err(e) = chain.take_over(&mut old.chain) {
-                        chain.detach();
-                        g.chains.insert(device.clone(), old);
-                        return Err(fail(e.to_string()));
-                    }
-                    log::info!(
-                        "table device {device}: chain {ids:?} of {service} took over from {:?} of {}",
-                        old.instances,
-                        old.service
-                    );
-                    old.chain.detach();
-                }
-                None => {
-                    let placement = self.placement(&device).map_err(fail)?;
-                    if let Err(e) = chain.attach(&placement) {
-                        chain.detach();
-                        return Err(fail(e.to_string()));
-                    }
-                    log::info!("table device {device}: chain {ids:?} of {service} attached");
-                }
-            }
-            let r = Running {
-                service,
-                instances: ids,
-                chain,
-                adopted: false,
-            };
-            self.save_manifest(&g, &device, &r);
-            g.chains.insert(device, r);
+            let r = self.start(&mut g, &key, ids, selection)?;
+            self.save_manifest(&g, &key.0, &r);
+            g.chains.insert(key, r);
         }
         Ok(())
+    }
+
+    /// Loads `key`'s chain of `ids` taking `selection`'s frames, and puts it on the
+    /// device: in place of the service's running chain (taken out of `g`, put back on
+    /// an error), or attached beside the device's other chains.
+    fn start(
+        &self,
+        g: &mut Inner,
+        key: &ChainKey,
+        ids: Vec<String>,
+        selection: Selection,
+    ) -> Result<Running, SteerError> {
+        let (device, service) = key;
+        let fail = |e: String| {
+            SteerError::Failed(format!("table device {device}, service {service}: {e}"))
+        };
+        let mut chain = self.load(g, device, &ids).map_err(fail)?;
+        if let Err(e) = chain.select(Some(&selection)) {
+            chain.detach();
+            return Err(fail(e.to_string()));
+        }
+        match g.chains.remove(key) {
+            Some(mut old) => {
+                if let Err(e) = chain.take_over(&mut old.chain) {
+                    chain.detach();
+                    g.chains.insert(key.clone(), old);
+                    return Err(fail(e.to_string()));
+                }
+                log::info!(
+                    "table device {device}: chain {ids:?} of {service} took over from {:?}",
+                    old.instances
+                );
+                old.chain.detach();
+            }
+            None => {
+                let placement = self.placement(device).map_err(fail)?;
+                if let Err(e) = chain.attach(&placement) {
+                    chain.detach();
+                    return Err(fail(e.to_string()));
+                }
+                log::info!("table device {device}: chain {ids:?} of {service} attached");
+            }
+        }
+        Ok(Running {
+            service: service.clone(),
+            instances: ids,
+            selection,
+            chain,
+            adopted: false,
+        })
     }
 
     /// Detaches `device`'s chain `r` (unpinned, its manifest removed; the agent's pin
@@ -429,7 +479,8 @@ impl Tables {
         if let Some(root) = &self.pins {
             let _ = std::fs::remove_dir(root);
         }
-        let _ = std::fs::remove_file(tablepins::file_of(&self.records.join(CHAINS), device));
+        let dir = self.records.join(CHAINS);
+        let _ = std::fs::remove_file(tablepins::file_of(&dir, device, &r.service));
         log::info!("table device {device}: chain of {} detached", r.service);
     }
 
@@ -451,8 +502,9 @@ impl Tables {
             shape: r.chain.shape(),
             pins: pins.to_path_buf(),
             ports: (stage.worker_in.clone(), stage.worker_out.clone()),
+            selection: Some(r.selection),
         };
-        let file = tablepins::file_of(&self.records.join(CHAINS), device);
+        let file = tablepins::file_of(&self.records.join(CHAINS), device, &r.service);
         if let Err(e) = record::save(&file, &m) {
             log::error!("table device {device}: {e}: its chain will not survive a restart");
         }
@@ -467,8 +519,9 @@ impl Tables {
     fn adopt_pinned(&self) {
         let dir = self.records.join(CHAINS);
         let mut kept = Vec::new();
-        for (device, file) in record::named_in(&dir) {
-            match self.adopt(&file, &device) {
+        for (name, file) in record::named_in(&dir) {
+            let device = tablepins::device_of(&name);
+            match self.adopt(&file, device) {
                 Ok(pins) => kept.push(pins),
                 Err(e) => {
                     log::warn!("table device {device}: pinned chain not taken back: {e}");
@@ -508,16 +561,27 @@ impl Tables {
         if let Some(why) = why {
             return Err(why);
         }
+        let key = (device.to_string(), m.service.clone());
+        if g.chains.contains_key(&key) {
+            return Err(format!("a chain of {} runs on {device} already", m.service));
+        }
+        if file != tablepins::file_of(&self.records.join(CHAINS), device, &m.service) {
+            return Err(format!("{} names another chain", file.display()));
+        }
         let ids = m.ids();
         let adopted = self.placement(device).and_then(|placement| {
-            TableChain::adopt(
+            let mut chain = TableChain::adopt(
                 &functions_of(&g, &ids),
                 self.files.clone(),
                 m.shape,
                 &m.pins,
                 &placement,
             )
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+            chain
+                .select(m.selection.as_ref())
+                .map_err(|e| e.to_string())?;
+            Ok(chain)
         });
         let chain = adopted?;
         log::info!(
@@ -526,10 +590,13 @@ impl Tables {
             m.pins.display()
         );
         g.chains.insert(
-            device.to_string(),
+            key,
             Running {
                 service: m.service,
                 instances: ids,
+                // A chain of an agent that took every frame is replaced by the next
+                // reconcile, with its service's selection.
+                selection: m.selection.unwrap_or_default(),
                 chain,
                 adopted: true,
             },
@@ -537,22 +604,23 @@ impl Tables {
         Ok(m.pins)
     }
 
-    /// The chain each table device must run: (service, instances in order).
+    /// The chains the table devices must run: per (device, service), the service's
+    /// instances on the device in order and the frames its chain takes there.
     fn wanted(
         &self,
         paths: &BTreeMap<String, HostPath>,
-    ) -> Result<BTreeMap<String, (String, Vec<String>)>, SteerError> {
-        let mut want: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    ) -> Result<BTreeMap<ChainKey, Want>, SteerError> {
+        let mut want = BTreeMap::new();
         for (svc, p) in paths {
-            for device in p.stages.iter().filter(|d| self.has_device(d)) {
-                let ids = p.chain_of(svc, device)?;
-                if let Some((other, _)) = want.get(device) {
-                    return Err(SteerError::Invalid(format!(
-                        "table device {device} runs the chain of {other}; one service per \
-                         table device"
-                    )));
+            for (j, device) in p.stages.iter().enumerate() {
+                if !self.has_device(device) {
+                    continue;
                 }
-                want.insert(device.clone(), (svc.clone(), ids.clone()));
+                let ids = p.chain_of(svc, device)?;
+                let selection = selection_of(p, j).map_err(|e| {
+                    SteerError::Invalid(format!("path of {svc}: table device {device}: {e}"))
+                })?;
+                want.insert((device.clone(), svc.clone()), (ids.clone(), selection));
             }
         }
         Ok(want)
@@ -592,6 +660,45 @@ impl Tables {
     }
 }
 
+/// The frames of `path`'s service that the chain on its stage `j` takes: forward, what
+/// the steering routes into the stage (the whole selector into the first stage of a
+/// path whose frames no NAT has rewritten yet, the destination side after that);
+/// reverse, the replies (source = the selector's destination side), which the steering
+/// routes back into the stage's outside port.
+pub fn selection_of(path: &HostPath, j: usize) -> Result<Selection, String> {
+    let sel = &path.selector;
+    sel.validate()?;
+    let rewritten = j > 0
+        || path.nat_before
+        || path
+            .stages
+            .get(j)
+            .is_some_and(|d| path.after_nat.contains(d));
+    let net = |c: &Option<Cidr>| c.map(|c| (c.addr, c.len));
+    let range = |r: &Option<PortRange>| r.map(|r| (r.lo, r.hi));
+    let proto = sel.proto.map(|p| match p {
+        Proto::Tcp => 6,
+        Proto::Udp => 17,
+        Proto::Icmp => 1,
+        Proto::Number(n) => n,
+    });
+    let forward = FrameMatch {
+        src: if rewritten { None } else { net(&sel.src) },
+        dst: net(&sel.dst),
+        proto,
+        sport: if rewritten { None } else { range(&sel.sport) },
+        dport: range(&sel.dport),
+    };
+    let reverse = FrameMatch {
+        src: net(&sel.dst),
+        dst: None,
+        proto,
+        sport: range(&sel.dport),
+        dport: None,
+    };
+    Ok(Selection { forward, reverse })
+}
+
 /// The functions of instances `ids` (recorded in `g`), in order.
 fn functions_of(g: &Inner, ids: &[String]) -> Vec<(String, NodeSpec)> {
     ids.iter()
@@ -623,10 +730,7 @@ pub fn clear_leftovers(stage: &Stage, tools: &mut dyn HostTools) -> Result<usize
 /// The state of a recorded instance (`g` holds it).
 fn state_of(g: &Inner, id: &str) -> InstanceState {
     let d = &g.instances[id];
-    let running = g
-        .chains
-        .get(&d.spec.device)
-        .filter(|r| r.instances.iter().any(|i| i == id));
+    let running = g.chain_of(id).and_then(|k| g.chains.get(&k));
     let stats: Option<TableStats> = running.and_then(|r| r.chain.stats().ok());
     let node = stats
         .as_ref()
@@ -669,6 +773,45 @@ mod tests {
             throughput_gbps: 1.0,
             capacity: 16.0,
         }
+    }
+
+    fn path(stages: &[&str], nat_before: bool, after_nat: &[&str]) -> HostPath {
+        serde_json::from_value(serde_json::json!({
+            "selector": {"src": "10.0.0.1/32", "dst": "10.0.1.0/24", "proto": "tcp",
+                         "sport": "1000-2000", "dport": "5201"},
+            "stages": stages,
+            "nat_before": nat_before,
+            "after_nat": after_nat,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_chain_takes_what_the_steering_routes_into_its_stage_and_the_replies() {
+        let full = selection_of(&path(&["tt0", "sw0"], false, &[]), 0).unwrap();
+        let f = full.forward;
+        assert_eq!(f.src, Some(("10.0.0.1".parse().unwrap(), 32)));
+        assert_eq!(f.dst, Some(("10.0.1.0".parse().unwrap(), 24)));
+        assert_eq!(
+            (f.proto, f.sport, f.dport),
+            (Some(6), Some((1000, 2000)), Some((5201, 5201)))
+        );
+        let r = full.reverse;
+        assert_eq!(r.src, f.dst, "replies come from the destination side");
+        assert_eq!((r.dst, r.sport, r.dport), (None, Some((5201, 5201)), None));
+        // Behind another stage, or a NAT: the destination side only, as the steering.
+        for (p, j) in [
+            (path(&["sw0", "tt0"], false, &[]), 1),
+            (path(&["tt0"], true, &[]), 0),
+            (path(&["tt0"], false, &["tt0"]), 0),
+        ] {
+            let f = selection_of(&p, j).unwrap().forward;
+            assert_eq!((f.src, f.sport), (None, None), "{p:?}");
+            assert_eq!(f.dport, Some((5201, 5201)));
+        }
+        let mut bad = path(&["tt0"], false, &[]);
+        bad.selector.proto = None;
+        assert!(selection_of(&bad, 0).is_err(), "ports without tcp/udp");
     }
 
     #[test]

@@ -68,7 +68,9 @@ impl FrameMatch {
         let (sport_lo, sport_hi) = range(self.sport);
         let (dport_lo, dport_hi) = range(self.dport);
         if sport_lo > sport_hi || dport_lo > dport_hi {
-            return Err(TableError::Request("a port range ends before it starts".into()));
+            return Err(TableError::Request(
+                "a port range ends before it starts".into(),
+            ));
         }
         let mut row = RawRule {
             sport_lo,
@@ -133,7 +135,10 @@ mod tests {
         assert_eq!(r.family, 4);
         assert_eq!(r.src[0], u32::from_ne_bytes([10, 1, 0, 0]));
         assert_eq!(r.src_mask[0], u32::from_ne_bytes([255, 255, 0, 0]));
-        assert_eq!((r.sport_lo, r.sport_hi, r.dport_lo, r.dport_hi), (0, 65535, 53, 53));
+        assert_eq!(
+            (r.sport_lo, r.sport_hi, r.dport_lo, r.dport_hi),
+            (0, 65535, 53, 53)
+        );
         assert_eq!((r.allow, r.proto), (1, 17));
 
         let v6 = FrameMatch {

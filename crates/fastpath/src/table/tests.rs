@@ -503,7 +503,10 @@ fn a_selected_chain_runs_only_its_services_frames_and_counts_only_them() {
     let not_a_reply = udp4([198, 51, 100, 7], 80, [10, 0, 0, 1], 5000);
     assert_eq!(run(&mut c, OUT, &not_a_reply).verdict, Verdict::Next);
     let st = c.stats().unwrap();
-    assert_eq!(st.nodes[0].packets, 3, "parse counted its service's frames only");
+    assert_eq!(
+        st.nodes[0].packets, 3,
+        "parse counted its service's frames only"
+    );
     assert_eq!(st.nodes[1].drops["acl_deny"], 1);
 
     c.select(None).unwrap();
