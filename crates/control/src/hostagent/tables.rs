@@ -377,10 +377,11 @@ impl Tables {
     /// Makes the table devices run exactly the chains `paths` name: for every service
     /// whose path lists instances on a device, their chain, taking only that service's
     /// frames ([`selection_of`]) — loaded, filled, selected and attached beside the
-    /// device's other chains; a service's chain that changed (instances or frames) is
-    /// switched to the new one atomically ([`TableChain::take_over`]); one that runs
-    /// already, adopted or not, is left as it is — and so are the other services'
-    /// chains. Every other chain is detached and unpinned.
+    /// device's other chains; a service's chain whose instances changed is switched to
+    /// the new one atomically ([`TableChain::take_over`]); one whose frames alone
+    /// changed is selected anew in place; one that runs already, adopted or not, is
+    /// left as it is — and so are the other services' chains. Every other chain is
+    /// detached and unpinned.
     pub fn reconcile(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
         let want = self.wanted(paths)?;
         let mut g = self.inner();
@@ -408,10 +409,16 @@ impl Tables {
             }
         }
         for (key, (ids, selection)) in want {
-            if g.chains
-                .get(&key)
-                .is_some_and(|r| r.instances == ids && r.selection == selection)
-            {
+            if let Some(r) = g.chains.get_mut(&key).filter(|r| r.instances == ids) {
+                if r.selection != selection {
+                    // Two map writes in place: the chain keeps its flow state.
+                    r.chain
+                        .select(Some(&selection))
+                        .map_err(|e| SteerError::Failed(format!("table device {}: {e}", key.0)))?;
+                    r.selection = selection;
+                    let r = &g.chains[&key];
+                    self.save_manifest(&g, &key.0, r);
+                }
                 continue;
             }
             let r = self.start(&mut g, &key, ids, selection)?;
