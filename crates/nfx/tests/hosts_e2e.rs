@@ -47,15 +47,7 @@ fn nfx(args: &[&str]) -> String {
 
 /// `nfx deploy FILE` through the CLI; the operation must complete.
 fn deploy(file: &std::path::Path, url: &str) {
-    let op: Value = serde_json::from_str(&nfx(&[
-        "deploy",
-        file.to_str().unwrap(),
-        "--json",
-        "--url",
-        url,
-    ]))
-    .unwrap();
-    assert_eq!(op["state"], "COMPLETED", "{op}");
+    hostbed::deploy(TOKEN, file, url)
 }
 
 struct Endpoint {

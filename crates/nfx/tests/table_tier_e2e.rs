@@ -164,15 +164,14 @@ fn service_b(src: Ipv4Addr, dst: Ipv4Addr) -> String {
 fn deploy(out: &std::path::Path, name: &str, text: &str, url: &str) {
     let file = out.join(name);
     std::fs::write(&file, text).unwrap();
-    let op: Value = serde_json::from_str(&nfx(&[
-        "deploy",
-        file.to_str().unwrap(),
-        "--json",
-        "--url",
-        url,
-    ]))
-    .unwrap();
-    assert_eq!(op["state"], "COMPLETED", "{op}");
+    hostbed::deploy(TOKEN, &file, url)
+}
+
+/// The `acl_deny` drops a table-tier firewall's row counts.
+fn acl_denies(row: &Value) -> u64 {
+    row["state"]["detail"]["node"]["drops"]["acl_deny"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 #[test]
@@ -248,13 +247,7 @@ fn hybrid_chain_on_the_table_tier_and_a_worker() {
     drop(denied);
     let fw = row(&c, "firewall");
     assert_eq!(fw["state"]["detail"]["tier"], "table", "{fw}");
-    assert!(
-        fw["state"]["detail"]["node"]["drops"]["acl_deny"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 1,
-        "{fw}"
-    );
+    assert!(acl_denies(&fw) >= 1, "{fw}");
     let nat = row(&c, "nat");
     assert!(nat["state"]["flows"].as_u64().unwrap() >= 1, "{nat}");
     assert!(
@@ -292,7 +285,7 @@ fn two_services_on_one_table_device(
     (dst_ns, dst): (&str, Ipv4Addr),
 ) {
     let a_fw = ids_of(c, "firewall").remove(0);
-    let a_drops = || row_of(c, &a_fw)["state"]["detail"]["node"]["drops"]["acl_deny"].clone();
+    let a_drops = || acl_denies(&row_of(c, &a_fw));
     let a_denied = a_drops();
     let b_open = listen(dst_ns, dst, B_PORT);
     let b_denied = listen(dst_ns, dst, B_DENIED);
@@ -346,13 +339,7 @@ fn two_services_on_one_table_device(
     );
     drop(b_denied);
     let b_row = row_of(c, &b_fw);
-    assert!(
-        b_row["state"]["detail"]["node"]["drops"]["acl_deny"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 1,
-        "{b_row}"
-    );
+    assert!(acl_denies(&b_row) >= 1, "{b_row}");
     assert_eq!(a_drops(), a_denied, "B's drop counted by A");
 
     // A's traffic crosses B's default-deny chain untouched and uncounted.

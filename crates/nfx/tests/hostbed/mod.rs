@@ -158,6 +158,18 @@ pub fn cpu_s(pid: u32) -> f64 {
         .sum()
 }
 
+/// `nfx deploy FILE` through the CLI with `token`; the operation must complete.
+// Only the hosts and table-tier tests deploy through the CLI.
+#[allow(dead_code)]
+pub fn deploy(token: &str, file: &Path, url: &str) {
+    let op: Value = serde_json::from_str(&nfx(
+        token,
+        &["deploy", file.to_str().unwrap(), "--json", "--url", url],
+    ))
+    .unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+}
+
 /// Every instance row the controller has (`GET /api/v1/instances`).
 // The migration, energy and power-manager tests read no instance list.
 #[allow(dead_code)]
