@@ -18,8 +18,10 @@
 // Several chains (one per service) may share a port, each attached as its own tcx
 // program: a chain whose `svc_sel` row for the frame's direction is set takes only the
 // frames that row matches (the service's traffic selector) and returns TC_ACT_UNSPEC
-// (tcx: next program) for every other one — including frames that do not parse, which
-// no selector can claim — untouched and uncounted.
+// (tcx: next program) for every other one, untouched and uncounted. A frame that does not
+// parse (truncated, a bad header, a non-first fragment) is no service's: the first chain
+// on the port drops it and counts its reason, as a lone chain does, so it never reaches
+// the host's stack through a chain that could not check it.
 #include "hvnf_common.h"
 #include "hvnf_parse.h"
 #include "hvnf_fw.h"
@@ -103,7 +105,7 @@ static __always_inline int hv_main(CTX *ctx, __u32 ifindex, __u32 hook)
 
 	int r = hv_parse(ctx);
 	struct hv_rule *sel_row = bpf_map_lookup_elem(&svc_sel, &dir);
-	if (sel_row && sel_row->allow && (r || !rule_matches(sel_row, &m->key)))
+	if (sel_row && sel_row->allow && !r && !rule_matches(sel_row, &m->key))
 		return TC_ACT_UNSPEC;
 	struct hv_counters *cn = node(N_PARSE);
 	if (cn) {

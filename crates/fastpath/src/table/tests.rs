@@ -490,7 +490,11 @@ fn a_selected_chain_runs_only_its_services_frames_and_counts_only_them() {
     assert_eq!(r.frame, other, "untouched");
     let mut short = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 53);
     short.truncate(38);
-    assert_eq!(run(&mut c, IN, &short).verdict, Verdict::Next);
+    assert_eq!(
+        run(&mut c, IN, &short).verdict,
+        Verdict::Drop(DropReason::Truncated),
+        "a frame that does not parse is no service's: dropped and counted, not handed on"
+    );
     let asked = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 53);
     assert_eq!(run(&mut c, IN, &asked).verdict, Verdict::Redirect);
     let denied = udp4([10, 0, 0, 1], 5000, [198, 51, 100, 7], 54);
@@ -504,8 +508,8 @@ fn a_selected_chain_runs_only_its_services_frames_and_counts_only_them() {
     assert_eq!(run(&mut c, OUT, &not_a_reply).verdict, Verdict::Next);
     let st = c.stats().unwrap();
     assert_eq!(
-        st.nodes[0].packets, 3,
-        "parse counted its service's frames only"
+        st.nodes[0].packets, 4,
+        "parse counted its service's frames and the malformed one only"
     );
     assert_eq!(st.nodes[1].drops["acl_deny"], 1);
 
