@@ -151,6 +151,30 @@ impl Drop for KernelIsolation {
     }
 }
 
+/// Name prefix of a standing isolation table ([`install_standing`]).
+pub const STANDING_PREFIX: &str = "nfx_port_";
+
+/// The standing isolation table of interface `iface`.
+pub fn standing_table(iface: &str) -> String {
+    format!("{STANDING_PREFIX}{iface}")
+}
+
+/// Installs the drop of [`KernelIsolation::install`] on each of `ifaces` (in the calling
+/// thread's namespace), in one `nft` run, as tables that no process owns: each, named
+/// by [`standing_table`], stays until its interface goes or it is deleted, and loading
+/// it again replaces it. For a supervisor that made the interfaces and starts and stops
+/// dataplanes on them (`kernel_stack: external`): the workers' start and exit then run no
+/// `nft` process, and the kernel never sees the ports' IP traffic, with or without a
+/// worker. Nothing checks who else taps the interfaces: the supervisor runs one
+/// dataplane per interface.
+pub fn install_standing(ifaces: &[&str]) -> io::Result<()> {
+    let script: String = ifaces
+        .iter()
+        .map(|i| ruleset(&standing_table(i), i, false))
+        .collect();
+    nft(&["-f", "-"], Some(&script)).map(drop)
+}
+
 /// The ruleset for table `table` on interface `iface`. Loading it twice replaces the
 /// first copy (add, delete, define in one transaction). With `ipv4_at_prerouting` the
 /// netdev table passes IPv4 and a table of family `ip` drops it at prerouting, before
@@ -332,6 +356,16 @@ mod tests {
         assert!(live_owners(&listing, 4, &[&format!("nfx_isolate_{me}_4_1")]).is_empty());
         assert_eq!(table_ifindex("nfx_isolate_4242_7_0"), Some(7));
         assert_eq!(table_ifindex("nfx_edge_ingress"), None);
+    }
+
+    #[test]
+    fn standing_tables_belong_to_no_process_and_are_never_stale() {
+        let t = standing_table("sw0i");
+        assert_eq!(t, "nfx_port_sw0i");
+        assert_eq!(table_pid(&t), None);
+        let listing = format!("table netdev {t}\n");
+        assert!(stale_tables(&listing).is_empty());
+        assert!(live_owners(&listing, 3, &[]).is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! firewall service from YAML between the `src` and `dst` endpoints of endpoints.json.
 //! Checks: nothing passes before the deploy; iperf3 passes after it; the controller's
 //! `/metrics` federates every agent and the worker's counters; a deploy without the
-//! token is 401; a worker killed with SIGKILL is noticed, its isolation tables are gone and
+//! token is 401; a worker killed with SIGKILL is noticed, no isolation table of its own is
+//! left while the agent's standing tables stay on the device's ports, and
 //! the service is re-placed and carries traffic again; the agent of the middle host killed
 //! with SIGKILL is noticed and the service is re-routed around that host (which then sees
 //! none of its traffic), and the controller's scrape answers with `nfx_agent_up` 0 for it; a client holding another CA's material is refused by an agent;
@@ -209,6 +210,18 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
     let pids = recorded_pids(&out.join("agents").join(&host).join("workers"));
     assert_eq!(pids.len(), 1, "{pids:?}");
     let wpid = pids[0].1;
+    let workers = out.join("agents").join(&host).join("workers");
+    let run_file = workers.join(format!("{}.yaml", pids[0].0));
+    let rc = nfx_proto::RunConfig::parse(
+        &std::fs::read_to_string(&run_file).unwrap(),
+        &run_file.display().to_string(),
+    )
+    .unwrap();
+    assert_eq!(
+        rc.kernel_stack,
+        nfx_proto::run_config::KernelStack::External
+    );
+    let ports = [rc.ports.inside.iface, rc.ports.outside.iface];
     // SAFETY: kill(2) of the worker this test's testbed started.
     unsafe { libc::kill(wpid as i32, libc::SIGKILL) };
     assert!(
@@ -231,6 +244,16 @@ fn three_hosts_deploy_fail_over_and_tear_down() {
         !tables.contains(&format!("nfx_isolate_{wpid}_")),
         "the dead worker's isolation tables are left: {tables}"
     );
+    // The agent's standing tables keep the kernel off the device's ports, worker or not.
+    for p in &ports {
+        assert!(
+            tables.contains(&format!(
+                "table netdev {}",
+                nfx_io::isolate::standing_table(p)
+            )),
+            "no standing isolation on {p}: {tables}"
+        );
+    }
     assert!(iperf_bytes(&src, &dst) > 1_000_000);
 
     // The agent of the middle host killed: its host is routed around.

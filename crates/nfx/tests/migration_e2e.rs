@@ -86,6 +86,7 @@ impl Rig {
             fast_path: None,
             allowed_dirs: Vec::new(),
             nice: None,
+            kernel_stack: None,
         };
         let cfg = LocalConfig {
             run_dir: dir.path().to_path_buf(),
@@ -390,6 +391,7 @@ fn a_worker_restarts_at_once_after_its_last_instance_is_destroyed() {
         fast_path: None,
         allowed_dirs: Vec::new(),
         nice: None,
+        kernel_stack: None,
     };
     let _workers = Workers {
         run_dir: dir.path().to_path_buf(),

@@ -56,8 +56,8 @@ pub struct RunConfig {
     pub ring_slots: Option<usize>,
     /// Whether the kernel of the ports' namespace also sees the frames nfx forwards:
     /// `isolate` (default) drops IPv4/IPv6 at the ports' ingress hook, behind nfx's packet
-    /// taps, while the instance runs; `keep` leaves the kernel stack on (docs/dataplane.md,
-    /// "Kernel stack").
+    /// taps, while the instance runs; `keep` leaves the kernel stack on; `external`: the
+    /// ports' owner installed that drop already (docs/dataplane.md, "Kernel stack").
     #[serde(default)]
     pub kernel_stack: KernelStack,
     /// Worker threads, 1..=16. With more than one, each owns its own sockets on both
@@ -237,6 +237,11 @@ pub enum KernelStack {
     Isolate,
     /// The kernel receives a copy of every frame too (the AF_PACKET sockets only tap).
     Keep,
+    /// The same drop, installed and owned by whoever made the ports: an `nfx agent`
+    /// keeps one standing table per device port (`nfx_io::isolate::install_standing`),
+    /// so its workers start and exit without an `nft` run and the ports stay closed to
+    /// the kernel between workers. The worker installs nothing.
+    External,
 }
 
 /// Most worker threads an instance may run.
@@ -473,7 +478,7 @@ impl RunConfig {
                     "the fast path runs with one worker and no `fanout`".into(),
                 ));
             }
-            if self.kernel_stack == KernelStack::Keep {
+            if self.kernel_stack != KernelStack::Isolate {
                 return Err(err(
                     "fast_path",
                     "the fast path needs `kernel_stack: isolate` (the kernel would forward the frames it hands to nfx)".into(),

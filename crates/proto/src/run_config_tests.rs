@@ -94,6 +94,8 @@ fn kernel_stack_parses() {
     assert_eq!(c.kernel_stack, KernelStack::Keep);
     let c = RunConfig::parse(&format!("{GOOD}kernel_stack: isolate\n"), "f").unwrap();
     assert_eq!(c.kernel_stack, KernelStack::Isolate);
+    let c = RunConfig::parse(&format!("{GOOD}kernel_stack: external\n"), "f").unwrap();
+    assert_eq!(c.kernel_stack, KernelStack::External);
 }
 
 fn err_of(text: &str) -> ConfigError {
@@ -145,6 +147,10 @@ fn bad_values_name_their_field() {
         ),
         (format!("{GOOD}io: xdp\n"), "io"),
         (format!("{GOOD}kernel_stack: off\n"), "kernel_stack"),
+        (
+            format!("{GOOD}kernel_stack: external\nfast_path: {{ capacity: 64 }}\n"),
+            "fast_path",
+        ),
         (format!("{GOOD}ring_slots: 15\n"), "ring_slots"),
         (format!("{GOOD}ring_slots: 16385\n"), "ring_slots"),
     ];

@@ -32,6 +32,7 @@ use anyhow::Context;
 use nfx_dataplane::services::{PortSpec, ProtoSpec, SelectorConfig};
 use nfx_dataplane::ServiceConfig;
 use nfx_model::Selector;
+use nfx_proto::run_config::KernelStack;
 use serde::{Deserialize, Serialize};
 use stages::Stage;
 use std::collections::BTreeMap;
@@ -214,9 +215,20 @@ impl HostAgent {
                     fanout: None,
                     fast_path: None,
                     allowed_dirs: cfg.allowed_dirs.clone(),
+                    kernel_stack: Some(KernelStack::External),
                 },
             );
             stages.insert(d.id.clone(), st);
+        }
+        // The worker ports are closed to the host's IP stack from here on, worker or not,
+        // and no worker runs `nft` on its start-up path.
+        let ports: Vec<&str> = stages
+            .values()
+            .flat_map(|st| [st.worker_in.as_str(), st.worker_out.as_str()])
+            .collect();
+        if !ports.is_empty() {
+            nfx_io::isolate::install_standing(&ports)
+                .map_err(|e| anyhow::anyhow!("isolating the worker ports from the kernel: {e}"))?;
         }
         let mut table_devices = Vec::new();
         let pins = if cfg.tables.is_empty() {

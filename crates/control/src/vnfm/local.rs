@@ -11,7 +11,7 @@
 
 use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
-use nfx_proto::run_config::{FastPathConfig, Ports};
+use nfx_proto::run_config::{FastPathConfig, KernelStack, Ports};
 use nfx_proto::{
     Client, ClientError, FanoutConfig, InstanceConfig, Reconfigure, Request, Role, RunConfig,
     ServiceConfig, ServiceSet, Stats,
@@ -77,6 +77,10 @@ pub struct WorkerTemplate {
     /// agent's own.
     #[serde(default)]
     pub nice: Option<i32>,
+    /// The run config's `kernel_stack` (default: the dataplane's, `isolate`):
+    /// `external` where the agent holds standing isolation tables on the ports.
+    #[serde(default)]
+    pub kernel_stack: Option<KernelStack>,
 }
 
 impl LocalConfig {
@@ -415,6 +419,7 @@ impl LocalVnfm {
         rc.vector = t.vector.unwrap_or(rc.vector);
         rc.poll = t.poll.unwrap_or(rc.poll);
         rc.ring_slots = t.ring_slots;
+        rc.kernel_stack = t.kernel_stack.unwrap_or(rc.kernel_stack);
         rc.fast_path = t.fast_path.map(|capacity| FastPathConfig { capacity });
         rc.allowed_dirs = t.allowed_dirs.clone();
         rc.fanout = t.fanout.map(|group| FanoutConfig {

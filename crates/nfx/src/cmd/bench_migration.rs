@@ -454,6 +454,7 @@ fn deploy_samples(
                 fast_path: None,
                 allowed_dirs: Vec::new(),
                 nice: None,
+                kernel_stack: None,
             },
         )]
         .into(),
@@ -529,6 +530,7 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         fast_path: None,
         allowed_dirs: Vec::new(),
         nice: None,
+        kernel_stack: None,
     };
     let run_dir = dir.join("handoff");
     let cfg = LocalConfig {

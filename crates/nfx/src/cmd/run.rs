@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long)]
     io: Option<String>,
     /// Whether the kernel of the ports' namespace sees their frames, overriding the config
-    /// (`kernel_stack`): isolate or keep.
+    /// (`kernel_stack`): isolate, keep or external (the ports' owner installed the drop).
     #[arg(long)]
     kernel_stack: Option<String>,
     /// Worker threads, overriding the config (`workers`).
@@ -68,7 +68,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cfg.kernel_stack = match k.as_str() {
             "isolate" => nfx_dataplane::config::KernelStack::Isolate,
             "keep" => nfx_dataplane::config::KernelStack::Keep,
-            other => anyhow::bail!("--kernel-stack {other:?}: expected isolate or keep"),
+            "external" => nfx_dataplane::config::KernelStack::External,
+            other => {
+                anyhow::bail!("--kernel-stack {other:?}: expected isolate, keep or external")
+            }
         };
     }
     if let Some(w) = args.workers {
