@@ -158,7 +158,7 @@ fn real_instances(c: &Client, id: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn web_acme(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
+fn web_acme(c: &Client, url: &str, svc: &Value, src: &Endpoint, dst: &Endpoint) {
     deploy(c, svc);
     let placed = real_instances(c, "web-acme");
     assert!(
@@ -209,7 +209,25 @@ fn web_acme(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
     let r = iperf::client(&ClientSpec::tcp(&src.netns, dst.address, 443, 1, 1)).unwrap();
     assert!(r.received_bytes > 1_000_000, "iperf3 on 443: {r:?}");
     eprintln!("web-acme: iperf3 on port 443 {:.2} Gbit/s", r.gbps);
+    energy_shown(url);
     destroy(c, "web-acme");
+}
+
+/// `nfx status` shows web-acme's energy with its source and the CPU-wait bound of
+/// edge's worker, labelled as a bound (the agents report every second).
+fn energy_shown(url: &str) {
+    let mut text = String::new();
+    let shown = eventually(Duration::from_secs(3), || {
+        text = hostbed::nfx(TOKEN, &["status", "--url", url]);
+        let line = |f: &dyn Fn(&str) -> bool| text.lines().any(f);
+        line(&|l| l.trim_start().starts_with("web-acme") && l.contains(" W  model"))
+            && line(&|l| {
+                l.contains("worker edge-sw ")
+                    && l.contains("cpu-wait bound ≤ ")
+                    && l.contains("(bound from the CPU limit, not measured)")
+            })
+    });
+    assert!(shown, "nfx status:\n{text}");
 }
 
 fn vpn_globex(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
@@ -274,7 +292,7 @@ fn every_example_service_deploys_and_carries_traffic() {
             .is_some_and(|e| e.contains("no selector")),
         "{refused:?}"
     );
-    web_acme(&c, &services[0], &src, &dst);
+    web_acme(&c, &url, &services[0], &src, &dst);
     vpn_globex(&c, &services[1], &src, &dst);
     video_acme(&c, &bed, &src, &dst);
     bed.down();
