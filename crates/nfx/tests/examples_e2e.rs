@@ -6,7 +6,8 @@
 //! - `web-acme` (firewall on edge's table tier → NAT → DPI): every instance real; a TCP
 //!   request to port 80 is answered and the server sees the NAT's public address;
 //!   iperf3 on port 443 carries data; port 22 is denied by the firewall; a request
-//!   carrying the DPI drop signature of the pattern file gets no answer;
+//!   carrying the DPI drop signature of the pattern file gets no answer; `nfx status`
+//!   shows its energy with its source and edge's worker with its CPU-wait bound;
 //! - `vpn-globex` (firewall → ESP tunnel edge → cloud on the lookaside devices): IKE is
 //!   established at both ends and every UDP datagram from src reaches dst.
 //!
