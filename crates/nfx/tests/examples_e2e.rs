@@ -345,7 +345,7 @@ fn udp_capture(
 /// The MPEG-TS packets of `datagram`: its length is a multiple of 188 bytes and each
 /// packet starts with the sync byte 0x47 (None otherwise).
 fn ts_packets(datagram: &[u8]) -> Option<usize> {
-    let whole = !datagram.is_empty() && datagram.len() % 188 == 0;
+    let whole = !datagram.is_empty() && datagram.len().is_multiple_of(188);
     (whole && datagram.chunks(188).all(|p| p[0] == 0x47)).then_some(datagram.len() / 188)
 }
 
@@ -437,11 +437,7 @@ fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint
         .output()
         .unwrap();
     assert!(source.status.success(), "the source failed: {source:?}");
-    let sent: u64 = String::from_utf8_lossy(&source.stdout)
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("total_size=")?.parse().ok())
-        .unwrap_or(0);
+    let sent = common::ffmpeg_total_size(&source.stdout);
     let got = capture.join().unwrap();
     let bad = got.iter().filter(|(_, d)| ts_packets(d).is_none()).count();
     assert!(
@@ -455,21 +451,9 @@ fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint
     let out_kbps = bytes.len() as f64 * 8.0 / span.as_secs_f64().max(0.1) / 1000.0;
     let file = bed.out.join("video-acme.ts");
     std::fs::write(&file, &bytes).unwrap();
-    let probe = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "stream=codec_name,width",
-            "-of",
-            "json",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let streams: Value = serde_json::from_slice(&probe.stdout).unwrap();
-    assert_eq!(streams["streams"][0]["codec_name"], "h264", "{streams}");
-    assert_eq!(streams["streams"][0]["width"], 320, "{streams}");
+    let stream = common::first_stream(&file);
+    assert_eq!(stream["codec_name"], "h264", "{stream}");
+    assert_eq!(stream["width"], 320, "{stream}");
     eprintln!(
         "video-acme: src sent {sent} B of MPEG-2 ({SOURCE_KBPS} kbit/s); dst received {} B of H.264 in {ts} TS packets over {:.1} s, {out_kbps:.0} kbit/s (asked {kbps})",
         bytes.len(),
