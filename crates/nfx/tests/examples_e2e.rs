@@ -14,10 +14,10 @@
 //! Then configs/examples/transcode.yaml (`video-acme`, its addresses moved from the
 //! file's subnet base 200 to this test's, after checking they are dst's there): the
 //! transcoder runs on cloud's software device; ffmpeg in src sends 3 s of 320x180
-//! MPEG-2 video at 2 Mbit/s as MPEG-TS over UDP to cloud's `listen_port`, through the
-//! src and edge hosts; dst receives the re-encoded stream: whole MPEG-TS packets (sync
-//! byte 0x47 every 188 bytes), an H.264 stream of the same width (ffprobe), at a
-//! fraction of the source's bitrate.
+//! MPEG-2 video at 2 Mbit/s as MPEG-TS over UDP to dst (the transcoder is transparent:
+//! cloud redirects the stream into it); dst receives the re-encoded stream: whole
+//! MPEG-TS packets (sync byte 0x47 every 188 bytes), an H.264 stream of the same width
+//! (ffprobe), at a fraction of the source's bitrate.
 //!
 //! The DPI's pattern file is where the example says it is, /etc/nfx/dpi/patterns.txt:
 //! the test writes configs/dpi/patterns.txt there if nothing is there (and removes what
@@ -355,10 +355,15 @@ fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Value {
     let text = std::fs::read_to_string(repo().join("configs/examples/transcode.yaml")).unwrap();
     let ours = format!("10.{BASE}.");
     let at_file_base = dst.address.to_string().replacen(&ours, FILE_BASE, 1);
-    assert!(
-        text.contains(&format!("output: {at_file_base}:")),
-        "transcode.yaml's output is not dst ({at_file_base})"
-    );
+    for named in [
+        format!("output: {at_file_base}:"),
+        format!("dst: {at_file_base}/32"),
+    ] {
+        assert!(
+            text.contains(&named),
+            "transcode.yaml does not name dst as {named}"
+        );
+    }
     let file = bed.out.join("transcode.yaml");
     std::fs::write(&file, text.replace(FILE_BASE, &ours)).unwrap();
     let mut svcs = load_services(&file).unwrap();
@@ -366,25 +371,11 @@ fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Value {
     svcs.remove(0)
 }
 
-/// `host`'s address on its link towards `neighbor` (the testbed's recorded layout).
-fn link_address(host: &str, neighbor: &str) -> Ipv4Addr {
-    let lay = nfx_testbed::hosts::recorded(PREFIX).expect("no recorded layout");
-    let h = lay.hosts.iter().find(|h| h.id == host).unwrap();
-    h.neighbors
-        .iter()
-        .find(|n| n.host == neighbor)
-        .unwrap()
-        .local
-}
-
 fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint) {
     let t0 = Instant::now();
     let svc = video_service(bed, dst);
     let cfg = &svc["chain"][0]["config"];
-    let (in_port, kbps) = (
-        cfg["listen_port"].as_u64().unwrap(),
-        cfg["bitrate_kbps"].as_u64().unwrap(),
-    );
+    let kbps = cfg["bitrate_kbps"].as_u64().unwrap();
     let out_port: u16 = cfg["output"]
         .as_str()
         .unwrap()
@@ -399,10 +390,8 @@ fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint
         matches!(&placed[..], [(_, f, d)] if f == "transcode" && d == "cloud-sw"),
         "the transcoder runs on cloud's software device: {placed:?}"
     );
-    let to = format!(
-        "udp://{}:{in_port}?pkt_size=1316",
-        link_address("cloud", "edge")
-    );
+    // To dst, as if there were no transcoder: cloud takes the stream in.
+    let to = format!("udp://{}:{out_port}?pkt_size=1316", dst.address);
     let capture = udp_capture(
         &dst.netns,
         out_port,
