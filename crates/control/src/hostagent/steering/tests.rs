@@ -487,6 +487,7 @@ fn transcoder_redirects_ride_in_the_table() {
     assert!(nft_scripts(&calls)[0].contains(rule), "{calls:?}");
     *rec.fail_nft.lock().unwrap() = true;
     assert!(s.set_redirect("xc.1", None).is_err());
+    rec.take();
     *rec.fail_nft.lock().unwrap() = false;
     s.withdraw("web").unwrap();
     assert!(
