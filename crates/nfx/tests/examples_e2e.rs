@@ -6,14 +6,18 @@
 //! - `web-acme` (firewall on edge's table tier → NAT → DPI): every instance real; a TCP
 //!   request to port 80 is answered and the server sees the NAT's public address;
 //!   iperf3 on port 443 carries data; port 22 is denied by the firewall; a request
-//!   carrying the DPI drop signature of the pattern file gets no answer;
+//!   carrying the DPI drop signature of the pattern file gets no answer; `nfx status`
+//!   shows its energy with its source and edge's worker with its CPU-wait bound;
 //! - `vpn-globex` (firewall → ESP tunnel edge → cloud on the lookaside devices): IKE is
 //!   established at both ends and every UDP datagram from src reaches dst.
 //!
-//! Left out: configs/examples/transcode.yaml (`nfx plan` covers it in cli.rs). Its
-//! selector and output name 10.200.3.2, the third endpoint of a testbed with subnet base
-//! 200, which the round-robin attaches to the first host (src), not to dst; and its
-//! ffmpeg start-up alone would take most of this test's budget.
+//! Then configs/examples/transcode.yaml (`video-acme`, its addresses moved from the
+//! file's subnet base 200 to this test's, after checking they are dst's there): the
+//! transcoder runs on cloud's software device; ffmpeg in src sends 3 s of 320x180
+//! MPEG-2 video at 2 Mbit/s as MPEG-TS over UDP to dst (the transcoder is transparent:
+//! cloud redirects the stream into it); dst receives the re-encoded stream: whole
+//! MPEG-TS packets (sync byte 0x47 every 188 bytes), an H.264 stream of the same width
+//! (ffprobe), at a fraction of the source's bitrate.
 //!
 //! The DPI's pattern file is where the example says it is, /etc/nfx/dpi/patterns.txt:
 //! the test writes configs/dpi/patterns.txt there if nothing is there (and removes what
@@ -29,8 +33,10 @@ use nfx_control::client::{load_services, load_token, Client};
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::probe::{tcp_request, PeerEcho, TcpOutcome};
 use serde_json::Value;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, UdpSocket};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "nfxex-";
@@ -153,7 +159,7 @@ fn real_instances(c: &Client, id: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn web_acme(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
+fn web_acme(c: &Client, url: &str, svc: &Value, src: &Endpoint, dst: &Endpoint) {
     deploy(c, svc);
     let placed = real_instances(c, "web-acme");
     assert!(
@@ -204,7 +210,25 @@ fn web_acme(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
     let r = iperf::client(&ClientSpec::tcp(&src.netns, dst.address, 443, 1, 1)).unwrap();
     assert!(r.received_bytes > 1_000_000, "iperf3 on 443: {r:?}");
     eprintln!("web-acme: iperf3 on port 443 {:.2} Gbit/s", r.gbps);
+    energy_shown(url);
     destroy(c, "web-acme");
+}
+
+/// `nfx status` shows web-acme's energy with its source and the CPU-wait bound of
+/// edge's worker, labelled as a bound (the agents report every second).
+fn energy_shown(url: &str) {
+    let mut text = String::new();
+    let shown = eventually(Duration::from_secs(3), || {
+        text = hostbed::nfx(TOKEN, &["status", "--url", url]);
+        let line = |f: &dyn Fn(&str) -> bool| text.lines().any(f);
+        line(&|l| l.trim_start().starts_with("web-acme") && l.contains(" W  model"))
+            && line(&|l| {
+                l.contains("worker edge-sw ")
+                    && l.contains("cpu-wait bound ≤ ")
+                    && l.contains("(bound from the CPU limit, not measured)")
+            })
+    });
+    assert!(shown, "nfx status:\n{text}");
 }
 
 fn vpn_globex(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
@@ -269,11 +293,167 @@ fn every_example_service_deploys_and_carries_traffic() {
             .is_some_and(|e| e.contains("no selector")),
         "{refused:?}"
     );
-    web_acme(&c, &services[0], &src, &dst);
+    web_acme(&c, &url, &services[0], &src, &dst);
     vpn_globex(&c, &services[1], &src, &dst);
+    video_acme(&c, &bed, &src, &dst);
     bed.down();
     eprintln!(
         "configs/examples end to end in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// The example's subnet base: the addresses configs/examples name are those of a testbed
+/// built with `--subnet-base 200` (the default).
+const FILE_BASE: &str = "10.200.";
+/// Seconds of video the source sends.
+const VIDEO_SECONDS: &str = "3";
+/// Bitrate of the source's MPEG-2 stream, kbit/s.
+const SOURCE_KBPS: u64 = 2000;
+
+/// Datagrams received on UDP `port` in namespace `ns`, with their arrival times, until
+/// `idle` passes without one after the first, or `limit` in all.
+fn udp_capture(
+    ns: &str,
+    port: u16,
+    idle: Duration,
+    limit: Duration,
+) -> JoinHandle<Vec<(Instant, Vec<u8>)>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ns = ns.to_string();
+    let h = std::thread::spawn(move || {
+        nfx_testbed::netns::enter(&ns).unwrap();
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, port)).unwrap();
+        nfx_testbed::udpgen::set_rcvbuf(&s, 4 << 20);
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        tx.send(()).unwrap();
+        let (t0, mut got) = (Instant::now(), Vec::new());
+        let mut buf = vec![0u8; 65536];
+        while t0.elapsed() < limit {
+            if let Ok(n) = s.recv(&mut buf) {
+                got.push((Instant::now(), buf[..n].to_vec()));
+            } else if got.last().is_some_and(|(t, _)| t.elapsed() > idle) {
+                break;
+            }
+        }
+        got
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    h
+}
+
+/// The MPEG-TS packets of `datagram`: its length is a multiple of 188 bytes and each
+/// packet starts with the sync byte 0x47 (None otherwise).
+fn ts_packets(datagram: &[u8]) -> Option<usize> {
+    let whole = !datagram.is_empty() && datagram.len().is_multiple_of(188);
+    (whole && datagram.chunks(188).all(|p| p[0] == 0x47)).then_some(datagram.len() / 188)
+}
+
+/// configs/examples/transcode.yaml with its addresses moved to this test's subnet base,
+/// after checking that the file's output and selector name dst there.
+fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Value {
+    let text = std::fs::read_to_string(repo().join("configs/examples/transcode.yaml")).unwrap();
+    let ours = format!("10.{BASE}.");
+    let at_file_base = dst.address.to_string().replacen(&ours, FILE_BASE, 1);
+    for named in [
+        format!("output: {at_file_base}:"),
+        format!("dst: {at_file_base}/32"),
+    ] {
+        assert!(
+            text.contains(&named),
+            "transcode.yaml does not name dst as {named}"
+        );
+    }
+    let file = bed.out.join("transcode.yaml");
+    std::fs::write(&file, text.replace(FILE_BASE, &ours)).unwrap();
+    let mut svcs = load_services(&file).unwrap();
+    assert_eq!(svcs.len(), 1);
+    svcs.remove(0)
+}
+
+fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint) {
+    let t0 = Instant::now();
+    let svc = video_service(bed, dst);
+    let cfg = &svc["chain"][0]["config"];
+    let kbps = cfg["bitrate_kbps"].as_u64().unwrap();
+    let out_port: u16 = cfg["output"]
+        .as_str()
+        .unwrap()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    deploy(c, &svc);
+    let placed = real_instances(c, "video-acme");
+    assert!(
+        matches!(&placed[..], [(_, f, d)] if f == "transcode" && d == "cloud-sw"),
+        "the transcoder runs on cloud's software device: {placed:?}"
+    );
+    // To dst, as if there were no transcoder: cloud takes the stream in.
+    let to = format!("udp://{}:{out_port}?pkt_size=1316", dst.address);
+    let capture = udp_capture(
+        &dst.netns,
+        out_port,
+        Duration::from_millis(1500),
+        Duration::from_secs(10),
+    );
+    let rate = format!("{SOURCE_KBPS}k");
+    let source = Command::new("timeout")
+        .args([
+            "15",
+            "ip",
+            "netns",
+            "exec",
+            &src.netns,
+            "ffmpeg",
+            "-hide_banner",
+        ])
+        .args(["-loglevel", "error", "-nostdin", "-re", "-f", "lavfi"])
+        .args(["-i", "testsrc=size=320x180:rate=25", "-t", VIDEO_SECONDS])
+        .args([
+            "-c:v",
+            "mpeg2video",
+            "-b:v",
+            &rate,
+            "-minrate",
+            &rate,
+            "-maxrate",
+            &rate,
+        ])
+        .args(["-bufsize", "1M", "-progress", "pipe:1", "-f", "mpegts", &to])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(source.status.success(), "the source failed: {source:?}");
+    let sent = common::ffmpeg_total_size(&source.stdout);
+    let got = capture.join().unwrap();
+    let bad = got.iter().filter(|(_, d)| ts_packets(d).is_none()).count();
+    assert!(
+        got.len() > 20 && bad == 0,
+        "{} datagrams at dst, {bad} not MPEG-TS",
+        got.len()
+    );
+    let ts: usize = got.iter().filter_map(|(_, d)| ts_packets(d)).sum();
+    let bytes: Vec<u8> = got.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+    let span = got.last().unwrap().0 - got[0].0;
+    let out_kbps = bytes.len() as f64 * 8.0 / span.as_secs_f64().max(0.1) / 1000.0;
+    let file = bed.out.join("video-acme.ts");
+    std::fs::write(&file, &bytes).unwrap();
+    let stream = common::first_stream(&file);
+    assert_eq!(stream["codec_name"], "h264", "{stream}");
+    assert_eq!(stream["width"], 320, "{stream}");
+    eprintln!(
+        "video-acme: src sent {sent} B of MPEG-2 ({SOURCE_KBPS} kbit/s); dst received {} B of H.264 in {ts} TS packets over {:.1} s, {out_kbps:.0} kbit/s (asked {kbps})",
+        bytes.len(),
+        span.as_secs_f64()
+    );
+    assert!(sent > 300_000, "the source sent {sent} B");
+    assert!(
+        (bytes.len() as u64) * 3 < sent && out_kbps * 3.0 < SOURCE_KBPS as f64,
+        "dst received {} B ({out_kbps:.0} kbit/s) of {sent} B",
+        bytes.len()
+    );
+    destroy(c, "video-acme");
+    eprintln!("video-acme in {:.1} s", t0.elapsed().as_secs_f64());
 }

@@ -157,11 +157,7 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     }
     let seen = metered.is_some();
     let source_out = source.wait_with_output().unwrap();
-    let sent: u64 = String::from_utf8_lossy(&source_out.stdout)
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("total_size=")?.parse().ok())
-        .unwrap_or(0);
+    let sent = common::ffmpeg_total_size(&source_out.stdout);
     assert!(cap.wait().unwrap().success(), "the capture failed");
     assert!(seen, "the transcoder's CPU was never metered");
     let m = metered.unwrap();
@@ -175,21 +171,9 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     assert!(m["cpu_cores"].as_f64().unwrap() > 0.02, "{m}");
 
     // The capture: a valid H.264 stream, at a fraction of what the source sent.
-    let probe = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "stream=codec_name,width",
-            "-of",
-            "json",
-        ])
-        .arg(&capture)
-        .output()
-        .unwrap();
-    let streams: Value = serde_json::from_slice(&probe.stdout).unwrap();
-    assert_eq!(streams["streams"][0]["codec_name"], "h264", "{streams}");
-    assert_eq!(streams["streams"][0]["width"], 320, "{streams}");
+    let stream = common::first_stream(&capture);
+    assert_eq!(stream["codec_name"], "h264", "{stream}");
+    assert_eq!(stream["width"], 320, "{stream}");
     let got = std::fs::metadata(&capture).unwrap().len();
     eprintln!(
         "transcode_agent_e2e: source sent {sent} B, dst received {got} B of H.264; transcoder {:.3} cores, {:.2} W, {:.2} J ({})",

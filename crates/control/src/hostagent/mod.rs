@@ -660,6 +660,22 @@ fn housekeeping(agent: Weak<HostAgent>) {
     }
 }
 
+impl HostAgent {
+    /// Takes transcoder `id`'s stream in transparently: UDP arriving at the host for its
+    /// `output` goes to its `listen_port` (docs/descriptors.md, "The transcode function").
+    fn redirect(&self, id: &str, config: &serde_json::Value) -> Result<(), VnfmError> {
+        let cfg = nfx_vnf::transcode::TranscodeConfig::from_function_config(config)
+            .map_err(|e| VnfmError::Invalid(format!("{id}: config: {e}")))?;
+        let r = steering::Redirect {
+            output: cfg.output,
+            listen_port: cfg.listen_port,
+        };
+        self.steering()
+            .set_redirect(id, Some(r))
+            .map_err(|e| VnfmError::Unavailable(format!("{id}: redirect: {e}")))
+    }
+}
+
 impl Vnfm for HostAgent {
     fn kind(&self) -> &'static str {
         "agent"
@@ -670,7 +686,12 @@ impl Vnfm for HostAgent {
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
         let t = Instant::now();
         let mut st = if spec.function == nfx_vnf::transcode::FUNCTION {
-            self.transcoders.deploy(spec)?
+            let st = self.transcoders.deploy(spec)?;
+            if let Err(e) = self.redirect(&spec.id, &spec.config) {
+                let _ = self.transcoders.destruct(&spec.id);
+                return Err(e);
+            }
+            st
         } else if spec.function == "esp" {
             let (st, tun) = self.tunnels.deploy(spec)?;
             self.steering().set_tunnel(&spec.id, tun);
@@ -700,6 +721,9 @@ impl Vnfm for HostAgent {
             return Ok(());
         }
         if self.transcoders.holds(id) {
+            self.steering()
+                .set_redirect(id, None)
+                .map_err(|e| VnfmError::Unavailable(format!("{id}: redirect: {e}")))?;
             return self.transcoders.destruct(id);
         }
         if self.tables.holds(id) {
@@ -730,7 +754,9 @@ impl Vnfm for HostAgent {
             return self.tables.configure(id, config);
         }
         if self.transcoders.holds(id) {
-            return self.transcoders.configure(id, config);
+            let st = self.transcoders.configure(id, config)?;
+            self.redirect(id, config)?;
+            return Ok(st);
         }
         self.local.configure_instance(id, config)
     }

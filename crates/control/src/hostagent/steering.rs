@@ -23,13 +23,19 @@
 //! The reply direction is matched on the destination side only (source address =
 //! selector `dst`, source port = selector `dport`): a NAT in the chain changes the other
 //! side's address.
+//!
+//! A transcoder on the host takes its stream in transparently ([`Redirect`]): UDP
+//! arriving for the transcoder's `output` is redirected (`nat` prerouting, before the
+//! routing decision) to its `listen_port` on the host, so a source sends to the final
+//! destination and needs no knowledge of the transcoder; the transcoder's own stream to
+//! `output` starts on the host and never passes prerouting there.
 
 use super::stages::Stage;
 use nfx_model::{Cidr, Proto, Selector};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -103,6 +109,16 @@ impl HostPath {
                 ))
             })
     }
+}
+
+/// A transcoder's stream taken in transparently: UDP arriving at the host for `output`
+/// is delivered to the transcoder at `listen_port` on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Redirect {
+    /// Where the transcoder sends its stream (and where the source addresses its own).
+    pub output: SocketAddrV4,
+    /// The transcoder's UDP port on the host.
+    pub listen_port: u16,
 }
 
 /// A neighbor host as the agent's configuration names it.
@@ -192,6 +208,8 @@ pub struct Steering {
     /// The TUN device of each local tunnel endpoint (by instance), as a link.
     tunnels: BTreeMap<String, NeighborLink>,
     services: BTreeMap<String, Programmed>,
+    /// The transcoders' redirects, by instance.
+    redirects: BTreeMap<String, Redirect>,
     /// Marks whose rule and table are installed.
     routed: BTreeSet<u32>,
     next_slot: u32,
@@ -224,6 +242,7 @@ impl Steering {
             stages,
             tunnels: BTreeMap::new(),
             services: BTreeMap::new(),
+            redirects: BTreeMap::new(),
             routed: BTreeSet::new(),
             next_slot: 1,
             record: None,
@@ -250,6 +269,30 @@ impl Steering {
     /// Forgets tunnel endpoint `instance` (paths naming it can no longer be programmed).
     pub fn remove_tunnel(&mut self, instance: &str) {
         self.tunnels.remove(instance);
+    }
+
+    /// Sets (or with `None` removes) the redirect of transcoder `instance` and loads the
+    /// table; a failed load keeps the redirects as they were.
+    pub fn set_redirect(
+        &mut self,
+        instance: &str,
+        redirect: Option<Redirect>,
+    ) -> Result<(), SteerError> {
+        let old = match redirect {
+            Some(r) => self.redirects.insert(instance.to_string(), r),
+            None => self.redirects.remove(instance),
+        };
+        if old == redirect {
+            return Ok(());
+        }
+        let r = self.commit();
+        if r.is_err() {
+            match old {
+                Some(o) => self.redirects.insert(instance.to_string(), o),
+                None => self.redirects.remove(instance),
+            };
+        }
+        r
     }
 
     /// The programmed paths.
@@ -423,7 +466,7 @@ impl Steering {
 
     /// Loads the whole table for the programmed paths in one transaction.
     fn commit(&mut self) -> Result<(), SteerError> {
-        let script = render(&self.services);
+        let script = render(&self.services, &self.redirects);
         self.tools
             .nft(&script)
             .map_err(|e| SteerError::Failed(format!("nft: {e}")))?;
@@ -677,11 +720,15 @@ fn reply_match(sel: &Selector) -> String {
 /// The table of a host with no path: every forwarded packet is dropped. Loaded when a
 /// host is created, before its kernel forwards anything.
 pub fn closed_ruleset() -> String {
-    render(&BTreeMap::new())
+    render(&BTreeMap::new(), &BTreeMap::new())
 }
 
-/// The `nfx_steer` table for `services`, replacing the previous one in one transaction.
-fn render(services: &BTreeMap<String, Programmed>) -> String {
+/// The `nfx_steer` table for `services` and the transcoders' `redirects`, replacing the
+/// previous one in one transaction.
+fn render(
+    services: &BTreeMap<String, Programmed>,
+    redirects: &BTreeMap<String, Redirect>,
+) -> String {
     let mut r = format!(
         "add table inet {TABLE}\n\
          delete table inet {TABLE}\n\
@@ -718,9 +765,26 @@ fn render(services: &BTreeMap<String, Programmed>) -> String {
          \x20 chain forward {{\n\
          \x20   type filter hook forward priority filter; policy drop;\n\
          \x20   meta mark and {MARK_MASK:#x} == {MARK_BASE:#x} accept\n\
-         \x20 }}\n\
-         }}\n"
+         \x20 }}\n"
     );
+    if !redirects.is_empty() {
+        r.push_str(
+            "  chain transcode {\n\
+             \x20   type nat hook prerouting priority dstnat; policy accept;\n",
+        );
+        for (instance, x) in redirects {
+            let _ = writeln!(
+                r,
+                "    ip daddr {} udp dport {} redirect to :{} comment \"{}\"",
+                x.output.ip(),
+                x.output.port(),
+                x.listen_port,
+                instance.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+            );
+        }
+        r.push_str("  }\n");
+    }
+    r.push_str("}\n");
     r
 }
 

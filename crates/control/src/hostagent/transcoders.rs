@@ -9,8 +9,10 @@
 //! them lost, so the controller deploys them again.
 //!
 //! A transcoder is an L4 endpoint: it receives the stream addressed to its host at its
-//! `listen_port` and sends a new stream to its `output`, which the service's selector
-//! names (docs/descriptors.md, "The transcode function").
+//! `listen_port` — or, transparently, the stream a source addresses to its `output`,
+//! which the agent's steering redirects into it on this host — and sends a new stream to
+//! its `output`, which the service's selector names (docs/descriptors.md, "The
+//! transcode function").
 //!
 //! Files, under the agent's `transcode/` directory, one directory per instance (its id
 //! restricted to a file name): `transcode.yaml` (the config), `pid`, `spec.json` (the

@@ -595,7 +595,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             i["status"].as_str().unwrap_or("?")
         );
     }
-    write_energy(&mut out, &energy);
+    super::status_energy::write_energy(&mut out, &energy);
     out.push_str("operations:\n");
     for o in ops.as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -620,38 +620,6 @@ fn print_text(text: &str) -> anyhow::Result<()> {
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
-    }
-}
-
-/// The energy section of `nfx status`: per service, then per host, each with its source.
-fn write_energy(out: &mut String, e: &EnergySummary) {
-    use std::fmt::Write as _;
-    out.push_str("energy:\n");
-    if !e.reported && e.hosts.iter().all(|h| h.error.is_none()) {
-        out.push_str("  not reported (no host agent has sent figures yet)\n");
-    }
-    for s in &e.services {
-        let unmetered = if s.unmetered.is_empty() {
-            String::new()
-        } else {
-            format!("  unmetered: {}", s.unmetered.join(","))
-        };
-        let _ = writeln!(
-            out,
-            "  {:<20} {:>12.1} J {:>8.2} W  {}{unmetered}",
-            s.service, s.energy_j, s.power_w, s.source
-        );
-    }
-    for h in &e.hosts {
-        let _ = match (&h.source, &h.error) {
-            (_, Some(err)) => writeln!(out, "  host {:<15} not metered: {err}", h.host),
-            (Some(src), None) => writeln!(
-                out,
-                "  host {:<15} {:>12.1} J {:>8.2} W  {src}",
-                h.host, h.energy_j, h.power_w
-            ),
-            (None, None) => Ok(()),
-        };
     }
 }
 

@@ -30,6 +30,7 @@ pub mod run;
 pub mod shell;
 pub mod ssm;
 pub mod stats;
+pub mod status_energy;
 pub mod table;
 pub mod testbed;
 pub mod testbed_hosts;

@@ -15,3 +15,30 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The first stream of media file `path` as ffprobe reads it: `{"codec_name", "width"}`
+/// (null fields when ffprobe finds no stream).
+// Only the transcoding tests read video.
+#[allow(dead_code)]
+pub fn first_stream(path: &std::path::Path) -> serde_json::Value {
+    let probe = std::process::Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", "stream=codec_name,width"])
+        .args(["-of", "json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let streams: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+    streams["streams"][0].clone()
+}
+
+/// The bytes an ffmpeg run wrote, from its last `-progress` block (`total_size=`) in
+/// `stdout`; 0 when it printed none.
+// Only the transcoding tests run ffmpeg.
+#[allow(dead_code)]
+pub fn ffmpeg_total_size(stdout: &[u8]) -> u64 {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("total_size=")?.parse().ok())
+        .unwrap_or(0)
+}

@@ -456,3 +456,48 @@ fn a_selector_without_addresses_leaves_interface_bound_segments_the_last_word() 
         .unwrap_or_else(|| panic!("{script}"));
     assert!(reply < forward, "{script}");
 }
+
+/// A transcoder's redirect is one `nat` prerouting rule in the same table, kept across
+/// path changes, removed with the transcoder; a refused load keeps the old set.
+#[test]
+fn transcoder_redirects_ride_in_the_table() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let x = Redirect {
+        output: "10.9.2.2:6000".parse().unwrap(),
+        listen_port: 5000,
+    };
+    s.set_redirect("xc.1", Some(x)).unwrap();
+    let calls = rec.take();
+    let nft = nft_scripts(&calls);
+    assert_eq!(nft.len(), 1, "{calls:?}");
+    let rule = "ip daddr 10.9.2.2 udp dport 6000 redirect to :5000 comment \"xc_1\"";
+    assert!(
+        nft[0].contains("type nat hook prerouting priority dstnat"),
+        "{}",
+        nft[0]
+    );
+    assert!(nft[0].contains(rule), "{}", nft[0]);
+    // The same redirect again loads nothing.
+    s.set_redirect("xc.1", Some(x)).unwrap();
+    assert!(nft_scripts(&rec.take()).is_empty());
+    s.program("web", &path(Some("h1"), Some("h3"), &[]))
+        .unwrap();
+    let calls = rec.take();
+    assert!(nft_scripts(&calls)[0].contains(rule), "{calls:?}");
+    *rec.fail_nft.lock().unwrap() = true;
+    assert!(s.set_redirect("xc.1", None).is_err());
+    rec.take();
+    *rec.fail_nft.lock().unwrap() = false;
+    s.withdraw("web").unwrap();
+    assert!(
+        nft_scripts(&rec.take())[0].contains(rule),
+        "kept after a refused removal"
+    );
+    s.set_redirect("xc.1", None).unwrap();
+    let calls = rec.take();
+    assert!(
+        !nft_scripts(&calls)[0].contains("chain transcode"),
+        "{calls:?}"
+    );
+}
