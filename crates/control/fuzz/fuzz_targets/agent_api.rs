@@ -17,11 +17,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use nfx_control_fuzz::{check_error_json, frames, route, scratch};
 use nfx_control::hostagent::api::{router, BODY_LIMIT};
 use nfx_control::hostagent::steering::NeighborLink;
 use nfx_control::hostagent::{AgentConfig, HostAgent};
 use nfx_control::vnfm::Vnfm;
+use nfx_control_fuzz::{check_error_json, frames, route, scratch};
 use zeroize::Zeroizing;
 
 const TOKEN: &str = "fuzz-agent-token-0123456789";
@@ -141,7 +141,13 @@ fn check(c: &Call, code: StatusCode, answer: &[u8]) {
     }
     let reads_body = BODY_ROUTES.contains(&(c.method, c.path.as_str()));
     if reads_body && c.token == 1 && c.oversized {
-        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE, "{} {}", c.method, c.path);
+        assert_eq!(
+            code,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{} {}",
+            c.method,
+            c.path
+        );
     }
     check_error_json(code, c.method, &c.path, answer);
     if c.method == "POST" && c.path == "/agent/v1/instances" {
@@ -166,7 +172,13 @@ fuzz_target!(|data: &[u8]| {
         };
         check(c, code, &answer);
         if !code.is_success() {
-            assert_eq!(agent.paths(), before, "{code} {} {} changed the paths", c.method, c.path);
+            assert_eq!(
+                agent.paths(),
+                before,
+                "{code} {} {} changed the paths",
+                c.method,
+                c.path
+            );
         }
     }
     assert!(

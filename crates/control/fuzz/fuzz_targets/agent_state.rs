@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use nfx_control_fuzz::scratch;
 use nfx_control::hostagent::AgentConfig;
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::state_file::{recorded_pids, StateFile};
 use nfx_control::vnfm::Vnfm;
+use nfx_control_fuzz::scratch;
 
 /// The record slot `b` holds: device `sw0` runs instance `keep-fw` (no process).
 fn good_record() -> serde_json::Value {
