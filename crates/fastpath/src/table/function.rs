@@ -3,7 +3,7 @@
 //! accepts: IPv6 prefixes and addresses), the plan-time check against a device's
 //! capacity in entries, and the translation into the program's rows.
 
-use super::raw::{addr_words, RawDnatKey, RawDnatVal, RawRule};
+use super::raw::{addr_words, prefix_words, RawDnatKey, RawDnatVal, RawRule};
 use nfx_io::FileScope;
 use nfx_vnf::dpi::DpiConfig;
 use nfx_vnf::elephant::ElephantConfig;
@@ -219,19 +219,12 @@ fn prefix6(s: &str) -> Option<Result<Words, String>> {
         None => (s, None),
     };
     let addr: Ipv6Addr = a.parse().ok()?;
-    let len = match len.map(str::parse::<u32>) {
+    let len = match len.map(str::parse::<u8>) {
         None => 128,
         Some(Ok(l)) if l <= 128 => l,
         Some(_) => return Some(Err(format!("bad prefix length in '{s}'"))),
     };
-    let mask = if len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - len)
-    };
-    let (net, _) = addr_words(IpAddr::V6(Ipv6Addr::from(u128::from(addr) & mask)));
-    let (m, _) = addr_words(IpAddr::V6(Ipv6Addr::from(mask)));
-    Some(Ok((net, m)))
+    prefix_words(IpAddr::V6(addr), len).map(|(net, mask, _)| Ok((net, mask)))
 }
 
 /// One rule: IPv4 rules are validated by the software's own code; a rule with IPv6

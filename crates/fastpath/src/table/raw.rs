@@ -266,6 +266,27 @@ pub fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
     }
 }
 
+/// `addr/len` as the program matches it: network and mask words (network order) and
+/// the family; `None` when `len` is longer than the address. The host bits are masked off.
+pub fn prefix_words(addr: IpAddr, len: u8) -> Option<([u32; 4], [u32; 4], u8)> {
+    let len = u32::from(len);
+    let (net, mask) = match addr {
+        IpAddr::V4(v) if len <= 32 => {
+            let m = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            let n = u32::from(v) & m;
+            (IpAddr::V4(n.into()), IpAddr::V4(m.into()))
+        }
+        IpAddr::V6(v) if len <= 128 => {
+            let m = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            let n = u128::from(v) & m;
+            (IpAddr::V6(n.into()), IpAddr::V6(m.into()))
+        }
+        _ => return None,
+    };
+    let (n, family) = addr_words(net);
+    Some((n, addr_words(mask).0, family))
+}
+
 /// The address stored in `w` for `family`.
 pub fn words_addr(w: &[u32; 4], family: u8) -> IpAddr {
     if family == 6 {

@@ -3,7 +3,7 @@
 //! one per direction — say which frames are its own; every other frame goes on,
 //! untouched and uncounted, to the next program on the hook and then to the kernel.
 
-use super::raw::{addr_words, RawRule};
+use super::raw::{prefix_words, RawRule};
 use super::{TableChain, TableError};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -39,26 +39,10 @@ pub struct Selection {
     pub reverse: FrameMatch,
 }
 
-/// `(network words, mask words, family)` of `addr/len`; the host bits are masked off.
+/// `(network words, mask words, family)` of `addr/len`, or the request's error.
 fn prefix(addr: IpAddr, len: u8) -> Result<([u32; 4], [u32; 4], u8), TableError> {
-    let (words, family) = addr_words(addr);
-    let bits = if family == 4 { 32 } else { 128 };
-    if u32::from(len) > bits {
-        return Err(TableError::Request(format!(
-            "{addr}/{len}: prefix longer than the address"
-        )));
-    }
-    let mut mask = [0u32; 4];
-    for (w, m) in mask.iter_mut().enumerate().take((bits / 32) as usize) {
-        let have = u32::from(len).saturating_sub(w as u32 * 32).min(32);
-        *m = if have == 0 {
-            0
-        } else {
-            (u32::MAX << (32 - have)).to_be()
-        };
-    }
-    let net = [0, 1, 2, 3].map(|w| words[w] & mask[w]);
-    Ok((net, mask, family))
+    prefix_words(addr, len)
+        .ok_or_else(|| TableError::Request(format!("{addr}/{len}: prefix longer than the address")))
 }
 
 impl FrameMatch {
