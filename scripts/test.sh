@@ -11,8 +11,9 @@ target/tools/cargo-deny/bin/cargo-deny --offline check licenses bans sources
 scripts/advisories.sh
 # The fuzz targets are crates of their own, one workspace apart from nfx's (fuzz/Cargo.toml;
 # `cargo +nightly fuzz` builds them): check in one call that they still compile against
-# the workspace's APIs (docs/fuzzing.md).
-cargo check --locked --quiet --workspace --bins --manifest-path fuzz/Cargo.toml
+# the workspace's APIs (docs/fuzzing.md). Same profile and target directory as the clippy
+# step above, so the dependencies it checked are not checked again.
+cargo check --locked --quiet --release --target-dir target --workspace --bins --manifest-path fuzz/Cargo.toml
 # Libraries, binaries and test targets; nfx has no doc tests (doc comments carry no code
 # examples), so rustdoc is not started once per crate for nothing.
 cargo test --release --workspace --lib --bins --tests

@@ -3,9 +3,7 @@
 //! comes from another CA is refused by the controller; a client without a certificate of
 //! the agent's CA is refused by the agent; the token is still required inside TLS.
 
-mod common;
-
-use common::{tmp, INFRA, TOKEN};
+use crate::common::{tmp, INFRA, TOKEN};
 use nfx_control::tls::{self, AgentSubject, Pki};
 use nfx_control::vnfm::remote::{AgentLink, RemoteVnfm};
 use nfx_control::vnfm::sim::{SimConfig, SimVnfm};

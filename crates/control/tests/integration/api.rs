@@ -2,9 +2,7 @@
 //! unknown ids, missing token), the OpenAPI document, metrics, and a full service
 //! lifecycle (plan, deploy, status, migrate, destroy) on the simulated VNFM.
 
-mod common;
-
-use common::{authed, reader, service, start, tmp, TOKEN};
+use crate::common::{authed, reader, service, start, tmp, TOKEN};
 use nfx_control::api::openapi::{OPEN, ROUTES, STREAMS};
 use nfx_control::client::Client;
 use std::time::Duration;

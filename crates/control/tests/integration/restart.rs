@@ -4,9 +4,7 @@
 //! controller must resume the operation from its journal and end consistent: every
 //! recorded instance exists at the agent and nothing else does.
 
-mod common;
-
-use common::{authed, service, tmp, wait_ready, INFRA, TOKEN};
+use crate::common::{authed, service, tmp, wait_ready, INFRA, TOKEN};
 use nfx_control::server::{run_up, UpConfig};
 use nfx_control::vnfm::sim::SimConfig;
 use std::process::{Child, Command};
@@ -54,7 +52,12 @@ fn child_server() {
 fn spawn(dir: &std::path::Path) -> (Guard, String) {
     let _ = std::fs::remove_file(dir.join("ready"));
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "child_server", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "restart::child_server",
+            "--nocapture",
+        ])
         .env("NFX_CTL_CHILD_DIR", dir)
         .spawn()
         .unwrap();

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Shared helpers of the controller integration tests: a small infrastructure and an
 //! in-process controller on an ephemeral loopback port.
 

@@ -4,9 +4,7 @@
 //! VNFM in the order deploy, configure, migrate, (re-steer), destruct; a failing deploy
 //! rolls back.
 
-mod common;
-
-use common::INFRA;
+use crate::common::INFRA;
 use nfx_control::controller::Controller;
 use nfx_control::enforcer::Enforcer;
 use nfx_control::mediator::{Mediator, VnfmMap};
@@ -85,7 +83,7 @@ fn setup(fail: Option<&str>) -> (Arc<Controller>, Arc<Recorder>, Arc<Enforcer>) 
 }
 
 fn svc(id: &str, ingress: &str, egress: &str, bound: f64) -> Service {
-    serde_json::from_value(common::service(id, ingress, egress, bound)).unwrap()
+    serde_json::from_value(crate::common::service(id, ingress, egress, bound)).unwrap()
 }
 
 #[test]

@@ -4,9 +4,7 @@
 //! role the token has; the stream sends a new snapshot every period with the deployed
 //! service's chain, tiers and VNFM kind. The browser test is `crates/nfx/tests/dashboard_e2e.rs`.
 
-mod common;
-
-use common::{authed, reader, service, start, tmp, READ_TOKEN, TOKEN};
+use crate::common::{authed, reader, service, start, tmp, READ_TOKEN, TOKEN};
 use nfx_control::api::dashboard::snapshot::Snapshot;
 use nfx_control::api::dashboard::{Hello, PERIOD};
 use std::io::{BufRead, BufReader};
