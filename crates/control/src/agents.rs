@@ -397,10 +397,12 @@ fn host_paths(
     if !route.iter().any(|h| agent(h)) {
         return Ok(Vec::new());
     }
+    // The source side is matched only where no NAT has rewritten the frames yet, so
+    // the selector as they carry it there (a port forward's target) serves every host.
     let selector = path
         .ends
         .as_ref()
-        .and_then(|e| e.selector.clone())
+        .and_then(|e| e.inside.clone().or_else(|| e.selector.clone()))
         .ok_or("the service has no selector: hosts run by agents forward only a service's selected traffic")?;
     let tunnel = path.ends.as_ref().and_then(|e| e.tunnel.as_ref());
     if let Some(t) = tunnel {
