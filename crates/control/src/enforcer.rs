@@ -35,9 +35,10 @@ pub struct ServiceEnds {
     /// The service's packets (forward direction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Selector>,
-    /// The selector as the frames carry it inside the chain's NAT, when its source is
-    /// a port forward's public endpoint: the source is the forward's target there
-    /// (computed when the service is planned; `mediator::forwards`).
+    /// The selector as the frames carry it inside the chain's NAT, when its source
+    /// names a port forward (by the public endpoint: the forward's target there; by
+    /// the target: the selector itself). Computed when the service is planned
+    /// (`mediator::forwards`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inside: Option<Selector>,
     /// The ESP tunnel the traffic crosses between two neighbouring hosts of the path.

@@ -439,7 +439,10 @@ fn port_forward_before_a_later_stage(
 
     let public: Ipv4Addr = FWD_PUBLIC.parse().unwrap();
     let _srv = IperfServer::start(src_ns, src, FWD_TARGET).unwrap();
-    assert!(!connects(dst_ns, public, FWD_PORT), "open before the deploy");
+    assert!(
+        !connects(dst_ns, public, FWD_PORT),
+        "open before the deploy"
+    );
     deploy(out, "fwd.yaml", &service_fwd(&[src], dst, "8080"), url);
     let dpi_before = row(c, "dpi")["state"]["packets"].as_u64().unwrap();
     let r = iperf::client(&ClientSpec::tcp(dst_ns, public, FWD_PORT, 1, 1))
@@ -455,5 +458,8 @@ fn port_forward_before_a_later_stage(
         row(c, "dpi")
     );
     nfx(&["destroy", "fwd", "--url", url]);
-    assert!(!connects(dst_ns, public, FWD_PORT), "open after the destroy");
+    assert!(
+        !connects(dst_ns, public, FWD_PORT),
+        "open after the destroy"
+    );
 }

@@ -256,7 +256,11 @@ fn after_a_port_forward_the_stages_match_its_target_inside_and_the_public_side_o
     assert_eq!(nat_stage.forward.sport, Some((5301, 5301)));
     let outside = Some(("10.0.3.0".parse().unwrap(), 24));
     assert_eq!(
-        (nat_stage.reverse.src, nat_stage.reverse.dst, nat_stage.reverse.sport),
+        (
+            nat_stage.reverse.src,
+            nat_stage.reverse.dst,
+            nat_stage.reverse.sport
+        ),
         (outside, None, None),
         "replies: from the outside hosts, whatever the NAT made of their destination"
     );
@@ -264,4 +268,14 @@ fn after_a_port_forward_the_stages_match_its_target_inside_and_the_public_side_o
     assert_eq!((after.forward.src, after.forward.sport), (None, None));
     assert_eq!(after.forward.dst, outside);
     assert_eq!(h2.after_nat, ["h2-sw0"]);
+
+    // A software NAT: its worker sees the public endpoint on connections opened from
+    // outside and the target on the replies, so it classifies by the destination side.
+    p.hops[1].device = "h2-sw1".into();
+    let parts = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap();
+    assert_eq!(parts[1].1.after_nat, ["h2-sw1", "h2-sw0"]);
+    assert!(parts[0].1.after_nat.is_empty(), "the firewall before it");
+    p.ends.as_mut().unwrap().inside = None;
+    let parts = host_paths(&infra(), &BTreeSet::new(), &p, agent).unwrap();
+    assert_eq!(parts[1].1.after_nat, ["h2-sw0"], "no forward named");
 }

@@ -48,7 +48,12 @@ fn forwards_of(config: &serde_json::Value) -> Result<(Option<IpAddr>, Vec<Forwar
         let proto = match d.proto {
             nfx_vnf::spec::Proto::Tcp => Proto::Tcp,
             nfx_vnf::spec::Proto::Udp => Proto::Udp,
-            _ => return Err(format!("nat: {}: only tcp and udp are forwarded", at("proto"))),
+            _ => {
+                return Err(format!(
+                    "nat: {}: only tcp and udp are forwarded",
+                    at("proto")
+                ))
+            }
         };
         let public_ip = match (&d.public_ip, snat) {
             (Some(ip), _) => addr(&at("public_ip"), ip)?,
@@ -77,10 +82,11 @@ fn host_len(a: IpAddr) -> u8 {
     }
 }
 
-/// `sel` as its frames carry it inside the chain's NAT (configuration `nat`), when its
-/// source is an address of that NAT: the source the selected port forwards' target
-/// (`to_ip`, the range of their `to_port`s). `None`: the selector's source is no
-/// address of the NAT (its frames carry it inside as well). A refusal says why the
+/// `sel` as its frames carry it inside the chain's NAT (configuration `nat`), when it
+/// names a port forward: by its public endpoint, the source becomes the selected
+/// forwards' target (`to_ip`, the range of their `to_port`s); by its target, `sel`
+/// as it is. `None`: the selector's source is no address of the NAT's forwards (its
+/// frames carry it inside as well, and no connection is opened from outside). A refusal says why the
 /// selected forwards are not one match (several target addresses, target ports that
 /// are no range, tcp and udp without `proto`), or why the selector names traffic
 /// whose inside source is unknown (the NAT's address with no forward selected, or
@@ -97,6 +103,15 @@ pub(crate) fn inside_selector(
     }
     let (snat, forwards) = forwards_of(nat)?;
     let is_snat = snat == Some(src.addr);
+    let selects = |f: &Forward, (ip, port): (IpAddr, u16)| {
+        ip == src.addr
+            && sel.proto.is_none_or(|p| p == f.proto)
+            && sel.sport.is_none_or(|r| (r.lo..=r.hi).contains(&port))
+    };
+    if forwards.iter().any(|f| selects(f, f.to)) {
+        // The target itself: the frames carry it inside as the selector names it.
+        return Ok(Some(sel.clone()));
+    }
     let on_addr: Vec<Forward> = forwards
         .into_iter()
         .filter(|f| f.public.0 == src.addr)
@@ -107,8 +122,7 @@ pub(crate) fn inside_selector(
     let who = format!("selector.src {}", src.addr);
     let named: Vec<Forward> = on_addr
         .into_iter()
-        .filter(|f| sel.proto.is_none_or(|p| p == f.proto))
-        .filter(|f| sel.sport.is_none_or(|r| (r.lo..=r.hi).contains(&f.public.1)))
+        .filter(|f| selects(f, f.public))
         .collect();
     if named.is_empty() {
         return Err(format!(
@@ -191,30 +205,44 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
-    fn nat(dnat: serde_json::Value) -> serde_json::Value {
+    fn nat(dnat: Vec<serde_json::Value>) -> serde_json::Value {
         serde_json::json!({"snat": {"public_ip": "198.51.100.1"}, "dnat": dnat})
+    }
+
+    /// A forward of 198.51.100.8:`port`.
+    fn fwd(proto: &str, port: u16, to_ip: &str, to_port: u16) -> serde_json::Value {
+        serde_json::json!({"proto": proto, "public_ip": "198.51.100.8", "public_port": port,
+                           "to_ip": to_ip, "to_port": to_port})
     }
 
     #[test]
     fn a_forwards_public_endpoint_is_its_target_inside_the_nat() {
-        let n = nat(serde_json::json!([
-            {"proto": "tcp", "public_ip": "198.51.100.8", "public_port": 8080,
-             "to_ip": "10.0.1.2", "to_port": 5301},
-            {"proto": "tcp", "public_ip": "198.51.100.8", "public_port": 8081,
-             "to_ip": "10.0.1.2", "to_port": 5302},
-        ]));
+        let n = nat(vec![
+            fwd("tcp", 8080, "10.0.1.2", 5301),
+            fwd("tcp", 8081, "10.0.1.2", 5302),
+        ]);
         let s = sel(serde_json::json!(
             {"src": "198.51.100.8/32", "dst": "10.0.2.0/24", "proto": "tcp", "sport": 8080}));
         let inside = inside_selector(&s, Some(&n)).unwrap().unwrap();
         assert_eq!(inside.src.unwrap().to_string(), "10.0.1.2/32");
         assert_eq!(inside.sport.unwrap().to_string(), "5301");
-        assert_eq!((inside.dst, inside.dport), (s.dst, s.dport), "destination side kept");
+        assert_eq!(
+            (inside.dst, inside.dport),
+            (s.dst, s.dport),
+            "destination side kept"
+        );
         // Both forwards (no sport): their targets' ports as one range.
-        let both = Selector { sport: None, ..s.clone() };
+        let both = Selector {
+            sport: None,
+            ..s.clone()
+        };
         let inside = inside_selector(&both, Some(&n)).unwrap().unwrap();
         assert_eq!(inside.sport.unwrap().to_string(), "5301-5302");
-        // Not the NAT's address, or no NAT in the chain: the selector as it is.
-        let other = sel(serde_json::json!({"src": "10.0.1.2/32", "proto": "tcp"}));
+        // The target named itself: as it is, still a forward's selector.
+        let target = sel(serde_json::json!({"src": "10.0.1.2/32", "proto": "tcp"}));
+        assert_eq!(inside_selector(&target, Some(&n)).unwrap(), Some(target));
+        // Not the NAT's address, or no NAT in the chain: none.
+        let other = sel(serde_json::json!({"src": "10.0.1.9/32", "proto": "tcp"}));
         assert_eq!(inside_selector(&other, Some(&n)).unwrap(), None);
         assert_eq!(inside_selector(&s, None).unwrap(), None);
         let net = sel(serde_json::json!({"src": "198.51.100.0/24", "proto": "tcp"}));
@@ -223,20 +251,14 @@ mod tests {
 
     #[test]
     fn what_one_match_cannot_express_is_refused_with_the_reason() {
-        let n = nat(serde_json::json!([
-            {"proto": "tcp", "public_ip": "198.51.100.8", "public_port": 8080,
-             "to_ip": "10.0.1.2", "to_port": 80},
-            {"proto": "tcp", "public_ip": "198.51.100.8", "public_port": 8081,
-             "to_ip": "10.0.1.3", "to_port": 81},
-            {"proto": "tcp", "public_ip": "198.51.100.8", "public_port": 8082,
-             "to_ip": "10.0.1.2", "to_port": 90},
-            {"proto": "udp", "public_ip": "198.51.100.8", "public_port": 8080,
-             "to_ip": "10.0.1.2", "to_port": 81},
-            {"proto": "tcp", "public_port": 9000, "to_ip": "10.0.1.2"},
-        ]));
-        let refused = |json: serde_json::Value| {
-            inside_selector(&sel(json), Some(&n)).unwrap_err()
-        };
+        let n = nat(vec![
+            fwd("tcp", 8080, "10.0.1.2", 80),
+            fwd("tcp", 8081, "10.0.1.3", 81),
+            fwd("tcp", 8082, "10.0.1.2", 90),
+            fwd("udp", 8080, "10.0.1.2", 81),
+            serde_json::json!({"proto": "tcp", "public_port": 9000, "to_ip": "10.0.1.2"}),
+        ]);
+        let refused = |json: serde_json::Value| inside_selector(&sel(json), Some(&n)).unwrap_err();
         let e = refused(serde_json::json!(
             {"src": "198.51.100.8/32", "proto": "tcp", "sport": "8080-8081"}));
         assert!(e.contains("several addresses (10.0.1.2, 10.0.1.3)"), "{e}");
@@ -263,6 +285,10 @@ mod tests {
         let ok = sel(serde_json::json!(
             {"src": "198.51.100.1/32", "proto": "tcp", "sport": 9000}));
         let inside = inside_selector(&ok, Some(&n)).unwrap().unwrap();
-        assert_eq!(inside.sport.unwrap().to_string(), "9000", "to_port defaults");
+        assert_eq!(
+            inside.sport.unwrap().to_string(),
+            "9000",
+            "to_port defaults"
+        );
     }
 }
