@@ -9,7 +9,9 @@
 //! [`inside_selector`] gives the selector as the frames carry it there, which every
 //! host of the path matches the source side by (after the NAT, the destination side
 //! alone is matched, as after a source NAT); what one match cannot express is refused
-//! when the service is planned.
+//! when the service is planned. A selector naming the target itself is kept as it is,
+//! and marked as a forward's all the same: a software NAT's own worker then classifies
+//! by the destination side, where both ends of the forward meet.
 
 use nfx_model::{Cidr, PortRange, Proto, Selector};
 use nfx_vnf::NodeSpec;
