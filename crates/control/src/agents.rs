@@ -397,11 +397,14 @@ fn host_paths(
     if !route.iter().any(|h| agent(h)) {
         return Ok(Vec::new());
     }
+    // The source side is matched only where no NAT has rewritten the frames yet, so
+    // the selector as they carry it there (a port forward's target) serves every host.
     let selector = path
         .ends
         .as_ref()
-        .and_then(|e| e.selector.clone())
+        .and_then(|e| e.inside.clone().or_else(|| e.selector.clone()))
         .ok_or("the service has no selector: hosts run by agents forward only a service's selected traffic")?;
+    let forwarded = path.ends.as_ref().is_some_and(|e| e.inside.is_some());
     let tunnel = path.ends.as_ref().and_then(|e| e.tunnel.as_ref());
     if let Some(t) = tunnel {
         if !route.windows(2).any(|w| w[0] == t.from && w[1] == t.to) {
@@ -441,6 +444,14 @@ fn host_paths(
                 if path.hops[..k].iter().any(|p| p.function == "nat") {
                     after_nat.push(h.device.clone());
                 }
+            }
+            // A worker classifies a frame from outside by its reversed 5-tuple: at a
+            // software NAT forwarding the selector's ports, connections opened from
+            // outside carry the public endpoint, the replies from inside the target,
+            // which only the destination side matches alike.
+            let nat_worker = h.function == "nat" && matches!(tier, Some(Tier::Software));
+            if forwarded && nat_worker && !after_nat.contains(&h.device) {
+                after_nat.push(h.device.clone());
             }
             instances
                 .entry(h.device.clone())

@@ -35,6 +35,12 @@ pub struct ServiceEnds {
     /// The service's packets (forward direction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Selector>,
+    /// The selector as the frames carry it inside the chain's NAT, when its source
+    /// names a port forward (by the public endpoint: the forward's target there; by
+    /// the target: the selector itself). Computed when the service is planned
+    /// (`mediator::forwards`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<Selector>,
     /// The ESP tunnel the traffic crosses between two neighbouring hosts of the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelEnds>,
@@ -276,6 +282,7 @@ mod tests {
             ingress: "h1".into(),
             egress: "h3".into(),
             selector: None,
+            inside: None,
             tunnel: None,
         };
         e.install("s", &[hop("a")], Some(&ends)).unwrap();

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use zeroize::Zeroizing;
 
+pub(crate) mod forwards;
 pub mod pins;
 mod placer;
 pub mod tunnel;
@@ -598,6 +599,7 @@ impl Mediator {
         }
         let mut shares = PathShares::default();
         let mut hops = Vec::new();
+        let mut nat_config = None;
         for (k, id) in path_ids.iter().enumerate() {
             let hop_needs = Needs {
                 throughput_gbps: needs.throughput_gbps,
@@ -611,6 +613,9 @@ impl Mediator {
                 None => self.instances[id].clone(),
             };
             row.users.push(svc.id.clone());
+            if svc.chain[k].function == "nat" {
+                nat_config = Some(row.spec.config.clone());
+            }
             hops.push(Hop {
                 function: svc.chain[k].function.clone(),
                 instance: id.clone(),
@@ -619,6 +624,11 @@ impl Mediator {
             });
             rows.insert(id.clone(), row);
         }
+        let inside = match &svc.selector {
+            Some(sel) => forwards::inside_selector(sel, nat_config.as_ref())
+                .map_err(|e| PlanError::Invalid(format!("service {}: {e}", svc.id)))?,
+            None => None,
+        };
         plan.steps.push(Step::Steer {
             service: svc.id.clone(),
             hops: hops.clone(),
@@ -638,6 +648,7 @@ impl Mediator {
                     ingress: svc.ingress.clone(),
                     egress: svc.egress.clone(),
                     selector: svc.selector.clone(),
+                    inside,
                     tunnel,
                 }),
             }),
@@ -688,6 +699,7 @@ impl Mediator {
                 ingress: svc.ingress.clone(),
                 egress: svc.egress.clone(),
                 selector: None,
+                inside: None,
                 tunnel: None,
             }),
             hops,

@@ -13,7 +13,12 @@
 //! second's default deny lets the first's iperf3 through), each firewall counts only
 //! its own traffic, and destroying the first service leaves the second's open
 //! connection flowing; after both destroys no tc program is left on any device port and
-//! nothing passes.
+//! nothing passes. Last, a port forward before a later stage: a service whose
+//! selector names a table-tier NAT's forward by its public endpoint, with a software
+//! DPI after the NAT; iperf3 from dst to the public endpoint reaches the server at the
+//! forward's target in src through both stages (the hosts match the target inside the
+//! NAT), the DPI counts the traffic, and forwards one match cannot express are refused
+//! at plan time.
 //! Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
@@ -39,6 +44,10 @@ const PUBLIC: &str = "198.51.100.7";
 /// The second service's allowed and (by its default) denied port.
 const B_PORT: u16 = 5210;
 const B_DENIED: u16 = 5211;
+/// The port forward's public endpoint and its target port (in src).
+const FWD_PUBLIC: &str = "198.51.100.8";
+const FWD_PORT: u16 = 8080;
+const FWD_TARGET: u16 = 5301;
 
 fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
@@ -160,6 +169,41 @@ fn service_b(src: Ipv4Addr, dst: Ipv4Addr) -> String {
     )
 }
 
+/// A port forward's service: forward direction from the target (src) to dst, the
+/// selector naming the public endpoint as its source; the table-tier NAT forwards
+/// `sports` (each to `to_ip:FWD_TARGET + i`), a software DPI follows it.
+fn service_fwd(to: &[Ipv4Addr], dst: Ipv4Addr, sport: &str) -> String {
+    let forwards: Vec<String> = to
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            format!(
+                "{{ proto: tcp, public_ip: {FWD_PUBLIC}, public_port: {}, to_ip: {ip}, to_port: {} }}",
+                FWD_PORT + i as u16,
+                FWD_TARGET + 2 * i as u16
+            )
+        })
+        .collect();
+    format!(
+        "services:
+  - id: fwd
+    tenant: acme
+    ingress: h1
+    egress: h2
+    selector: {{ src: {FWD_PUBLIC}/32, dst: {dst}/32, proto: tcp, sport: {sport} }}
+    chain:
+      - function: nat
+        tier: table
+        config: {{ dnat: [{}], max_flows: 1024 }}
+      - function: dpi
+        tier: software
+        config: {{ patterns: patterns.txt }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+",
+        forwards.join(", ")
+    )
+}
+
 /// Deploys the services of YAML `text` (written to `out/name`) through the CLI.
 fn deploy(out: &std::path::Path, name: &str, text: &str, url: &str) {
     let file = out.join(name);
@@ -270,6 +314,7 @@ fn hybrid_chain_on_the_table_tier_and_a_worker() {
         !connects(&src_ns, dst, PORT),
         "the path stays open after the destroy"
     );
+    port_forward_before_a_later_stage(&c, &url, &out, (&src_ns, src), (&dst_ns, dst));
     drop(_ctl);
     bed.down();
 }
@@ -371,4 +416,50 @@ fn two_services_on_one_table_device(
     assert!(packets(c, &b_fw) > b_before, "{}", row_of(c, &b_fw));
     assert!(attached_programs(&["h1", "h2"]) >= 1, "B's chain detached");
     nfx(&["destroy", "sideb", "--url", url]);
+}
+
+/// A table-tier port forward followed by a software DPI: connections from dst to the
+/// public endpoint reach the target in src through both stages, whose hosts match the
+/// target's frames inside the NAT; forwards to two addresses under one selector are
+/// refused at plan time. Destroys the service.
+fn port_forward_before_a_later_stage(
+    c: &Client,
+    url: &str,
+    out: &std::path::Path,
+    (src_ns, src): (&str, Ipv4Addr),
+    (dst_ns, dst): (&str, Ipv4Addr),
+) {
+    let other = Ipv4Addr::from(u32::from(src) + 1);
+    let bad = out.join("fwd-bad.yaml");
+    std::fs::write(&bad, service_fwd(&[src, other], dst, "8080-8081")).unwrap();
+    let body = &nfx_control::client::load_services(&bad).unwrap()[0];
+    let r = c.post("/api/v1/services", body).unwrap();
+    assert_eq!(r.status, 400, "forwards to two addresses: {r:?}");
+    assert!(r.body.to_string().contains("several addresses"), "{r:?}");
+
+    let public: Ipv4Addr = FWD_PUBLIC.parse().unwrap();
+    let _srv = IperfServer::start(src_ns, src, FWD_TARGET).unwrap();
+    assert!(
+        !connects(dst_ns, public, FWD_PORT),
+        "open before the deploy"
+    );
+    deploy(out, "fwd.yaml", &service_fwd(&[src], dst, "8080"), url);
+    let dpi_before = row(c, "dpi")["state"]["packets"].as_u64().unwrap();
+    let r = iperf::client(&ClientSpec::tcp(dst_ns, public, FWD_PORT, 1, 1))
+        .expect("iperf3 through the port forward and the DPI after it");
+    assert!(r.received_bytes > 1_000_000, "{r:?}");
+    let nat = row(c, "nat");
+    assert!(nat["state"]["flows"].as_u64().unwrap() >= 1, "{nat}");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            row(c, "dpi")["state"]["packets"].as_u64().unwrap() > dpi_before + 100
+        }),
+        "the DPI after the NAT saw no traffic: {}",
+        row(c, "dpi")
+    );
+    nfx(&["destroy", "fwd", "--url", url]);
+    assert!(
+        !connects(dst_ns, public, FWD_PORT),
+        "open after the destroy"
+    );
 }

@@ -62,7 +62,8 @@ pub const DRAIN: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostPath {
-    /// The service's traffic in its forward direction.
+    /// The service's traffic in its forward direction, as it enters the chain (a port
+    /// forward's target where the service's selector names its public endpoint).
     pub selector: Selector,
     /// Host the traffic comes from (none: it enters here from an endpoint).
     #[serde(default)]
@@ -78,8 +79,10 @@ pub struct HostPath {
     #[serde(default)]
     pub instances: BTreeMap<String, Vec<String>>,
     /// Stages whose frames a NAT earlier in the service's chain has rewritten (on this
-    /// host or before it): their workers classify the service by its destination side
-    /// only (`dst`, `proto`, `dport`), as the steering does after the first stage.
+    /// host or before it), and a software NAT's stage forwarding the ports the
+    /// service's selector names (its frames carry either end of the forward): their
+    /// workers classify the service by its destination side only (`dst`, `proto`,
+    /// `dport`), as the steering does after the first stage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_nat: Vec<String>,
     /// A NAT on an earlier host has rewritten the frames arriving from `prev`: they are
