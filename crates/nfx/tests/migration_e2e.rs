@@ -87,6 +87,7 @@ impl Rig {
             allowed_dirs: Vec::new(),
             nice: None,
             kernel_stack: None,
+            io: None,
         };
         let cfg = LocalConfig {
             run_dir: dir.path().to_path_buf(),
@@ -392,6 +393,7 @@ fn a_worker_restarts_at_once_after_its_last_instance_is_destroyed() {
         allowed_dirs: Vec::new(),
         nice: None,
         kernel_stack: None,
+        io: None,
     };
     let _workers = Workers {
         run_dir: dir.path().to_path_buf(),

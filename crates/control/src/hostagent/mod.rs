@@ -32,7 +32,7 @@ use anyhow::Context;
 use nfx_dataplane::services::{PortSpec, ProtoSpec, SelectorConfig};
 use nfx_dataplane::ServiceConfig;
 use nfx_model::Selector;
-use nfx_proto::run_config::KernelStack;
+use nfx_proto::run_config::{IoMode, KernelStack};
 use serde::{Deserialize, Serialize};
 use stages::Stage;
 use std::collections::BTreeMap;
@@ -46,11 +46,13 @@ use steering::{HostPath, NeighborLink, Restored, SteerError, Steering, SystemToo
 /// How often the agent looks for dead workers and ended drains.
 const HOUSEKEEPING: Duration = Duration::from_millis(100);
 
-/// Receive ring slots per port of an agent's workers: 256 of 68 KiB (18 MiB; 26 ms of
-/// a 10,000 datagram/s stream while the worker is away), half the dataplane's default,
-/// which the kernel allocates and zeroes on the new worker's start-up path
-/// (docs/dataplane.md, "Receive ring").
-const WORKER_RING_SLOTS: usize = 256;
+/// Receive ring slots per port of an agent's workers: 8,192 MTU slots of 2 KiB
+/// (`io: ring-copy`, 16 MiB, which the kernel allocates and zeroes on the new worker's
+/// start-up path). 256 GSO slots of 68 KiB took 18 MiB and held only ~26 ms of a 10,000
+/// datagram/s stream while the worker was away; on a loaded host the workers' rings
+/// overflowed and a migration lost datagrams (docs/benchmarks/control.md). GSO
+/// super-packets are read from the socket queue instead (docs/dataplane.md, "Receive ring").
+const WORKER_RING_SLOTS: usize = 8192;
 
 /// Most lost-instance reports kept until the controller acts on them.
 const MAX_LOST: usize = 1024;
@@ -216,6 +218,7 @@ impl HostAgent {
                     fast_path: None,
                     allowed_dirs: cfg.allowed_dirs.clone(),
                     kernel_stack: Some(KernelStack::External),
+                    io: Some(IoMode::RingCopy),
                 },
             );
             stages.insert(d.id.clone(), st);

@@ -11,7 +11,7 @@
 
 use super::state_file::{recorded_pids, StateFile};
 use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
-use nfx_proto::run_config::{FastPathConfig, KernelStack, Ports};
+use nfx_proto::run_config::{FastPathConfig, IoMode, KernelStack, Ports};
 use nfx_proto::{
     Client, ClientError, FanoutConfig, InstanceConfig, Reconfigure, Request, Role, RunConfig,
     ServiceConfig, ServiceSet, Stats,
@@ -81,6 +81,11 @@ pub struct WorkerTemplate {
     /// `external` where the agent holds standing isolation tables on the ports.
     #[serde(default)]
     pub kernel_stack: Option<KernelStack>,
+    /// The run config's `io` (default: the dataplane's, `ring`): `ring-copy` gives the
+    /// receive ring MTU slots, so the same memory holds far more small frames while the
+    /// worker is away.
+    #[serde(default)]
+    pub io: Option<IoMode>,
 }
 
 impl LocalConfig {
@@ -420,6 +425,7 @@ impl LocalVnfm {
         rc.poll = t.poll.unwrap_or(rc.poll);
         rc.ring_slots = t.ring_slots;
         rc.kernel_stack = t.kernel_stack.unwrap_or(rc.kernel_stack);
+        rc.io = t.io.unwrap_or(rc.io);
         rc.fast_path = t.fast_path.map(|capacity| FastPathConfig { capacity });
         rc.allowed_dirs = t.allowed_dirs.clone();
         rc.fanout = t.fanout.map(|group| FanoutConfig {

@@ -455,6 +455,7 @@ fn deploy_samples(
                 allowed_dirs: Vec::new(),
                 nice: None,
                 kernel_stack: None,
+                io: None,
             },
         )]
         .into(),
@@ -531,6 +532,7 @@ fn under_traffic(nfx: &Path, dir: &Path, args: &Args) -> anyhow::Result<Value> {
         allowed_dirs: Vec::new(),
         nice: None,
         kernel_stack: None,
+        io: None,
     };
     let run_dir = dir.join("handoff");
     let cfg = LocalConfig {
