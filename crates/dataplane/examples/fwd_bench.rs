@@ -511,18 +511,32 @@ fn classifier_bench(t: &Topo, secs: u64, rounds: usize) {
         ),
     ];
     let results = interleaved(t, &cases, secs, rounds);
+    print_ratios(&cases, &results, "   classify cyc/pkt", |r| {
+        format!("   {:>16.1}", median(r, 2))
+    });
+}
+
+/// The floods' medians per case, packets/s and CPU ns per packet with their ratios to
+/// the first case, and what `extra` adds (its column named by `head`).
+fn print_ratios(
+    cases: &[RunConfig],
+    results: &[Vec<[f64; 4]>],
+    head: &str,
+    extra: impl Fn(&[[f64; 4]]) -> String,
+) {
     let (pps0, ns0) = (median(&results[0], 0), median(&results[0], 1));
-    println!("case           Mpps   ratio   cpu ns/pkt   ratio   classify cyc/pkt   (medians of {rounds})");
-    for (cfg, r) in cases.iter().zip(&results) {
+    let n = results[0].len();
+    println!("case           Mpps   ratio   cpu ns/pkt   ratio{head}   (medians of {n})");
+    for (cfg, r) in cases.iter().zip(results) {
         let (pps, ns) = (median(r, 0), median(r, 1));
         println!(
-            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}   {:>16.1}",
+            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}{}",
             cfg.name,
             pps / 1e6,
             pps / pps0,
             ns,
             ns / ns0,
-            median(r, 2)
+            extra(r)
         );
     }
 }
@@ -570,19 +584,7 @@ fn latency_bench(t: &Topo, secs: u64, rounds: usize) {
         config_with(t, "latency-on", "busy", 256, ""),
     ];
     let results = interleaved(t, &cases, secs, rounds);
-    let (pps0, ns0) = (median(&results[0], 0), median(&results[0], 1));
-    println!("case           Mpps   ratio   cpu ns/pkt   ratio   (medians of {rounds})");
-    for (cfg, r) in cases.iter().zip(&results) {
-        let (pps, ns) = (median(r, 0), median(r, 1));
-        println!(
-            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}",
-            cfg.name,
-            pps / 1e6,
-            pps / pps0,
-            ns,
-            ns / ns0
-        );
-    }
+    print_ratios(&cases, &results, "", |_| String::new());
 }
 
 fn main() {
