@@ -58,6 +58,8 @@ struct Managed {
     pm: PowerManager,
     /// Last report of each worker's counters.
     last: BTreeMap<String, Counters>,
+    /// The latency figure each worker's last sample carried (named in the reasons).
+    latency: BTreeMap<String, LatencyFigure>,
     /// A knob of it was refused: replaced by a new manager next round.
     refused: bool,
 }
@@ -157,7 +159,7 @@ impl PowerManagers {
                 .map(|(w, (_, speed))| sample(m, w, figures, speed))
                 .collect();
             for a in m.pm.step(&samples) {
-                if let Some(d) = to_decision(&svc.id, &m.workers, a) {
+                if let Some(d) = to_decision(&svc.id, &m.workers, a, &m.latency) {
                     out.push(d);
                 }
             }
@@ -305,6 +307,7 @@ fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String,
         pm: PowerManager::new(policy, boxes, cpus),
         workers,
         last: BTreeMap::new(),
+        latency: BTreeMap::new(),
         refused: false,
     }
 }
@@ -387,9 +390,63 @@ fn sample(
         waited: if speed < 1.0 { 0.0 } else { wp.wait_cores },
     };
     let mut s = traffic_sample(&prev, &now, &cpu);
-    // The agent's latency figure: the CPU limit's worst-case wait, as the kernel has it.
-    s.sample.latency_us = wp.cpu_wait_bound_us;
+    let figure = LatencyFigure::of(wp);
+    s.sample.latency_us = figure.map(LatencyFigure::us);
+    match figure {
+        Some(f) => m.latency.insert(w.device.clone(), f),
+        None => m.latency.remove(&w.device),
+    };
     Some(s)
+}
+
+/// The latency a worker's SLA is checked against, and where it comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LatencyFigure {
+    /// The 99th percentile of its packets' measured time in the worker, µs, over
+    /// `packets` packets (the worker's last one to two seconds).
+    Measured {
+        /// The p99, µs.
+        p99_us: f64,
+        /// Packets measured.
+        packets: u64,
+    },
+    /// No packet measured: the longest wait for CPU its limit allows, µs (computed
+    /// from the limit the kernel has, not measured).
+    Bound(f64),
+}
+
+impl LatencyFigure {
+    /// The worker's measured p99 where it counted packets, else its limit's bound;
+    /// `None` with neither.
+    pub fn of(wp: &WorkerPower) -> Option<Self> {
+        match wp.latency {
+            Some(l) if l.packets > 0 => Some(Self::Measured {
+                p99_us: l.p99_us,
+                packets: l.packets,
+            }),
+            _ => wp.cpu_wait_bound_us.map(Self::Bound),
+        }
+    }
+
+    /// The figure, µs.
+    pub fn us(self) -> f64 {
+        match self {
+            Self::Measured { p99_us, .. } => p99_us,
+            Self::Bound(us) => us,
+        }
+    }
+
+    /// How the operation record names it.
+    pub fn describe(self) -> String {
+        match self {
+            Self::Measured { p99_us, packets } => {
+                format!("latency p99 {p99_us:.0} µs measured over {packets} packets")
+            }
+            Self::Bound(us) => {
+                format!("latency ≤ {us:.0} µs bound from the CPU limit (no packet measured)")
+            }
+        }
+    }
 }
 
 /// Offered and delivered throughput between two readings, the CPU the worker used as a
@@ -446,8 +503,14 @@ pub fn traffic_sample(a: &Counters, b: &Counters, cpu: &CpuUse) -> BoxSample {
     }
 }
 
-/// The knob call for one of the manager's actions on `workers`.
-fn to_decision(service: &str, workers: &[Worker], a: Action) -> Option<Decision> {
+/// The knob call for one of the manager's actions on `workers`; its reason names the
+/// latency figure the worker's last sample carried (`latency`, by device).
+fn to_decision(
+    service: &str,
+    workers: &[Worker],
+    a: Action,
+    latency: &BTreeMap<String, LatencyFigure>,
+) -> Option<Decision> {
     let w = workers.iter().find(|w| w.device == a.target)?;
     let setting = match a.setting {
         Setting::Speed(f) if f >= 1.0 => KnobSetting::CpuMax(None),
@@ -460,7 +523,16 @@ fn to_decision(service: &str, workers: &[Worker], a: Action) -> Option<Decision>
     Some(Decision {
         service: service.to_string(),
         host: w.host.clone(),
-        reason: format!("{}: {}: {}", w.device, setting.label(), a.reason),
+        reason: match latency.get(&w.device) {
+            Some(l) => format!(
+                "{}: {}: {} ({})",
+                w.device,
+                setting.label(),
+                a.reason,
+                l.describe()
+            ),
+            None => format!("{}: {}: {}", w.device, setting.label(), a.reason),
+        },
         request: KnobRequest {
             device: w.device.clone(),
             setting,
@@ -622,6 +694,8 @@ mod tests {
         limit: f64,
         jitter: f64,
         latency: fn(f64) -> f64,
+        /// The p99 the worker measures at a limit, µs (`None`: it measures nothing).
+        measured: Option<fn(f64) -> f64>,
     }
 
     /// The agent's latency figure for a limit of `cores` (one-core worker).
@@ -642,6 +716,7 @@ mod tests {
                 limit: 1.0,
                 jitter,
                 latency: bound_us,
+                measured: None,
             }
         }
 
@@ -683,6 +758,14 @@ mod tests {
                 }],
                 wait_cores: 0.0,
                 cpu_wait_bound_us: Some((self.latency)(self.limit)),
+                latency: self.measured.map(|p99| nfx_proto::stats::LatencyStats {
+                    window_s: 1.5,
+                    packets: read,
+                    p50_us: p99(self.limit) / 2.0,
+                    p99_us: p99(self.limit),
+                    max_us: p99(self.limit),
+                    unstamped: 0,
+                }),
             };
             let r = EnergyReport {
                 host: "h1".into(),
@@ -859,6 +942,85 @@ mod tests {
             assert!(d.is_empty(), "{d:#?}");
             assert!(pm.settings()[0].settled);
             assert!((b.latency)(b.limit) <= 15_000.0);
+        }
+    }
+
+    #[test]
+    fn measured_latency_decides_where_packets_were_measured_and_the_bound_otherwise() {
+        let svc = service_with("s", 15_000.0);
+        // The worker measures twice the bound (packets queue behind the throttled
+        // ones): as in the test above, 0.25 to 0.5 core break the SLA, now by what was
+        // measured, and the reasons say so.
+        let mut pm = PowerManagers::default();
+        let mut b = Box1::new(0.0);
+        b.measured = Some(|l| if l >= 1.0 { 80.0 } else { 40_000.0 * (1.0 - l) });
+        let d = b.run_for(&svc, &mut pm, 16, 0.1, 40e6);
+        assert_eq!(b.limit, 0.7, "{d:#?}");
+        let broke = d
+            .iter()
+            .find(|d| d.reason.contains("the SLA broke"))
+            .unwrap();
+        assert!(
+            broke.reason.contains("µs measured over") && !broke.reason.contains("bound"),
+            "{broke:#?}"
+        );
+        // Measured well within the SLA while the bound alone would break it (a bound
+        // of 40 ms × (1 − level)): the measurement wins, the probe settles at 0.25 core,
+        // the lowest level the SLA's pre-filter admits.
+        let mut pm = PowerManagers::default();
+        let mut b = Box1::new(0.0);
+        b.latency = |l| if l >= 1.0 { 0.0 } else { 40_000.0 * (1.0 - l) };
+        b.measured = Some(|_| 900.0);
+        let d = b.run_for(&svc, &mut pm, 14, 0.1, 40e6);
+        assert_eq!(b.limit, 0.25, "{d:#?}");
+        assert!(
+            !d.iter().any(|d| d.reason.contains("the SLA broke")),
+            "{d:#?}"
+        );
+        assert!(
+            d.iter()
+                .all(|d| d.reason.contains("latency p99 900 µs measured")),
+            "{d:#?}"
+        );
+        // Nothing measured (no packet in the window): the bound decides, and says so.
+        let mut pm = PowerManagers::default();
+        let mut b = Box1::new(0.0);
+        b.latency = |l| if l >= 1.0 { 0.0 } else { 40_000.0 * (1.0 - l) };
+        b.measured = Some(|_| 900.0);
+        let mut fig = WorkerPower {
+            latency: Some(nfx_proto::stats::LatencyStats::default()),
+            ..worker_power_with_bound(5_000.0)
+        };
+        assert_eq!(LatencyFigure::of(&fig), Some(LatencyFigure::Bound(5_000.0)));
+        fig.latency = None;
+        assert_eq!(LatencyFigure::of(&fig), Some(LatencyFigure::Bound(5_000.0)));
+        fig.cpu_wait_bound_us = None;
+        assert_eq!(LatencyFigure::of(&fig), None);
+        b.measured = None;
+        let d = b.run_for(&svc, &mut pm, 16, 0.1, 40e6);
+        assert_eq!(b.limit, 0.7, "{d:#?}");
+        assert!(
+            d.iter().any(|d| d.reason.contains("the SLA broke")
+                && d.reason
+                    .contains("bound from the CPU limit (no packet measured)")),
+            "{d:#?}"
+        );
+    }
+
+    /// A worker's report with latency bound `us` and nothing else.
+    fn worker_power_with_bound(us: f64) -> WorkerPower {
+        WorkerPower {
+            device: "d".into(),
+            pid: 1,
+            cpu_cores: 0.0,
+            power_w: 0.0,
+            energy_j: 0.0,
+            traffic: WorkerTraffic::default(),
+            wire: None,
+            threads: Vec::new(),
+            wait_cores: 0.0,
+            cpu_wait_bound_us: Some(us),
+            latency: None,
         }
     }
 

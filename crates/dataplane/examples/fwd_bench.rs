@@ -13,10 +13,16 @@
 //! frame) and of two services splitting every vector half and half; then the 64-byte
 //! flood through a worker in the namespaces for the first three. It prints medians and
 //! their ratios to the chain form.
+//!
+//! `... --example fwd_bench latency [SECONDS] [ROUNDS]` measures what measuring each
+//! packet's latency costs: the 64-byte flood through a busy worker with the
+//! measurement on (the default) and off (`latency: false`), in interleaved rounds;
+//! medians of packets/s and worker CPU ns per packet, and their ratios to "off".
 
 use nfx_dataplane::builtin::{L2Rewrite, OutputNode};
 use nfx_dataplane::classify::{Cidr, PortRange, Selector};
 use nfx_dataplane::graph::{Graph, GraphPlan};
+use nfx_dataplane::latency::LatencyWindow;
 use nfx_dataplane::{vnf_builder, ClassifierConfig, Dataplane, NodeBuilder, RunConfig};
 use nfx_io::{AfPacketOptions, AfPacketPort, Port};
 use nfx_packet::{Direction, Packet, PacketBuf, PacketVector};
@@ -325,7 +331,7 @@ fn bench_frames() -> Vec<Vec<u8>> {
 
 /// The replies to `frames` as `g` sends them on (after its NAT, if any).
 fn bench_replies(g: &mut Graph, v: &mut PacketVector, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    graph_ns(g, v, frames, Direction::Forward, 1);
+    graph_ns(g, v, frames, Direction::Forward, 1, None);
     v.packets()
         .iter()
         .map(|p| {
@@ -337,14 +343,18 @@ fn bench_replies(g: &mut Graph, v: &mut PacketVector, frames: &[Vec<u8>]) -> Vec
 
 /// CPU ns (of this thread, from the kernel: time the thread waited for a CPU does not
 /// count) per packet of `vectors` runs of `frames` through `g` in `dir` (frames
-/// refilled before each run, so the TTL never runs out).
+/// refilled before each run, so the TTL never runs out). With `latency`, each run's
+/// frames are recorded in it as the worker does after a send: one clock read per
+/// vector, one histogram count per frame (stamped 20 µs before the run).
 fn graph_ns(
     g: &mut Graph,
     v: &mut PacketVector,
     frames: &[Vec<u8>],
     dir: Direction,
     vectors: u32,
+    mut latency: Option<&mut LatencyWindow>,
 ) -> f64 {
+    let mut stamps = vec![0u64; frames.len()];
     let t0 = nfx_io::cpu::thread_cpu_time();
     let mut live = 0;
     for _ in 0..vectors {
@@ -352,8 +362,14 @@ fn graph_ns(
             slot.buf.storage_mut()[..f.len()].copy_from_slice(f);
             slot.buf.set_len(f.len());
         }
+        if latency.is_some() {
+            stamps.fill(nfx_io::stamp_clock_ns() - 20_000);
+        }
         v.set_len(frames.len(), dir, false);
         live += g.run(v.packets_mut(), dir, 1);
+        if let Some(l) = latency.as_deref_mut() {
+            l.record(&stamps, nfx_io::stamp_clock_ns());
+        }
     }
     let cpu = nfx_io::cpu::thread_cpu_time().saturating_sub(t0);
     let ns = cpu.as_nanos() as f64 / (f64::from(vectors) * frames.len() as f64);
@@ -406,8 +422,8 @@ fn graph_bench(rounds: usize) {
         .map(|g| bench_replies(g, &mut v, &frames))
         .collect();
     for (g, back) in graphs.iter_mut().zip(&replies) {
-        graph_ns(g, &mut v, &frames, Direction::Forward, 200);
-        graph_ns(g, &mut v, back, Direction::Reverse, 200);
+        graph_ns(g, &mut v, &frames, Direction::Forward, 200, None);
+        graph_ns(g, &mut v, back, Direction::Reverse, 200, None);
     }
     let mut ns = vec![[Vec::new(), Vec::new()]; cases.len()];
     for round in 0..rounds {
@@ -423,6 +439,7 @@ fn graph_bench(rounds: usize) {
                 &frames,
                 Direction::Forward,
                 4000,
+                None,
             ));
             ns[i][1].push(graph_ns(
                 &mut graphs[i],
@@ -430,6 +447,7 @@ fn graph_bench(rounds: usize) {
                 &replies[i],
                 Direction::Reverse,
                 4000,
+                None,
             ));
         }
     }
@@ -453,6 +471,30 @@ fn graph_bench(rounds: usize) {
     }
 }
 
+/// `rounds` floods of 256 flows through each of `cases`, the case order reversed every
+/// other round: each case's [`flood_through`] results.
+fn interleaved(t: &Topo, cases: &[RunConfig], secs: u64, rounds: usize) -> Vec<Vec<[f64; 4]>> {
+    let mut results: Vec<Vec<[f64; 4]>> = vec![Vec::new(); cases.len()];
+    for round in 0..rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for i in order {
+            results[i].push(flood_through(t, &cases[i], secs, 256));
+        }
+    }
+    results
+}
+
+/// The median of field `k` of `v`.
+fn median(v: &[[f64; 4]], k: usize) -> f64 {
+    let mut x: Vec<f64> = v.iter().map(|r| r[k]).collect();
+    x.sort_by(f64::total_cmp);
+    x[x.len() / 2]
+}
+
 /// The classifier's cost: see the module documentation.
 fn classifier_bench(t: &Topo, secs: u64, rounds: usize) {
     graph_bench(rounds);
@@ -468,36 +510,81 @@ fn classifier_bench(t: &Topo, secs: u64, rounds: usize) {
             &format!("services:\n{misses}  - {{id: all}}\n"),
         ),
     ];
-    let mut results: Vec<Vec<[f64; 4]>> = vec![Vec::new(); cases.len()];
-    for round in 0..rounds {
-        let order: Vec<usize> = if round % 2 == 0 {
-            (0..cases.len()).collect()
-        } else {
-            (0..cases.len()).rev().collect()
-        };
-        for i in order {
-            results[i].push(flood_through(t, &cases[i], secs, 256));
-        }
-    }
-    let median = |v: &[[f64; 4]], k: usize| {
-        let mut x: Vec<f64> = v.iter().map(|r| r[k]).collect();
-        x.sort_by(f64::total_cmp);
-        x[x.len() / 2]
-    };
+    let results = interleaved(t, &cases, secs, rounds);
+    print_ratios(&cases, &results, "   classify cyc/pkt", |r| {
+        format!("   {:>16.1}", median(r, 2))
+    });
+}
+
+/// The floods' medians per case, packets/s and CPU ns per packet with their ratios to
+/// the first case, and what `extra` adds (its column named by `head`).
+fn print_ratios(
+    cases: &[RunConfig],
+    results: &[Vec<[f64; 4]>],
+    head: &str,
+    extra: impl Fn(&[[f64; 4]]) -> String,
+) {
     let (pps0, ns0) = (median(&results[0], 0), median(&results[0], 1));
-    println!("case           Mpps   ratio   cpu ns/pkt   ratio   classify cyc/pkt   (medians of {rounds})");
-    for (cfg, r) in cases.iter().zip(&results) {
+    let n = results[0].len();
+    println!("case           Mpps   ratio   cpu ns/pkt   ratio{head}   (medians of {n})");
+    for (cfg, r) in cases.iter().zip(results) {
         let (pps, ns) = (median(r, 0), median(r, 1));
         println!(
-            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}   {:>16.1}",
+            "{:<12} {:>6.3}  {:>6.3}   {:>10.1}  {:>6.3}{}",
             cfg.name,
             pps / 1e6,
             pps / pps0,
             ns,
             ns / ns0,
-            median(r, 2)
+            extra(r)
         );
     }
+}
+
+/// The latency measurement's cost: see the module documentation.
+fn latency_bench(t: &Topo, secs: u64, rounds: usize) {
+    let frames = bench_frames();
+    let mut v = PacketVector::new(256, PacketBuf::MTU_CAPACITY);
+    let mut g = bench_graph(None, false);
+    let mut window = LatencyWindow::new(0);
+    graph_ns(&mut g, &mut v, &frames, Direction::Forward, 200, None);
+    let mut ns = [Vec::new(), Vec::new()];
+    for round in 0..rounds * 4 {
+        for k in 0..2 {
+            let on = (k + round) % 2 == 1;
+            let l = on.then_some(&mut window);
+            ns[usize::from(on)].push(graph_ns(
+                &mut g,
+                &mut v,
+                &frames,
+                Direction::Forward,
+                4000,
+                l,
+            ));
+        }
+    }
+    let [off, on] = ns.map(|mut x| {
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    });
+    let p99 = window.stats(0).map_or(0.0, |s| s.p99_us);
+    println!(
+        "in process, chain [], 256-frame vectors (medians of {}):",
+        rounds * 4
+    );
+    println!("latency-off  {off:>8.2} ns/pkt");
+    println!(
+        "latency-on   {on:>8.2} ns/pkt   ratio {:.3}   (+{:.2} ns/pkt; recorded p99 {p99:.0} µs)",
+        on / off,
+        on - off
+    );
+    println!("64-byte flood through a busy worker:");
+    let cases = [
+        config_with(t, "latency-off", "busy", 256, "latency: false\n"),
+        config_with(t, "latency-on", "busy", 256, ""),
+    ];
+    let results = interleaved(t, &cases, secs, rounds);
+    print_ratios(&cases, &results, "", |_| String::new());
 }
 
 fn main() {
@@ -506,15 +593,16 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let t = Topo::new();
-    if std::env::args().nth(1).as_deref() == Some("services") {
-        let arg = |i: usize, d: u64| {
-            std::env::args()
-                .nth(i)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(d)
-        };
-        classifier_bench(&t, arg(2, 5), arg(3, 3) as usize);
-        return;
+    let arg = |i: usize, d: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    match std::env::args().nth(1).as_deref() {
+        Some("services") => return classifier_bench(&t, arg(2, 5), arg(3, 3) as usize),
+        Some("latency") => return latency_bench(&t, arg(2, 5), arg(3, 5) as usize),
+        _ => {}
     }
     t.forward(true);
     let kernel = iperf_tcp(&t, secs);

@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod fastpath;
 pub mod graph;
+pub mod latency;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod mem_port;
 pub mod metrics;

@@ -770,6 +770,7 @@ impl Dataplane {
             (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
         let fast_path = cfg.fast_path;
         let classifier = cfg.classifier;
+        let latency = cfg.latency;
         let ifaces = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
@@ -829,7 +830,8 @@ impl Dataplane {
                 }
                 let mut worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
                     .with_id(index)
-                    .start_held(held);
+                    .start_held(held)
+                    .with_latency(latency);
                 if let Some(f) = fast {
                     worker = worker.with_fast_path(f);
                 }

@@ -6,6 +6,7 @@
 
 use crate::fastpath::FastPathWorker;
 use crate::graph::{Graph, GraphPlan};
+use crate::latency::LatencyWindow;
 use crate::stash::Stash;
 use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
 use nfx_io::cpu::{cpu_pct, thread_cpu_time};
@@ -130,6 +131,8 @@ pub struct Worker {
     socket_drops: [u64; 2],
     fast: Option<FastPathWorker>,
     tid: u32,
+    /// Each packet's time in the worker, when measured ([`Worker::with_latency`]).
+    latency: Option<Box<LatencyWindow>>,
 }
 
 impl Worker {
@@ -166,7 +169,14 @@ impl Worker {
             socket_drops: [0; 2],
             fast: None,
             tid: 0,
+            latency: None,
         }
+    }
+
+    /// Measures each packet's time in the worker ([`crate::latency`]) when `on`.
+    pub fn with_latency(mut self, on: bool) -> Self {
+        self.latency = on.then(|| Box::new(LatencyWindow::new(monotonic_ns())));
+        self
     }
 
     /// Gives the worker a fast path (the table tier) to fill with its settled flows.
@@ -311,7 +321,9 @@ impl Worker {
         } else {
             Direction::Reverse
         };
-        let n = if self.stash[side].is_empty() {
+        // Frames from the stash waited there while held: their ring stamps are gone.
+        let fresh = self.stash[side].is_empty();
+        let n = if fresh {
             self.receive(side)
         } else {
             self.stash[side].refill(self.vec.slots_mut())
@@ -326,6 +338,12 @@ impl Worker {
             let out = &mut self.vec.packets_mut()[..live];
             self.ports[1 - side].send(out);
             self.graph.count_tx_drops(out);
+        }
+        if let (Some(l), true) = (self.latency.as_mut(), fresh) {
+            let stamps = self.ports[side].rx_stamps();
+            if !stamps.is_empty() {
+                l.record(stamps, nfx_io::stamp_clock_ns());
+            }
         }
         if let Some(f) = self.fast.as_mut() {
             f.learn(&mut self.graph, self.vec.packets(), side, live, now_ns);
@@ -423,6 +441,9 @@ impl Worker {
                 Duration::from_nanos(wall),
             ));
             self.window = (now_ns, cpu);
+            if let Some(l) = self.latency.as_mut() {
+                l.rotate(now_ns);
+            }
         }
     }
 
@@ -516,6 +537,7 @@ impl Worker {
             },
             tid: self.tid,
             poll: self.poll.as_str().to_string(),
+            latency: self.latency.as_ref().and_then(|l| l.stats(now)),
         };
         Stats {
             name: self.name.clone(),

@@ -8,7 +8,7 @@ use crate::isolate::KernelIsolation;
 use crate::mmsg::wait_writable;
 use crate::mmsg::MsgBatch;
 use crate::port::{Port, PortCounters};
-use crate::ring::{parse_slot, RxRing, SlotFrame};
+use crate::ring::{parse_slot, slot_stamp_ns, RxRing, SlotFrame};
 use crate::sys::{check, iface_mac, ifindex, owned, set_buffer, setsockopt_int};
 use crate::txring::{Push, TxRing};
 use nfx_packet::{Packet, PacketBuf, VnetHdr};
@@ -96,6 +96,8 @@ pub struct AfPacketPort {
     ring_batch: usize,
     /// Received frames stay in their ring slots until [`Port::release`].
     in_place: bool,
+    /// The kernel's receive time of each frame the last ring receive returned.
+    stamps: Vec<u64>,
     tx_ring: Option<TxRing>,
     counters: PortCounters,
     /// The ingress drop that keeps the kernel stack off the interface, if asked for;
@@ -232,6 +234,7 @@ impl AfPacketPort {
             ring,
             ring_batch: batch,
             in_place: opts.rx_in_place,
+            stamps: Vec::with_capacity(if opts.rx_ring.is_some() { batch } else { 0 }),
             tx_ring,
             counters: PortCounters::default(),
             isolation,
@@ -296,6 +299,10 @@ impl Port for AfPacketPort {
 
     fn counters(&self) -> &PortCounters {
         &self.counters
+    }
+
+    fn rx_stamps(&self) -> &[u64] {
+        &self.stamps
     }
 
     fn unsent_bytes(&self) -> io::Result<usize> {
@@ -390,6 +397,7 @@ impl AfPacketPort {
         }
         let c = &mut self.counters;
         let want = slots.len().min(self.ring_batch);
+        self.stamps.clear();
         let mut kept = 0;
         let mut taken = 0;
         while taken < want {
@@ -399,6 +407,7 @@ impl AfPacketPort {
             taken += 1;
             c.rx_taken += 1;
             let p = &mut slots[kept];
+            let stamp = slot_stamp_ns(ring.head_slot());
             let got = match parse_slot(ring.head_slot(), status) {
                 Ok(SlotFrame::InSlot { mac, len }) => {
                     let slot = ring.head_slot();
@@ -432,6 +441,8 @@ impl AfPacketPort {
                     c.rx_packets += 1;
                     c.rx_bytes += len as u64;
                     kept += 1;
+                    // Within capacity: `want` ≤ `ring_batch`, the capacity.
+                    self.stamps.push(stamp);
                 }
                 Err(reason) => {
                     p.buf.detach();

@@ -32,6 +32,6 @@ pub mod udp;
 pub use afpacket::{AfPacketOptions, AfPacketPort};
 pub use confine::{ConfineError, FileScope};
 pub use poll::{Notifier, PollMode, Waiter, ADAPTIVE_SPIN};
-pub use port::{Port, PortCounters};
+pub use port::{stamp_clock_ns, Port, PortCounters};
 pub use tun::TunPort;
 pub use udp::UdpPort;

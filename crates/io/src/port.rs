@@ -72,6 +72,14 @@ pub trait Port: Send {
     /// The port's counters.
     fn counters(&self) -> &PortCounters;
 
+    /// The kernel's receive times of the frames the last receive returned, in their
+    /// order, ns on [`stamp_clock_ns`]'s clock (0 for a frame without one): what the
+    /// worker measures each packet's time in the dataplane from. Empty for ports that
+    /// read no kernel timestamp (only a receive ring carries one in every frame).
+    fn rx_stamps(&self) -> &[u64] {
+        &[]
+    }
+
     /// Bytes of frames this port sent that the kernel still holds (SIOCOUTQ): not yet
     /// taken by the receiving stack. Ports whose sends complete within the send call
     /// report 0.
@@ -87,4 +95,14 @@ pub trait Port: Send {
     fn release(&mut self, pkts: &mut [Packet]) {
         let _ = pkts;
     }
+}
+
+/// Now on the clock of [`Port::rx_stamps`] (CLOCK_REALTIME, the packet socket's), ns
+/// since the Unix epoch.
+pub fn stamp_clock_ns() -> u64 {
+    // SAFETY: timespec is plain old data.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: passes a live timespec; CLOCK_REALTIME always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

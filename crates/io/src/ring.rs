@@ -70,6 +70,20 @@ pub fn parse_slot(slot: &[u8], status: u32) -> Result<SlotFrame, DropReason> {
     Ok(SlotFrame::InSlot { mac, len })
 }
 
+/// The kernel's receive time of the frame in a slot the kernel handed over, ns since
+/// the Unix epoch (CLOCK_REALTIME, as the packet socket stamps it when it copies the
+/// frame into the ring: a software stamp taken on arrival, or the copy's own time); 0
+/// when the slot is too short to hold one.
+pub fn slot_stamp_ns(slot: &[u8]) -> u64 {
+    // struct tpacket2_hdr { ...; u16 tp_mac, tp_net; u32 tp_sec, tp_nsec; ... }
+    let Some(b) = slot.get(16..24) else {
+        return 0;
+    };
+    let sec = u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let nsec = u64::from(u32::from_ne_bytes([b[4], b[5], b[6], b[7]]));
+    sec * 1_000_000_000 + nsec
+}
+
 /// A mapped TPACKET_V2 receive ring on one packet socket.
 pub(crate) struct RxRing {
     base: *mut u8,
@@ -305,6 +319,15 @@ mod tests {
                 len: max as usize
             })
         );
+    }
+
+    #[test]
+    fn slot_stamp_reads_seconds_and_nanoseconds() {
+        let mut s = slot(60, 60, 82);
+        s[16..20].copy_from_slice(&1_700_000_000u32.to_ne_bytes());
+        s[20..24].copy_from_slice(&123_456_789u32.to_ne_bytes());
+        assert_eq!(slot_stamp_ns(&s), 1_700_000_000_123_456_789);
+        assert_eq!(slot_stamp_ns(&s[..20]), 0);
     }
 
     #[test]

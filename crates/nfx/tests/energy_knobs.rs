@@ -1,7 +1,9 @@
 //! End-to-end: the power agent's knobs really change a running `nfx run` worker on the
 //! testbed's edge under load — the CPU quota (cgroup), the affinity and the poll mode
 //! are read back from the kernel, and the worker's CPU time (from /proc) falls as the
-//! knobs say. Needs root (namespaces, cgroups); skipped with the reason otherwise.
+//! knobs say, while the packets' measured time in the worker (kernel receive stamp to
+//! send) rises with the CPU limit. Needs root (namespaces, cgroups); skipped with the
+//! reason otherwise.
 
 use nfx_energy::knobs::Actuator;
 use nfx_energy::Target;
@@ -21,6 +23,17 @@ fn cores(pid: u32, tid: u32, window: Duration) -> f64 {
     std::thread::sleep(window);
     let c1 = nfx_io::cpu::task_cpu_time(pid, tid).unwrap();
     (c1 - c0).as_secs_f64() / t0.elapsed().as_secs_f64()
+}
+
+/// The worker's measured latency over its last one to two seconds, with packets in it.
+fn p99(run: &NfxRun) -> nfx_proto::stats::LatencyStats {
+    let l = run.stats().unwrap().workers[0].latency;
+    let l = l.expect("a ring worker under load measures its packets' latency");
+    assert!(
+        l.packets > 1000 && l.p50_us <= l.p99_us && l.p99_us <= l.max_us,
+        "{l:?}"
+    );
+    l
 }
 
 #[test]
@@ -62,6 +75,7 @@ fn knobs_change_the_worker_and_its_cpu_time() {
     let name = format!("nfxe2e-knobs-{}", std::process::id());
 
     let unlimited = cores(pid, tid, window);
+    let fast = p99(&run);
     // A quota far below a core, so that it binds even when other work on a shared
     // machine already holds the spinning worker to a small share.
     act.limit_cpu(&name, &worker, Some(0.04)).unwrap();
@@ -70,6 +84,19 @@ fn knobs_change_the_worker_and_its_cpu_time() {
     let cg = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/cgroup")).unwrap();
     assert!(cg.contains(&format!("/nfx/{name}")), "{cg}");
     let limited = cores(pid, tid, window);
+    let throttled = p99(&run);
+    eprintln!(
+        "measured p99 {:.0} µs unlimited, {:.0} µs at 0.04 core: {:.1}×",
+        fast.p99_us,
+        throttled.p99_us,
+        throttled.p99_us / fast.p99_us.max(1.0)
+    );
+    // Frames wait in the ring while the worker waits for its quota: the measured p99
+    // rises well above the unlimited worker's, in the same run.
+    assert!(
+        throttled.p99_us > 5.0 * fast.p99_us.max(1.0),
+        "measured p99 under the limit {throttled:?} vs without {fast:?}"
+    );
     // A busy poller takes what it is given: at most 4 % (plus scheduling slack), and
     // clearly less than without the limit.
     assert!(limited <= 0.07, "limited worker used {limited:.3} cores");

@@ -97,6 +97,22 @@ pub struct RunConfig {
     /// them to userspace (docs/dataplane.md, "Fast path"). One worker, no fanout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPathConfig>,
+    /// Measure each packet's time in the worker, from the kernel's receive stamp to the
+    /// end of its vector's send (receive rings only; stats `workers[].latency`). On by
+    /// default; `false` only to measure what the measurement costs.
+    #[serde(
+        default = "default_latency",
+        skip_serializing_if = "is_default_latency"
+    )]
+    pub latency: bool,
+}
+
+fn default_latency() -> bool {
+    true
+}
+
+fn is_default_latency(on: &bool) -> bool {
+    *on
 }
 
 /// The table tier of an instance.
@@ -351,6 +367,7 @@ impl RunConfig {
             classifier: ClassifierConfig::default(),
             fanout: None,
             fast_path: None,
+            latency: default_latency(),
         }
     }
 

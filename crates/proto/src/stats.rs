@@ -119,6 +119,56 @@ pub struct WorkerStats {
     /// The worker's poll mode (`busy`, `interrupt`, `adaptive`); it can change live.
     #[serde(default)]
     pub poll: String,
+    /// Each packet's measured time in the worker over the last one to two seconds;
+    /// absent when the ports carry no kernel receive time (`io: mmsg`), nothing was
+    /// received yet, or the run config turned it off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyStats>,
+}
+
+/// Packets' measured time in a worker: from the kernel's receive stamp (taken when the
+/// frame arrived, so time waiting in the ring while the worker was throttled or asleep
+/// counts) to the end of the send of the vector that carried them (dropped frames: to
+/// the end of their vector's processing). Quantiles come from a log-bucket histogram:
+/// at least the true value and within 12.5 % of it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyStats {
+    /// Seconds the figures cover (the current period and the whole one before it).
+    pub window_s: f64,
+    /// Packets measured in the window.
+    pub packets: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Longest, µs.
+    pub max_us: f64,
+    /// Frames since start whose receive stamp was missing or not on the worker's clock
+    /// (not measured).
+    #[serde(default)]
+    pub unstamped: u64,
+}
+
+impl LatencyStats {
+    /// The figures of several workers of one instance or device: packets and
+    /// unstamped summed, the worst p50, p99 and maximum (quantiles of separate
+    /// histograms do not combine exactly; the worst is what an SLA must hold for).
+    /// `None` when no part has figures.
+    pub fn worst<'a>(parts: impl IntoIterator<Item = &'a LatencyStats>) -> Option<Self> {
+        parts.into_iter().fold(None, |acc: Option<Self>, l| {
+            Some(match acc {
+                None => *l,
+                Some(a) => Self {
+                    window_s: a.window_s.max(l.window_s),
+                    packets: a.packets + l.packets,
+                    p50_us: a.p50_us.max(l.p50_us),
+                    p99_us: a.p99_us.max(l.p99_us),
+                    max_us: a.max_us.max(l.max_us),
+                    unstamped: a.unstamped + l.unstamped,
+                },
+            })
+        })
+    }
 }
 
 /// One port.
@@ -569,6 +619,30 @@ mod tests {
         assert_eq!(m.node_drops("nat"), 3);
         assert_eq!(m.events["elephant"], 2);
         assert_eq!(Stats::merge(vec![]), Stats::default());
+    }
+
+    #[test]
+    fn worst_latency_sums_packets_and_keeps_the_worst_quantiles() {
+        let a = LatencyStats {
+            window_s: 1.0,
+            packets: 10,
+            p50_us: 5.0,
+            p99_us: 50.0,
+            max_us: 60.0,
+            unstamped: 1,
+        };
+        let b = LatencyStats {
+            window_s: 1.5,
+            packets: 0,
+            p50_us: 7.0,
+            p99_us: 9.0,
+            max_us: 90.0,
+            unstamped: 0,
+        };
+        let w = LatencyStats::worst([&a, &b]).unwrap();
+        assert_eq!((w.packets, w.unstamped, w.window_s), (10, 1, 1.5));
+        assert_eq!((w.p50_us, w.p99_us, w.max_us), (7.0, 50.0, 90.0));
+        assert_eq!(LatencyStats::worst([]), None);
     }
 
     #[test]

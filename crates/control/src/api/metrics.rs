@@ -236,6 +236,14 @@ fn worker_knobs(
         "nfx_worker_cpu_wait_cores",
         "Cores' worth of time a worker's threads were runnable but waited for a CPU over its agent's last interval (the kernel's run-queue delay, schedstat)",
     );
+    let latency = f.gauge(
+        "nfx_worker_latency_seconds",
+        "Measured time of a worker's packets in its dataplane, s, from the kernel's receive stamp to the end of their vector's send, over the worker's last 1-2 s (quantile 0.5, 0.99, 1 = max; the worst of its threads; absent when nothing was measured); the power manager checks the p99 against the service's latency SLA",
+    );
+    let measured = f.int_gauge(
+        "nfx_worker_latency_packets",
+        "Packets behind nfx_worker_latency_seconds (the worker's last 1-2 s)",
+    );
     let Some((energy, settings)) = knobs else {
         return;
     };
@@ -261,6 +269,16 @@ fn worker_knobs(
                 bound.get_or_create(&l).set(us / 1e6);
             }
             waited.get_or_create(&l).set(w.wait_cores);
+            if let Some(m) = &w.latency {
+                measured
+                    .get_or_create(&l)
+                    .set(i64::try_from(m.packets).unwrap_or(i64::MAX));
+                let quantiles = [("0.5", m.p50_us), ("0.99", m.p99_us), ("1", m.max_us)];
+                for (q, us) in quantiles.into_iter().filter(|_| m.packets > 0) {
+                    let lq = labels(&[("host", &h.host), ("device", &w.device), ("quantile", q)]);
+                    latency.get_or_create(&lq).set(us / 1e6);
+                }
+            }
         }
     }
 }
@@ -332,6 +350,8 @@ mod tests {
             "nfx_service_energy_joules",
             "nfx_service_power_watts",
             "nfx_ssm_decisions_total",
+            "nfx_worker_latency_seconds",
+            "nfx_worker_latency_packets",
         ] {
             assert!(names.iter().any(|x| x == n), "{n}: {names:?}");
         }

@@ -13,6 +13,7 @@ use nfx_energy::meter::{Figure, GroupKind, GroupReading, Reading};
 use nfx_energy::{Group, HostBusy, HostModel, Meter, MeterConfig, Source, Target};
 use nfx_io::cgroup::CpuController;
 use nfx_model::PowerModel;
+use nfx_proto::stats::LatencyStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -101,6 +102,13 @@ pub struct WorkerPower {
     /// answered. The power manager checks it against the service's latency SLA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_wait_bound_us: Option<f64>,
+    /// Its packets' measured time in the worker (kernel receive stamp to send) over the
+    /// worker's last one to two seconds, the worst of its threads
+    /// ([`LatencyStats::worst`]); `None` when the worker measures none (no receive
+    /// ring, nothing received yet, or it did not answer). What the power manager checks
+    /// the latency SLA against when it counted packets; the bound above otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyStats>,
 }
 
 /// A worker's cumulative port counters, from its stats (zero when it did not answer).
@@ -387,6 +395,9 @@ impl PowerAgent {
                 wire,
                 wait_cores: wait_cores(&mut st.waits, w),
                 cpu_wait_bound_us: cpu_wait_bound_us(&threads),
+                latency: stats.as_ref().and_then(|s| {
+                    LatencyStats::worst(s.workers.iter().filter_map(|w| w.latency.as_ref()))
+                }),
                 threads,
             });
         }

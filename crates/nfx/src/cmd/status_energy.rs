@@ -1,7 +1,9 @@
 //! The energy section of `nfx status` (text): per service its energy (J) and power (W)
-//! with their source, then per host its figures and its workers', each worker with the
-//! bound its CPU limit puts on a packet's wait — a bound computed from the limit the
-//! agent read back from the kernel, never a measured delay, and labelled so.
+//! with their source, then per host its figures and its workers', each worker with its
+//! packets' measured latency (p50 and p99 of their time in the worker, labelled
+//! measured) and the bound its CPU limit puts on a packet's wait — a bound computed from
+//! the limit the agent read back from the kernel, never a measured delay, and labelled
+//! so.
 
 use nfx_control::energy::EnergySummary;
 use nfx_control::hostagent::power::WorkerPower;
@@ -46,7 +48,7 @@ pub fn write_energy(out: &mut String, e: &EnergySummary) {
 }
 
 /// One worker's line: its device, CPU, power and energy (with the host's source), poll
-/// mode, CPU limit and the wait bound that limit implies.
+/// mode, CPU limit, the wait bound that limit implies and the measured latency.
 fn write_worker(out: &mut String, w: &WorkerPower, source: &str) {
     let mut polls: Vec<&str> = w.threads.iter().map(|t| t.poll.as_str()).collect();
     polls.dedup();
@@ -63,9 +65,17 @@ fn write_worker(out: &mut String, w: &WorkerPower, source: &str) {
         Some(us) => format!("≤ {us:.0} µs (bound from the CPU limit, not measured)"),
         None => "unknown (no thread answered)".to_string(),
     };
+    let latency = match w.latency {
+        Some(l) if l.packets > 0 => format!(
+            "p50 {:.0} µs p99 {:.0} µs (measured over {} packets in {:.1} s)",
+            l.p50_us, l.p99_us, l.packets, l.window_s
+        ),
+        Some(l) => format!("none measured (no packet in {:.1} s)", l.window_s),
+        None => "not measured (no receive ring, or nothing received yet)".to_string(),
+    };
     let _ = writeln!(
         out,
-        "    worker {:<14} {:>5.2} cores {:>8.2} W {:>10.1} J  {source}  poll {poll}  cpu limit {limit}  cpu-wait bound {bound}",
+        "    worker {:<14} {:>5.2} cores {:>8.2} W {:>10.1} J  {source}  poll {poll}  cpu limit {limit}  cpu-wait bound {bound}  latency {latency}",
         w.device, w.cpu_cores, w.power_w, w.energy_j
     );
 }
@@ -100,6 +110,7 @@ mod tests {
             threads,
             wait_cores: 0.0,
             cpu_wait_bound_us: bound,
+            latency: None,
         }
     }
 
@@ -125,11 +136,21 @@ mod tests {
                     at_unix_ms: 1,
                     error: None,
                     workers: vec![
-                        worker(
-                            "edge-sw",
-                            vec![thread("adaptive", Some(0.5), 50_000.0)],
-                            Some(50_000.0),
-                        ),
+                        WorkerPower {
+                            latency: Some(nfx_proto::stats::LatencyStats {
+                                window_s: 1.5,
+                                packets: 3000,
+                                p50_us: 42.0,
+                                p99_us: 18_000.0,
+                                max_us: 30_000.0,
+                                unstamped: 0,
+                            }),
+                            ..worker(
+                                "edge-sw",
+                                vec![thread("adaptive", Some(0.5), 50_000.0)],
+                                Some(50_000.0),
+                            )
+                        },
                         worker("edge-sw1", Vec::new(), None),
                     ],
                 },
@@ -192,13 +213,15 @@ mod tests {
             "poll adaptive",
             "cpu limit 0.50 cores",
             "cpu-wait bound ≤ 50000 µs (bound from the CPU limit, not measured)",
+            "latency p50 42 µs p99 18000 µs (measured over 3000 packets in 1.5 s)",
         ] {
             assert!(limited.contains(part), "{part}: {limited}");
         }
         assert!(
             lines[4].contains("worker edge-sw1")
                 && lines[4].contains("poll ?")
-                && lines[4].contains("cpu-wait bound unknown (no thread answered)"),
+                && lines[4].contains("cpu-wait bound unknown (no thread answered)")
+                && lines[4].contains("latency not measured"),
             "{out}"
         );
         assert!(
