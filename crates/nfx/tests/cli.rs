@@ -281,6 +281,12 @@ fn demo_runs_through_the_controller_and_cleans_up() {
     assert!(v["a_stream_sent"].as_u64().unwrap() > 5_000, "{v}");
     assert_eq!(v["migration_lost_packets"], 0, "{v}");
     assert_eq!(v["a_stream_sent"], v["a_stream_received"], "{v}");
+    // Tenant A's NAT: every datagram of the stream arrived from its public address.
+    assert_eq!(
+        v["a_stream_sources"],
+        serde_json::json!(["198.51.100.1"]),
+        "{v}"
+    );
     let m = &v["migration"];
     assert_ne!(m["from"], m["to"], "{v}");
     // Tenant A's deny rule drops A's denied datagrams; B's traffic is untouched by it.

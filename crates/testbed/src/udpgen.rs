@@ -169,8 +169,11 @@ fn send_here(spec: &GenSpec) -> anyhow::Result<GenReport> {
     Ok(rep)
 }
 
+/// Distinct source addresses a [`Sink`] records; further ones are not kept.
+pub const MAX_SOURCES: usize = 8;
+
 /// Counts of a [`Sink`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SinkReport {
     /// Datagrams received.
     pub packets: u64,
@@ -178,6 +181,9 @@ pub struct SinkReport {
     pub bytes: u64,
     /// Datagrams whose payload started with the pattern the sink was asked to look for.
     pub matched: u64,
+    /// The distinct source addresses datagrams came from, in order of first arrival (at
+    /// most [`MAX_SOURCES`]): what a NAT on the path rewrote the sender's address to.
+    pub sources: Vec<Ipv4Addr>,
 }
 
 /// A UDP receiver running on its own thread inside a namespace.
@@ -287,16 +293,24 @@ fn recv_loop(
             iov_len: SLOT,
         })
         .collect();
-    // SAFETY: all-zero mmsghdr is valid.
+    // SAFETY: all-zero mmsghdr and sockaddr_in are valid.
     let mut msgs: Vec<libc::mmsghdr> = (0..MAX_BATCH)
         .map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() })
         .collect();
-    for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+    let mut names: Vec<libc::sockaddr_in> = (0..MAX_BATCH)
+        .map(|_| unsafe { std::mem::zeroed::<libc::sockaddr_in>() })
+        .collect();
+    for ((m, iov), name) in msgs.iter_mut().zip(iovs.iter_mut()).zip(names.iter_mut()) {
         m.msg_hdr.msg_iov = iov;
         m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_name = (name as *mut libc::sockaddr_in).cast();
     }
     let mut rep = SinkReport::default();
     while !stop.load(Ordering::Relaxed) {
+        for m in msgs.iter_mut() {
+            // The kernel shortens it to the address it wrote; every call offers the whole.
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        }
         // SAFETY: msgs/iovs/bufs are live and sized MAX_BATCH; SO_RCVTIMEO bounds the wait.
         let n = unsafe {
             libc::recvmmsg(
@@ -315,6 +329,10 @@ fn recv_loop(
             rep.bytes += len as u64;
             if !pattern.is_empty() && bufs[k * SLOT..k * SLOT + len].starts_with(pattern) {
                 rep.matched += 1;
+            }
+            let from = Ipv4Addr::from(u32::from_be(names[k].sin_addr.s_addr));
+            if rep.sources.len() < MAX_SOURCES && !rep.sources.contains(&from) {
+                rep.sources.push(from);
             }
         }
         rep.packets += n as u64;
@@ -573,6 +591,7 @@ mod tests {
         assert!(r.packets > 0 && r.packets <= g.sent, "{r:?} {g:?}");
         assert_eq!(r.matched, r.packets);
         assert_eq!(r.bytes, r.packets * UDP64_PAYLOAD as u64);
+        assert_eq!(r.sources, [Ipv4Addr::LOCALHOST], "{r:?}");
 
         spec.pps = Some(1000);
         spec.duration = Duration::from_millis(200);

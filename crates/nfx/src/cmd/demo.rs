@@ -93,6 +93,9 @@ pub struct Summary {
     pub migration: Option<Migration>,
     /// Datagrams of the stream lost (sent − received; the migration ran under it).
     pub migration_lost_packets: u64,
+    /// The source addresses the stream arrived from at `dst`: tenant A's NAT rewrote
+    /// `src`'s address to its public one.
+    pub a_stream_sources: Vec<Ipv4Addr>,
     /// Tenant A's denied datagrams sent, received, and its firewall's `acl_deny` drops.
     pub a_denied: (u64, u64, u64),
     /// Tenant B's iperf3 goodput, Gbit/s, and bytes received.
@@ -378,7 +381,8 @@ fn with_bed(
     let list = demo_view::instances(&bed.api)?;
     crate::say!("{}", (demo_view::placement_table(&list)).trim_end());
     sum.instances = list.iter().map(InstanceSummary::from).collect();
-    traffic(args, bed, &e, sum)?;
+    let nat = nat_address(files, "tenant-a")?;
+    traffic(args, bed, &e, nat, sum)?;
     if nfx_testbed::stop::requested() {
         crate::say!("interrupted: tearing down");
         return Ok(());
@@ -402,6 +406,29 @@ fn with_bed(
         ),
     );
     Ok(())
+}
+
+/// The public address of `service`'s source NAT in the tenants' files, if it has one.
+fn nat_address(files: &Files, service: &str) -> anyhow::Result<Option<Ipv4Addr>> {
+    for f in &files.tenants {
+        for s in nfx_control::client::load_services(f)? {
+            if s["id"] != service {
+                continue;
+            }
+            for hop in s["chain"].as_array().into_iter().flatten() {
+                if let (Some("nat"), Some(ip)) = (
+                    hop["function"].as_str(),
+                    hop["config"]["snat"]["public_ip"].as_str(),
+                ) {
+                    let ip = ip.parse().with_context(|| {
+                        format!("{}: {service}'s NAT public_ip {ip:?}", f.display())
+                    })?;
+                    return Ok(Some(ip));
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// A short paced UDP burst from `src` to `dst:port`: (sent, received).
@@ -444,7 +471,13 @@ fn join<T>(h: JoinHandle<anyhow::Result<T>>, what: &str) -> anyhow::Result<T> {
 
 /// The traffic phase: tenant A's counter stream and probes, tenant B's iperf3 and its
 /// denied connection, a migration of A's firewall half-way, live counters every second.
-fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> anyhow::Result<()> {
+fn traffic(
+    args: &Args,
+    bed: &ControlledBed,
+    e: &Ends,
+    nat: Option<Ipv4Addr>,
+    sum: &mut Summary,
+) -> anyhow::Result<()> {
     let secs = args.duration;
     let stream_sink = Sink::start(&e.dst.netns, A_STREAM_PORT, b"")?;
     let denied_sink = Sink::start(&e.dst.netns, A_DENIED_PORT, b"")?;
@@ -548,7 +581,7 @@ fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> any
     let tcp = join(tcp, "iperf3");
     let probes = join(probes, "probe")?;
     std::thread::sleep(Duration::from_millis(300));
-    let got = stream_sink.finish()?.packets;
+    let arrived = stream_sink.finish()?;
     let denied_got = denied_sink.finish()?.packets;
     let alert_got = alert_sink.finish()?;
     let drop_got = drop_sink.finish()?.packets;
@@ -562,7 +595,10 @@ fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> any
         &seen,
         Observed {
             stream,
-            got,
+            got: arrived.packets,
+            sources: arrived.sources,
+            nat,
+            src: e.src.address,
             tcp,
             probes,
             denied_got,
@@ -578,6 +614,11 @@ fn traffic(args: &Args, bed: &ControlledBed, e: &Ends, sum: &mut Summary) -> any
 struct Observed {
     stream: GenReport,
     got: u64,
+    /// Where the stream's datagrams came from at `dst`.
+    sources: Vec<Ipv4Addr>,
+    /// Tenant A's NAT public address (from its file), and `src`'s own.
+    nat: Option<Ipv4Addr>,
+    src: Ipv4Addr,
     tcp: anyhow::Result<iperf::IperfResult>,
     probes: (u64, u64, u64, TcpOutcome),
     denied_got: u64,
@@ -612,6 +653,18 @@ fn summarize(sum: &mut Summary, seen: &[InstanceView], o: Observed) {
         }
         Some(Err(e)) => check(sum, false, format!("migration: {e:#}")),
         None => check(sum, false, "migration: never started (interrupted?)".into()),
+    }
+    sum.a_stream_sources = o.sources.clone();
+    if let Some(nat) = o.nat {
+        check(
+            sum,
+            o.sources == [nat],
+            format!(
+                "tenant A's NAT: the stream arrived at dst from {:?} (its NAT's public address \
+                 {nat}; src is {})",
+                o.sources, o.src
+            ),
+        );
     }
     let a_deny = a_fw.drop_count("acl_deny");
     sum.a_denied = (denied_sent, o.denied_got, a_deny);
