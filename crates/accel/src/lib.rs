@@ -1,5 +1,4 @@
-//! nfx-accel: crypto engines behind one asynchronous batch interface (DESIGN.md,
-//! "Accelerators").
+//! nfx-accel: crypto engines behind one asynchronous batch interface (docs/accel.md).
 //!
 //! A caller creates a session (algorithm, key, direction) on an [`Engine`], submits
 //! batches of [`Op`]s (IV, AAD/data/tag offsets in a [`Buf`]) and polls [`Completion`]s,

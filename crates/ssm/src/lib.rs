@@ -1,6 +1,6 @@
 //! nfx-ssm: the service-specific manager (SSM) of the SSH-tunnel paper. It polls each VNF's
 //! element manager (EM) and hands the scarce lookaside queue pairs, at run time, to the
-//! VNFs that need them most (DESIGN.md, "Layers" and "Accelerators").
+//! VNFs that need them most (docs/ssm.md).
 
 pub mod chart;
 pub mod decision;

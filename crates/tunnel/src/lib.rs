@@ -1,5 +1,5 @@
 //! nfx-tunnel: an ESP-in-UDP (RFC 4303 / RFC 3948) tunnel endpoint whose crypto runs in
-//! batches on an `nfx_accel` engine that can be switched live (DESIGN.md, "Tunnels").
+//! batches on an `nfx_accel` engine that can be switched live (docs/tunnel.md).
 
 pub mod config;
 pub mod csum;
