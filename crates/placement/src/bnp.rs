@@ -140,6 +140,18 @@ struct Groups {
     thr: Vec<u64>,
 }
 
+impl Groups {
+    /// The instances of groups `gs`, sorted: the items of a column.
+    fn items_of(&self, gs: &[u32]) -> Vec<u32> {
+        let mut v: Vec<u32> = gs
+            .iter()
+            .flat_map(|&x| self.members[x as usize].iter().copied())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
 /// What processing one node found.
 enum NodeOutcome {
     /// The time slice ended first; the node is still open.
@@ -636,31 +648,108 @@ impl<'a> BranchPrice<'a> {
             self.cuts.clear();
             self.item_cuts.iter_mut().for_each(Vec::clear);
         }
-        let p = self.p;
-        let nm = p.models.len();
+        let nm = self.p.models.len();
         let Some(g) = self.groups(&node.decisions) else {
             return NodeOutcome::Closed;
         };
-        let ng = g.members.len();
-        // Device-count limits per model from the decisions.
-        let mut lo = vec![0u32; nm];
-        let mut hi: Vec<u32> = p.counts();
-        for d in &node.decisions {
+        let Some((lo, hi)) = self.count_limits(&node.decisions) else {
+            return NodeOutcome::Closed;
+        };
+        let models: Vec<usize> = (0..nm).filter(|&k| hi[k] > 0).collect();
+        if (0..g.members.len()).any(|x| !models.iter().any(|&k| g.allowed[x * nm + k])) {
+            return NodeOutcome::Closed;
+        }
+        let mut m = self.node_master(node, &g, &models, &lo, &hi);
+        let priced = match self.generate(&mut m, &g, &models, (&lo, &hi), node.bound, *ub, until) {
+            Ok(priced) => priced,
+            Err(outcome) => return outcome,
+        };
+        let (mut bound, converged) = (priced.bound, priced.converged);
+        if converged && m.lp.artificial() > 1e-3 {
+            return NodeOutcome::Closed;
+        }
+        if let Some((uppers, dy)) = priced.last_duals.filter(|_| ceil_bound(bound) < *ub) {
+            let lifted = self.refuted_bound(&uppers, &lo, &hi, dy, ceil_bound(bound), *ub, until);
+            bound = bound.max(lifted as f64);
+        }
+        if ceil_bound(bound) >= *ub {
+            return NodeOutcome::Closed;
+        }
+        let xs: Vec<f64> = (0..m.cols.len()).map(|i| m.lp.value(m.first + i)).collect();
+        if nm == 1 && node.decisions.is_empty() && !self.cuts_settled && m.lp.artificial() < EPS {
+            let value = m.lp.objective();
+            let uncut = *self.uncut_value.get_or_insert(value);
+            if self.cut_rounds < MAX_CUT_ROUNDS {
+                self.cut_rounds += 1;
+                if self.separate(&g, &m.cols, &xs) {
+                    return NodeOutcome::Again(bound);
+                }
+            }
+            self.cuts_settled = true;
+            // Cuts that left the root LP where it was only slow the tree down (hard28
+            // BPP175: 34 nodes with them, 10–11 without, ≈ 0.2 s each); the root still
+            // rounds and branches on the LP solution they gave, its children go
+            // without them.
+            self.drop_cuts = value < uncut + CUT_GAIN;
+        }
+        self.last_columns = xs
+            .iter()
+            .zip(&m.cols)
+            .filter(|(&x, _)| x > EPS)
+            .map(|(_, (k, gs))| Col {
+                model: *k,
+                items: g.items_of(gs),
+            })
+            .collect();
+        if self.primal(&g, &m.cols, &xs, ub, until) && converged {
+            return NodeOutcome::Closed;
+        }
+        if ceil_bound(bound) >= *ub {
+            return NodeOutcome::Closed;
+        }
+        if let Some((a, b)) = self.branch_on(&g, &m.cols, &xs, plunging) {
+            return NodeOutcome::Branch(bound, a, b);
+        }
+        // Integral in every pair and model: the LP solution is one placement. If the
+        // pricing was exact it is the node's optimum; otherwise branch on any pair of
+        // groups that could still share a device, so that the search progresses.
+        if converged {
+            return NodeOutcome::Closed;
+        }
+        match any_pair(&g, &models, nm) {
+            Some((a, b)) => NodeOutcome::Branch(bound, a, b),
+            None => NodeOutcome::Stuck(bound),
+        }
+    }
+
+    /// The node's device-count limits per model (at least, at most) from its decisions;
+    /// `None` when they contradict.
+    fn count_limits(&self, decisions: &[Decision]) -> Option<(Vec<u32>, Vec<u32>)> {
+        let mut lo = vec![0u32; self.p.models.len()];
+        let mut hi: Vec<u32> = self.p.counts();
+        for d in decisions {
             match *d {
                 Decision::AtMost(k, n) => hi[k as usize] = hi[k as usize].min(n),
                 Decision::AtLeast(k, n) => lo[k as usize] = lo[k as usize].max(n),
                 _ => {}
             }
         }
-        if (0..nm).any(|k| lo[k] > hi[k]) {
-            return NodeOutcome::Closed;
-        }
-        let models: Vec<usize> = (0..nm).filter(|&k| hi[k] > 0).collect();
-        if (0..ng).any(|x| !models.iter().any(|&k| g.allowed[x * nm + k])) {
-            return NodeOutcome::Closed;
-        }
-        // Rows: groups (exact cover), "at least" rows of models (with a surplus
-        // column), then the "at most" rows of models.
+        lo.iter().zip(&hi).all(|(l, h)| l <= h).then_some((lo, hi))
+    }
+
+    /// The node's master LP with its starting columns: the pool's (or the node's hint
+    /// and the most recent ones) that fit the node, and the cheapest single-group column
+    /// of every group.
+    fn node_master(
+        &self,
+        node: &Node,
+        g: &Groups,
+        models: &[usize],
+        lo: &[u32],
+        hi: &[u32],
+    ) -> NodeMaster {
+        let p = self.p;
+        let (nm, ng) = (p.models.len(), g.members.len());
         let lo_models: Vec<usize> = models.iter().copied().filter(|&k| lo[k] > 0).collect();
         let mut row_of_lo = vec![usize::MAX; nm];
         for (i, &k) in lo_models.iter().enumerate() {
@@ -671,12 +760,9 @@ impl<'a> BranchPrice<'a> {
         for (i, &k) in models.iter().enumerate() {
             row_of_model[k] = n_ge + i;
         }
-        let max_cost = p.models.iter().map(|m| m.cost).max().unwrap_or(1) as f64;
+        let max_cost = p.models.iter().map(|md| md.cost).max().unwrap_or(1) as f64;
         let big_m = (max_cost * ng as f64 + 1.0).min(1e9);
         let mut rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(hi[k])).collect();
-        // Subset-row cut rows follow the model rows; per group, the cuts it is in and
-        // how many of its instances each holds.
-        let cut_row0 = n_ge + models.len();
         rhs_le.extend(self.cuts.iter().map(|_| 1.0));
         let mut group_cuts: Vec<Vec<(u32, u32)>> = vec![Vec::new(); ng];
         for (x, mem) in g.members.iter().enumerate() {
@@ -689,44 +775,26 @@ impl<'a> BranchPrice<'a> {
                 }
             }
         }
-        let mut cut_count: Vec<(u32, u32)> = Vec::new();
         let mut rhs_ge = vec![1.0; ng];
         rhs_ge.extend(lo_models.iter().map(|&k| f64::from(lo[k])));
         let mut lp = Master::with_rows(&rhs_ge, &rhs_le, big_m, false);
         for &k in &lo_models {
             lp.add_column(0.0, &[(row_of_lo[k], -1.0)]);
         }
-        let mut cols: Vec<(u32, Vec<u32>)> = Vec::new();
-        let mut node_seen: HashSet<(u32, Vec<u32>)> = HashSet::new();
-        let mut entries: Vec<(usize, f64)> = Vec::new();
-        let mut add = |lp: &mut Master, cols: &mut Vec<(u32, Vec<u32>)>, k: u32, gs: Vec<u32>| {
-            if !node_seen.insert((k, gs.clone())) {
-                return false;
-            }
-            entries.clear();
-            entries.extend(gs.iter().map(|&x| (x as usize, 1.0)));
-            entries.push((row_of_model[k as usize], 1.0));
-            cut_count.clear();
-            for &x in &gs {
-                for &(c, m) in &group_cuts[x as usize] {
-                    match cut_count.iter_mut().find(|(cc, _)| *cc == c) {
-                        Some((_, n)) => *n += m,
-                        None => cut_count.push((c, m)),
-                    }
-                }
-            }
-            entries.extend(
-                cut_count
-                    .iter()
-                    .filter(|&&(_, n)| n >= 2)
-                    .map(|&(c, _)| (cut_row0 + c as usize, 1.0)),
-            );
-            if row_of_lo[k as usize] != usize::MAX {
-                entries.push((row_of_lo[k as usize], 1.0));
-            }
-            lp.add_column(p.models[k as usize].cost as f64, &entries);
-            cols.push((k, gs));
-            true
+        let first = lp.first_structural() + lo_models.len();
+        let mut m = NodeMaster {
+            lp,
+            cols: Vec::new(),
+            first,
+            costs: p.models.iter().map(|md| md.cost as f64).collect(),
+            seen: HashSet::new(),
+            row_of_lo,
+            row_of_model,
+            lo_models,
+            cut_row0: n_ge + models.len(),
+            group_cuts,
+            entries: Vec::new(),
+            cut_count: Vec::new(),
         };
         let start: Vec<&Col> = match &node.hint {
             None => self.pool.iter().collect(),
@@ -736,8 +804,8 @@ impl<'a> BranchPrice<'a> {
                 .collect(),
         };
         for c in start.into_iter().filter(|c| hi[c.model as usize] > 0) {
-            if let Some(gs) = self.node_col(&g, c) {
-                add(&mut lp, &mut cols, c.model, gs);
+            if let Some(gs) = self.node_col(g, c) {
+                m.add(c.model, gs);
             }
         }
         for grp in 0..ng {
@@ -746,35 +814,51 @@ impl<'a> BranchPrice<'a> {
                 .filter(|&&k| g.allowed[grp * nm + k])
                 .min_by_key(|&&k| p.models[k].cost)
             {
-                add(&mut lp, &mut cols, k as u32, vec![grp as u32]);
+                m.add(k as u32, vec![grp as u32]);
             }
         }
-        let first = lp.first_structural() + lo_models.len();
-        let mut bound = node.bound;
+        m
+    }
+
+    /// Column generation on the node's master LP until pricing finds no improving column
+    /// (or the LP's bound already meets its objective), raising `bound` by the
+    /// Lagrangian, Farley and device-count bounds of every round. `Err` when the node is
+    /// closed, interrupted or stuck on the way.
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &mut self,
+        m: &mut NodeMaster,
+        g: &Groups,
+        models: &[usize],
+        (lo, hi): (&[u32], &[u32]),
+        mut bound: f64,
+        ub: u64,
+        until: Instant,
+    ) -> Result<Priced, NodeOutcome> {
+        let p = self.p;
+        let (nm, ng) = (p.models.len(), g.members.len());
         let mut knap = Knapsack::default();
-        let mut converged = false;
-        // The last round's pricing bounds per model and dual sum, for the refutation.
-        let mut last_duals: Option<(Vec<f64>, f64)> = None;
+        let mut last_duals = None;
         loop {
-            match lp.solve(until) {
+            match m.lp.solve(until) {
                 LpStatus::Optimal => {}
-                LpStatus::TimeLimit => return NodeOutcome::Interrupted,
+                LpStatus::TimeLimit => return Err(NodeOutcome::Interrupted),
                 // The LP could not be solved reliably: the node keeps its bound.
-                LpStatus::Failed => return NodeOutcome::Stuck(bound),
+                LpStatus::Failed => return Err(NodeOutcome::Stuck(bound)),
             }
-            let y = lp.duals().to_vec();
-            let obj = lp.objective();
-            let nu = |k: usize| match row_of_lo[k] {
+            let y = m.lp.duals().to_vec();
+            let obj = m.lp.objective();
+            let nu = |k: usize| match m.row_of_lo[k] {
                 usize::MAX => 0.0,
                 r => y[r].max(0.0),
             };
             // Cut duals are ≤ 0: a pattern holding two instances of a cut pays −y.
-            let sigma: Vec<f64> = y[cut_row0..cut_row0 + self.cuts.len()]
+            let sigma: Vec<f64> = y[m.cut_row0..m.cut_row0 + self.cuts.len()]
                 .iter()
                 .map(|&v| (-v).max(0.0))
                 .collect();
             let dy: f64 = y[..ng].iter().sum::<f64>()
-                + lo_models
+                + m.lo_models
                     .iter()
                     .map(|&k| nu(k) * f64::from(lo[k]))
                     .sum::<f64>()
@@ -786,12 +870,12 @@ impl<'a> BranchPrice<'a> {
             let mut new_cols: Vec<(u32, Vec<u32>)> = Vec::new();
             let mut exact = true;
             let mut uppers = vec![0.0f64; nm];
-            for &k in &models {
-                let m = &p.models[k];
-                let cost = m.cost as f64;
-                let mu = y[row_of_model[k]].min(0.0) + nu(k);
-                knap.load(&g, k, nm, &y[..ng], m.cap, m.thr_cap);
-                knap.set_cuts(&group_cuts, &sigma);
+            for &k in models {
+                let model = &p.models[k];
+                let cost = model.cost as f64;
+                let mu = y[m.row_of_model[k]].min(0.0) + nu(k);
+                knap.load(g, k, nm, &y[..ng], model.cap, model.thr_cap);
+                knap.set_cuts(&m.group_cuts, &sigma);
                 let ans = knap.solve(&g.conflict, ng, cost - mu, Some(until));
                 exact &= ans.exact;
                 let upper = ans.upper + nu(k);
@@ -816,43 +900,38 @@ impl<'a> BranchPrice<'a> {
                 lagr
             };
             bound = bound.max(lagr.max(farley));
-            if ceil_bound(bound) < *ub {
-                let costs: Vec<u64> = p.models.iter().map(|m| m.cost).collect();
-                let counts = count_bound(&costs, &uppers, &lo, &hi, dy, *ub);
+            if ceil_bound(bound) < ub {
+                let costs: Vec<u64> = p.models.iter().map(|md| md.cost).collect();
+                let counts = count_bound(&costs, &uppers, lo, hi, dy, ub);
                 bound = bound.max(counts as f64);
-                last_duals = Some((uppers.clone(), dy));
+                last_duals = Some((uppers, dy));
             }
-            if ceil_bound(bound) >= *ub {
-                return NodeOutcome::Closed;
+            if ceil_bound(bound) >= ub {
+                return Err(NodeOutcome::Closed);
             }
             // Pricing can take long (two binding capacities): keep to the time slice.
             if Instant::now() >= until {
-                return NodeOutcome::Interrupted;
+                return Err(NodeOutcome::Interrupted);
             }
-            let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
-            let integral =
-                lp.artificial() < EPS && xs.iter().all(|&x| !(EPS..=1.0 - EPS).contains(&x));
             if new_cols.is_empty() {
                 if exact {
-                    converged = true;
-                    bound = bound.max(obj);
+                    return Ok(Priced {
+                        bound: bound.max(obj),
+                        converged: true,
+                        last_duals,
+                    });
                 }
                 break;
             }
-            if !integral && lp.artificial() < EPS && ceil_bound(bound) >= ceil_bound(obj) {
+            let integral = m.lp.artificial() < EPS
+                && (0..m.cols.len()).all(|i| !(EPS..=1.0 - EPS).contains(&m.lp.value(m.first + i)));
+            if !integral && m.lp.artificial() < EPS && ceil_bound(bound) >= ceil_bound(obj) {
                 break;
             }
             let mut added = false;
             for (k, gs) in new_cols {
-                let items: Vec<u32> = {
-                    let mut v: Vec<u32> = gs
-                        .iter()
-                        .flat_map(|&x| g.members[x as usize].iter().copied())
-                        .collect();
-                    v.sort_unstable();
-                    v
-                };
-                if add(&mut lp, &mut cols, k, gs) {
+                let items = g.items_of(&gs);
+                if m.add(k, gs) {
                     self.add_col(Col { model: k, items });
                     added = true;
                 }
@@ -861,46 +940,28 @@ impl<'a> BranchPrice<'a> {
                 break;
             }
         }
-        if converged && lp.artificial() > 1e-3 {
-            return NodeOutcome::Closed;
-        }
-        if let Some((uppers, dy)) = last_duals.filter(|_| ceil_bound(bound) < *ub) {
-            let lifted = self.refuted_bound(&uppers, &lo, &hi, dy, ceil_bound(bound), *ub, until);
-            bound = bound.max(lifted as f64);
-        }
-        if ceil_bound(bound) >= *ub {
-            return NodeOutcome::Closed;
-        }
-        let xs: Vec<f64> = (0..cols.len()).map(|i| lp.value(first + i)).collect();
-        if nm == 1 && node.decisions.is_empty() && !self.cuts_settled && lp.artificial() < EPS {
-            let value = lp.objective();
-            let uncut = *self.uncut_value.get_or_insert(value);
-            if self.cut_rounds < MAX_CUT_ROUNDS {
-                self.cut_rounds += 1;
-                if self.separate(&g, &cols, &xs) {
-                    return NodeOutcome::Again(bound);
-                }
-            }
-            self.cuts_settled = true;
-            // Cuts that left the root LP where it was only slow the tree down (hard28
-            // BPP175: 34 nodes with them, 10–11 without, ≈ 0.2 s each); the root still
-            // rounds and branches on the LP solution they gave, its children go
-            // without them.
-            self.drop_cuts = value < uncut + CUT_GAIN;
-        }
-        self.last_columns = xs
-            .iter()
-            .zip(&cols)
-            .filter(|(&x, _)| x > EPS)
-            .map(|(_, (k, gs))| {
-                let mut items: Vec<u32> = gs
-                    .iter()
-                    .flat_map(|&x| g.members[x as usize].iter().copied())
-                    .collect();
-                items.sort_unstable();
-                Col { model: *k, items }
-            })
-            .collect();
+        Ok(Priced {
+            bound,
+            converged: false,
+            last_duals,
+        })
+    }
+
+    /// Placements from the node's LP solution `xs`, each recorded when it beats `ub`:
+    /// the columns at one, completed greedily; when they leave demand, also roundings of
+    /// the fractional columns by decreasing value (those at one, ≥ ½, then all), clipped
+    /// to what is still needed, the rest greedily — or, on hybrid instances with a small
+    /// rest, by the complete search. True when the columns at one alone place everything.
+    fn primal(
+        &mut self,
+        g: &Groups,
+        cols: &[(u32, Vec<u32>)],
+        xs: &[f64],
+        ub: &mut u64,
+        until: Instant,
+    ) -> bool {
+        let p = self.p;
+        let nm = p.models.len();
         let to_pattern = |k: u32, gs: &[u32]| -> Pattern {
             let mut counts: HashMap<u32, u32> = HashMap::new();
             for &x in gs {
@@ -915,7 +976,6 @@ impl<'a> BranchPrice<'a> {
                 items,
             }
         };
-        // Primal: the columns at one, completed greedily.
         let mut demand = p.demands();
         let mut avail = p.counts();
         let mut fixed: Vec<Pattern> = Vec::new();
@@ -938,62 +998,67 @@ impl<'a> BranchPrice<'a> {
         }
         if demand.iter().all(|&d| d == 0) {
             self.record(ub, fixed);
-            if converged {
-                return NodeOutcome::Closed;
-            }
-        } else {
-            // Rounding: the fractional columns by decreasing value (those ≥ ½, then
-            // all), clipped to what is still needed, the rest greedily — or, on
-            // hybrid instances with a small rest, by the complete search.
-            let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
-            order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
-            let mut found = Vec::new();
-            let total = self.item_type.len();
-            for min_x in [1.0, 0.5, 0.0] {
-                let (mut d, mut a, mut f) = (demand.clone(), avail.clone(), fixed.clone());
-                for &i in order
-                    .iter()
-                    .filter(|&&i| xs[i] < 1.0 - EPS && xs[i] >= min_x)
-                {
-                    let pat = to_pattern(cols[i].0, &cols[i].1);
-                    let items = pat.clipped(&d);
-                    if a[pat.model] == 0 || items.is_empty() {
-                        continue;
-                    }
-                    a[pat.model] -= 1;
-                    for &(t, c) in &items {
-                        d[t as usize] -= c;
-                    }
-                    f.push(Pattern {
-                        model: pat.model,
-                        items,
-                    });
-                }
-                if d.iter().any(|&x| x > 0) {
-                    let Some(mut rest) = best_greedy(p, &d, &a) else {
-                        continue;
-                    };
-                    let left: usize = d.iter().map(|&x| x as usize).sum();
-                    let fixed_cost = p.cost(&f);
-                    if nm > 1 && left <= COMPLETE_ITEMS.min(total / 4) && fixed_cost < *ub {
-                        let slice = (Instant::now() + COMPLETE_TIME).min(until);
-                        let limit = (*ub - fixed_cost).min(p.cost(&rest));
-                        if let Some(better) = complete::search(p, &d, &a, limit, slice).improved {
-                            rest = better;
-                        }
-                    }
-                    f.extend(rest);
-                }
-                found.push(f);
-            }
-            for f in found {
-                self.record(ub, f);
-            }
+            return true;
         }
-        if ceil_bound(bound) >= *ub {
-            return NodeOutcome::Closed;
+        let mut order: Vec<usize> = (0..xs.len()).filter(|&i| xs[i] > EPS).collect();
+        order.sort_by(|&a, &b| xs[b].total_cmp(&xs[a]));
+        let mut found = Vec::new();
+        let total = self.item_type.len();
+        for min_x in [1.0, 0.5, 0.0] {
+            let (mut d, mut a, mut f) = (demand.clone(), avail.clone(), fixed.clone());
+            for &i in order
+                .iter()
+                .filter(|&&i| xs[i] < 1.0 - EPS && xs[i] >= min_x)
+            {
+                let pat = to_pattern(cols[i].0, &cols[i].1);
+                let items = pat.clipped(&d);
+                if a[pat.model] == 0 || items.is_empty() {
+                    continue;
+                }
+                a[pat.model] -= 1;
+                for &(t, c) in &items {
+                    d[t as usize] -= c;
+                }
+                f.push(Pattern {
+                    model: pat.model,
+                    items,
+                });
+            }
+            if d.iter().any(|&x| x > 0) {
+                let Some(mut rest) = best_greedy(p, &d, &a) else {
+                    continue;
+                };
+                let left: usize = d.iter().map(|&x| x as usize).sum();
+                let fixed_cost = p.cost(&f);
+                if nm > 1 && left <= COMPLETE_ITEMS.min(total / 4) && fixed_cost < *ub {
+                    let slice = (Instant::now() + COMPLETE_TIME).min(until);
+                    let limit = (*ub - fixed_cost).min(p.cost(&rest));
+                    if let Some(better) = complete::search(p, &d, &a, limit, slice).improved {
+                        rest = better;
+                    }
+                }
+                f.extend(rest);
+            }
+            found.push(f);
         }
-        // Ryan–Foster: the most fractional pair of groups.
+        for f in found {
+            self.record(ub, f);
+        }
+        false
+    }
+
+    /// The branching decision on a fractional LP solution `xs`, if it has one: a
+    /// model's fractional device count (the most expensive model first), then
+    /// Ryan–Foster on a fractional pair of groups, then a group on a model.
+    fn branch_on(
+        &self,
+        g: &Groups,
+        cols: &[(u32, Vec<u32>)],
+        xs: &[f64],
+        plunging: bool,
+    ) -> Option<(Decision, Decision)> {
+        let p = self.p;
+        let nm = p.models.len();
         let mut together: HashMap<(u32, u32), f64> = HashMap::new();
         let mut on_model: HashMap<(u32, u32), f64> = HashMap::new();
         for (i, &x) in xs.iter().enumerate() {
@@ -1033,43 +1098,111 @@ impl<'a> BranchPrice<'a> {
             .max_by(|&a, &b| p.models[a].cost.cmp(&p.models[b].cost).then(b.cmp(&a)))
         {
             let v = per_model[k];
-            return NodeOutcome::Branch(
-                bound,
+            return Some((
                 Decision::AtLeast(k as u32, v.ceil() as u32),
                 Decision::AtMost(k as u32, v.floor() as u32),
-            );
+            ));
         }
         if let Some((ga, gb)) = pick(&together) {
             let (a, b) = (lead(ga), lead(gb));
-            return NodeOutcome::Branch(bound, Decision::Together(a, b), Decision::Apart(a, b));
+            return Some((Decision::Together(a, b), Decision::Apart(a, b)));
         }
-        if let Some((ga, k)) = pick(&on_model) {
+        pick(&on_model).map(|(ga, k)| {
             let a = lead(ga);
-            return NodeOutcome::Branch(bound, Decision::Only(a, k), Decision::Ban(a, k));
+            (Decision::Only(a, k), Decision::Ban(a, k))
+        })
+    }
+}
+
+/// A branching pair for an integral LP solution whose pricing was not exact: the first
+/// two groups that could still share a device.
+fn any_pair(g: &Groups, models: &[usize], nm: usize) -> Option<(Decision, Decision)> {
+    let ng = g.members.len();
+    let (ga, gb) = (0..ng).find_map(|a| {
+        (a + 1..ng)
+            .find(|&b| {
+                !g.conflict[a * ng + b]
+                    && models
+                        .iter()
+                        .any(|&k| g.allowed[a * nm + k] && g.allowed[b * nm + k])
+            })
+            .map(|b| (a, b))
+    })?;
+    let (a, b) = (g.members[ga][0], g.members[gb][0]);
+    Some((Decision::Together(a, b), Decision::Apart(a, b)))
+}
+
+/// What column generation at a node ended with.
+struct Priced {
+    /// The node's lower bound.
+    bound: f64,
+    /// Pricing was exact and found no improving column: the LP is the node's optimum.
+    converged: bool,
+    /// The last round's pricing bounds per model and dual sum, for the refutation.
+    last_duals: Option<(Vec<f64>, f64)>,
+}
+
+/// A node's restricted master LP and its columns. Rows: the groups (exact cover), an
+/// "at least" row per model with a lower count (with a surplus column each), an "at
+/// most" row per usable model, then one row per subset-row cut.
+struct NodeMaster {
+    lp: Master,
+    /// The columns in LP order from `first`: a model and the groups it covers.
+    cols: Vec<(u32, Vec<u32>)>,
+    /// The LP variable of the first column.
+    first: usize,
+    /// Cost of each model.
+    costs: Vec<f64>,
+    /// The columns added, so that none is added twice.
+    seen: HashSet<(u32, Vec<u32>)>,
+    /// Row of each model's "at least" row (`usize::MAX`: none).
+    row_of_lo: Vec<usize>,
+    /// Row of each model's "at most" row (`usize::MAX`: the model is not usable).
+    row_of_model: Vec<usize>,
+    /// The models with an "at least" row.
+    lo_models: Vec<usize>,
+    /// Row of the first cut.
+    cut_row0: usize,
+    /// Per group, the cuts it is in and how many of its instances each holds.
+    group_cuts: Vec<Vec<(u32, u32)>>,
+    /// Scratch: one column's entries.
+    entries: Vec<(usize, f64)>,
+    /// Scratch: one column's instances per cut.
+    cut_count: Vec<(u32, u32)>,
+}
+
+impl NodeMaster {
+    /// Adds a device of model `k` covering groups `gs`, unless the node has that column;
+    /// returns whether it was added.
+    fn add(&mut self, k: u32, gs: Vec<u32>) -> bool {
+        if !self.seen.insert((k, gs.clone())) {
+            return false;
         }
-        // Integral in every pair and model: the LP solution is one placement. If the
-        // pricing was exact it is the node's optimum; otherwise branch on any pair of
-        // groups that could still share a device, so that the search progresses.
-        if converged {
-            return NodeOutcome::Closed;
-        }
-        let pair = (0..ng).find_map(|a| {
-            (a + 1..ng)
-                .find(|&b| {
-                    !g.conflict[a * ng + b]
-                        && models
-                            .iter()
-                            .any(|&k| g.allowed[a * nm + k] && g.allowed[b * nm + k])
-                })
-                .map(|b| (a as u32, b as u32))
-        });
-        match pair {
-            Some((ga, gb)) => {
-                let (a, b) = (lead(ga), lead(gb));
-                NodeOutcome::Branch(bound, Decision::Together(a, b), Decision::Apart(a, b))
+        self.entries.clear();
+        self.entries.extend(gs.iter().map(|&x| (x as usize, 1.0)));
+        self.entries.push((self.row_of_model[k as usize], 1.0));
+        self.cut_count.clear();
+        for &x in &gs {
+            for &(c, m) in &self.group_cuts[x as usize] {
+                match self.cut_count.iter_mut().find(|(cc, _)| *cc == c) {
+                    Some((_, n)) => *n += m,
+                    None => self.cut_count.push((c, m)),
+                }
             }
-            None => NodeOutcome::Stuck(bound),
         }
+        let cut_row0 = self.cut_row0;
+        self.entries.extend(
+            self.cut_count
+                .iter()
+                .filter(|&&(_, n)| n >= 2)
+                .map(|&(c, _)| (cut_row0 + c as usize, 1.0)),
+        );
+        if self.row_of_lo[k as usize] != usize::MAX {
+            self.entries.push((self.row_of_lo[k as usize], 1.0));
+        }
+        self.lp.add_column(self.costs[k as usize], &self.entries);
+        self.cols.push((k, gs));
+        true
     }
 }
 
