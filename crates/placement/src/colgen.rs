@@ -120,77 +120,6 @@ impl<'a> ColGen<'a> {
         for (i, &k) in models.iter().enumerate() {
             row_of_model[k] = types.len() + i;
         }
-        let rhs_ge: Vec<f64> = types.iter().map(|&t| f64::from(demand[t])).collect();
-        let rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(avail[k])).collect();
-        let big_m = (models
-            .iter()
-            .map(|&k| p.models[k].cost as f64 * f64::from(avail[k]))
-            .sum::<f64>()
-            + 1.0)
-            .min(1e9);
-        let mut lp = Master::new(&rhs_ge, &rhs_le, big_m);
-        // Dual-optimal inequalities π_a ≥ π_b when type a dominates type b (b fits
-        // wherever a does, needing no more): as primal columns "cover b with a's
-        // surplus". They leave the LP value unchanged and cut tailing-off.
-        let mut by_size = types.clone();
-        by_size.sort_by(|&a, &b| p.rel_size(b).total_cmp(&p.rel_size(a)).then(a.cmp(&b)));
-        let mut exchanges = 0;
-        for w in by_size.windows(2) {
-            if dominates(p, w[0], w[1]) {
-                lp.add_column(0.0, &[(row_of_type[w[1]], 1.0), (row_of_type[w[0]], -1.0)]);
-                exchanges += 1;
-            }
-        }
-        let mut local: Vec<Pattern> = Vec::new();
-        let mut local_seen: HashSet<Pattern> = HashSet::new();
-        let mut entries: Vec<(usize, f64)> = Vec::new();
-        let add = |lp: &mut Master,
-                   local: &mut Vec<Pattern>,
-                   entries: &mut Vec<(usize, f64)>,
-                   pat: Pattern| {
-            entries.clear();
-            for &(t, c) in &pat.items {
-                entries.push((row_of_type[t as usize], f64::from(c)));
-            }
-            entries.push((row_of_model[pat.model], 1.0));
-            lp.add_column(p.models[pat.model].cost as f64, entries);
-            local.push(pat);
-        };
-        let singletons = types.iter().filter_map(|&t| {
-            models
-                .iter()
-                .copied()
-                .filter(|&k| p.compat(t, k))
-                .min_by_key(|&k| p.models[k].cost)
-                .map(|k| Pattern {
-                    model: k,
-                    items: vec![(t as u32, 1)],
-                })
-        });
-        let start: &[Pattern] = hint.unwrap_or(&self.pool);
-        let clipped: Vec<Pattern> = start
-            .iter()
-            .filter(|pat| row_of_model[pat.model] != usize::MAX)
-            .filter_map(|pat| {
-                let items = pat.clipped(demand);
-                (!items.is_empty()).then_some(Pattern {
-                    model: pat.model,
-                    items,
-                })
-            })
-            .chain(singletons)
-            .collect();
-        for pat in clipped {
-            if local_seen.insert(pat.clone()) {
-                add(&mut lp, &mut local, &mut entries, pat);
-            }
-        }
-        let mut bound = 0.0f64;
-        let mut converged = false;
-        // Wentges smoothing: price at a mix of the best-bound duals (the stability
-        // centre) and the master's duals; a round whose columns do not price out at
-        // the master's duals (a mis-pricing) is repeated at the master's duals.
-        let mut center: Option<Vec<f64>> = None;
         let ctx = PriceCtx {
             types: &types,
             models: &models,
@@ -199,13 +128,20 @@ impl<'a> ColGen<'a> {
             demand,
             avail,
         };
+        let mut m = self.residual_lp(&ctx, hint);
+        let mut bound = 0.0f64;
+        let mut converged = false;
+        // Wentges smoothing: price at a mix of the best-bound duals (the stability
+        // centre) and the master's duals; a round whose columns do not price out at
+        // the master's duals (a mis-pricing) is repeated at the master's duals.
+        let mut center: Option<Vec<f64>> = None;
         loop {
             // On a time limit or numerical failure the bound proven so far stands.
-            if lp.solve(deadline) != LpStatus::Optimal {
+            if m.lp.solve(deadline) != LpStatus::Optimal {
                 break;
             }
-            let y: Vec<f64> = lp.duals().to_vec();
-            let obj = lp.objective();
+            let y: Vec<f64> = m.lp.duals().to_vec();
+            let obj = m.lp.objective();
             let mut new_cols: Vec<Pattern> = Vec::new();
             let mut exhausted = false;
             for smoothed in [true, false] {
@@ -256,11 +192,10 @@ impl<'a> ColGen<'a> {
             }
             let mut added = false;
             for pat in new_cols {
-                if local_seen.insert(pat.clone()) {
+                if m.add(p, &ctx, pat.clone()) {
                     if self.seen.insert(pat.clone()) {
-                        self.pool.push(pat.clone());
+                        self.pool.push(pat);
                     }
-                    add(&mut lp, &mut local, &mut entries, pat);
                     added = true;
                 }
             }
@@ -268,11 +203,12 @@ impl<'a> ColGen<'a> {
                 break;
             }
         }
-        let first = lp.first_structural() + exchanges;
-        let columns = local
+        let first = m.lp.first_structural() + m.exchanges;
+        let columns = m
+            .local
             .iter()
             .enumerate()
-            .map(|(i, pat)| (pat, lp.value(first + i)))
+            .map(|(i, pat)| (pat, m.lp.value(first + i)))
             .filter(|(_, x)| *x > 1e-9)
             .map(|(pat, x)| (pat.clone(), x))
             .collect();
@@ -284,10 +220,84 @@ impl<'a> ColGen<'a> {
         }
         LpOutcome {
             bound,
-            infeasible: converged && lp.artificial() > 1e-3,
+            infeasible: converged && m.lp.artificial() > 1e-3,
             columns,
             duals,
         }
+    }
+
+    /// The residual problem's master LP with its starting columns: the pool's (or the
+    /// hint's), clipped to the demand, and the cheapest single-item column of every type.
+    fn residual_lp(&self, ctx: &PriceCtx, hint: Option<&[Pattern]>) -> ResidualLp {
+        let p = self.p;
+        let rhs_ge: Vec<f64> = ctx
+            .types
+            .iter()
+            .map(|&t| f64::from(ctx.demand[t]))
+            .collect();
+        let rhs_le: Vec<f64> = ctx
+            .models
+            .iter()
+            .map(|&k| f64::from(ctx.avail[k]))
+            .collect();
+        let big_m = (ctx
+            .models
+            .iter()
+            .map(|&k| p.models[k].cost as f64 * f64::from(ctx.avail[k]))
+            .sum::<f64>()
+            + 1.0)
+            .min(1e9);
+        let mut lp = Master::new(&rhs_ge, &rhs_le, big_m);
+        // Dual-optimal inequalities π_a ≥ π_b when type a dominates type b (b fits
+        // wherever a does, needing no more): as primal columns "cover b with a's
+        // surplus". They leave the LP value unchanged and cut tailing-off.
+        let mut by_size = ctx.types.to_vec();
+        by_size.sort_by(|&a, &b| p.rel_size(b).total_cmp(&p.rel_size(a)).then(a.cmp(&b)));
+        let mut exchanges = 0;
+        for w in by_size.windows(2) {
+            if dominates(p, w[0], w[1]) {
+                lp.add_column(
+                    0.0,
+                    &[(ctx.row_of_type[w[1]], 1.0), (ctx.row_of_type[w[0]], -1.0)],
+                );
+                exchanges += 1;
+            }
+        }
+        let singletons = ctx.types.iter().filter_map(|&t| {
+            ctx.models
+                .iter()
+                .copied()
+                .filter(|&k| p.compat(t, k))
+                .min_by_key(|&k| p.models[k].cost)
+                .map(|k| Pattern {
+                    model: k,
+                    items: vec![(t as u32, 1)],
+                })
+        });
+        let start: &[Pattern] = hint.unwrap_or(&self.pool);
+        let clipped: Vec<Pattern> = start
+            .iter()
+            .filter(|pat| ctx.row_of_model[pat.model] != usize::MAX)
+            .filter_map(|pat| {
+                let items = pat.clipped(ctx.demand);
+                (!items.is_empty()).then_some(Pattern {
+                    model: pat.model,
+                    items,
+                })
+            })
+            .chain(singletons)
+            .collect();
+        let mut m = ResidualLp {
+            lp,
+            local: Vec::new(),
+            seen: HashSet::new(),
+            exchanges,
+            entries: Vec::new(),
+        };
+        for pat in clipped {
+            m.add(p, ctx, pat);
+        }
+        m
     }
 
     /// Prices every model at duals `pi`: the best pattern per model, and the bound
@@ -361,6 +371,38 @@ struct PriceCtx<'c> {
     row_of_model: &'c [usize],
     demand: &'c [u32],
     avail: &'c [u32],
+}
+
+/// A residual problem's master LP and its columns.
+struct ResidualLp {
+    lp: Master,
+    /// The columns in LP order, from the first structural variable after the exchanges.
+    local: Vec<Pattern>,
+    /// The columns added, so that none is added twice.
+    seen: HashSet<Pattern>,
+    /// Dominance exchange columns, before the patterns.
+    exchanges: usize,
+    /// Scratch: one column's entries.
+    entries: Vec<(usize, f64)>,
+}
+
+impl ResidualLp {
+    /// Adds `pat` unless the LP has it already; returns whether it was added.
+    fn add(&mut self, p: &Problem, ctx: &PriceCtx, pat: Pattern) -> bool {
+        if !self.seen.insert(pat.clone()) {
+            return false;
+        }
+        self.entries.clear();
+        for &(t, c) in &pat.items {
+            self.entries
+                .push((ctx.row_of_type[t as usize], f64::from(c)));
+        }
+        self.entries.push((ctx.row_of_model[pat.model], 1.0));
+        self.lp
+            .add_column(p.models[pat.model].cost as f64, &self.entries);
+        self.local.push(pat);
+        true
+    }
 }
 
 /// What one pricing round at some duals found.
