@@ -201,10 +201,7 @@ pub fn solve(
         let mut disc = 0;
         let mut budget = BC_FIRST_NODES;
         let mut seed = 0;
-        let mut guide: Vec<(Vec<(usize, u32)>, f64)> = Vec::new();
-        let mut rc_duals: Option<Vec<f64>> = None;
-        let mut rc: Option<(u64, RcSearch)> = None;
-        let mut rc_parts = RC_UNGUIDED_PARTS;
+        let mut rc = RcState::default();
         while s.lb < s.ub && Instant::now() < deadline {
             if let Some(one) = &one {
                 for _ in 0..ROUNDING_TRIES {
@@ -218,46 +215,9 @@ pub fn solve(
                     s.try_bin_completion(one, seed, budget);
                     budget = budget.saturating_mul(2);
                 }
-            }
-            // The cheap heuristics above find most ⌈LP⌉ packings at once; the
-            // enumeration search comes next. It wants the LP's own gap K − LP: the
-            // first time, the root is re-solved (from its columns, on a separate pool
-            // so that the dives are unaffected) until LP value − bound ≤ 10⁻⁵, and its
-            // duals and columns are used.
-            if let Some(one) = one.as_ref().filter(|_| rc_duals.is_none() && s.lb < s.ub) {
-                let mut cg = ColGen::new(p);
-                cg.add_patterns(s.cg.patterns());
-                cg.set_full_gap(RC_ROOT_GAP);
-                let exact = cg.solve(&demand, &avail, None, f64::INFINITY, true, s.slice(4));
-                let duals = one.feasible_duals(&exact.duals);
-                guide = exact
-                    .columns
-                    .iter()
-                    .map(|(pat, x)| {
-                        let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
-                        (items, *x)
-                    })
-                    .collect();
-                rc = s.rc_search(one, &duals, &guide);
-                rc_duals = Some(duals);
-            }
-            if let (Some(one), Some((k, search))) = (&one, &mut rc) {
-                if *k * one.cost == s.lb && s.lb < s.ub {
-                    let parts = if search.guided() { RC_PARTS } else { rc_parts };
-                    rc_parts = (rc_parts / 2).max(RC_PARTS);
-                    let r = search.search(0, u64::MAX, s.slice(parts));
-                    if let Some(bins) = r.packing {
-                        let pats = one.patterns(bins);
-                        s.offer_partial(&pats, 0);
-                    } else if r.exhausted {
-                        s.lb = s.lb.max((*k + 1) * one.cost);
-                        rc = rc_duals
-                            .as_deref()
-                            .and_then(|d| s.rc_search(one, d, &guide));
-                    }
-                } else {
-                    rc = None;
-                }
+                // The cheap heuristics above find most ⌈LP⌉ packings at once; the
+                // enumeration search comes next.
+                rc.step(&mut s, one, &demand, &avail);
             }
             if s.lb >= s.ub {
                 break;
@@ -322,6 +282,82 @@ pub fn solve(
         bound: s.lb.min(s.ub),
         patterns: s.best,
     })
+}
+
+/// The reduced-cost enumeration of classical bin packing across the passes of
+/// [`solve`]: the duals and guide it got from a tighter re-solve of the root, and its
+/// search for a packing into the current lower bound's bins.
+struct RcState {
+    /// Dual-feasible values of the tighter root (`None` until the first step).
+    duals: Option<Vec<f64>>,
+    /// The tighter root's columns, to guide the enumeration.
+    guide: Vec<(Vec<(usize, u32)>, f64)>,
+    /// The search and the bin count it is for.
+    search: Option<(u64, RcSearch)>,
+    /// Time parts of an unguided search's next slice (halved each time).
+    parts: u32,
+}
+
+impl Default for RcState {
+    fn default() -> Self {
+        RcState {
+            duals: None,
+            guide: Vec::new(),
+            search: None,
+            parts: RC_UNGUIDED_PARTS,
+        }
+    }
+}
+
+impl RcState {
+    /// One slice of the enumeration. It wants the LP's own gap K − LP: the first time,
+    /// the root is re-solved (from its columns, on a separate pool so that the dives
+    /// are unaffected) until LP value − bound ≤ 10⁻⁵, and its duals and columns are
+    /// used. A packing found is offered; an exhausted search raises the bound by a bin
+    /// and starts over for the next count.
+    fn step(&mut self, s: &mut Search, one: &OneDim, demand: &[u32], avail: &[u32]) {
+        if self.duals.is_none() && s.lb < s.ub {
+            let mut cg = ColGen::new(s.p);
+            cg.add_patterns(s.cg.patterns());
+            cg.set_full_gap(RC_ROOT_GAP);
+            let exact = cg.solve(demand, avail, None, f64::INFINITY, true, s.slice(4));
+            let duals = one.feasible_duals(&exact.duals);
+            self.guide = exact
+                .columns
+                .iter()
+                .map(|(pat, x)| {
+                    let items = pat.items.iter().map(|&(t, c)| (t as usize, c)).collect();
+                    (items, *x)
+                })
+                .collect();
+            self.search = s.rc_search(one, &duals, &self.guide);
+            self.duals = Some(duals);
+        }
+        let Some((k, search)) = &mut self.search else {
+            return;
+        };
+        if *k * one.cost != s.lb || s.lb >= s.ub {
+            self.search = None;
+            return;
+        }
+        let parts = if search.guided() {
+            RC_PARTS
+        } else {
+            self.parts
+        };
+        self.parts = (self.parts / 2).max(RC_PARTS);
+        let r = search.search(0, u64::MAX, s.slice(parts));
+        if let Some(bins) = r.packing {
+            let pats = one.patterns(bins);
+            s.offer_partial(&pats, 0);
+        } else if r.exhausted {
+            s.lb = s.lb.max((*k + 1) * one.cost);
+            self.search = self
+                .duals
+                .as_deref()
+                .and_then(|d| s.rc_search(one, d, &self.guide));
+        }
+    }
 }
 
 /// A classical bin-packing view of a problem: one device model, throughput that can
