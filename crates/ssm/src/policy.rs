@@ -184,10 +184,52 @@ impl Policy {
         self.vnfs.get(vnf).map(|s| s.first_ts())
     }
 
-    /// Feeds one poll's observations and decides.
+    /// Feeds one poll's observations and decides: revokes from VNFs whose demand fell,
+    /// then grants to the hottest ones (preempting a holder that needs it less), and a
+    /// no-op with its reason for every other observed VNF.
     pub fn step(&mut self, now: u64, obs: &[(String, Observation)]) -> Step {
         let mut out = Step::default();
         let mut decided: Vec<String> = Vec::new();
+        self.observe(now, obs, &mut out, &mut decided);
+        let observed: Vec<&String> = obs
+            .iter()
+            .filter(|(_, o)| matches!(o, Observation::Sample(_)))
+            .map(|(n, _)| n)
+            .collect();
+        self.revoke_cold(now, &observed, &mut out, &mut decided);
+        let cands = self.candidates(now, &observed, &mut out, &mut decided);
+        self.grant(now, cands, &mut out, &mut decided);
+        for name in observed {
+            if decided.contains(name) {
+                continue;
+            }
+            let st = &self.vnfs[name];
+            let cpu = st.window.back().map(|&(_, c)| c);
+            let reason = if st.holding {
+                "holds a queue pair; demand has not fallen".to_string()
+            } else if !st.full(self.cfg.samples) {
+                format!("{} of {} samples so far", st.window.len(), self.cfg.samples)
+            } else {
+                format!(
+                    "not {} consecutive samples above upper threshold {}%",
+                    self.cfg.samples, self.cfg.upper
+                )
+            };
+            out.decisions
+                .push(opt_cpu(Decision::new(now, name, Kind::Noop, reason), cpu));
+        }
+        out
+    }
+
+    /// Records one poll's observations in each VNF's window; an unreachable EM is a
+    /// decided no-op, an engine change reported by the EM is noted.
+    fn observe(
+        &mut self,
+        now: u64,
+        obs: &[(String, Observation)],
+        out: &mut Step,
+        decided: &mut Vec<String>,
+    ) {
         for (name, o) in obs {
             let st = self.vnfs.entry(name.clone()).or_default();
             match o {
@@ -224,13 +266,18 @@ impl Policy {
                 }
             }
         }
-        let observed: Vec<&String> = obs
-            .iter()
-            .filter(|(_, o)| matches!(o, Observation::Sample(_)))
-            .map(|(n, _)| n)
-            .collect();
+    }
+
+    /// Revokes the queue pairs of holders whose demand fell (unless still cooling down).
+    fn revoke_cold(
+        &mut self,
+        now: u64,
+        observed: &[&String],
+        out: &mut Step,
+        decided: &mut Vec<String>,
+    ) {
         let mut revoked: Vec<String> = Vec::new();
-        for name in &observed {
+        for name in observed {
             let st = &self.vnfs[*name];
             if !st.holding || !st.cold(&self.cfg) {
                 continue;
@@ -261,8 +308,19 @@ impl Policy {
         for n in &revoked {
             self.change(n, now, false);
         }
+    }
+
+    /// The hot VNFs without a queue pair that may get one, with their scores; the
+    /// others (cooling down, or vetoed by the calibration) get their decision here.
+    fn candidates(
+        &mut self,
+        now: u64,
+        observed: &[&String],
+        out: &mut Step,
+        decided: &mut Vec<String>,
+    ) -> Vec<Candidate> {
         let mut cands: Vec<Candidate> = Vec::new();
-        for name in &observed {
+        for name in observed {
             let st = &self.vnfs[*name];
             if st.holding || !st.hot(&self.cfg) {
                 continue;
@@ -292,6 +350,18 @@ impl Policy {
                 gain,
             });
         }
+        cands
+    }
+
+    /// Grants queue pairs to the candidates by decreasing score: a free one, else one
+    /// preempted from a holder that needs it less, else a deny with the holders named.
+    fn grant(
+        &mut self,
+        now: u64,
+        mut cands: Vec<Candidate>,
+        out: &mut Step,
+        decided: &mut Vec<String>,
+    ) {
         cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.name.cmp(&b.name)));
         let mut grants: Vec<Decision> = Vec::new();
         for c in cands {
@@ -345,26 +415,6 @@ impl Policy {
             out.actions.push(Action::Grant(d.vnf.clone()));
             out.decisions.push(d);
         }
-        for name in observed {
-            if decided.contains(name) {
-                continue;
-            }
-            let st = &self.vnfs[name];
-            let cpu = st.window.back().map(|&(_, c)| c);
-            let reason = if st.holding {
-                "holds a queue pair; demand has not fallen".to_string()
-            } else if !st.full(self.cfg.samples) {
-                format!("{} of {} samples so far", st.window.len(), self.cfg.samples)
-            } else {
-                format!(
-                    "not {} consecutive samples above upper threshold {}%",
-                    self.cfg.samples, self.cfg.upper
-                )
-            };
-            out.decisions
-                .push(opt_cpu(Decision::new(now, name, Kind::Noop, reason), cpu));
-        }
-        out
     }
 
     /// Tells the policy a grant did not happen (the EM refused or was unreachable, or a
