@@ -96,6 +96,83 @@ impl Parts {
     }
 }
 
+/// What [`keyed`] returns: the SAs (outbound, inbound), the IKE configuration, the
+/// algorithm's name.
+type Keyed = (
+    (Option<Outbound>, Vec<Inbound>),
+    Option<nfx_ike::Config>,
+    String,
+);
+
+/// The SAs a keying starts with (static keys: both, the outbound one continuing where
+/// its state file says, refusing to start if it cannot, so that no sequence number is
+/// used twice across restarts; IKE: none yet), the IKE configuration, and the
+/// algorithm's name for the EM.
+fn keyed(keying: Keying, name: &str, replay_window: u64) -> anyhow::Result<Keyed> {
+    Ok(match keying {
+        Keying::Static(k) => {
+            let (state, start) = SeqState::open(&k.seq_state, k.seq_block)?;
+            log::warn!(
+                "tunnel {name}: static keys (insecure_static_keys); outbound sequence continues at {start}"
+            );
+            let alg = k.alg.as_str().to_string();
+            let out = Outbound::persisted(k.outbound, k.esn, state, start);
+            let inb = Inbound::new(k.inbound, k.esn, replay_window);
+            ((Some(out), vec![inb]), None, alg)
+        }
+        Keying::Ike(c) => ((None, Vec::new()), Some(*c), "ike".to_string()),
+    })
+}
+
+/// Starts the element manager's threads: its HTTP server on `listener` and the sampler
+/// of the endpoint's CPU and rates; they end when `stop` is set.
+fn start_em(
+    listener: std::net::TcpListener,
+    access: EmAccess,
+    st: &Arc<EmState>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let app = em::router(Arc::clone(st), access);
+    let s = Arc::clone(stop);
+    let server = std::thread::spawn(move || {
+        if let Err(e) = em::serve(listener, app, s) {
+            log::error!("EM: {e:#}");
+        }
+    });
+    let (s, st2) = (Arc::clone(stop), Arc::clone(st));
+    vec![server, std::thread::spawn(move || em::sampler(st2, s))]
+}
+
+/// Starts the sending lanes, one thread each, until `stop` is set or `deadline`.
+fn spawn_lanes(
+    lanes: Vec<Worker>,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<Counters>,
+    deadline: Option<Instant>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut joins = Vec::new();
+    for (i, mut lane) in lanes.into_iter().enumerate() {
+        let (ls, lc) = (Arc::clone(stop), Arc::clone(counters));
+        let spawned = std::thread::Builder::new()
+            .name(format!("tunnel-tx{}", i + 1))
+            .spawn(move || {
+                let _ = set_timer_slack_ns(1000);
+                lc.lane_tids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(gettid());
+                // Lanes get no EM commands: the lead forwards what concerns them.
+                let (_none, cmds) = mpsc::channel();
+                lane.run(&cmds, &ls, deadline);
+            });
+        match spawned {
+            Ok(h) => joins.push(h),
+            Err(e) => log::error!("sending lane {}: {e}", i + 1),
+        }
+    }
+    joins
+}
+
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
 pub fn run(
     cfg: Config,
@@ -119,8 +196,6 @@ pub fn run(
         }
         None => (open_local(cfg.engine)?, cfg.engine),
     };
-    // Static keys: the outbound SA continues where the state file says (refusing
-    // to start if it cannot), so no sequence number is used twice across restarts.
     let Config {
         name,
         em_token,
@@ -135,20 +210,7 @@ pub fn run(
         keying,
         ..
     } = cfg;
-    let (sas, ike_cfg, alg) = match keying {
-        Keying::Static(k) => {
-            let (state, start) = SeqState::open(&k.seq_state, k.seq_block)?;
-            log::warn!(
-                "tunnel {}: static keys (insecure_static_keys); outbound sequence continues at {start}",
-                name
-            );
-            let alg = k.alg.as_str().to_string();
-            let out = Outbound::persisted(k.outbound, k.esn, state, start);
-            let inb = Inbound::new(k.inbound, k.esn, replay_window);
-            ((Some(out), vec![inb]), None, alg)
-        }
-        Keying::Ike(c) => ((None, Vec::new()), Some(*c), "ike".to_string()),
-    };
+    let (sas, ike_cfg, alg) = keyed(keying, &name, replay_window)?;
     let ike_shared = ike_cfg.as_ref().map(|_| Arc::new(IkeShared::default()));
     let (ike_link, ike_ends) = match &ike_cfg {
         Some(_) => {
@@ -164,24 +226,16 @@ pub fn run(
     let mut st = EmState::new(name.clone(), alg, engine, Arc::clone(&counters), cmd_tx);
     st.ike = ike_shared.clone();
     let st = Arc::new(st);
-    let mut helpers = Vec::new();
-    if let (Some(l), Some(token)) = (listener, em_token) {
-        let app = em::router(
-            Arc::clone(&st),
-            EmAccess {
+    let helpers = match (listener, em_token) {
+        (Some(l), Some(token)) => {
+            let access = EmAccess {
                 token,
                 device_dir: device_opts.device_dir,
-            },
-        );
-        let s = Arc::clone(&stop);
-        helpers.push(std::thread::spawn(move || {
-            if let Err(e) = em::serve(l, app, s) {
-                log::error!("EM: {e:#}");
-            }
-        }));
-        let (s, st2) = (Arc::clone(&stop), Arc::clone(&st));
-        helpers.push(std::thread::spawn(move || em::sampler(st2, s)));
-    }
+            };
+            start_em(l, access, &st, &stop)
+        }
+        _ => Vec::new(),
+    };
     let (ready_tx, ready_rx) = mpsc::channel::<Result<std::net::UdpSocket, String>>();
     let wc = Arc::clone(&counters);
     let wstop = Arc::clone(&stop);
@@ -224,26 +278,7 @@ pub fn run(
                 }
             };
             let lane_stop = Arc::new(AtomicBool::new(false));
-            let mut joins = Vec::new();
-            for (i, mut lane) in lanes.into_iter().enumerate() {
-                let (ls, lc) = (Arc::clone(&lane_stop), Arc::clone(&wc));
-                let spawned = std::thread::Builder::new()
-                    .name(format!("tunnel-tx{}", i + 1))
-                    .spawn(move || {
-                        let _ = set_timer_slack_ns(1000);
-                        lc.lane_tids
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(gettid());
-                        // Lanes get no EM commands: the lead forwards what concerns them.
-                        let (_none, cmds) = mpsc::channel();
-                        lane.run(&cmds, &ls, deadline);
-                    });
-                match spawned {
-                    Ok(h) => joins.push(h),
-                    Err(e) => log::error!("sending lane {}: {e}", i + 1),
-                }
-            }
+            let joins = spawn_lanes(lanes, &lane_stop, &wc, deadline);
             if let Err(e) = set_timer_slack_ns(1000) {
                 log::warn!("timer slack: {e}");
             }

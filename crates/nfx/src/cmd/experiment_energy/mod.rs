@@ -301,35 +301,8 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
         .map(|t| Target::Process { pid: t.pid() })
         .collect();
     let worker = nat.dataplane()?;
-    let mut meter = Meter::new(MeterConfig {
-        host: "nfv-host".into(),
-        model: Some(b.model.clone()),
-        busy: HostBusy::Groups,
-        use_rapl: true,
-    })?;
-    let mut nat_targets = nat.targets();
-    nat_targets.extend(b.napi.iter().copied());
-    meter.add_group(Group {
-        name: "nat".into(),
-        kind: GroupKind::Vnf,
-        targets: nat_targets,
-        reserved_cores: 1.0,
-    });
-    meter.add_group(Group {
-        name: "transcode".into(),
-        kind: GroupKind::Vnf,
-        targets: tc_targets.clone(),
-        reserved_cores: 1.0,
-    });
     let worker_target = worker.map(|(pid, tid)| Target::Thread { pid, tid });
-    if let Some(w) = worker_target {
-        meter.add_group(Group {
-            name: "nat/worker".into(),
-            kind: GroupKind::Worker,
-            targets: vec![w],
-            reserved_cores: 0.0,
-        });
-    }
+    let mut meter = case_meter(b, &nat, &tc_targets, worker_target)?;
     let idle_core_pct = match worker {
         Some((pid, tid)) => Some(idle_pct(
             pid,
@@ -435,41 +408,14 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
                 if fps_window.len() > 4 {
                     fps_window.remove(0);
                 }
-                let (got, want) = fps_window
-                    .iter()
-                    .fold((0.0, 0.0), |(g, w), (d, o, e)| (g + d * o, w + d * e));
-                let tc_delivery = if want > 0.0 {
-                    (got / want).min(1.0)
-                } else {
-                    1.0
+                let rates = BoxRates {
+                    offered,
+                    nat_out,
+                    pps,
+                    worker_cpu,
+                    tc_delivery: delivery(&fps_window),
                 };
-                let samples = [
-                    Some(BoxSample {
-                        sample: Sample {
-                            offered_bps: offered,
-                            delivered_bps: nat_out,
-                            latency_us: tick.rtt_p99_ms.map(|ms| ms * 1000.0),
-                            utilization: Some(worker_cpu / knobs.nat_speed),
-                            used: None,
-                        },
-                        pps,
-                        cpu_cores: tick.nat_cpu,
-                        wait_cores: 0.0,
-                    }),
-                    Some(BoxSample {
-                        sample: Sample {
-                            offered_bps: nat_out,
-                            delivered_bps: nat_out * tc_delivery,
-                            latency_us: None,
-                            utilization: Some(tick.transcode_cpu / knobs.tc_speed),
-                            used: None,
-                        },
-                        pps: 0.0,
-                        cpu_cores: tick.transcode_cpu,
-                        wait_cores: 0.0,
-                    }),
-                ];
-                let actions = m.step(&samples);
+                let actions = m.step(&box_samples(&tick, &rates, &knobs));
                 let moved = (tick.offered_mbps - before).abs() > 0.2 * before.max(0.1);
                 if awaiting_reprobe && change_seen.is_none() && moved {
                     change_seen = Some(tick.t_s - dt);
@@ -518,6 +464,99 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
         settle_steps,
         reprobe_s,
     })
+}
+
+/// The case's energy meter: the NAT box (with the NAPI threads that carry its traffic),
+/// the transcoders and, where the case has one, the NAT's dataplane worker thread.
+fn case_meter(
+    b: &Bench<'_>,
+    nat: &NatBox,
+    tc_targets: &[Target],
+    worker: Option<Target>,
+) -> anyhow::Result<Meter> {
+    let mut meter = Meter::new(MeterConfig {
+        host: "nfv-host".into(),
+        model: Some(b.model.clone()),
+        busy: HostBusy::Groups,
+        use_rapl: true,
+    })?;
+    let mut nat_targets = nat.targets();
+    nat_targets.extend(b.napi.iter().copied());
+    meter.add_group(Group {
+        name: "nat".into(),
+        kind: GroupKind::Vnf,
+        targets: nat_targets,
+        reserved_cores: 1.0,
+    });
+    meter.add_group(Group {
+        name: "transcode".into(),
+        kind: GroupKind::Vnf,
+        targets: tc_targets.to_vec(),
+        reserved_cores: 1.0,
+    });
+    if let Some(w) = worker {
+        meter.add_group(Group {
+            name: "nat/worker".into(),
+            kind: GroupKind::Worker,
+            targets: vec![w],
+            reserved_cores: 0.0,
+        });
+    }
+    Ok(meter)
+}
+
+/// One tick's rates (bit/s, packets/s) and the NAT worker's CPU, for the power manager.
+struct BoxRates {
+    offered: f64,
+    nat_out: f64,
+    pps: f64,
+    worker_cpu: f64,
+    /// Share of the expected frames the transcoders delivered (≤ 1).
+    tc_delivery: f64,
+}
+
+/// The share of the expected frames delivered over `window` (interval, frames/s out,
+/// frames/s expected), weighted by interval; 1 when nothing was expected.
+fn delivery(window: &[(f64, f64, f64)]) -> f64 {
+    let (got, want) = window
+        .iter()
+        .fold((0.0, 0.0), |(g, w), (d, o, e)| (g + d * o, w + d * e));
+    if want > 0.0 {
+        (got / want).min(1.0)
+    } else {
+        1.0
+    }
+}
+
+/// The power manager's samples of one tick: the NAT box by what it delivered and the
+/// measured round-trip p99, the transcoding box by the frames it delivered.
+fn box_samples(tick: &Tick, r: &BoxRates, knobs: &Knobs) -> [Option<BoxSample>; 2] {
+    [
+        Some(BoxSample {
+            sample: Sample {
+                offered_bps: r.offered,
+                delivered_bps: r.nat_out,
+                latency_us: tick.rtt_p99_ms.map(|ms| ms * 1000.0),
+                utilization: Some(r.worker_cpu / knobs.nat_speed),
+                used: None,
+            },
+            pps: r.pps,
+            cpu_cores: tick.nat_cpu,
+            wait_cores: 0.0,
+        }),
+        Some(BoxSample {
+            sample: Sample {
+                offered_bps: r.nat_out,
+                delivered_bps: r.nat_out * r.tc_delivery,
+                latency_us: None,
+                utilization: Some(tick.transcode_cpu / knobs.tc_speed),
+                used: None,
+            },
+            pps: 0.0,
+            cpu_cores: tick.transcode_cpu,
+            wait_cores: 0.0,
+        }),
+    ]
 }
 
 /// The knob settings of the running case.
