@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The SSM the demo's controller runs (`nfx up --ssm ...`): a decision round every
-/// 250 ms; two rounds in a row above 10 % CPU make an endpoint on its CPU engine want a
-/// queue pair, two below 2 % make a holder give its queue pair back; an endpoint is left
+/// 250 ms; two rounds in a row above 5 % CPU make an endpoint on its CPU engine want a
+/// queue pair, two below 1 % make a holder give its queue pair back; an endpoint is left
 /// alone for 1 s after a change. An idle endpoint (≈ 0 %) gives its queue pair back
 /// within about a second of its deploy; one carrying tenant B's iperf3 on its CPU engine
 /// (tens of %) is granted one within about a second of the load.
@@ -23,9 +23,9 @@ pub const SSM_ARGS: &[&str] = &[
     "--ssm-period-ms",
     "250",
     "--ssm-upper",
-    "10",
+    "5",
     "--ssm-lower",
-    "2",
+    "1",
     "--ssm-samples",
     "2",
     "--ssm-cooldown-ms",
@@ -33,8 +33,8 @@ pub const SSM_ARGS: &[&str] = &[
 ];
 
 /// How the output names what moved the endpoints.
-pub const DRIVER: &str = "the controller's SSM policy (nfx up --ssm: period 250 ms, upper 10 % \
-                          CPU, lower 2 %, 2 samples, cooldown 1 s), driven by the endpoints' \
+pub const DRIVER: &str = "the controller's SSM policy (nfx up --ssm: period 250 ms, upper 5 % \
+                          CPU, lower 1 %, 2 samples, cooldown 1 s), driven by the endpoints' \
                           measured CPU load";
 
 /// How long the demo waits for the tunnel's IKE and the SSM's revoke of its idle
