@@ -225,10 +225,13 @@ impl Drop for HostsDown {
 }
 
 /// `nfx demo` through the controller on its 3-host testbed: both tenants deployed by the
-/// agents' real workers, the migration under tenant A's stream loses nothing, tenant A's
-/// deny rule drops its own denied datagrams while tenant B's iperf3 carries data and
-/// its firewall counts only B's denied connection, the path is closed before the deploy
-/// and after the destroy, and the teardown leaves no namespace, process or run file.
+/// agents' real workers and tunnel endpoints, the migration under tenant A's stream loses
+/// nothing, tenant A's deny rule drops its own denied datagrams while tenant B's iperf3
+/// carries data across its ESP tunnel on the lookaside devices and its firewall counts
+/// only B's denied connection, the controller's SSM switches a tunnel endpoint's engine
+/// while that iperf3 runs (no reset, the tunnel carries on), the path is closed before
+/// the deploy and after the destroy, and the teardown leaves no namespace, process or
+/// run file.
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn demo_runs_through_the_controller_and_cleans_up() {
@@ -275,7 +278,7 @@ fn demo_runs_through_the_controller_and_cleans_up() {
     let _ = std::fs::remove_file(&json);
     assert_eq!(v["simulated"], false);
     let insts = v["instances"].as_array().unwrap();
-    assert_eq!(insts.len(), 5, "{v}");
+    assert_eq!(insts.len(), 7, "{v}");
     assert!(insts.iter().all(|i| i["vnfm"] == "remote"), "{v}");
     // The migration under the counter stream: every datagram arrived.
     assert!(v["a_stream_sent"].as_u64().unwrap() > 5_000, "{v}");
@@ -302,6 +305,33 @@ fn demo_runs_through_the_controller_and_cleans_up() {
     );
     assert_eq!(v["b_denied"][0], "TimedOut", "{v}");
     assert!(v["b_elephants"].as_u64().unwrap() >= 1, "{v}");
+    // Tenant B's iperf3 crossed its tunnel: two endpoints on the hosts' lookaside devices,
+    // keyed, the egress end delivering at least what iperf3 received.
+    let ends = v["b_tunnel"].as_array().unwrap();
+    assert_eq!(ends.len(), 2, "{v}");
+    for e in ends {
+        assert_eq!(e["tier"], "accelerator", "{v}");
+        assert_eq!(e["ike"], "established", "{v}");
+        assert_eq!(e["drops"]["auth_failed"], 0, "{v}");
+    }
+    let delivered = ends.iter().map(|e| e["rx_bytes"].as_u64().unwrap()).max();
+    assert!(delivered >= v["b_bytes"].as_u64(), "{v}");
+    assert!(v["b_tunnel_bytes"].as_u64().unwrap() > 1_000_000, "{v}");
+    // The SSM moved an endpoint between its queue pair and its CPU engine while iperf3
+    // ran, which went on without a reset and kept the tunnel carrying.
+    assert_eq!(v["b_iperf_error"], serde_json::Value::Null, "{v}");
+    let moved = v["reassignments"].as_array().unwrap().iter().filter(|r| {
+        r["under_traffic"] == true
+            && r["state"] == "COMPLETED"
+            && r["instance"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("tenant-b-esp-"))
+    });
+    assert!(moved.count() >= 1, "{v}");
+    assert!(
+        v["b_tunnel_bytes_after_switch"].as_u64().unwrap() > 0,
+        "{v}"
+    );
     // Closed by default: nothing crossed before the deploy or after the destroy.
     assert_eq!(v["closed_before_after"], serde_json::json!([0, 0]), "{v}");
     assert_eq!(v["namespaces_left"], serde_json::json!([]), "{v}");
@@ -327,7 +357,7 @@ fn demo_simulate_is_labelled_and_needs_no_testbed() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["simulated"], true);
     let insts = v["instances"].as_array().unwrap();
-    assert_eq!(insts.len(), 5, "{v}");
+    assert_eq!(insts.len(), 7, "{v}");
     assert!(insts.iter().all(|i| i["vnfm"] == "simulated"), "{v}");
     assert_ne!(v["migration"]["from"], v["migration"]["to"], "{v}");
     let human = String::from_utf8_lossy(&o.stderr);

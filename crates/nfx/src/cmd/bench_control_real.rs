@@ -125,7 +125,7 @@ fn up(o: &RealOptions) -> anyhow::Result<Bed> {
         names: Vec::new(),
         links: Vec::new(),
     };
-    let bed = ControlledBed::up(&spec, &out, &[])?;
+    let bed = ControlledBed::up(&spec, &out, &[], &[])?;
     let exec = NetnsExecutor::start(&bed.lay.mgmt_netns, 2)?;
     let ctl_tls = tls::client_config(&tls::TlsFiles {
         ca: out.join("pki").join(tls::CA_FILE),

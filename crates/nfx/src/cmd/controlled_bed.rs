@@ -51,12 +51,18 @@ impl Drop for ControlledBed {
 
 impl ControlledBed {
     /// Builds the testbed of `spec` into `out` (emptied first; its agents may read files
-    /// under `allowed_dirs`), then starts the controller on it with a new API token.
-    pub fn up(spec: &HostsSpec, out: &Path, allowed_dirs: &[PathBuf]) -> anyhow::Result<Self> {
+    /// under `allowed_dirs`), then starts the controller on it with a new API token and
+    /// `controller_args` added to its `nfx up` (e.g. `--ssm`).
+    pub fn up(
+        spec: &HostsSpec,
+        out: &Path,
+        allowed_dirs: &[PathBuf],
+        controller_args: &[&str],
+    ) -> anyhow::Result<Self> {
         // The guard exists before anything is built, so a failure half-way is cleaned up.
         let mut bed = Self::empty(spec, out, true);
         bed.lay = testbed_hosts::up_with(spec, out, allowed_dirs, None)?;
-        bed.start_controller()?;
+        bed.start_controller(controller_args)?;
         Ok(bed)
     }
 
@@ -69,7 +75,7 @@ impl ControlledBed {
         let file = out.join("infrastructure.yaml");
         std::fs::write(&file, serde_yaml_ng::to_string(&infra)?)
             .with_context(|| format!("writing {}", file.display()))?;
-        bed.start_controller()?;
+        bed.start_controller(&[])?;
         Ok(bed)
     }
 
@@ -85,9 +91,9 @@ impl ControlledBed {
         }
     }
 
-    /// Starts `nfx up` on out/infrastructure.yaml with a new API token; waits until it
-    /// listens.
-    fn start_controller(&mut self) -> anyhow::Result<()> {
+    /// Starts `nfx up` on out/infrastructure.yaml with a new API token and `extra`
+    /// arguments; waits until it listens.
+    fn start_controller(&mut self, extra: &[&str]) -> anyhow::Result<()> {
         let out = self.out.clone();
         let api_token = out.join("api-token");
         nfx_control::client::write_new_token(&api_token)?;
@@ -104,6 +110,7 @@ impl ControlledBed {
                 .arg(&api_token)
                 .arg("--ready-file")
                 .arg(&ready)
+                .args(extra)
                 .env_remove("NFX_TOKEN")
                 .env("RUST_LOG", "info")
                 // Its own process group: a Ctrl-C reaches only the driver, which then

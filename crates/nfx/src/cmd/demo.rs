@@ -1,14 +1,18 @@
 //! `nfx demo`: the product end to end, through the controller. Builds a 3-host testbed
 //! with TLS agents (`nfx testbed up --hosts 3`, in-process), starts the controller on its
-//! infrastructure.yaml (`nfx up`, a child process), deploys two tenants' services from
-//! YAML (configs/demo/), drives real traffic per tenant while printing every instance's
+//! infrastructure.yaml (`nfx up --ssm`, a child process), deploys two tenants' services
+//! from YAML (configs/demo/; tenant B's crosses an IKEv2-keyed ESP tunnel on the hosts'
+//! lookaside devices), drives real traffic per tenant while printing every instance's
 //! live counters from the controller's status API, migrates one of tenant A's functions
-//! under a UDP counter stream, shows each tenant's deny rule acting on its own traffic
-//! only, destroys both services (the path closes again) and tears everything down — on
-//! error and Ctrl-C too. `--simulate` runs the same control steps on simulated devices
-//! without root, namespaces or traffic, labelled SIMULATED.
+//! under a UDP counter stream, shows the controller's SSM moving tenant B's tunnel
+//! endpoints between a queue pair and their CPU engine under tenant B's iperf3, shows
+//! each tenant's deny rule acting on its own traffic only, destroys both services (the
+//! path closes again) and tears everything down — on error and Ctrl-C too. `--simulate`
+//! runs the same control steps on simulated devices without root, namespaces or
+//! traffic, labelled SIMULATED.
 
 use super::controlled_bed::ControlledBed;
+use super::demo_tunnel::{self, Journal, Reassignment, TunnelEnd, TunnelObserved};
 use super::demo_view::{self, InstanceView};
 use super::output::JsonOut;
 use anyhow::{bail, Context};
@@ -102,6 +106,22 @@ pub struct Summary {
     pub b_gbps: f64,
     /// Bytes tenant B's iperf3 delivered.
     pub b_bytes: u64,
+    /// Why tenant B's iperf3 failed (a reset, ...); none: it ran to its end.
+    pub b_iperf_error: Option<String>,
+    /// Tenant B's tunnel endpoints at the end of the traffic: device, tier, engine,
+    /// queue pair, IKE state and ESP counters.
+    pub b_tunnel: Vec<TunnelEnd>,
+    /// ESP datagrams tenant B's tunnel endpoints sent (both directions).
+    pub b_tunnel_packets: u64,
+    /// Inner bytes they carried.
+    pub b_tunnel_bytes: u64,
+    /// Inner bytes the endpoints sent as ESP after the first reassignment under traffic.
+    pub b_tunnel_bytes_after_switch: u64,
+    /// The grants and revokes of tenant B's endpoints' queue pairs, from the
+    /// controller's operations.
+    pub reassignments: Vec<Reassignment>,
+    /// What decided them.
+    pub reassigned_by: String,
     /// Flows tenant B's elephant detector reported (its iperf3 flow is one).
     pub b_elephants: u64,
     /// Tenant B's denied connection outcome and its firewall's `acl_deny` drops.
@@ -267,7 +287,7 @@ pub fn migrate(bed: &ControlledBed, service: &str, function: &str) -> anyhow::Re
         .with_context(|| format!("{service} has no {function}"))?;
     let running = list
         .iter()
-        .find(|i| i.host == old.host && i.spec.device != old.spec.device)
+        .find(|i| i.host == old.host && i.tier == old.tier && i.spec.device != old.spec.device)
         .map(|i| i.spec.device.clone());
     let url = format!("/api/v1/instances/{}/migrate", old.spec.id);
     let t = Instant::now();
@@ -321,15 +341,18 @@ fn real(
             spec.prefix
         );
     }
-    let bed = ControlledBed::up(spec, &dir.join("testbed"), &[dir.to_path_buf()])?;
+    let bed = ControlledBed::up(
+        spec,
+        &dir.join("testbed"),
+        &[dir.to_path_buf()],
+        demo_tunnel::SSM_ARGS,
+    )?;
     crate::say!(
-        "controller up on {} (agents over mutual TLS; log {})",
+        "controller up on {} (agents over mutual TLS; log {}); its SSM grants and revokes \
+         the lookaside devices' queue pairs among live tunnel endpoints: {}",
         bed.out.join("infrastructure.yaml").display(),
-        bed.out.join("controller.log").display()
-    );
-    crate::say!(
-        "note: tenant B runs on software workers — the accelerator tier (an esp tunnel on a \
-         lookaside queue pair) is not yet driven by the controller"
+        bed.out.join("controller.log").display(),
+        demo_tunnel::DRIVER
     );
     let res = with_bed(args, &bed, files, sum);
     let namespaces = bed.lay.namespaces();
@@ -381,8 +404,10 @@ fn with_bed(
     let list = demo_view::instances(&bed.api)?;
     crate::say!("{}", (demo_view::placement_table(&list)).trim_end());
     sum.instances = list.iter().map(InstanceSummary::from).collect();
+    let mut journal = Journal::default();
+    demo_tunnel::settle(bed, "tenant-b", &mut journal)?;
     let nat = nat_address(files, "tenant-a")?;
-    traffic(args, bed, &e, nat, sum)?;
+    traffic(args, bed, &e, nat, journal, sum)?;
     if nfx_testbed::stop::requested() {
         crate::say!("interrupted: tearing down");
         return Ok(());
@@ -469,13 +494,15 @@ fn join<T>(h: JoinHandle<anyhow::Result<T>>, what: &str) -> anyhow::Result<T> {
         .map_err(|_| anyhow::anyhow!("the {what} thread panicked"))?
 }
 
-/// The traffic phase: tenant A's counter stream and probes, tenant B's iperf3 and its
-/// denied connection, a migration of A's firewall half-way, live counters every second.
+/// The traffic phase: tenant A's counter stream and probes, tenant B's iperf3 (through
+/// its tunnel) and its denied connection, a migration of A's firewall half-way, live
+/// counters and the SSM's decisions every second.
 fn traffic(
     args: &Args,
     bed: &ControlledBed,
     e: &Ends,
     nat: Option<Ipv4Addr>,
+    mut journal: Journal,
     sum: &mut Summary,
 ) -> anyhow::Result<()> {
     let secs = args.duration;
@@ -497,7 +524,11 @@ fn traffic(
     let tcp = {
         let c = ClientSpec::tcp(&e.src_b.netns, e.dst_b.address, B_IPERF_PORT, secs - 1, 1)
             .paced(B_IPERF_RATE);
-        std::thread::spawn(move || iperf::client(&c))
+        std::thread::spawn(move || -> anyhow::Result<_> {
+            let start = demo_tunnel::now_ms();
+            let r = iperf::client(&c);
+            Ok((r, (start, demo_tunnel::now_ms())))
+        })
     };
     let probes = {
         let (src, dst, src_b, dst_b) = (
@@ -527,58 +558,16 @@ fn traffic(
             Ok((denied, alert, dropped, b))
         })
     };
-
-    let start = Instant::now();
-    let mut prev: Option<(Vec<InstanceView>, Instant)> = None;
-    // The last counters of every instance seen, so a migrated one's count stays.
-    let mut seen = BTreeMap::new();
-    let mut remember = |list: &[InstanceView]| {
-        for i in list {
-            seen.insert(i.spec.id.clone(), i.clone());
-        }
-    };
-    let mut migrated = None;
-    while start.elapsed() < Duration::from_secs(u64::from(secs) + 2)
-        && !nfx_testbed::stop::requested()
-    {
-        std::thread::sleep(Duration::from_secs(1));
-        if migrated.is_none() && start.elapsed() >= Duration::from_secs(u64::from(secs / 2)) {
-            crate::say!("migrating tenant-a's firewall under traffic ...");
-            remember(&demo_view::instances(&bed.api)?);
-            let m = migrate(bed, "tenant-a", "firewall");
-            if let Ok(m) = &m {
-                crate::say!(
-                    "migrated {}: {} → {} in {:.2} s",
-                    m.instance,
-                    m.from,
-                    m.to,
-                    m.secs
-                );
-            }
-            migrated = Some(m);
-        }
-        let now = Instant::now();
-        match demo_view::instances(&bed.api) {
-            Ok(list) => {
-                let p = prev.as_ref().map(|(p, t)| (p.as_slice(), now - *t));
-                let title = format!("t={:>3.0}s", start.elapsed().as_secs_f64());
-                crate::say!("{}", demo_view::live_table(&title, &list, p).trim_end());
-                remember(&list);
-                prev = Some((list, now));
-            }
-            Err(e) => crate::say!("status unavailable: {e:#}"),
-        }
-        if stream.is_finished() && tcp.is_finished() && probes.is_finished() {
-            break;
-        }
-    }
+    let mut w = watch(bed, secs, &mut journal, || {
+        stream.is_finished() && tcp.is_finished() && probes.is_finished()
+    });
     if nfx_testbed::stop::requested() {
         // The traffic threads are left to end with the namespaces the teardown removes
         // (and with the process), rather than waited for.
         return Ok(());
     }
     let stream = join(stream, "stream")?;
-    let tcp = join(tcp, "iperf3");
+    let (tcp, window) = join(tcp, "iperf3")?;
     let probes = join(probes, "probe")?;
     std::thread::sleep(Duration::from_millis(300));
     let arrived = stream_sink.finish()?;
@@ -586,10 +575,16 @@ fn traffic(
     let alert_got = alert_sink.finish()?;
     let drop_got = drop_sink.finish()?.packets;
     let list = demo_view::instances(&bed.api)?;
-    remember(&list);
+    w.remember(&list);
+    journal.print_new(bed);
     crate::say!("\n== nfx demo summary ==");
     crate::say!("{}", demo_view::live_table("final", &list, None).trim_end());
-    let seen: Vec<InstanceView> = seen.into_values().collect();
+    let tunnel = TunnelObserved {
+        ends: demo_tunnel::ends(&list, "tenant-b"),
+        moves: demo_tunnel::reassignments(bed, Some(window))?,
+        samples: w.tunnel,
+    };
+    let seen: Vec<InstanceView> = w.seen.into_values().collect();
     summarize(
         sum,
         &seen,
@@ -604,10 +599,89 @@ fn traffic(
             denied_got,
             alert_got: alert_got.matched,
             drop_got,
-            migrated,
+            migrated: w.migrated,
+            tunnel,
         },
     );
     Ok(())
+}
+
+/// What the live view saw.
+struct Watched {
+    /// The last counters of every instance seen, so a migrated one's count stays.
+    seen: BTreeMap<String, InstanceView>,
+    /// The migration of tenant A's firewall, once tried.
+    migrated: Option<anyhow::Result<Migration>>,
+    /// `(ms since the epoch, inner bytes tenant B's endpoints sent as ESP)` at each poll.
+    tunnel: Vec<(i64, u64)>,
+}
+
+impl Watched {
+    fn remember(&mut self, list: &[InstanceView]) {
+        for i in list {
+            self.seen.insert(i.spec.id.clone(), i.clone());
+        }
+        self.tunnel.push((
+            demo_tunnel::now_ms(),
+            demo_tunnel::sent_bytes(list, "tenant-b"),
+        ));
+    }
+}
+
+/// The live view: every second each instance's counters and the SSM's new decisions;
+/// half-way, the migration of tenant A's firewall. Ends after `secs` + 2 s, on Ctrl-C,
+/// or once `done()`.
+fn watch(
+    bed: &ControlledBed,
+    secs: u32,
+    journal: &mut Journal,
+    done: impl Fn() -> bool,
+) -> Watched {
+    let mut w = Watched {
+        seen: BTreeMap::new(),
+        migrated: None,
+        tunnel: Vec::new(),
+    };
+    let start = Instant::now();
+    let mut prev: Option<(Vec<InstanceView>, Instant)> = None;
+    while start.elapsed() < Duration::from_secs(u64::from(secs) + 2)
+        && !nfx_testbed::stop::requested()
+    {
+        std::thread::sleep(Duration::from_secs(1));
+        if w.migrated.is_none() && start.elapsed() >= Duration::from_secs(u64::from(secs / 2)) {
+            crate::say!("migrating tenant-a's firewall under traffic ...");
+            if let Ok(list) = demo_view::instances(&bed.api) {
+                w.remember(&list);
+            }
+            let m = migrate(bed, "tenant-a", "firewall");
+            if let Ok(m) = &m {
+                crate::say!(
+                    "migrated {}: {} → {} in {:.2} s",
+                    m.instance,
+                    m.from,
+                    m.to,
+                    m.secs
+                );
+            }
+            w.migrated = Some(m);
+        }
+        let now = Instant::now();
+        match demo_view::instances(&bed.api) {
+            Ok(list) => {
+                let p = prev.as_ref().map(|(p, t)| (p.as_slice(), now - *t));
+                let title = format!("t={:>3.0}s", start.elapsed().as_secs_f64());
+                crate::say!("{}", demo_view::live_table(&title, &list, p).trim_end());
+                w.remember(&list);
+                prev = Some((list, now));
+            }
+            Err(e) => crate::say!("status unavailable: {e:#}"),
+        }
+        journal.print_new(bed);
+        if done() {
+            break;
+        }
+    }
+    w
 }
 
 /// What the traffic phase measured.
@@ -625,6 +699,8 @@ struct Observed {
     alert_got: u64,
     drop_got: u64,
     migrated: Option<anyhow::Result<Migration>>,
+    /// Tenant B's tunnel and the SSM's decisions.
+    tunnel: TunnelObserved,
 }
 
 /// Checks what the traffic phase saw; `seen` holds the last counters of every instance
@@ -688,14 +764,17 @@ fn summarize(sum: &mut Summary, seen: &[InstanceView], o: Observed) {
                 sum,
                 r.received_bytes > 0,
                 format!(
-                    "tenant B untouched by A's rules: iperf3 src-b→dst-b {:.2} Gbit/s, {} bytes, \
-                     no reset; B's firewall counted {} packets",
+                    "tenant B untouched by A's rules: iperf3 src-b→dst-b through its tunnel \
+                     {:.2} Gbit/s, {} bytes, no reset; B's firewall counted {} packets",
                     r.gbps, r.received_bytes, b_fw.packets
                 ),
             );
         }
         Err(e) => check(sum, false, format!("tenant B's iperf3: {e:#}")),
     }
+    sum.b_iperf_error = o.tcp.as_ref().err().map(|e| format!("{e:#}"));
+    let b_received = o.tcp.as_ref().ok().map(|r| r.received_bytes);
+    demo_tunnel::check_tunnel(sum, o.tunnel, b_received);
     check(
         sum,
         a_pkts <= a_total,

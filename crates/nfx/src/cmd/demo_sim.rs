@@ -1,7 +1,8 @@
 //! `nfx demo --simulate`: the demo's control steps (deploy both tenants from YAML, list
-//! the instances, migrate tenant A's firewall, destroy) through a real controller whose
-//! hosts are served by its simulated VNFM. No namespaces, no packets, no root; every
-//! line says SIMULATED.
+//! the instances — tenant B's tunnel endpoints placed on the accelerator tier — migrate
+//! tenant A's firewall, destroy) through a real controller whose hosts are served by its
+//! simulated VNFM. No namespaces, no packets, no root; every line says SIMULATED. The
+//! SSM's reassignment needs live endpoints and their load, so it is not shown.
 
 use super::controlled_bed::ControlledBed;
 use super::demo::{self, check, Files, InstanceSummary, Summary};
@@ -25,6 +26,20 @@ pub fn run(spec: &HostsSpec, files: &Files, dir: &Path, sum: &mut Summary) -> an
         sum,
         all_sim && !list.is_empty(),
         format!("SIMULATED: {} instances, every one simulated", list.len()),
+    );
+    let ends: Vec<String> = list
+        .iter()
+        .filter(|i| i.service() == "tenant-b" && i.is_tunnel_end())
+        .map(|i| format!("{} on {} ({})", i.spec.id, i.spec.device, i.tier))
+        .collect();
+    check(
+        sum,
+        ends.len() == 2 && ends.iter().all(|e| e.ends_with("(accelerator)")),
+        format!(
+            "SIMULATED tunnel of tenant-b: {} (bookkeeping only: no endpoint runs, so the \
+             SSM's reassignment by load is not shown)",
+            ends.join(", ")
+        ),
     );
     let m = demo::migrate(&bed, "tenant-a", "firewall")?;
     check(

@@ -1,6 +1,7 @@
 //! What `nfx demo` shows of the controller's state: the instances with their VNFM kind,
-//! placement and live counters (from `GET /api/v1/instances` and
-//! `GET /api/v1/instances/{id}`), as typed views and printed tables.
+//! tier, placement and live counters (from `GET /api/v1/instances` and
+//! `GET /api/v1/instances/{id}`; a tunnel endpoint's engine, queue pair, IKE state and
+//! ESP counters), as typed views and printed tables.
 
 use nfx_control::client::Client;
 use serde::{Deserialize, Serialize};
@@ -71,11 +72,36 @@ pub struct NodeStats {
     pub elephants: u64,
 }
 
-/// The VNFM's detail of a live instance.
+/// A tunnel endpoint's live state, as its host's agent reads it from the endpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TunnelState {
+    /// Crypto engine in use: `lookaside` (a queue pair of the device) or `cpu`.
+    pub engine: String,
+    /// The device's queue pair it holds, if on the lookaside engine.
+    pub queue_pair: Option<u32>,
+    /// IKEv2 state (`established` once keyed).
+    pub ike: String,
+    /// ESP datagrams the endpoint sent into the tunnel.
+    pub tx_packets: u64,
+    /// Inner (plaintext) bytes they carried.
+    pub tx_bytes: u64,
+    /// Inner packets it took out of the tunnel (decrypted, authenticated) and delivered.
+    pub rx_packets: u64,
+    /// Bytes of them.
+    pub rx_bytes: u64,
+    /// Drops by reason (`auth_failed`, ...).
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// The VNFM's detail of a live instance: a worker node's counters, or a tunnel
+/// endpoint's state (its fields beside them).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 struct DetailView {
     node: NodeCounters,
+    #[serde(flatten)]
+    tunnel: TunnelState,
 }
 
 /// An instance's live state from its VNFM.
@@ -94,6 +120,8 @@ pub struct InstanceView {
     pub spec: SpecView,
     /// Host of its device.
     pub host: String,
+    /// Tier of its device (`software`, `accelerator`, `table`).
+    pub tier: String,
     /// `running`, `destroying`, ...
     pub status: String,
     /// Services whose path uses it.
@@ -111,15 +139,47 @@ impl InstanceView {
         self.users.first().map(String::as_str).unwrap_or("-")
     }
 
-    /// Live counters (zero when the VNFM did not answer).
+    /// Live counters (zero when the VNFM did not answer): a worker node's, or a tunnel
+    /// endpoint's packets and inner bytes both ways (sent as ESP, delivered from ESP)
+    /// with its drops.
     pub fn counters(&self) -> NodeCounters {
-        match &self.state {
-            Some(s) => NodeCounters {
+        match (&self.state, self.tunnel()) {
+            (Some(_), Some(t)) => NodeCounters {
+                packets: t.tx_packets + t.rx_packets,
+                bytes: t.tx_bytes + t.rx_bytes,
+                drops: t.drops.clone(),
+                stats: NodeStats::default(),
+            },
+            (Some(s), None) => NodeCounters {
                 packets: s.packets.max(s.detail.node.packets),
                 ..s.detail.node.clone()
             },
-            None => NodeCounters::default(),
+            (None, _) => NodeCounters::default(),
         }
+    }
+
+    /// Whether it is a tunnel endpoint (function `esp`).
+    pub fn is_tunnel_end(&self) -> bool {
+        self.spec.function == "esp"
+    }
+
+    /// A tunnel endpoint's live state (none for other instances, or when its VNFM did not
+    /// answer).
+    pub fn tunnel(&self) -> Option<&TunnelState> {
+        match &self.state {
+            Some(s) if self.is_tunnel_end() => Some(&s.detail.tunnel),
+            _ => None,
+        }
+    }
+
+    /// A tunnel endpoint's engine as listings show it: `lookaside qp N` or `cpu`.
+    pub fn engine_label(&self) -> Option<String> {
+        let t = self.tunnel()?;
+        Some(match t.queue_pair {
+            Some(q) if t.engine == "lookaside" => format!("lookaside qp {q}"),
+            _ if t.engine.is_empty() => "-".into(),
+            _ => t.engine.clone(),
+        })
     }
 
     /// How the VNFM kind reads in every listing.
@@ -149,19 +209,20 @@ pub fn instances(api: &Client) -> anyhow::Result<Vec<InstanceView>> {
     Ok(out)
 }
 
-/// The placement table: service, function, host, device, VNFM kind, status.
+/// The placement table: service, function, host, device, tier, VNFM kind, status.
 pub fn placement_table(list: &[InstanceView]) -> String {
     let mut out = format!(
-        "   {:<10} {:<9} {:<5} {:<8} {:<21} {:<10} instance\n",
-        "service", "function", "host", "device", "vnfm", "status"
+        "   {:<10} {:<9} {:<5} {:<8} {:<11} {:<21} {:<10} instance\n",
+        "service", "function", "host", "device", "tier", "vnfm", "status"
     );
     for i in list {
         out.push_str(&format!(
-            "   {:<10} {:<9} {:<5} {:<8} {:<21} {:<10} {}\n",
+            "   {:<10} {:<9} {:<5} {:<8} {:<11} {:<21} {:<10} {}\n",
             i.service(),
             i.spec.function,
             i.host,
             i.spec.device,
+            i.tier,
             format!("{} ({})", i.kind_label(), i.vnfm),
             i.status,
             i.spec.id
@@ -171,7 +232,7 @@ pub fn placement_table(list: &[InstanceView]) -> String {
 }
 
 /// One second of the live view: per instance (service, function, host) packets, pps
-/// since `prev` and drops by reason.
+/// since `prev` and drops by reason; a tunnel endpoint's engine first.
 pub fn live_table(
     title: &str,
     list: &[InstanceView],
@@ -198,8 +259,12 @@ pub fn live_table(
             .as_deref()
             .map(|e| format!(" (state: {e})"))
             .unwrap_or_default();
+        let engine = i
+            .engine_label()
+            .map(|e| format!("engine {e}  "))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "            {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9.0} {:>7.3}  {}{err}\n",
+            "            {:<10} {:<9} {:<5} {:<8} {:<9} {:>10} {:>9.0} {:>7.3}  {engine}{}{err}\n",
             i.service(),
             i.spec.function,
             i.host,
@@ -255,6 +320,40 @@ mod tests {
             Some((std::slice::from_ref(&v), Duration::from_secs(1))),
         );
         assert!(t.contains("firewall") && t.contains("acl_deny=2"), "{t}");
+    }
+
+    #[test]
+    fn a_tunnel_endpoint_shows_its_engine_and_esp_counters() {
+        let v: InstanceView = serde_json::from_value(serde_json::json!({
+            "spec": {"id": "b-esp-h2", "function": "esp", "device": "h2-acc0", "config": {}},
+            "host": "h2", "tier": "accelerator", "status": "running", "users": ["b"],
+            "vnfm": "remote",
+            "state": {"packets": 12, "detail": {"vnfm": "real", "engine": "lookaside",
+                      "queue_pair": 1, "ike": "established", "tx_packets": 10,
+                      "tx_bytes": 15000, "rx_packets": 2, "rx_bytes": 104,
+                      "drops": {"auth_failed": 0, "replay": 3}}}
+        }))
+        .unwrap();
+        let t = v.tunnel().expect("an esp instance has a tunnel state");
+        assert_eq!((t.ike.as_str(), t.queue_pair), ("established", Some(1)));
+        assert_eq!(v.engine_label().as_deref(), Some("lookaside qp 1"));
+        let c = v.counters();
+        assert_eq!((c.packets, c.bytes, c.drop_count("replay")), (12, 15104, 3));
+        let table = live_table("t=1s", std::slice::from_ref(&v), None);
+        assert!(table.contains("engine lookaside qp 1  replay=3"), "{table}");
+        let cpu = InstanceView {
+            state: Some(StateView::default()),
+            ..v.clone()
+        };
+        assert_eq!(cpu.engine_label().as_deref(), Some("-"));
+        let fw = InstanceView {
+            spec: SpecView {
+                function: "firewall".into(),
+                ..v.spec.clone()
+            },
+            ..v
+        };
+        assert!(fw.tunnel().is_none() && fw.engine_label().is_none());
     }
 
     #[test]

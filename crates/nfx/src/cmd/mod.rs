@@ -17,6 +17,7 @@ pub mod ctl;
 pub mod data;
 pub mod demo;
 pub mod demo_sim;
+pub mod demo_tunnel;
 pub mod demo_view;
 pub mod experiment;
 pub mod experiment_edge;
