@@ -74,7 +74,18 @@ struct Batch {
     t0: Instant,
     n: u32,
     left: u32,
-    exec_ns: u32,
+    /// Time from hand-over until the batch's last operation completed (or, with no
+    /// cipher, until it was given back), divided by `n`; set once.
+    exec_ns: Option<u32>,
+}
+
+impl Batch {
+    fn stamp(&mut self) -> u32 {
+        let ns = self.t0.elapsed().as_nanos() / u128::from(self.n);
+        *self
+            .exec_ns
+            .get_or_insert(ns.min(u128::from(u32::MAX)) as u32)
+    }
 }
 
 /// The chunks between hand-over and give-back, in hand-over order, and their batches.
@@ -114,8 +125,7 @@ impl Line {
         let b = &mut self.batches[(h.batch - self.first_batch) as usize];
         b.left -= 1;
         if b.left == 0 {
-            let ns = b.t0.elapsed().as_nanos() / u128::from(b.n);
-            b.exec_ns = ns.min(u128::from(u32::MAX)) as u32;
+            b.stamp();
         }
         true
     }
@@ -123,11 +133,11 @@ impl Line {
     /// Moves the chunks at the front whose batch is finished to `out`.
     fn release(&mut self, out: &mut Vec<Ready>) {
         while let Some(h) = self.held.front() {
-            let b = &self.batches[(h.batch - self.first_batch) as usize];
+            let b = &mut self.batches[(h.batch - self.first_batch) as usize];
             if b.left > 0 {
                 break;
             }
-            let exec_ns = b.exec_ns;
+            let exec_ns = b.stamp();
             let h = self.held.pop_front().expect("front exists");
             self.first += 1;
             self.next = self.next.saturating_sub(1);
@@ -220,7 +230,7 @@ impl ChunkCipher {
             t0: Instant::now(),
             n: take as u32,
             left,
-            exec_ns: 0,
+            exec_ns: None,
         });
         line.held.extend(chunks.drain(..).map(|chunk| Held {
             chunk,
