@@ -25,10 +25,6 @@ pub const MAX_IN_FLIGHT: usize = 192;
 /// nothing (the worker stops reading at the bound, and the sockets buffer the rest);
 /// what a full cipher is handed beyond it is dropped and counted.
 pub const MAX_HELD: usize = 4096;
-/// How long a waiting worker polls for completions, yielding its core between polls
-/// (the device may share it), before it sleeps on them: a device that is awake
-/// answers well within it, and sleeping costs a futex wake-up.
-const SPIN: Duration = Duration::from_micros(50);
 /// How long the engine may show no completion, with chunks on it, before the run fails
 /// (the lookaside client fails over to its fallback engine long before).
 const STALL_LIMIT: Duration = Duration::from_secs(10);
@@ -257,18 +253,12 @@ impl ChunkCipher {
         self.line.release(out);
     }
 
-    /// Waits up to `limit` for a completion: polls for `SPIN`, then sleeps on the
-    /// engine's completion signal.
+    /// Waits up to `limit` for a completion, asleep on the engine's completion signal
+    /// (polling instead takes the core from the device and the other hops on a small
+    /// machine: docs/benchmarks/edge-video.md).
     pub fn wait(&mut self, limit: Duration) {
-        let t = Instant::now();
-        while self.on_engine > 0 && t.elapsed() < SPIN.min(limit) {
-            if self.reap() > 0 {
-                return;
-            }
-            std::thread::yield_now();
-        }
         if let Some((e, _)) = self.engine.as_mut().filter(|_| self.on_engine > 0) {
-            e.wait_ready(1, limit.saturating_sub(t.elapsed()));
+            e.wait_ready(1, limit);
         }
         self.reap();
     }
