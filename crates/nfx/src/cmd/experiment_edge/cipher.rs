@@ -1,21 +1,33 @@
 //! The chunk cipher of the edge and cloud VNFs: PRESENT-80-CTR, one session per stream,
-//! applied to a whole batch of chunks (from any streams) at once. On the lookaside device
-//! a batch is one burst of ring entries — the device runs the bitsliced engine across
-//! them in one pass — and its completions are reaped in bursts; on the portable engine
-//! the same code runs the chunks one after another in the VNF's thread. A chunk whose
-//! operation fails is dropped and counted; the rest of the batch goes on.
+//! pipelined. The worker hands it batches of chunks (from any streams) and goes back to
+//! its sockets; the cipher keeps up to `MAX_IN_FLIGHT` chunks on the engine (on the
+//! lookaside device, bursts of ring entries whose keystream the device computes in
+//! shared bitsliced passes) and gives chunks back in the order they were handed in, each
+//! with its batch's execution time, as their operations complete. On the portable engine
+//! the same code runs the chunks in the worker's thread at submission. A chunk whose
+//! operation fails is given back failed (the worker drops and counts it); the rest go on.
 
 use anyhow::Context;
 use nfx_accel::{Alg, Completion, Direction, Engine, Iv, Layout, Op, SessionId, SessionSpec};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::flow::{Frame, MAX_CHUNK};
-/// Chunks submitted to the engine before their completions are reaped (the device
-/// serves up to 64 entries of a queue pair per pass).
+/// Chunks submitted to the engine in one call (the device serves up to 64 entries of a
+/// queue pair per pass).
 pub const WINDOW: usize = 64;
-/// How long a window's completions may take before the batch fails (the lookaside
-/// client fails over to its fallback engine long before).
-const REAP_LIMIT: Duration = Duration::from_secs(10);
+/// Chunks on the engine at once: below the device's ring entries and buffer slots per
+/// queue pair (256 each in the experiment), so a submission never meets a full ring or
+/// an empty slot pool.
+pub const MAX_IN_FLIGHT: usize = 192;
+/// Chunks the cipher holds (queued, on the engine, or done and not yet given back):
+/// about 160 ms of 100 streams' chunks, so a device descheduled for that long loses
+/// nothing (the worker stops reading at the bound, and the sockets buffer the rest);
+/// what a full cipher is handed beyond it is dropped and counted.
+pub const MAX_HELD: usize = 4096;
+/// How long the engine may show no completion, with chunks on it, before the run fails
+/// (the lookaside client fails over to its fallback engine long before).
+const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// One chunk of one stream on its way through a VNF.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,11 +38,130 @@ pub struct Chunk {
     pub frame: Frame,
 }
 
+/// A chunk given back by the cipher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// The chunk, ciphered when `ok`.
+    pub chunk: Chunk,
+    /// Its batch's time from hand-over until its last operation completed, divided by
+    /// the batch's chunks (the amortised execution time per chunk).
+    pub exec_ns: u32,
+    /// False when its operation failed (refused by the engine, an error status, or no
+    /// room in the cipher): the chunk must be dropped.
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Queued,
+    OnEngine,
+    Done,
+    Failed,
+}
+
+struct Held {
+    chunk: Chunk,
+    state: State,
+    batch: u64,
+}
+
+/// A batch handed over at `t0`; `left` of its `n` chunks are not finished yet.
+struct Batch {
+    t0: Instant,
+    n: u32,
+    left: u32,
+    /// Time from hand-over until the batch's last operation completed (or, with no
+    /// cipher, until it was given back), divided by `n`; set once.
+    exec_ns: Option<u32>,
+}
+
+impl Batch {
+    fn stamp(&mut self) -> u32 {
+        let ns = self.t0.elapsed().as_nanos() / u128::from(self.n);
+        *self
+            .exec_ns
+            .get_or_insert(ns.min(u128::from(u32::MAX)) as u32)
+    }
+}
+
+/// The chunks between hand-over and give-back, in hand-over order, and their batches.
+#[derive(Default)]
+struct Line {
+    held: VecDeque<Held>,
+    /// Ticket of `held[0]` (a chunk's ticket is its operation's `user`).
+    first: u64,
+    /// Index in `held` of the first chunk not yet submitted (all later ones are queued).
+    next: usize,
+    /// Batches with chunks still held; `batches[0]` has id `first_batch`.
+    batches: VecDeque<Batch>,
+    first_batch: u64,
+}
+
+impl Line {
+    /// Marks the chunk of `ticket`, on the engine, done (its ciphered bytes in `out`) or
+    /// failed (`out` is `None` or short); returns whether such a chunk was on the engine.
+    fn settle(&mut self, ticket: u64, out: Option<&[u8]>) -> bool {
+        let Some(h) = ticket
+            .checked_sub(self.first)
+            .and_then(|i| self.held.get_mut(usize::try_from(i).ok()?))
+        else {
+            return false;
+        };
+        if h.state != State::OnEngine {
+            return false;
+        }
+        let data = &mut h.chunk.frame.data;
+        h.state = match out.and_then(|o| o.get(..data.len())) {
+            Some(o) => {
+                data.copy_from_slice(o);
+                State::Done
+            }
+            None => State::Failed,
+        };
+        let b = &mut self.batches[(h.batch - self.first_batch) as usize];
+        b.left -= 1;
+        if b.left == 0 {
+            b.stamp();
+        }
+        true
+    }
+
+    /// Moves the chunks at the front whose batch is finished to `out`.
+    fn release(&mut self, out: &mut Vec<Ready>) {
+        while let Some(h) = self.held.front() {
+            let b = &mut self.batches[(h.batch - self.first_batch) as usize];
+            if b.left > 0 {
+                break;
+            }
+            let exec_ns = b.stamp();
+            let h = self.held.pop_front().expect("front exists");
+            self.first += 1;
+            self.next = self.next.saturating_sub(1);
+            out.push(Ready {
+                chunk: h.chunk,
+                exec_ns,
+                ok: h.state == State::Done,
+            });
+        }
+        while !self.batches.is_empty()
+            && self.held.front().is_none_or(|h| h.batch > self.first_batch)
+        {
+            self.batches.pop_front();
+            self.first_batch += 1;
+        }
+    }
+}
+
 /// PRESENT-80-CTR on an engine with one session per stream, or none (the No-VNF case
 /// forwards chunks unchanged through the same code).
 pub struct ChunkCipher {
     engine: Option<(Box<dyn Engine>, Vec<SessionId>)>,
+    line: Line,
+    on_engine: usize,
+    /// Operations built but not yet accepted by the engine (submitted first next time).
+    spill: Vec<Op>,
     done: Vec<Completion>,
+    last_progress: Instant,
 }
 
 impl ChunkCipher {
@@ -56,118 +187,170 @@ impl ChunkCipher {
         };
         Ok(Self {
             engine,
+            line: Line::default(),
+            on_engine: 0,
+            spill: Vec::new(),
             done: Vec::new(),
+            last_progress: Instant::now(),
         })
     }
 
-    /// Encrypts or decrypts every chunk of `chunks` in place. The counter block of chunk
-    /// `seq` starts at `seq * 64` (a chunk is at most 64 PRESENT blocks), so no two
-    /// chunks of a stream's key share a counter. Chunks whose operation failed (refused
-    /// by the engine, or completed with an error status) are removed, the others keep
-    /// their order; returns how many were dropped.
-    pub fn apply(&mut self, chunks: &mut Vec<Chunk>) -> anyhow::Result<u64> {
-        if self.engine.is_none() {
-            return Ok(0);
-        }
-        let mut failed = vec![false; chunks.len()];
-        for start in (0..chunks.len()).step_by(WINDOW) {
-            let end = (start + WINDOW).min(chunks.len());
-            self.window(start, &mut chunks[start..end], &mut failed)?;
-        }
-        let mut i = 0;
-        chunks.retain(|_| {
-            i += 1;
-            !failed[i - 1]
-        });
-        Ok(failed.iter().filter(|f| **f).count() as u64)
+    /// Chunks held: handed over and not yet given back.
+    pub fn held(&self) -> usize {
+        self.line.held.len()
     }
 
-    /// Submits one window of chunks (`first` is the index of its first chunk in the
-    /// batch) as one burst, then reaps every completion.
-    fn window(
-        &mut self,
-        first: usize,
-        chunks: &mut [Chunk],
-        failed: &mut [bool],
-    ) -> anyhow::Result<()> {
-        let Some((e, sids)) = self.engine.as_mut() else {
-            return Ok(());
+    /// Hands over `chunks` (drained) as one batch. The counter block of chunk `seq`
+    /// starts at `seq * 64` (a chunk is at most 64 PRESENT blocks), so no two chunks of
+    /// a stream's key share a counter. Chunks beyond `MAX_HELD` go to `out` at once,
+    /// failed.
+    pub fn push(&mut self, chunks: &mut Vec<Chunk>, out: &mut Vec<Ready>) {
+        let take = chunks.len().min(MAX_HELD.saturating_sub(self.held()));
+        for chunk in chunks.drain(take..) {
+            out.push(Ready {
+                chunk,
+                exec_ns: 0,
+                ok: false,
+            });
+        }
+        if take == 0 {
+            return;
+        }
+        let (state, left) = match self.engine {
+            Some(_) => (State::Queued, take as u32),
+            None => (State::Done, 0),
         };
-        let mut ops = Vec::with_capacity(chunks.len());
-        for (i, c) in chunks.iter().enumerate() {
-            let f = &c.frame;
-            let op = match sids.get(c.stream) {
-                Some(sid) if f.data.len() <= MAX_CHUNK => {
-                    e.alloc_buf(MAX_CHUNK).and_then(|mut buf| {
-                        buf.fill_from(&f.data)?;
-                        Ok(Op {
-                            session: *sid,
-                            iv: Iv::new(&f.seq.wrapping_mul(64).to_be_bytes()),
-                            layout: Layout::packed(0, f.data.len()),
-                            buf,
-                            user: (first + i) as u64,
-                        })
-                    })
-                }
-                _ => Err(nfx_accel::AccelError::BadArgument(format!(
-                    "chunk of {} bytes for stream {}",
-                    f.data.len(),
-                    c.stream
-                ))),
-            };
-            match op {
-                Ok(op) => ops.push(op),
-                Err(_) => failed[first + i] = true,
-            }
-        }
-        let t0 = Instant::now();
-        while !ops.is_empty() {
-            match e.submit(&mut ops) {
-                Ok(0) => {
-                    // The ring is full: make room by reaping what is done.
-                    e.wait_ready(1, Duration::from_millis(1));
-                    self.done.clear();
-                    e.poll(&mut self.done, usize::MAX);
-                    take(&mut self.done, first, chunks, failed);
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    for op in ops.drain(..) {
-                        failed[op.user as usize] = true;
-                    }
-                }
-            }
-            anyhow::ensure!(t0.elapsed() < REAP_LIMIT, "the engine accepts no work");
-        }
-        while e.in_flight() > 0 {
-            anyhow::ensure!(
-                t0.elapsed() < REAP_LIMIT,
-                "{} chunk(s) not completed within {REAP_LIMIT:?}",
-                e.in_flight()
-            );
-            e.wait_ready(e.in_flight(), Duration::from_millis(100));
-            self.done.clear();
-            e.poll(&mut self.done, usize::MAX);
-            take(&mut self.done, first, chunks, failed);
-        }
+        let line = &mut self.line;
+        let batch = line.first_batch + line.batches.len() as u64;
+        line.batches.push_back(Batch {
+            t0: Instant::now(),
+            n: take as u32,
+            left,
+            exec_ns: None,
+        });
+        line.held.extend(chunks.drain(..).map(|chunk| Held {
+            chunk,
+            state,
+            batch,
+        }));
+    }
+
+    /// Submits queued chunks while fewer than `MAX_IN_FLIGHT` are on the engine and
+    /// collects what completed; never blocks. Errs when the engine has made no progress
+    /// for `STALL_LIMIT` with chunks on it.
+    pub fn pump(&mut self) -> anyhow::Result<()> {
+        while self.submit_some() + self.reap() > 0 {}
+        anyhow::ensure!(
+            self.on_engine == 0 || self.last_progress.elapsed() < STALL_LIMIT,
+            "{} chunk(s) not completed within {STALL_LIMIT:?}",
+            self.on_engine
+        );
         Ok(())
+    }
+
+    /// Gives back, in hand-over order, the chunks whose whole batch is finished.
+    pub fn take_ready(&mut self, out: &mut Vec<Ready>) {
+        self.line.release(out);
+    }
+
+    /// Waits up to `limit` for a completion, asleep on the engine's completion signal
+    /// (polling instead takes the core from the device and the other hops on a small
+    /// machine: docs/benchmarks/edge-video.md).
+    pub fn wait(&mut self, limit: Duration) {
+        if let Some((e, _)) = self.engine.as_mut().filter(|_| self.on_engine > 0) {
+            e.wait_ready(1, limit);
+        }
+        self.reap();
+    }
+
+    /// Builds the operations of up to one window of queued chunks (within
+    /// `MAX_IN_FLIGHT`) and submits what is built; returns how many chunks moved.
+    fn submit_some(&mut self) -> usize {
+        let Some((e, sids)) = self.engine.as_mut() else {
+            return 0;
+        };
+        let line = &mut self.line;
+        let room = MAX_IN_FLIGHT.saturating_sub(self.on_engine).min(WINDOW);
+        let mut moved = 0;
+        while moved < room && line.next < line.held.len() {
+            let ticket = line.first + line.next as u64;
+            let h = &mut line.held[line.next];
+            line.next += 1;
+            moved += 1;
+            h.state = State::OnEngine;
+            self.on_engine += 1;
+            match build_op(e.as_mut(), sids, &h.chunk, ticket) {
+                Ok(op) => self.spill.push(op),
+                Err(_) => {
+                    line.settle(ticket, None);
+                    self.on_engine -= 1;
+                }
+            }
+        }
+        if moved > 0 && self.on_engine == self.spill.len() {
+            self.last_progress = Instant::now();
+        }
+        match e.submit(&mut self.spill) {
+            Ok(n) => moved + n,
+            Err(_) => {
+                for op in std::mem::take(&mut self.spill) {
+                    if line.settle(op.user, None) {
+                        self.on_engine -= 1;
+                    }
+                    moved += 1;
+                }
+                moved
+            }
+        }
+    }
+
+    /// Collects completed operations into their chunks; returns how many.
+    fn reap(&mut self) -> usize {
+        let Some((e, _)) = self.engine.as_mut() else {
+            return 0;
+        };
+        self.done.clear();
+        let n = e.poll(&mut self.done, usize::MAX);
+        for c in self.done.drain(..) {
+            let ok = c.status == nfx_accel::Status::Ok;
+            if self.line.settle(c.op.user, ok.then(|| c.op.buf.as_slice())) {
+                self.on_engine -= 1;
+            }
+        }
+        if n > 0 {
+            self.last_progress = Instant::now();
+        }
+        n
     }
 }
 
-/// Copies completed chunks back into the window (matched by their `user` index, so the
-/// order completions come in does not matter) and marks failed ones.
-fn take(done: &mut Vec<Completion>, first: usize, chunks: &mut [Chunk], failed: &mut [bool]) {
-    for c in done.drain(..) {
-        let i = c.op.user as usize;
-        let Some(chunk) = i.checked_sub(first).and_then(|k| chunks.get_mut(k)) else {
-            continue;
-        };
-        let data = &mut chunk.frame.data;
-        match c.op.buf.as_slice().get(..data.len()) {
-            Some(out) if c.status == nfx_accel::Status::Ok => data.copy_from_slice(out),
-            _ => failed[i] = true,
+/// The operation ciphering `c` in a buffer of the engine's, tagged with `ticket`.
+fn build_op(
+    e: &mut dyn Engine,
+    sids: &[SessionId],
+    c: &Chunk,
+    ticket: u64,
+) -> Result<Op, nfx_accel::AccelError> {
+    let f = &c.frame;
+    let sid = match sids.get(c.stream) {
+        Some(sid) if f.data.len() <= MAX_CHUNK => *sid,
+        _ => {
+            return Err(nfx_accel::AccelError::BadArgument(format!(
+                "chunk of {} bytes for stream {}",
+                f.data.len(),
+                c.stream
+            )))
         }
-    }
+    };
+    let mut buf = e.alloc_buf(MAX_CHUNK)?;
+    buf.fill_from(&f.data)?;
+    Ok(Op {
+        session: sid,
+        iv: Iv::new(&f.seq.wrapping_mul(64).to_be_bytes()),
+        layout: Layout::packed(0, f.data.len()),
+        buf,
+        user: ticket,
+    })
 }
 
 #[cfg(test)]
@@ -206,13 +389,28 @@ mod tests {
         ChunkCipher::new(Some(e), &keys(), dir).unwrap()
     }
 
+    /// Hands `chunks` over as one batch and waits until all are back: the ciphered ones
+    /// replace `chunks`, in order; returns how many failed.
+    fn apply(c: &mut ChunkCipher, chunks: &mut Vec<Chunk>) -> u64 {
+        let mut out = Vec::new();
+        c.push(chunks, &mut out);
+        while c.held() > 0 {
+            c.pump().unwrap();
+            c.take_ready(&mut out);
+            c.wait(Duration::from_millis(10));
+        }
+        let failed = out.iter().filter(|r| !r.ok).count() as u64;
+        chunks.extend(out.into_iter().filter(|r| r.ok).map(|r| r.chunk));
+        failed
+    }
+
     #[test]
     fn batches_round_trip_across_streams_and_windows_in_order() {
         // 150 chunks: two full windows and a partial one, three streams interleaved.
         let plain = clear(150);
         let mut enc = cipher(nfx_accel::soft_engine(), Direction::Encrypt);
         let mut got = plain.clone();
-        assert_eq!(enc.apply(&mut got).unwrap(), 0);
+        assert_eq!(apply(&mut enc, &mut got), 0);
         assert_eq!(got.len(), plain.len());
         for (g, p) in got.iter().zip(&plain) {
             let (gf, pf) = (&g.frame, &p.frame);
@@ -226,15 +424,15 @@ mod tests {
         let mut one = cipher(nfx_accel::bitsliced_engine(), Direction::Encrypt);
         for (g, p) in got.iter().zip(&plain) {
             let mut v = vec![p.clone()];
-            one.apply(&mut v).unwrap();
+            apply(&mut one, &mut v);
             assert_eq!(v[0], *g, "chunk {} of stream {}", p.frame.seq, p.stream);
         }
         let mut dec = cipher(nfx_accel::bitsliced_engine(), Direction::Decrypt);
-        assert_eq!(dec.apply(&mut got).unwrap(), 0);
+        assert_eq!(apply(&mut dec, &mut got), 0);
         assert_eq!(got, plain);
         // Streams have their own keys: the same chunk differs between streams.
         let mut a = vec![chunk(0, 5, &[1; 64]), chunk(1, 5, &[1; 64])];
-        enc.apply(&mut a).unwrap();
+        apply(&mut enc, &mut a);
         assert_ne!(a[0].frame.data, a[1].frame.data);
     }
 
@@ -243,7 +441,7 @@ mod tests {
         let plain = clear(5);
         let mut none = ChunkCipher::new(None, &keys(), Direction::Encrypt).unwrap();
         let mut got = plain.clone();
-        assert_eq!(none.apply(&mut got).unwrap(), 0);
+        assert_eq!(apply(&mut none, &mut got), 0);
         assert_eq!(got, plain);
     }
 
@@ -255,6 +453,8 @@ mod tests {
         refuse_after: Option<usize>,
         submitted: usize,
         out: Vec<Completion>,
+        /// While set, nothing completes (a device descheduled or busy).
+        hold: std::sync::Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl Engine for Faulty {
@@ -292,6 +492,9 @@ mod tests {
             Ok(take)
         }
         fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+            if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+                return 0;
+            }
             let n = self.out.len().min(max);
             out.extend(self.out.drain(..n).rev());
             n
@@ -312,6 +515,7 @@ mod tests {
                 refuse_after,
                 submitted: 0,
                 out: Vec::new(),
+                hold: Default::default(),
             }),
             Direction::Encrypt,
         )
@@ -321,13 +525,14 @@ mod tests {
     fn a_device_error_mid_batch_drops_only_its_chunks_and_keeps_the_cipher_usable() {
         let plain = clear(100);
         let mut want = plain.clone();
-        cipher(nfx_accel::soft_engine(), Direction::Encrypt)
-            .apply(&mut want)
-            .unwrap();
+        apply(
+            &mut cipher(nfx_accel::soft_engine(), Direction::Encrypt),
+            &mut want,
+        );
         // Operations 3, 40 and 70 fail (in two windows); completions come back reversed.
         let mut c = faulty(vec![3, 40, 70], None);
         let mut got = plain.clone();
-        assert_eq!(c.apply(&mut got).unwrap(), 3);
+        assert_eq!(apply(&mut c, &mut got), 3);
         let kept: Vec<Chunk> = want
             .iter()
             .enumerate()
@@ -337,7 +542,7 @@ mod tests {
         assert_eq!(got, kept);
         // The next batch on the same cipher is whole: no state was lost.
         let mut again = plain[..10].to_vec();
-        assert_eq!(c.apply(&mut again).unwrap(), 0);
+        assert_eq!(apply(&mut c, &mut again), 0);
         assert_eq!(again, want[..10]);
     }
 
@@ -345,17 +550,62 @@ mod tests {
     fn a_device_lost_mid_batch_drops_the_rest_counted() {
         let plain = clear(40);
         let mut want = plain.clone();
-        cipher(nfx_accel::soft_engine(), Direction::Encrypt)
-            .apply(&mut want)
-            .unwrap();
+        apply(
+            &mut cipher(nfx_accel::soft_engine(), Direction::Encrypt),
+            &mut want,
+        );
         let mut c = faulty(Vec::new(), Some(32));
         let mut got = plain.clone();
-        assert_eq!(c.apply(&mut got).unwrap(), 8);
+        assert_eq!(apply(&mut c, &mut got), 8);
         assert_eq!(got, want[..32]);
         // Oversized chunks and unknown streams are refused before the engine sees them.
         let mut bad = vec![chunk(0, 1, &[0; 600]), chunk(9, 1, &[0; 16])];
         let mut ok = cipher(nfx_accel::soft_engine(), Direction::Encrypt);
-        assert_eq!(ok.apply(&mut bad).unwrap(), 2);
+        assert_eq!(apply(&mut ok, &mut bad), 2);
         assert!(bad.is_empty());
+    }
+
+    #[test]
+    fn batches_pipeline_come_back_in_order_and_stay_bounded() {
+        let plain = clear(MAX_HELD + 126);
+        let mut want = plain.clone();
+        apply(
+            &mut cipher(nfx_accel::soft_engine(), Direction::Encrypt),
+            &mut want,
+        );
+        let hold = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut c = cipher(
+            Box::new(Faulty {
+                inner: nfx_accel::soft_engine(),
+                fail: Vec::new(),
+                refuse_after: None,
+                submitted: 0,
+                out: Vec::new(),
+                hold: hold.clone(),
+            }),
+            Direction::Encrypt,
+        );
+        // Three batches handed over while the engine completes nothing: at most
+        // MAX_IN_FLIGHT go to the engine, MAX_HELD are held, the excess fails at once.
+        let mut out = Vec::new();
+        for (from, to) in [(0, 100), (100, 250), (250, MAX_HELD + 126)] {
+            c.push(&mut plain[from..to].to_vec(), &mut out);
+            c.pump().unwrap();
+            c.take_ready(&mut out);
+            assert_eq!(c.on_engine, to.min(MAX_IN_FLIGHT));
+        }
+        assert_eq!(c.held(), MAX_HELD);
+        assert_eq!(out.len(), 126);
+        assert!(out.iter().all(|r| !r.ok));
+        assert_eq!(out[0].chunk, plain[MAX_HELD]);
+        out.clear();
+        hold.store(false, std::sync::atomic::Ordering::SeqCst);
+        while c.held() > 0 {
+            c.pump().unwrap();
+            c.take_ready(&mut out);
+        }
+        let got: Vec<Chunk> = out.iter().map(|r| r.chunk.clone()).collect();
+        assert_eq!(got, want[..MAX_HELD]);
+        assert!(out.iter().all(|r| r.ok && r.exec_ns > 0));
     }
 }

@@ -1,14 +1,15 @@
 //! The edge and cloud VNFs as workers: one thread serves every stream of a run, as a
 //! VNF's worker core serves its ports. Each pass waits for the first message, then takes
 //! one message from every readable stream per round (a vector across streams, up to
-//! `MAX_ROUNDS` rounds or `MAX_BATCH` chunks), runs the cipher over all the chunks at
-//! once (one burst to the lookaside device for HW-VNF) and sends them on. A chunk's
-//! execution time is its batch's cipher time divided by the batch's chunks.
+//! `MAX_ROUNDS` rounds or `MAX_BATCH` chunks) and hands them to the pipelined cipher at
+//! once (one burst to the lookaside device for HW-VNF); it sends chunks on as the cipher
+//! gives them back, in order, and keeps receiving while the device works. A chunk's
+//! execution time is its batch's time in the cipher divided by the batch's chunks.
 
-use super::cipher::{Chunk, ChunkCipher};
+use super::cipher::{Chunk, ChunkCipher, Ready, MAX_HELD};
 use super::flow::{parse_record, Chunker, Frame, Link, END, FRAME_HDR, MAX_CHUNK, RECORD, REC_HDR};
 use nfx_io::Waiter;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Rounds of one message per readable stream gathered into one batch.
 const MAX_ROUNDS: usize = 16;
@@ -74,23 +75,28 @@ impl Inbox {
         !self.slots.is_empty()
     }
 
-    /// Gathers one batch: waits up to `idle` for a first message, then reads one
-    /// message from each readable stream per round. `on(stream, message)` gets each
+    /// Gathers one batch: waits up to `idle` for a first message (not at all when
+    /// `busy`: the worker has chunks in the cipher), then reads one message from each
+    /// readable stream per round. `on(stream, message)` gets each
     /// (`None`: the upstream closed, or every stream was idle for `idle` — their end
     /// markers were lost — and all end) and says whether the stream has ended.
     fn gather(
         &mut self,
         hops: &mut [Hop],
         (hdr, max_body): (usize, usize),
-        idle: Duration,
+        (idle, busy): (Duration, bool),
         full: &dyn Fn() -> bool,
         on: &mut OnMessage<'_>,
     ) -> anyhow::Result<()> {
         let mut buf = Vec::new();
         for round in 0..MAX_ROUNDS {
-            let wait = if round == 0 { idle } else { Duration::ZERO };
+            let wait = if round == 0 && !busy {
+                idle
+            } else {
+                Duration::ZERO
+            };
             if !self.waiter.wait(wait)? {
-                if round == 0 {
+                if round == 0 && !busy {
                     // Nothing from any stream for `idle`: their ends were lost (UDP).
                     // End them all; `dst` counts what never came as lost.
                     for s in self.slots.clone() {
@@ -115,6 +121,10 @@ impl Inbox {
                     self.live[s] = false;
                     ended = true;
                 }
+                if full() {
+                    // The streams not read this round stay readable for the next pass.
+                    break;
+                }
             }
             if ended {
                 self.rebuild(hops);
@@ -128,32 +138,26 @@ impl Inbox {
     }
 }
 
-/// Runs the cipher over `batch`, stamps each chunk with its share of the batch's time
-/// (edge only) and sends every chunk down its stream's hop.
-fn run_batch(
+/// Sends the chunks the cipher gave back down their streams' hops (the edge stamps each
+/// with its execution time); failed ones are dropped and counted.
+fn send_ready(
     hops: &mut [Hop],
-    cipher: &mut ChunkCipher,
-    batch: &mut Vec<Chunk>,
-    counts: &mut VnfCounts,
+    ready: &mut Vec<Ready>,
+    (counts, held): (&mut VnfCounts, &mut [usize]),
     stamp: bool,
 ) -> anyhow::Result<()> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    for c in batch.iter() {
-        counts.dropped[c.stream] += 1;
-    }
-    let n = batch.len() as u128;
-    let t = Instant::now();
-    cipher.apply(batch)?;
-    let exec_ns = (t.elapsed().as_nanos() / n).min(u128::from(u32::MAX)) as u32;
-    for c in batch.drain(..) {
-        counts.dropped[c.stream] -= 1;
-        let mut f = c.frame;
-        if stamp {
-            f.exec_ns = exec_ns;
+    for r in ready.drain(..) {
+        let s = r.chunk.stream;
+        held[s] -= 1;
+        if !r.ok {
+            counts.dropped[s] += 1;
+            continue;
         }
-        hops[c.stream].down.send(&f.encode())?;
+        let mut f = r.chunk.frame;
+        if stamp {
+            f.exec_ns = r.exec_ns;
+        }
+        hops[s].down.send(&f.encode())?;
     }
     Ok(())
 }
@@ -172,8 +176,15 @@ fn end_frame() -> Vec<u8> {
 /// batch, malformed messages counted; returns whether the stream has ended.
 type Parse<'a> = dyn FnMut(usize, &[u8], &mut Vec<Chunk>, &mut u64) -> anyhow::Result<bool> + 'a;
 
-/// The worker loop shared by both VNFs: gather a batch across streams with `parse`,
-/// cipher it, send it on, and send the end marker of every stream that ended.
+/// How long a worker with chunks in the cipher waits for a completion before it looks
+/// at its sockets again (the cipher polls, then sleeps on the engine).
+const WAIT: Duration = Duration::from_micros(200);
+
+/// The worker loop shared by both VNFs: gather a batch across streams with `parse` and
+/// hand it to the cipher, send on what the cipher gives back (in order), and send a
+/// stream's end marker once its last chunk is out. While the cipher holds chunks the
+/// worker keeps receiving (without blocking) and waits for completions only when no
+/// socket has anything, so a slow device never leaves the sockets unread.
 fn serve(
     mut hops: Vec<Hop>,
     mut cipher: ChunkCipher,
@@ -183,29 +194,53 @@ fn serve(
     let mut counts = VnfCounts::new(hops.len());
     let mut inbox = Inbox::new(&hops);
     let mut batch = std::cell::RefCell::new(Vec::new());
-    let mut ended = Vec::new();
-    while inbox.any_live() {
-        let malformed = &mut counts.malformed;
-        inbox.gather(
-            &mut hops,
-            limits,
-            idle,
-            &|| batch.borrow().len() >= MAX_BATCH,
-            &mut |s, msg| {
-                let end = match msg {
-                    Some(m) => parse(s, m, &mut batch.borrow_mut(), &mut malformed[s])?,
-                    None => true,
-                };
-                if end {
-                    ended.push(s);
-                }
-                Ok(end)
-            },
-        )?;
-        run_batch(&mut hops, &mut cipher, batch.get_mut(), &mut counts, stamp)?;
-        for s in ended.drain(..) {
-            hops[s].down.send_last(&end_frame())?;
+    // Per stream: chunks in the cipher; streams ended whose end marker is not sent.
+    let mut held = vec![0usize; hops.len()];
+    let (mut ended, mut ready) = (Vec::new(), Vec::new());
+    while inbox.any_live() || cipher.held() > 0 {
+        let busy = cipher.held() > 0;
+        // A batch ends within one message of MAX_BATCH chunks (a message is at most
+        // RECORD bytes, 11 chunks): gathering never overfills the cipher.
+        if inbox.any_live() && cipher.held() + 2 * MAX_BATCH <= MAX_HELD {
+            let malformed = &mut counts.malformed;
+            inbox.gather(
+                &mut hops,
+                limits,
+                (idle, busy),
+                &|| batch.borrow().len() >= MAX_BATCH,
+                &mut |s, msg| {
+                    let end = match msg {
+                        Some(m) => parse(s, m, &mut batch.borrow_mut(), &mut malformed[s])?,
+                        None => true,
+                    };
+                    if end {
+                        ended.push(s);
+                    }
+                    Ok(end)
+                },
+            )?;
         }
+        let gathered = !batch.get_mut().is_empty();
+        for c in batch.get_mut().iter() {
+            held[c.stream] += 1;
+        }
+        cipher.push(batch.get_mut(), &mut ready);
+        cipher.pump()?;
+        cipher.take_ready(&mut ready);
+        if busy && !gathered && ready.is_empty() {
+            cipher.wait(WAIT);
+            cipher.take_ready(&mut ready);
+        }
+        send_ready(&mut hops, &mut ready, (&mut counts, &mut held), stamp)?;
+        let mut result = Ok(());
+        ended.retain(|&s| {
+            if held[s] > 0 || result.is_err() {
+                return true;
+            }
+            result = hops[s].down.send_last(&end_frame());
+            false
+        });
+        result?;
     }
     Ok(counts)
 }
@@ -269,6 +304,7 @@ mod tests {
     use crate::cmd::experiment_edge::flow::{self, Received};
     use nfx_accel::Direction;
     use std::net::{SocketAddr, UdpSocket};
+    use std::time::Instant;
 
     fn bound() -> (UdpSocket, SocketAddr) {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
