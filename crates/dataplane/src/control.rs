@@ -109,8 +109,12 @@ fn serve(conn: UnixStream, ctl: Controller) {
         if line.trim().is_empty() {
             continue;
         }
-        let resp = ctl.handle_line(line.trim());
-        if writeln!(out, "{resp}").is_err() {
+        // One write per answer, newline included: `writeln!` on the unbuffered stream
+        // writes the line and its newline apart, and the client, woken by the first,
+        // must wait again for the second.
+        let mut resp = ctl.handle_line(line.trim());
+        resp.push('\n');
+        if out.write_all(resp.as_bytes()).is_err() {
             return;
         }
     }
