@@ -475,6 +475,10 @@ const M_BASE: &str = "235";
 const M_PORT: u16 = 9100;
 const M_PUBLIC: &str = "198.51.100.9";
 const M_FLOWS: usize = 3;
+/// The NAT's public ports: none of the flows' own source ports (which a NAT keeps when
+/// it can), so each mapping is the NAT's allocation and a fresh chain's would differ.
+const M_LO: u16 = 20000;
+const M_HI: u16 = 20999;
 /// Datagrams a second over all flows.
 const M_PPS: u64 = 3_000;
 
@@ -502,7 +506,7 @@ fn service_nat(src: Ipv4Addr, dst: Ipv4Addr) -> String {
     chain:
       - function: nat
         tier: table
-        config: {{ snat: {{ public_ip: {M_PUBLIC} }}, max_flows: 1024 }}
+        config: {{ snat: {{ public_ip: {M_PUBLIC}, port_range: [{M_LO}, {M_HI}] }}, max_flows: 1024 }}
     sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
 "
     )
@@ -536,13 +540,17 @@ fn sink(sock: std::net::UdpSocket, stop: &std::sync::atomic::AtomicBool) -> Seen
     seen
 }
 
-/// Sends `M_PPS` datagrams a second round robin over `M_FLOWS` sockets of namespace
-/// `ns` (one source port each) to `to` until `stop`; returns how many were sent.
+/// Sends one datagram of an uncounted flow (so the NAT's allocation of the counted ones
+/// does not start at the bottom of its range), then `M_PPS` datagrams a second round
+/// robin over `M_FLOWS` sockets of namespace `ns` (one source port each) to `to` until
+/// `stop`; returns how many of those were sent.
 fn paced_flows(ns: &str, to: SocketAddr, stop: &std::sync::atomic::AtomicBool) -> u64 {
     use std::sync::atomic::Ordering;
-    let socks: Vec<std::net::UdpSocket> = (0..M_FLOWS)
+    let socks: Vec<std::net::UdpSocket> = (0..=M_FLOWS)
         .map(|_| netns::in_netns(ns, || Ok(std::net::UdpSocket::bind("0.0.0.0:0")?)).unwrap())
         .collect();
+    socks[M_FLOWS].send_to(&[M_FLOWS as u8; 32], to).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
     let start = std::time::Instant::now();
     let mut sent = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -620,7 +628,7 @@ fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
     // Every flow has its mapping on the old device before the move.
     assert!(
         eventually(Duration::from_secs(3), || {
-            row_of(&c, &old_id)["state"]["flows"].as_u64().unwrap_or(0) >= M_FLOWS as u64
+            row_of(&c, &old_id)["state"]["flows"].as_u64().unwrap_or(0) > M_FLOWS as u64
         }),
         "{}",
         row_of(&c, &old_id)
@@ -641,6 +649,7 @@ fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
         assert_eq!(s.len(), 1, "flow {f}'s mapping changed: {s:?}");
         let from = s.first().unwrap();
         assert_eq!(from.ip().to_string(), M_PUBLIC, "flow {f}");
+        assert!((M_LO..=M_HI).contains(&from.port()), "flow {f}: {from}");
         ports.insert(from.port());
     }
     assert_eq!(ports.len(), M_FLOWS, "one public port per flow");
