@@ -19,7 +19,11 @@
 //! forward's target in src through both stages (the hosts match the target inside the
 //! NAT), the DPI counts the traffic, and forwards one match cannot express are refused
 //! at plan time.
-//! Needs root; own prefix and subnet; torn down on failure too.
+//! A second test migrates a table-tier NAT under traffic through the controller: a
+//! testbed of its own whose h1 has two table devices, three UDP flows through the NAT,
+//! `nfx migrate` while they run; no datagram is lost, each flow keeps its public port,
+//! and the old device's ports keep no program.
+//! Needs root; own prefixes and subnets; torn down on failure too.
 
 mod common;
 mod hostbed;
@@ -462,4 +466,212 @@ fn port_forward_before_a_later_stage(
         !connects(dst_ns, public, FWD_PORT),
         "open after the destroy"
     );
+}
+
+/// The migration testbed: its own prefix and subnet; h1 has two table devices.
+const M_PREFIX: &str = "nfxtm-";
+const M_BASE: &str = "235";
+/// The migrated NAT's UDP port, its public address, and the flows crossing it.
+const M_PORT: u16 = 9100;
+const M_PUBLIC: &str = "198.51.100.9";
+const M_FLOWS: usize = 3;
+/// The NAT's public ports: none of the flows' own source ports (which a NAT keeps when
+/// it can), so each mapping is the NAT's allocation and a fresh chain's would differ.
+const M_LO: u16 = 20000;
+const M_HI: u16 = 20999;
+/// Datagrams a second over all flows.
+const M_PPS: u64 = 3_000;
+
+/// Two hosts; h1 with two table devices (the NAT moves from one to the other), h2 with
+/// none (it only carries the path to dst).
+const M_INFRA: &str = "hosts:
+  - { id: h1, cores: 1 }
+  - { id: h2, cores: 1 }
+devices:
+  - { id: h1-tt0, host: h1, tier: table, functions: [nat], latency_us: 5, throughput_gbps: 20, cost: 1, table_entries: 4096 }
+  - { id: h1-tt1, host: h1, tier: table, functions: [nat], latency_us: 5, throughput_gbps: 20, cost: 1, table_entries: 4096 }
+links:
+  - { a: h1, b: h2, latency_us: 30 }
+";
+
+/// The service whose table-tier NAT is migrated: UDP from src to dst's `M_PORT`.
+fn service_nat(src: Ipv4Addr, dst: Ipv4Addr) -> String {
+    format!(
+        "services:
+  - id: natmove
+    tenant: acme
+    ingress: h1
+    egress: h2
+    selector: {{ src: {src}/32, dst: {dst}/32, proto: udp, dport: {M_PORT} }}
+    chain:
+      - function: nat
+        tier: table
+        config: {{ snat: {{ public_ip: {M_PUBLIC}, port_range: [{M_LO}, {M_HI}] }}, max_flows: 1024 }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+"
+    )
+}
+
+/// What dst received: datagrams per flow and the sources each flow arrived from.
+#[derive(Default)]
+struct Seen {
+    packets: u64,
+    sources: Vec<std::collections::BTreeSet<SocketAddr>>,
+}
+
+/// Receives datagrams `[flow, seq..]` on `sock` until `stop`, noting each one's source.
+fn sink(sock: std::net::UdpSocket, stop: &std::sync::atomic::AtomicBool) -> Seen {
+    use std::sync::atomic::Ordering;
+    let mut seen = Seen {
+        packets: 0,
+        sources: vec![Default::default(); M_FLOWS],
+    };
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            if n >= 5 && usize::from(buf[0]) < M_FLOWS {
+                seen.packets += 1;
+                seen.sources[usize::from(buf[0])].insert(from);
+            }
+        }
+    }
+    seen
+}
+
+/// Sends one datagram of an uncounted flow (so the NAT's allocation of the counted ones
+/// does not start at the bottom of its range), then `M_PPS` datagrams a second round
+/// robin over `M_FLOWS` sockets of namespace `ns` (one source port each) to `to` until
+/// `stop`; returns how many of those were sent.
+fn paced_flows(ns: &str, to: SocketAddr, stop: &std::sync::atomic::AtomicBool) -> u64 {
+    use std::sync::atomic::Ordering;
+    let socks: Vec<std::net::UdpSocket> = (0..=M_FLOWS)
+        .map(|_| netns::in_netns(ns, || Ok(std::net::UdpSocket::bind("0.0.0.0:0")?)).unwrap())
+        .collect();
+    socks[M_FLOWS].send_to(&[M_FLOWS as u8; 32], to).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let start = std::time::Instant::now();
+    let mut sent = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let mut d = [0u8; 32];
+        d[0] = (sent % M_FLOWS as u64) as u8;
+        d[1..9].copy_from_slice(&sent.to_le_bytes());
+        if socks[usize::from(d[0])].send_to(&d, to).is_ok() {
+            sent += 1;
+        }
+        let due = start + Duration::from_micros(sent * 1_000_000 / M_PPS);
+        std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+    }
+    sent
+}
+
+/// The ports of table device `device` of h1 (no software devices there: the table
+/// devices are its stages 0 and 1).
+fn device_ports(device: &str) -> [String; 2] {
+    let k = device.trim_start_matches("h1-tt");
+    [format!("sw{k}i"), format!("sw{k}o")]
+}
+
+/// tc programs on `device`'s ports in h1.
+fn programs_on(device: &str) -> usize {
+    let ns = format!("{M_PREFIX}h1");
+    device_ports(device)
+        .into_iter()
+        .map(|p| netns::in_netns(&ns, move || Ok(nfx_fastpath::table::tcx_programs(&p)?)).unwrap())
+        .sum()
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let infra = shape_dir.path().join("infrastructure.yaml");
+    std::fs::write(&infra, M_INFRA).unwrap();
+    let mut bed = hostbed::testbed_up_shaped(
+        TOKEN,
+        M_PREFIX,
+        M_BASE,
+        &["--infra", infra.to_str().unwrap()],
+    );
+    let out = bed.out.clone();
+    let (src_ns, src, _) = bed.endpoint("src");
+    let (dst_ns, dst, _) = bed.endpoint("dst");
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+    deploy(&out, "natmove.yaml", &service_nat(src, dst), &url);
+    let old = row(&c, "nat");
+    let old_id = old["spec"]["id"].as_str().unwrap().to_string();
+    let old_dev = old["spec"]["device"].as_str().unwrap().to_string();
+    assert_eq!(old["tier"], "table", "{old}");
+
+    let sock = netns::in_netns(&dst_ns, move || {
+        Ok(std::net::UdpSocket::bind((dst, M_PORT))?)
+    })
+    .unwrap();
+    nfx_testbed::udpgen::set_rcvbuf(&sock, 8 << 20);
+    let (stop_sink, stop_send) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let seen = std::thread::spawn({
+        let stop = stop_sink.clone();
+        move || sink(sock, &stop)
+    });
+    let sent = std::thread::spawn({
+        let (stop, ns) = (stop_send.clone(), src_ns.clone());
+        move || paced_flows(&ns, SocketAddr::from((dst, M_PORT)), &stop)
+    });
+    // Every flow has its mapping on the old device before the move.
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            row_of(&c, &old_id)["state"]["flows"].as_u64().unwrap_or(0) > M_FLOWS as u64
+        }),
+        "{}",
+        row_of(&c, &old_id)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    nfx(&["migrate", &old_id, "--url", &url]);
+    std::thread::sleep(Duration::from_millis(300));
+    stop_send.store(true, Ordering::Relaxed);
+    let sent = sent.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stop_sink.store(true, Ordering::Relaxed);
+    let seen = seen.join().unwrap();
+
+    assert!(sent > 1000, "{sent}");
+    assert_eq!(seen.packets, sent, "datagrams lost across the migration");
+    let mut ports = std::collections::BTreeSet::new();
+    for (f, s) in seen.sources.iter().enumerate() {
+        assert_eq!(s.len(), 1, "flow {f}'s mapping changed: {s:?}");
+        let from = s.first().unwrap();
+        assert_eq!(from.ip().to_string(), M_PUBLIC, "flow {f}");
+        assert!((M_LO..=M_HI).contains(&from.port()), "flow {f}: {from}");
+        ports.insert(from.port());
+    }
+    assert_eq!(ports.len(), M_FLOWS, "one public port per flow");
+
+    let new = row(&c, "nat");
+    let new_dev = new["spec"]["device"].as_str().unwrap();
+    assert_ne!(new["spec"]["id"], old_id.as_str(), "{new}");
+    assert_ne!(new_dev, old_dev, "{new}");
+    assert_eq!(new["tier"], "table", "{new}");
+    let moved = &new["state"]["detail"]["migrated"];
+    assert_eq!(moved["from"], old_id.as_str(), "{new}");
+    assert!(moved["flows"].as_u64().unwrap() >= M_FLOWS as u64, "{new}");
+    assert_eq!(moved["remapped"], 0, "{new}");
+    let ops = hostbed::operations(&c, "migrate", &old_id);
+    assert!(
+        ops.iter().any(|o| o["state"] == "COMPLETED"),
+        "the migration's operation: {ops:?}"
+    );
+    assert_eq!(programs_on(&old_dev), 0, "the old device keeps a chain");
+    assert!(programs_on(new_dev) >= 2, "the new device runs no chain");
+    nfx(&["destroy", "natmove", "--url", &url]);
+    assert_eq!(programs_on(new_dev), 0, "a chain left after the destroy");
+    drop(_ctl);
+    bed.down();
 }

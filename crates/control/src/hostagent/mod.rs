@@ -449,15 +449,18 @@ impl HostAgent {
     /// the new path classify the service's frames into its chain before the one
     /// nftables transaction sends the frames to them; a worker the path left keeps the
     /// service until its instance goes or the path's drain ends, so frames still inside
-    /// it are carried on.
+    /// it are carried on. A table device's chain is loaded (with the flow state of the
+    /// instances migrated into it) and attached before the switch; a chain the path
+    /// left runs until the switch, then hands over its migrated state and is detached.
     pub fn program(&self, service: &str, path: &HostPath) -> Result<(), SteerError> {
         let path = &self.without_transcoders(path);
         let mut st = self.steering();
         let mut paths = st.paths();
         paths.insert(service.to_string(), path.clone());
         self.reconcile_workers(&paths, true)?;
-        self.tables.reconcile(&paths)?;
-        st.program(service, path)
+        self.tables.reconcile(&paths, true)?;
+        st.program(service, path)?;
+        self.tables.reconcile(&paths, false)
     }
 
     /// `path` without its transcoders: a transcoder is an L4 endpoint that receives the
@@ -480,7 +483,7 @@ impl HostAgent {
         let mut st = self.steering();
         st.withdraw(service)?;
         let paths = st.paths();
-        self.tables.reconcile(&paths)?;
+        self.tables.reconcile(&paths, false)?;
         self.reconcile_workers(&paths, false)
     }
 
@@ -493,8 +496,9 @@ impl HostAgent {
             .collect();
         let mut st = self.steering();
         self.reconcile_workers(paths, true)?;
-        self.tables.reconcile(paths)?;
+        self.tables.reconcile(paths, true)?;
         st.sync(paths)?;
+        self.tables.reconcile(paths, false)?;
         self.reconcile_workers(paths, false)
     }
 
@@ -776,11 +780,15 @@ impl Vnfm for HostAgent {
                  one and destroy the old"
             )));
         }
-        if self.tables.holds(old) || self.tables.holds(new) {
-            return Err(VnfmError::Invalid(format!(
-                "{old} → {new}: table-tier instances are not migrated by the agent; destroy \
-                 and deploy the service to move them"
-            )));
+        match (self.tables.holds(old), self.tables.holds(new)) {
+            (true, true) => return self.tables.migrate(old, new),
+            (false, false) => {}
+            _ => {
+                return Err(VnfmError::Invalid(format!(
+                    "{old} → {new}: a table-tier instance's state moves to another table \
+                     device of its host"
+                )))
+            }
         }
         self.local.migrate_instance(old, new, flows)
     }

@@ -38,13 +38,17 @@
 //! controller sends the host's paths again. Paths re-sent for a chain a device runs
 //! already leave it alone; a path that changes a device's chain switches to the new
 //! one with [`nfx_fastpath::table::TableChain::take_over`] (atomic per hook); a path
-//! leaving the device, or a destroyed instance, detaches and unpins it. Where the host
+//! leaving the device, or a destroyed instance, detaches and unpins it (a path's chain
+//! only once the steering has switched away from it). An instance migrated to another
+//! table device takes the old one's flow state with the steering ([`moves`]). Where the host
 //! has no bpffs to pin in (and none can be mounted), chains live with the agent's
 //! process, as its maps and links then do. Programs found at start on a table device's
 //! port with no pinned chain (none of this agent's) are removed with the port
 //! ([`clear_leftovers`]). A configuration's files (a firewall's `rules_file`) are read
 //! within the same scope as a software worker's: the workers' configuration directory
 //! and the agent's `allowed_dirs`.
+
+mod moves;
 
 use super::record;
 use super::stages::Stage;
@@ -112,6 +116,10 @@ type Want = (Vec<String>, Selection);
 struct Inner {
     instances: BTreeMap<String, Deployed>,
     chains: BTreeMap<ChainKey, Running>,
+    /// Migrations under way, by the instance taking the state ([`moves`]).
+    moves: BTreeMap<String, moves::Move>,
+    /// What the finished migrations carried, by the instance that took the state.
+    moved: BTreeMap<String, moves::Moved>,
 }
 
 impl Inner {
@@ -355,6 +363,7 @@ impl Tables {
         g.instances
             .remove(id)
             .ok_or_else(|| VnfmError::NotFound(id.to_string()))?;
+        g.forget_moves(id);
         let _ = std::fs::remove_file(record::file_of(&self.records, id));
         if let Some((device, service)) = key {
             if let Some(r) = g.chains.remove(&(device.clone(), service)) {
@@ -380,9 +389,16 @@ impl Tables {
     /// device's other chains; a service's chain whose instances changed is switched to
     /// the new one atomically ([`TableChain::take_over`]); one whose frames alone
     /// changed is selected anew in place; one that runs already, adopted or not, is
-    /// left as it is — and so are the other services' chains. Every other chain is
-    /// detached and unpinned.
-    pub fn reconcile(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
+    /// left as it is — and so are the other services' chains. A chain taking a migrated
+    /// instance's state gets it before it is attached ([`moves`]). Every other chain is
+    /// detached and unpinned, unless `keep` (make-before-break: the host's steering
+    /// still sends frames to it; call again without `keep` once it has switched), after
+    /// the final copy of the state migrated out of it.
+    pub fn reconcile(
+        &self,
+        paths: &BTreeMap<String, HostPath>,
+        keep: bool,
+    ) -> Result<(), SteerError> {
         let want = self.wanted(paths)?;
         let mut g = self.inner();
         for ((device, service), (ids, _)) in &want {
@@ -403,11 +419,6 @@ impl Tables {
             .filter(|k| !want.contains_key(*k))
             .cloned()
             .collect();
-        for key in gone {
-            if let Some(r) = g.chains.remove(&key) {
-                self.stop(&key.0, r);
-            }
-        }
         for (key, (ids, selection)) in want {
             if let Some(r) = g.chains.get_mut(&key).filter(|r| r.instances == ids) {
                 if r.selection != selection {
@@ -424,6 +435,12 @@ impl Tables {
             let r = self.start(&mut g, &key, ids, selection)?;
             self.save_manifest(&g, &key.0, &r);
             g.chains.insert(key, r);
+        }
+        for key in gone.into_iter().filter(|_| !keep) {
+            if let Some(r) = g.chains.remove(&key) {
+                g.finish_moves_out_of(&r);
+                self.stop(&key.0, r);
+            }
         }
         Ok(())
     }
@@ -447,6 +464,10 @@ impl Tables {
             chain.detach();
             return Err(fail(e.to_string()));
         }
+        if let Err(e) = g.copy_moves_into(&mut chain, &ids) {
+            chain.detach();
+            return Err(fail(e));
+        }
         match g.chains.remove(key) {
             Some(mut old) => {
                 if let Err(e) = chain.take_over(&mut old.chain) {
@@ -458,6 +479,7 @@ impl Tables {
                     "table device {device}: chain {ids:?} of {service} took over from {:?}",
                     old.instances
                 );
+                g.finish_moves(&old, &mut chain, &ids);
                 old.chain.detach();
             }
             None => {
@@ -763,6 +785,7 @@ fn state_of(g: &Inner, id: &str) -> InstanceState {
             "service": running.map(|r| r.service.clone()),
             "node": node,
             "table": function,
+            "migrated": g.moved.get(id),
         }),
     }
 }

@@ -90,20 +90,46 @@ impl TableChain {
     /// (flows `to` holds already are skipped); returns the records imported.
     fn copy_state_to(&self, to: &mut TableChain) -> Result<usize, TableError> {
         let mut moved = 0;
-        let mut blob = Vec::new();
         for i in 0..self.functions.len() {
-            blob.clear();
-            self.export_state(i, &mut blob)?;
-            moved += to.import_state(i, &blob).map_err(|e| {
-                TableError::Request(format!("importing {}'s state: {e}", self.names[i]))
-            })?;
+            moved += self.copy_function_to(i, to, i)?;
         }
         Ok(moved)
     }
 
-    /// Takes the NAT's per-protocol port cursors of `old`.
-    fn copy_cursors_from(&self, old: &TableChain) -> Result<(), TableError> {
-        if self.index_of("nat").is_none() {
+    /// Copies function `from`'s flows into function `to` of `new` (flows `new` holds
+    /// already are skipped); returns the records imported. The step a move of one
+    /// function between chains is made of (a controller's migration of one instance to
+    /// another table device): the bulk copy while this chain carries the traffic (with
+    /// [`TableChain::copy_cursors_from`]), and again, for what it created in between,
+    /// once the traffic runs the new chain. The two must be functions of one kind.
+    pub fn copy_function_to(
+        &self,
+        from: usize,
+        new: &mut TableChain,
+        to: usize,
+    ) -> Result<usize, TableError> {
+        let (a, b) = (
+            self.function_index(from)?.kind(),
+            new.function_index(to)?.kind(),
+        );
+        if a != b {
+            return Err(TableError::Request(format!(
+                "state of a {a} cannot move into a {b}"
+            )));
+        }
+        let mut blob = Vec::new();
+        self.export_state(from, &mut blob)?;
+        let moved = new.import_state(to, &blob).map_err(|e| {
+            TableError::Request(format!("importing {}'s state: {e}", self.names[from]))
+        })?;
+        Ok(moved)
+    }
+
+    /// Takes the NAT's per-protocol port cursors of `old` (nothing when either chain has
+    /// no NAT), so this chain goes on allocating where `old` stopped. Call it before
+    /// this chain carries traffic.
+    pub fn copy_cursors_from(&self, old: &TableChain) -> Result<(), TableError> {
+        if self.index_of("nat").is_none() || old.index_of("nat").is_none() {
             return Ok(());
         }
         for ci in 0..3u32 {
@@ -123,9 +149,10 @@ impl TableChain {
             .collect())
     }
 
-    /// Mappings of this chain that `new` lacks or holds with another public end.
-    fn remapped_in(&self, new: &TableChain) -> Result<usize, TableError> {
-        if self.index_of("nat").is_none() {
+    /// NAT mappings of this chain that `new` lacks or holds with another public end (0
+    /// when either has no NAT): what a move changed, which a move should leave at 0.
+    pub fn remapped_in(&self, new: &TableChain) -> Result<usize, TableError> {
+        if self.index_of("nat").is_none() || new.index_of("nat").is_none() {
             return Ok(0);
         }
         let now = new.nat_forward()?;

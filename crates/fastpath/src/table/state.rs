@@ -102,7 +102,7 @@ fn kind_of(data: &[u8]) -> u8 {
 }
 
 impl TableChain {
-    fn function_index(&self, index: usize) -> Result<&Function, TableError> {
+    pub(super) fn function_index(&self, index: usize) -> Result<&Function, TableError> {
         self.functions
             .get(index)
             .ok_or_else(|| TableError::Request(format!("no function {index}")))
