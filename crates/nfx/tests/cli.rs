@@ -656,6 +656,9 @@ devices:
   - { id: h1-sw0, host: h1, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
   - { id: h2-sw0, host: h2, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
   - { id: h3-sw0, host: h3, tier: software, functions: [firewall, nat, elephant, dpi], latency_us: 30, throughput_gbps: 10, cost: 1, cpu_cores: 2 }
+  - { id: h1-acc0, host: h1, tier: accelerator, functions: [esp], latency_us: 20, throughput_gbps: 2, cost: 1, queue_pairs: 2, algorithms: [aes-128-gcm, aes-256-gcm, chacha20-poly1305] }
+  - { id: h2-acc0, host: h2, tier: accelerator, functions: [esp], latency_us: 20, throughput_gbps: 2, cost: 1, queue_pairs: 2, algorithms: [aes-128-gcm, aes-256-gcm, chacha20-poly1305] }
+  - { id: h3-acc0, host: h3, tier: accelerator, functions: [esp], latency_us: 20, throughput_gbps: 2, cost: 1, queue_pairs: 2, algorithms: [aes-128-gcm, aes-256-gcm, chacha20-poly1305] }
 links:
   - { a: h1, b: h2, latency_us: 30 }
   - { a: h2, b: h3, latency_us: 30 }
