@@ -493,26 +493,7 @@ impl Mediator {
         configs: Vec<serde_json::Value>,
         pins: &BTreeMap<String, pins::Pin>,
     ) -> Result<Plan, PlanError> {
-        for (id, r) in &self.instances {
-            if !hosts.contains(r.host.as_str()) {
-                continue;
-            }
-            let k = svc.chain.iter().position(|c| c.function == r.spec.function);
-            let Some(k) = k else { continue };
-            if matches!(r.status.as_str(), "destroying" | "lost")
-                || r.spec.config != configs[k]
-                || pins
-                    .get(&r.spec.function)
-                    .is_some_and(|p| !p.allows(r.tier))
-            {
-                continue;
-            }
-            let im = self.model.instance(id).ok_or_else(|| {
-                PlanError::Conflict(format!("instance {id} missing from the resource model"))
-            })?;
-            net.add_instance("<state>", id, &chain_spec(r, &r.spec.function, im))
-                .map_err(|e| PlanError::Conflict(e.to_string()))?;
-        }
+        self.offer_running(svc, &mut net, hosts, &configs, pins)?;
         let sla = SlaSpec {
             id: svc.id.clone().into(),
             src_node: svc.ingress.clone().into(),
@@ -597,33 +578,7 @@ impl Mediator {
                 rows.insert(row.spec.id.clone(), row);
             }
         }
-        let mut shares = PathShares::default();
-        let mut hops = Vec::new();
-        let mut nat_config = None;
-        for (k, id) in path_ids.iter().enumerate() {
-            let hop_needs = Needs {
-                throughput_gbps: needs.throughput_gbps,
-                capacity: svc.chain[k].capacity_need,
-            };
-            shares
-                .reserve(&self.model, &rows, id, hop_needs)
-                .map_err(|e| PlanError::Conflict(format!("{id}: {e}")))?;
-            let mut row = match rows.get(id) {
-                Some(r) => r.clone(),
-                None => self.instances[id].clone(),
-            };
-            row.users.push(svc.id.clone());
-            if svc.chain[k].function == "nat" {
-                nat_config = Some(row.spec.config.clone());
-            }
-            hops.push(Hop {
-                function: svc.chain[k].function.clone(),
-                instance: id.clone(),
-                device: row.spec.device.clone(),
-                host: row.host.clone(),
-            });
-            rows.insert(id.clone(), row);
-        }
+        let (hops, nat_config) = self.path_hops(svc, &path_ids, &mut rows, needs)?;
         let inside = match &svc.selector {
             Some(sel) => forwards::inside_selector(sel, nat_config.as_ref())
                 .map_err(|e| PlanError::Invalid(format!("service {}: {e}", svc.id)))?,
@@ -664,6 +619,81 @@ impl Mediator {
                 .map_err(|e| PlanError::Invalid(format!("path: {e}")))?;
         }
         Ok(plan)
+    }
+
+    /// Offers the running instances on `hosts` that `svc` may share to the chaining
+    /// network: same function and configuration, not going away, on a tier the
+    /// service's pins allow.
+    fn offer_running(
+        &self,
+        svc: &Service,
+        net: &mut Network,
+        hosts: &HashSet<String>,
+        configs: &[serde_json::Value],
+        pins: &BTreeMap<String, pins::Pin>,
+    ) -> Result<(), PlanError> {
+        for (id, r) in &self.instances {
+            if !hosts.contains(r.host.as_str()) {
+                continue;
+            }
+            let k = svc.chain.iter().position(|c| c.function == r.spec.function);
+            let Some(k) = k else { continue };
+            if matches!(r.status.as_str(), "destroying" | "lost")
+                || r.spec.config != configs[k]
+                || pins
+                    .get(&r.spec.function)
+                    .is_some_and(|p| !p.allows(r.tier))
+            {
+                continue;
+            }
+            let im = self.model.instance(id).ok_or_else(|| {
+                PlanError::Conflict(format!("instance {id} missing from the resource model"))
+            })?;
+            net.add_instance("<state>", id, &chain_spec(r, &r.spec.function, im))
+                .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The hops of `svc`'s chosen path (`path_ids`, one instance per stage): each
+    /// stage's share reserved on its instance (its own capacity need), the service added
+    /// to the instance's users in `rows` (the new rows, else the running instance's),
+    /// and the configuration of its NAT stage, if it has one.
+    fn path_hops(
+        &self,
+        svc: &Service,
+        path_ids: &[String],
+        rows: &mut BTreeMap<String, InstanceRow>,
+        needs: Needs,
+    ) -> Result<(Vec<Hop>, Option<serde_json::Value>), PlanError> {
+        let mut shares = PathShares::default();
+        let mut hops = Vec::new();
+        let mut nat_config = None;
+        for (k, id) in path_ids.iter().enumerate() {
+            let hop_needs = Needs {
+                throughput_gbps: needs.throughput_gbps,
+                capacity: svc.chain[k].capacity_need,
+            };
+            shares
+                .reserve(&self.model, rows, id, hop_needs)
+                .map_err(|e| PlanError::Conflict(format!("{id}: {e}")))?;
+            let mut row = match rows.get(id) {
+                Some(r) => r.clone(),
+                None => self.instances[id].clone(),
+            };
+            row.users.push(svc.id.clone());
+            if svc.chain[k].function == "nat" {
+                nat_config = Some(row.spec.config.clone());
+            }
+            hops.push(Hop {
+                function: svc.chain[k].function.clone(),
+                instance: id.clone(),
+                device: row.spec.device.clone(),
+                host: row.host.clone(),
+            });
+            rows.insert(id.clone(), row);
+        }
+        Ok((hops, nat_config))
     }
 
     /// Places the endpoints of `svc`'s tunnel once its chain is placed (`path_ids`, the
@@ -882,69 +912,7 @@ impl Mediator {
             .model
             .instance(instance)
             .ok_or_else(|| PlanError::Conflict(format!("{instance} not in the model")))?;
-        let vnfm = self.vnfms.get(&old.host);
-        let (tp, cap) = (old.spec.throughput_gbps, old.spec.capacity);
-        let target = match device {
-            Some(d) => {
-                let dm = self
-                    .model
-                    .device(d)
-                    .ok_or_else(|| PlanError::NotFound(format!("unknown device {d:?}")))?;
-                if dm.host != old.host || dm.latency_us > old.latency_us {
-                    return Err(PlanError::Invalid(format!(
-                        "device {d} ({}, {} µs) would change the paths of {instance}: a migration stays on {} at ≤ {} µs",
-                        dm.host, dm.latency_us, old.host, old.latency_us
-                    )));
-                }
-                if d == old.spec.device {
-                    return Err(PlanError::Invalid(format!(
-                        "{instance} already runs on {d}"
-                    )));
-                }
-                if !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
-                    return Err(PlanError::Invalid(format!(
-                        "device {d} is served by another VNFM; flow state moves within one VNFM"
-                    )));
-                }
-                if !dm.functions.contains(&old.spec.function) {
-                    return Err(PlanError::Invalid(format!(
-                        "device {d} does not run {}",
-                        old.spec.function
-                    )));
-                }
-                if dm.tier != old.tier {
-                    return Err(PlanError::Invalid(format!(
-                        "device {d} is on the {} tier and {instance} on the {}: flow state \
-                         moves within one tier",
-                        dm.tier.as_str(),
-                        old.tier.as_str()
-                    )));
-                }
-                if dm.throughput_gbps.free() < tp || dm.capacity.free() < cap {
-                    return Err(PlanError::Conflict(format!(
-                        "device {d} has no room for {instance}"
-                    )));
-                }
-                dm
-            }
-            None => {
-                let cands = self.model.devices().iter().filter(|d| {
-                    d.host == old.host
-                        && d.id != old.spec.device
-                        && d.tier == old.tier
-                        && d.functions.contains(&old.spec.function)
-                        && d.latency_us <= old.latency_us
-                });
-                best_fit(cands.map(|d| ((), d)), tp, cap)
-                    .map(|(_, d)| d)
-                    .ok_or_else(|| {
-                        PlanError::Conflict(format!(
-                            "no other device on {} can take {instance} without raising its latency",
-                            old.host
-                        ))
-                    })?
-            }
-        };
+        let target = self.migration_target(old, instance, device)?;
         let new_id = self.fresh_id(&format!("{instance}-m"));
         let spec = InstanceSpec {
             id: new_id.clone(),
@@ -1015,6 +983,80 @@ impl Mediator {
             }),
         ));
         Ok(plan)
+    }
+
+    /// The device a migration of `old` (instance `instance`) goes to: `device` when it
+    /// is on the same host, VNFM and tier, runs the function, is no slower and has
+    /// room; else the best fit among the host's other such devices.
+    fn migration_target(
+        &self,
+        old: &InstanceRow,
+        instance: &str,
+        device: Option<&str>,
+    ) -> Result<&nfx_model::DeviceModel, PlanError> {
+        let vnfm = self.vnfms.get(&old.host);
+        let (tp, cap) = (old.spec.throughput_gbps, old.spec.capacity);
+        Ok(match device {
+            Some(d) => {
+                let dm = self
+                    .model
+                    .device(d)
+                    .ok_or_else(|| PlanError::NotFound(format!("unknown device {d:?}")))?;
+                if dm.host != old.host || dm.latency_us > old.latency_us {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} ({}, {} µs) would change the paths of {instance}: a migration stays on {} at ≤ {} µs",
+                        dm.host, dm.latency_us, old.host, old.latency_us
+                    )));
+                }
+                if d == old.spec.device {
+                    return Err(PlanError::Invalid(format!(
+                        "{instance} already runs on {d}"
+                    )));
+                }
+                if !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} is served by another VNFM; flow state moves within one VNFM"
+                    )));
+                }
+                if !dm.functions.contains(&old.spec.function) {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} does not run {}",
+                        old.spec.function
+                    )));
+                }
+                if dm.tier != old.tier {
+                    return Err(PlanError::Invalid(format!(
+                        "device {d} is on the {} tier and {instance} on the {}: flow state \
+                         moves within one tier",
+                        dm.tier.as_str(),
+                        old.tier.as_str()
+                    )));
+                }
+                if dm.throughput_gbps.free() < tp || dm.capacity.free() < cap {
+                    return Err(PlanError::Conflict(format!(
+                        "device {d} has no room for {instance}"
+                    )));
+                }
+                dm
+            }
+            None => {
+                let cands = self.model.devices().iter().filter(|d| {
+                    d.host == old.host
+                        && d.id != old.spec.device
+                        && d.tier == old.tier
+                        && d.functions.contains(&old.spec.function)
+                        && d.latency_us <= old.latency_us
+                });
+                best_fit(cands.map(|d| ((), d)), tp, cap)
+                    .map(|(_, d)| d)
+                    .ok_or_else(|| {
+                        PlanError::Conflict(format!(
+                            "no other device on {} can take {instance} without raising its latency",
+                            old.host
+                        ))
+                    })?
+            }
+        )
     }
 
     fn fresh_id(&self, base: &str) -> String {

@@ -487,45 +487,7 @@ fn plan_nat(c: &NatConfig) -> Result<NatPlan, Refusal> {
         icmp,
         generic,
     } = timeouts;
-    let public_key = |a: IpAddr| {
-        let (addr, family) = addr_words(a);
-        RawDnatKey {
-            addr,
-            family,
-            ..Default::default()
-        }
-    };
-    let mut publics: Vec<RawDnatKey> = Vec::new();
-    let mut add_public = |k: RawDnatKey| {
-        if !publics.contains(&k) {
-            publics.push(k);
-        }
-    };
-    if let Some(ip) = snat_ip {
-        add_public(public_key(ip));
-    }
-    let mut rows = Vec::with_capacity(dnat.len());
-    for (d, (public, to)) in dnat.iter().zip(&dnat_ips) {
-        add_public(public_key(*public));
-        let (addr, family) = addr_words(*public);
-        let (to_addr, _) = addr_words(*to);
-        let public_port = d.public_port as u16;
-        let to_port = d.to_port.unwrap_or(d.public_port) as u16;
-        rows.push((
-            RawDnatKey {
-                addr,
-                port: public_port.to_be(),
-                proto: d.proto.number().unwrap_or(6),
-                family,
-                ..Default::default()
-            },
-            RawDnatVal {
-                to_addr,
-                to_port: to_port.to_be(),
-                pad: [0; 6],
-            },
-        ));
-    }
+    let (rows, publics) = dnat_rows(snat_ip, dnat, &dnat_ips);
     let snat = match (snat, snat_ip) {
         (Some(s), Some(ip)) => {
             let (w, fam) = addr_words(ip);
@@ -549,6 +511,55 @@ fn plan_nat(c: &NatConfig) -> Result<NatPlan, Refusal> {
         .map(secs),
         max_flows: max_flows("nat", *flows, nfx_vnf::nat::config::MAX_FLOWS_LIMIT)?,
     })
+}
+
+/// The table NAT's port-forward rows (public address, port and protocol → target) and
+/// the public addresses it answers for (the source NAT's and every forward's, once each).
+fn dnat_rows(
+    snat_ip: Option<IpAddr>,
+    dnat: &[DnatConfig],
+    dnat_ips: &[(IpAddr, IpAddr)],
+) -> (Vec<(RawDnatKey, RawDnatVal)>, Vec<RawDnatKey>) {
+    let public_key = |a: IpAddr| {
+        let (addr, family) = addr_words(a);
+        RawDnatKey {
+            addr,
+            family,
+            ..Default::default()
+        }
+    };
+    let mut publics: Vec<RawDnatKey> = Vec::new();
+    let mut add_public = |k: RawDnatKey| {
+        if !publics.contains(&k) {
+            publics.push(k);
+        }
+    };
+    if let Some(ip) = snat_ip {
+        add_public(public_key(ip));
+    }
+    let mut rows = Vec::with_capacity(dnat.len());
+    for (d, (public, to)) in dnat.iter().zip(dnat_ips) {
+        add_public(public_key(*public));
+        let (addr, family) = addr_words(*public);
+        let (to_addr, _) = addr_words(*to);
+        let public_port = d.public_port as u16;
+        let to_port = d.to_port.unwrap_or(d.public_port) as u16;
+        rows.push((
+            RawDnatKey {
+                addr,
+                port: public_port.to_be(),
+                proto: d.proto.number().unwrap_or(6),
+                family,
+                ..Default::default()
+            },
+            RawDnatVal {
+                to_addr,
+                to_port: to_port.to_be(),
+                pad: [0; 6],
+            },
+        ));
+    }
+    (rows, publics)
 }
 
 fn plan_elephant(c: &ElephantConfig) -> Result<ElephantPlan, Refusal> {
