@@ -1056,7 +1056,7 @@ impl Mediator {
                         ))
                     })?
             }
-        )
+        })
     }
 
     fn fresh_id(&self, base: &str) -> String {

@@ -180,8 +180,12 @@ fn cargo_install_runs_the_demo_outside_the_repo() {
         return;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // The binary under test is <target>/release/nfx: reuse that target directory.
-    let target = Path::new(NFX).parent().unwrap().parent().unwrap();
+    // The binary under test is <target>/<profile>/nfx: reuse that target directory and
+    // profile (the suite builds with `ci`, a developer's `cargo test --release` with
+    // `release`).
+    let profile_dir = Path::new(NFX).parent().unwrap();
+    let profile = profile_dir.file_name().unwrap().to_str().unwrap();
+    let target = profile_dir.parent().unwrap();
     let prefix = tempdir();
     let mut install = Command::new(&cargo);
     // Cargo gives this test process its own CARGO_* variables and OUT_DIR; build scripts
@@ -196,7 +200,14 @@ fn cargo_install_runs_the_demo_outside_the_repo() {
         }
     }
     let o = install
-        .args(["install", "--locked", "--offline", "--path"])
+        .args([
+            "install",
+            "--locked",
+            "--offline",
+            "--profile",
+            profile,
+            "--path",
+        ])
         .arg(Path::new(REPO).join("crates/nfx"))
         .arg("--root")
         .arg(prefix.path())
