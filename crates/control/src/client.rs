@@ -65,9 +65,14 @@ impl Client {
         self.send("GET", path, None)
     }
 
-    /// POST a JSON value.
-    pub fn post(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<Answer> {
-        self.send("POST", path, Some(&body.to_string()))
+    /// POST a body serialized as JSON (a typed request such as a
+    /// [`nfx_model::Service`], or an ad-hoc object).
+    pub fn post<T: serde::Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> anyhow::Result<Answer> {
+        self.send("POST", path, Some(&serde_json::to_string(body)?))
     }
 
     /// DELETE.
@@ -110,17 +115,14 @@ pub fn read_token_file(f: &std::path::Path) -> anyhow::Result<Zeroizing<String>>
     nfx_io::token::read_file(f).map_err(anyhow::Error::msg)
 }
 
-/// Reads a service descriptor file (`services: [...]`) as JSON values ready to POST;
-/// errors name the file and the field.
-pub fn load_services(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+/// Reads a service descriptor file (`services: [...]`) into typed services ready to
+/// POST; errors name the file and the field.
+pub fn load_services(path: &std::path::Path) -> anyhow::Result<Vec<nfx_model::Service>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?;
     let set: nfx_model::ServiceSet =
         serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    set.services
-        .iter()
-        .map(|s| serde_json::to_value(s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())))
-        .collect()
+    Ok(set.services)
 }
 
 /// The token for `nfx up`: `NFX_TOKEN`, else `file` if it exists, else a new random token

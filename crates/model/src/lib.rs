@@ -20,4 +20,4 @@ pub use infra::{
 };
 pub use resource::{DeviceModel, InstanceModel, Pool, ResourceError, ResourceModel};
 pub use selector::{Cidr, PortRange, Proto, Selector};
-pub use service::{ChainFunction, ServiceSet, Sla, TunnelSpec, TUNNEL_ALGS};
+pub use service::{ChainFunction, Service, ServiceSet, Sla, TunnelSpec, TUNNEL_ALGS};

@@ -30,6 +30,7 @@ mod hostbed;
 use common::eventually;
 use hostbed::instances;
 use nfx_control::client::{load_services, load_token, Client};
+use nfx_model::Service;
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::probe::{tcp_request, PeerEcho, TcpOutcome};
 use serde_json::Value;
@@ -100,12 +101,12 @@ fn endpoint(bed: &hostbed::Testbed, name: &str, host: &str) -> Endpoint {
 }
 
 /// Deploys `svc` through the API and waits for its operation; it must complete.
-fn deploy(c: &Client, svc: &Value) {
+fn deploy(c: &Client, svc: &Service) {
     let op = c.post("/api/v1/services", svc).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
     let id = op.body["id"].as_str().unwrap();
     let done = c.wait_operation(id, Duration::from_secs(30)).unwrap();
-    assert_eq!(done["state"], "COMPLETED", "{}: {done}", svc["id"]);
+    assert_eq!(done["state"], "COMPLETED", "{}: {done}", svc.id);
 }
 
 /// The instance rows of service `id` (`GET /api/v1/instances`).
@@ -159,7 +160,7 @@ fn real_instances(c: &Client, id: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn web_acme(c: &Client, url: &str, svc: &Value, src: &Endpoint, dst: &Endpoint) {
+fn web_acme(c: &Client, url: &str, svc: &Service, src: &Endpoint, dst: &Endpoint) {
     deploy(c, svc);
     let placed = real_instances(c, "web-acme");
     assert!(
@@ -170,7 +171,7 @@ fn web_acme(c: &Client, url: &str, svc: &Value, src: &Endpoint, dst: &Endpoint) 
     );
     let limit = Duration::from_secs(2);
     let echo = PeerEcho::start(&dst.netns, 80).unwrap();
-    let nat_ip = svc["chain"][1]["config"]["snat"]["public_ip"]
+    let nat_ip = svc.chain[1].config["snat"]["public_ip"]
         .as_str()
         .unwrap()
         .to_string();
@@ -231,7 +232,7 @@ fn energy_shown(url: &str) {
     assert!(shown, "nfx status:\n{text}");
 }
 
-fn vpn_globex(c: &Client, svc: &Value, src: &Endpoint, dst: &Endpoint) {
+fn vpn_globex(c: &Client, svc: &Service, src: &Endpoint, dst: &Endpoint) {
     deploy(c, svc);
     let placed = real_instances(c, "vpn-globex");
     let ends: Vec<&String> = ["edge-lookaside", "cloud-lookaside"]
@@ -275,7 +276,7 @@ fn every_example_service_deploys_and_carries_traffic() {
     std::fs::write(bed.out.join("api-token"), TOKEN).unwrap();
     let c = Client::new(&url, load_token(Some(&bed.out.join("api-token"))).unwrap());
     let services = load_services(&repo().join("configs/examples/services.yaml")).unwrap();
-    let ids: Vec<&str> = services.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = services.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(
         ids,
         ["web-acme", "vpn-globex"],
@@ -284,7 +285,7 @@ fn every_example_service_deploys_and_carries_traffic() {
     // The hosts are run by agents, which forward only a service's selected traffic:
     // a service without a selector is refused at plan, before anything starts.
     let mut unselected = services[0].clone();
-    unselected.as_object_mut().unwrap().remove("selector");
+    unselected.selector = None;
     let refused = c.post("/api/v1/plan", &unselected).unwrap();
     assert_eq!(refused.status, 400, "{refused:?}");
     assert!(
@@ -351,7 +352,7 @@ fn ts_packets(datagram: &[u8]) -> Option<usize> {
 
 /// configs/examples/transcode.yaml with its addresses moved to this test's subnet base,
 /// after checking that the file's output and selector name dst there.
-fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Value {
+fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Service {
     let text = std::fs::read_to_string(repo().join("configs/examples/transcode.yaml")).unwrap();
     let ours = format!("10.{BASE}.");
     let at_file_base = dst.address.to_string().replacen(&ours, FILE_BASE, 1);
@@ -374,7 +375,7 @@ fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Value {
 fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint) {
     let t0 = Instant::now();
     let svc = video_service(bed, dst);
-    let cfg = &svc["chain"][0]["config"];
+    let cfg = &svc.chain[0].config;
     let kbps = cfg["bitrate_kbps"].as_u64().unwrap();
     let out_port: u16 = cfg["output"]
         .as_str()

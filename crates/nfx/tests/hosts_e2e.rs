@@ -500,8 +500,8 @@ fn tunnel_service_carries_esp_between_two_hosts() {
     let mut more = nfx_control::client::load_services(&svc_file)
         .unwrap()
         .remove(0);
-    more["id"] = "vpn2".into();
-    more["sla"]["min_throughput_gbps"] = 1.5.into();
+    more.id = "vpn2".into();
+    more.sla.min_throughput_gbps = 1.5;
     let r = c.post("/api/v1/plan", &more).unwrap();
     let e = r.body["error"].as_str().unwrap_or_default().to_string();
     assert!(r.status == 409 && e.contains("no free queue pair"), "{r:?}");

@@ -16,7 +16,7 @@ use crate::seqstate::SeqState;
 use crate::stats::Counters;
 use crate::steer::FlowQueues;
 use crate::sys::{enter_netns, gettid, set_timer_slack_ns, Tun, Underlay};
-use crate::worker::{Control, IkeLink, Worker, WorkerParts};
+use crate::worker::{Control, IkeLink, SaCmd, Worker, WorkerParts};
 
 /// IKE messages queued between the worker and the IKE thread.
 const IKE_QUEUE: usize = 256;
@@ -173,6 +173,45 @@ fn spawn_lanes(
     joins
 }
 
+/// The channels between the packet worker and the IKE thread: the worker's end, and
+/// the IKE thread's (IKE messages from the worker, SA changes to it).
+fn ike_channels() -> (IkeLink, (mpsc::Receiver<Vec<u8>>, mpsc::Sender<SaCmd>)) {
+    let (to_ike, from_worker) = mpsc::sync_channel(IKE_QUEUE);
+    let (to_worker, cmds) = mpsc::channel();
+    (IkeLink { to_ike, cmds }, (from_worker, to_worker))
+}
+
+/// The engine the endpoint starts on: a queue pair of the configured lookaside device
+/// (its number recorded in `counters`), else the configured local engine.
+fn first_engine(
+    cfg: &Config,
+    device_opts: &ClientOptions,
+    counters: &Counters,
+) -> anyhow::Result<(Box<dyn Engine>, EngineKind)> {
+    Ok(match &cfg.lookaside {
+        Some(dev) => {
+            let e = LookasideEngine::connect_with(dev, device_opts)
+                .map_err(|e| anyhow::anyhow!("lookaside device {}: {e}", dev.display()))?;
+            counters.set_queue_pair(e.queue_pair());
+            (Box::new(e), EngineKind::Lookaside)
+        }
+        None => (open_local(cfg.engine)?, cfg.engine),
+    })
+}
+
+/// Starts the endpoint's IKE thread (`ike-NAME`), which runs until `stop` is set.
+fn start_ike(
+    cfg: nfx_ike::Config,
+    parts: IkeParts,
+    name: &str,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let s = Arc::clone(stop);
+    Ok(std::thread::Builder::new()
+        .name(format!("ike-{name}"))
+        .spawn(move || crate::ike::run(cfg, parts, &s))?)
+}
+
 /// Runs the endpoint until `duration` passes or `stop` is set; returns the final counters.
 pub fn run(
     cfg: Config,
@@ -187,15 +226,7 @@ pub fn run(
         device_dir: cfg.lookaside_dir.clone(),
         ..ClientOptions::new(cfg.engine)
     };
-    let first: (Box<dyn Engine>, EngineKind) = match &cfg.lookaside {
-        Some(dev) => {
-            let e = LookasideEngine::connect_with(dev, &device_opts)
-                .map_err(|e| anyhow::anyhow!("lookaside device {}: {e}", dev.display()))?;
-            counters.set_queue_pair(e.queue_pair());
-            (Box::new(e), EngineKind::Lookaside)
-        }
-        None => (open_local(cfg.engine)?, cfg.engine),
-    };
+    let first = first_engine(&cfg, &device_opts, &counters)?;
     let Config {
         name,
         em_token,
@@ -212,17 +243,7 @@ pub fn run(
     } = cfg;
     let (sas, ike_cfg, alg) = keyed(keying, &name, replay_window)?;
     let ike_shared = ike_cfg.as_ref().map(|_| Arc::new(IkeShared::default()));
-    let (ike_link, ike_ends) = match &ike_cfg {
-        Some(_) => {
-            let (to_ike, from_worker) = mpsc::sync_channel(IKE_QUEUE);
-            let (to_worker, cmds) = mpsc::channel();
-            (
-                Some(IkeLink { to_ike, cmds }),
-                Some((from_worker, to_worker)),
-            )
-        }
-        None => (None, None),
-    };
+    let (ike_link, ike_ends) = ike_cfg.as_ref().map(|_| ike_channels()).unzip();
     let mut st = EmState::new(name.clone(), alg, engine, Arc::clone(&counters), cmd_tx);
     st.ike = ike_shared.clone();
     let st = Arc::new(st);
@@ -315,12 +336,7 @@ pub fn run(
                 shared,
                 replay_window,
             };
-            let s = Arc::clone(&ike_stop);
-            Some(
-                std::thread::Builder::new()
-                    .name(format!("ike-{}", st.name))
-                    .spawn(move || crate::ike::run(cfg, parts, &s))?,
-            )
+            Some(start_ike(cfg, parts, &st.name, &ike_stop)?)
         }
         _ => None,
     };

@@ -176,7 +176,11 @@ impl ControlledBed {
     }
 
     /// POSTs `body` to `path`, expecting 202 and an operation; returns its id.
-    pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<String> {
+    pub fn post<T: serde::Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> anyhow::Result<String> {
         let a = self.api.post(path, body)?;
         if a.status != 202 {
             bail!("POST {path}: HTTP {}: {}", a.status, a.body);

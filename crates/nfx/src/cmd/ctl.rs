@@ -434,12 +434,12 @@ fn write_json<T: serde::Serialize>(f: &Path, v: &T) -> anyhow::Result<()> {
 }
 
 /// The client and the services of `a`'s file (only `--service` if given).
-fn chosen_services(a: &ServiceArgs) -> anyhow::Result<(Client, Vec<serde_json::Value>)> {
+fn chosen_services(a: &ServiceArgs) -> anyhow::Result<(Client, Vec<nfx_model::Service>)> {
     let cl = client(&a.conn)?;
     let file = a.file.as_deref().context("give a service file")?;
     let chosen: Vec<_> = load_services(file)?
         .into_iter()
-        .filter(|s| a.service.as_deref().is_none_or(|id| s["id"] == id))
+        .filter(|s| a.service.as_deref().is_none_or(|id| s.id == id))
         .collect();
     if chosen.is_empty() {
         bail!("{}: no service matches", file.display());
@@ -453,7 +453,7 @@ fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
     }
     let (cl, chosen) = chosen_services(&a)?;
     for s in chosen {
-        let what = format!("service {}", s["id"].as_str().unwrap_or("?"));
+        let what = format!("service {}", s.id);
         if dry {
             let plan = expect(cl.post("/api/v1/plan", &s)?, &[200], &what)?;
             show(&a.conn, &plan)?;

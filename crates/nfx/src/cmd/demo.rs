@@ -254,12 +254,10 @@ pub fn check(sum: &mut Summary, ok: bool, what: String) {
 pub fn deploy(bed: &ControlledBed, files: &Files, tag: &str) -> anyhow::Result<()> {
     for f in &files.tenants {
         for mut s in nfx_control::client::load_services(f)? {
-            for hop in s["chain"].as_array_mut().into_iter().flatten() {
-                if hop["function"] == "dpi" {
-                    hop["config"]["patterns"] = files.patterns.display().to_string().into();
-                }
+            for hop in s.chain.iter_mut().filter(|h| h.function == "dpi") {
+                hop.config["patterns"] = files.patterns.display().to_string().into();
             }
-            let id = s["id"].as_str().unwrap_or("?").to_string();
+            let id = s.id.clone();
             let t = Instant::now();
             let op = bed.post("/api/v1/services", &s)?;
             bed.wait_op(&op)
@@ -436,20 +434,22 @@ fn with_bed(
 /// The public address of `service`'s source NAT in the tenants' files, if it has one.
 fn nat_address(files: &Files, service: &str) -> anyhow::Result<Option<Ipv4Addr>> {
     for f in &files.tenants {
-        for s in nfx_control::client::load_services(f)? {
-            if s["id"] != service {
-                continue;
-            }
-            for hop in s["chain"].as_array().into_iter().flatten() {
-                if let (Some("nat"), Some(ip)) = (
-                    hop["function"].as_str(),
-                    hop["config"]["snat"]["public_ip"].as_str(),
-                ) {
-                    let ip = ip.parse().with_context(|| {
-                        format!("{}: {service}'s NAT public_ip {ip:?}", f.display())
-                    })?;
-                    return Ok(Some(ip));
-                }
+        let services = nfx_control::client::load_services(f)?;
+        let Some(s) = services.into_iter().find(|s| s.id == service) else {
+            continue;
+        };
+        for hop in s.chain.into_iter().filter(|h| h.function == "nat") {
+            let nat: nfx_vnf::nat::NatConfig = serde_yaml_ng::from_value(hop.config)
+                .with_context(|| format!("{}: {service}'s NAT config", f.display()))?;
+            if let Some(snat) = nat.snat {
+                let ip = snat.public_ip.parse().with_context(|| {
+                    format!(
+                        "{}: {service}'s NAT public_ip {:?}",
+                        f.display(),
+                        snat.public_ip
+                    )
+                })?;
+                return Ok(Some(ip));
             }
         }
     }

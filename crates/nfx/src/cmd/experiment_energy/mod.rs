@@ -285,6 +285,66 @@ fn idle_pct(pid: u32, tid: u32, secs: f64) -> anyhow::Result<f64> {
     Ok(100.0 * (c1 - c0).as_secs_f64() / t0.elapsed().as_secs_f64())
 }
 
+/// What one sample interval of a case's ramp saw: rates in bit/s, packets/s and frames/s.
+struct Interval {
+    dt: f64,
+    streams: usize,
+    offered: f64,
+    nat_out: f64,
+    tc_out: f64,
+    pps: f64,
+    out_fps: f64,
+    expected_fps: f64,
+}
+
+impl Interval {
+    /// The rates between two counter readings `dt` seconds apart, with `streams` sources.
+    fn between(prev: &Counters, now: &Counters, dt: f64, streams: usize) -> Self {
+        let rate = |a: u64, b: u64| 8.0 * a.saturating_sub(b) as f64 / dt;
+        Interval {
+            dt,
+            streams,
+            offered: rate(now.src.tx_bytes, prev.src.tx_bytes),
+            nat_out: rate(now.cloud_in.rx_bytes, prev.cloud_in.rx_bytes),
+            tc_out: rate(now.cloud_out.tx_bytes, prev.cloud_out.tx_bytes),
+            pps: now.src.tx_packets.saturating_sub(prev.src.tx_packets) as f64 / dt,
+            out_fps: now.frames.saturating_sub(prev.frames) as f64 / dt,
+            expected_fps: f64::from(streams as u32 * video::FPS),
+        }
+    }
+
+    /// The interval's tick, with the meter's reading `r`, the probes' round trips and
+    /// the knobs' settings; the caller fills in the case and the times.
+    fn tick(&self, r: &Reading, rtts: &[f64], knobs: &Knobs) -> Tick {
+        let (nat_g, tc_g) = (group(r, "nat"), group(r, "transcode"));
+        Tick {
+            case: String::new(),
+            t_s: 0.0,
+            in_step_s: 0.0,
+            interval_s: self.dt,
+            step: 0,
+            streams: self.streams as u32,
+            offered_mbps: self.offered / 1e6,
+            nat_mbps: self.nat_out / 1e6,
+            transcoded_mbps: self.tc_out / 1e6,
+            expected_fps: self.expected_fps,
+            out_fps: self.out_fps,
+            rtt_p99_ms: ramp::p99(rtts),
+            nat_w: nat_g.map(|g| g.energy.watts).unwrap_or(0.0),
+            transcode_w: tc_g.map(|g| g.energy.watts).unwrap_or(0.0),
+            dynamic_w: nat_g.map(|g| g.dynamic_w).unwrap_or(0.0)
+                + tc_g.map(|g| g.dynamic_w).unwrap_or(0.0),
+            nat_cpu: nat_g.map(|g| g.cpu_cores).unwrap_or(0.0),
+            transcode_cpu: tc_g.map(|g| g.cpu_cores).unwrap_or(0.0),
+            source: r.energy.source.as_str().into(),
+            nat_speed: knobs.nat_speed,
+            transcode_speed: knobs.tc_speed,
+            poll: knobs.poll.clone(),
+            cpus: knobs.cpus_text(),
+        }
+    }
+}
+
 fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
     let dir = b.work.join(case.name().replace('+', "-"));
     std::fs::create_dir_all(&dir)?;
@@ -367,52 +427,25 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
             let r = meter.sample()?;
             let dt = last.elapsed().as_secs_f64().max(1e-3);
             last = Instant::now();
-            let rate = |a: u64, b: u64| 8.0 * a.saturating_sub(b) as f64 / dt;
-            let offered = rate(now_c.src.tx_bytes, prev.src.tx_bytes);
-            let nat_out = rate(now_c.cloud_in.rx_bytes, prev.cloud_in.rx_bytes);
-            let tc_out = rate(now_c.cloud_out.tx_bytes, prev.cloud_out.tx_bytes);
-            let pps = now_c.src.tx_packets.saturating_sub(prev.src.tx_packets) as f64 / dt;
-            let out_fps = now_c.frames.saturating_sub(prev.frames) as f64 / dt;
-            let expected_fps = f64::from(sources.len() as u32 * video::FPS);
+            let iv = Interval::between(&prev, &now_c, dt, sources.len());
             prev = now_c;
-            let rtts = rtt.drain();
-            let (nat_g, tc_g) = (group(&r, "nat"), group(&r, "transcode"));
-            let worker_cpu = group(&r, "nat/worker").map(|g| g.cpu_cores).unwrap_or(0.0);
             let tick = Tick {
                 case: case.name().into(),
                 t_s: t0.elapsed().as_secs_f64(),
                 in_step_s: step_start.elapsed().as_secs_f64(),
-                interval_s: dt,
                 step,
-                streams: sources.len() as u32,
-                offered_mbps: offered / 1e6,
-                nat_mbps: nat_out / 1e6,
-                transcoded_mbps: tc_out / 1e6,
-                expected_fps,
-                out_fps,
-                rtt_p99_ms: ramp::p99(&rtts),
-                nat_w: nat_g.map(|g| g.energy.watts).unwrap_or(0.0),
-                transcode_w: tc_g.map(|g| g.energy.watts).unwrap_or(0.0),
-                dynamic_w: nat_g.map(|g| g.dynamic_w).unwrap_or(0.0)
-                    + tc_g.map(|g| g.dynamic_w).unwrap_or(0.0),
-                nat_cpu: nat_g.map(|g| g.cpu_cores).unwrap_or(0.0),
-                transcode_cpu: tc_g.map(|g| g.cpu_cores).unwrap_or(0.0),
-                source: r.energy.source.as_str().into(),
-                nat_speed: knobs.nat_speed,
-                transcode_speed: knobs.tc_speed,
-                poll: knobs.poll.clone(),
-                cpus: knobs.cpus_text(),
+                ..iv.tick(&r, &rtt.drain(), &knobs)
             };
             if let Some(m) = manager.as_mut() {
-                fps_window.push((dt, out_fps, expected_fps));
+                fps_window.push((dt, iv.out_fps, iv.expected_fps));
                 if fps_window.len() > 4 {
                     fps_window.remove(0);
                 }
                 let rates = BoxRates {
-                    offered,
-                    nat_out,
-                    pps,
-                    worker_cpu,
+                    offered: iv.offered,
+                    nat_out: iv.nat_out,
+                    pps: iv.pps,
+                    worker_cpu: group(&r, "nat/worker").map(|g| g.cpu_cores).unwrap_or(0.0),
                     tc_delivery: delivery(&fps_window),
                 };
                 let actions = m.step(&box_samples(&tick, &rates, &knobs));
