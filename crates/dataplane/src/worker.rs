@@ -57,8 +57,8 @@ pub enum Command {
 pub type Swapped = (Vec<Box<dyn Node>>, usize, SwapReport);
 
 /// A worker's report right after a swap: only what a deploy or a configuration change
-/// states about its instance, not the whole stats document (taking, writing and
-/// reading that was about half of a deploy on a running worker).
+/// states about its instance. The whole stats document would be taken, written and
+/// read on every deploy, about half of one on a running worker.
 pub struct SwapReport {
     /// The instance name.
     pub name: String,
