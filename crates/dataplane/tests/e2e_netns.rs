@@ -562,8 +562,7 @@ fn fast_path_carries_settled_flows_and_the_chain_stays_exact() {
         fp.packets
     );
     assert_eq!(live.events["elephant"], 4, "{:?}", live.events);
-    let r = dp
-        .controller()
+    dp.controller()
         .reconfigure(&[
             serde_json::json!({"firewall": {"default": "deny"}}),
             serde_json::json!({"nat": {"snat": {"public_ip": format!("10.{net}.3.100")}}}),
