@@ -511,6 +511,15 @@ impl Graph {
             .collect()
     }
 
+    /// Stats of the instances named in `ids`, in instance order.
+    pub fn instance_stats(&self, ids: &[String]) -> Vec<NodeStats> {
+        self.instances
+            .iter()
+            .filter(|s| ids.iter().any(|id| id == s.node.name()))
+            .map(Stage::stats)
+            .collect()
+    }
+
     /// Stats of every service, in classification order (none for the `chain:` form).
     pub fn service_stats(&self) -> Vec<ServiceStats> {
         if self.steering.is_none() {

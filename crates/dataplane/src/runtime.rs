@@ -6,7 +6,7 @@ use crate::config::{ConfigError, KernelStack, Role, RunConfig};
 use crate::fastpath::FastPathWorker;
 use crate::graph::{Graph, GraphPlan};
 use crate::services::{ServiceSet, Topology};
-use crate::stats::Stats;
+use crate::stats::{merge_nodes, NodeStats, Stats};
 use crate::worker::{Command, Drained, Mailbox, Worker};
 use anyhow::{anyhow, bail, Context};
 use base64::Engine;
@@ -80,7 +80,8 @@ struct Inner {
 }
 
 /// What a reconfiguration did: the instance ids, the service ids, the flows carried
-/// over to rebuilt instances, and the stats right after the swap.
+/// over to rebuilt instances, and, right after the swap, the workers' CPU and the
+/// counters of the instances it built.
 pub struct Reconfigured {
     /// Instance ids (node names); for the `chain:` form in chain order.
     pub names: Vec<String>,
@@ -88,8 +89,13 @@ pub struct Reconfigured {
     pub services: Vec<String>,
     /// Flows carried from old nodes to new nodes of the same id.
     pub carried: usize,
-    /// Every worker's stats taken right after its swap, merged.
-    pub stats: Stats,
+    /// The instance name.
+    pub name: String,
+    /// The worker threads' CPU, summed, in % of a core.
+    pub cpu_pct: f64,
+    /// Counters of the instances built (new ids or changed specs), every worker's
+    /// merged, in instance order.
+    pub built: Vec<NodeStats>,
 }
 
 /// A cloneable handle that sends commands to a running worker and waits for answers.
@@ -184,15 +190,17 @@ impl Controller {
         let n = self.workers();
         let (plans, by_port) = graph_plans(&self.inner.builder, &topo, Some(&applied), n)
             .map_err(reconfigure_error)?;
-        let mut carried = 0;
-        let mut parts = Vec::with_capacity(n);
+        let (mut carried, mut name, mut cpu_pct) = (0, String::new(), 0.0);
+        let mut built = Vec::new();
         for (w, plan) in plans.into_iter().enumerate() {
-            let (old, c, st) = self
+            let (old, c, report) = self
                 .ask_to(w, |tx| Command::Reconfigure(plan, tx))?
                 .map_err(|e| anyhow!("reconfigure: worker {w}: {e}"))?;
             drop(old);
             carried += c;
-            parts.push(st);
+            name = report.name;
+            cpu_pct += report.cpu_pct;
+            merge_nodes(&mut built, report.built);
         }
         if n > 1 {
             let by_port = by_port.iter().any(|d| *d);
@@ -208,7 +216,9 @@ impl Controller {
             names,
             services,
             carried,
-            stats: Stats::merge(parts),
+            name,
+            cpu_pct,
+            built,
         })
     }
 
@@ -375,7 +385,9 @@ impl Controller {
             nodes: r.names,
             services: services_form.then_some(r.services),
             flows_carried: r.carried as u64,
-            stats: r.stats,
+            name: r.name,
+            cpu_pct: r.cpu_pct,
+            built: r.built,
         })
     }
 

@@ -8,7 +8,7 @@ use crate::fastpath::FastPathWorker;
 use crate::graph::{Graph, GraphPlan};
 use crate::latency::LatencyWindow;
 use crate::stash::Stash;
-use crate::stats::{drops_map, PortStats, Stats, WorkerStats};
+use crate::stats::{drops_map, NodeStats, PortStats, Stats, WorkerStats};
 use nfx_io::cpu::{cpu_pct, thread_cpu_time};
 use nfx_io::{Notifier, PollMode, Port, Waiter, ADAPTIVE_SPIN};
 use nfx_packet::{Direction, PacketBuf, PacketVector};
@@ -52,9 +52,21 @@ pub enum Command {
 }
 
 /// What a reconfiguration hands back: the old nodes, how many flows were carried from
-/// old to new nodes of the same id, and the worker's stats right after the swap (so
-/// that a deploy needs no second round trip for its state).
-pub type Swapped = (Vec<Box<dyn Node>>, usize, Stats);
+/// old to new nodes of the same id, and what the worker reports right after the swap
+/// (so that a deploy needs no second round trip for its state).
+pub type Swapped = (Vec<Box<dyn Node>>, usize, SwapReport);
+
+/// A worker's report right after a swap: only what a deploy or a configuration change
+/// states about its instance. The whole stats document would be taken, written and
+/// read on every deploy, about half of one on a running worker.
+pub struct SwapReport {
+    /// The instance name.
+    pub name: String,
+    /// This worker thread's CPU, as in its stats.
+    pub cpu_pct: f64,
+    /// The counters of the instances the plan built, in instance order.
+    pub built: Vec<NodeStats>,
+}
 
 /// What a drain did: frames processed, and whether the sockets were found empty (false
 /// when [`DRAIN_LIMIT`] passed first, i.e. traffic still arrives: not steered away).
@@ -480,9 +492,21 @@ impl Worker {
                 }
                 Ok(Command::Reconfigure(plan, reply)) => {
                     self.flush_fast_path();
+                    let built: Vec<String> = plan
+                        .instances
+                        .iter()
+                        .filter(|(_, node)| node.is_some())
+                        .map(|(id, _)| id.clone())
+                        .collect();
                     let swapped = self.graph.replace(plan);
-                    self.sample_socket_drops();
-                    let _ = reply.send(swapped.map(|(old, carried)| (old, carried, self.stats())));
+                    let _ = reply.send(swapped.map(|(old, carried)| {
+                        let report = SwapReport {
+                            name: self.name.clone(),
+                            cpu_pct: self.cpu_pct(),
+                            built: self.graph.instance_stats(&built),
+                        };
+                        (old, carried, report)
+                    }));
                 }
                 Ok(Command::WithNode(name, job)) => {
                     self.flush_fast_path();
@@ -492,6 +516,14 @@ impl Worker {
                 Err(TryRecvError::Empty) => return false,
             }
         }
+    }
+
+    /// The thread's CPU over the last window, or since start before the first window.
+    fn cpu_pct(&self) -> f64 {
+        self.window_pct.unwrap_or_else(|| {
+            let uptime = Duration::from_nanos(monotonic_ns().saturating_sub(self.started_ns));
+            cpu_pct(thread_cpu_time().saturating_sub(self.cpu_at_start), uptime)
+        })
     }
 
     /// A fresh stats document (called on the worker thread).
@@ -523,7 +555,7 @@ impl Worker {
             .collect();
         let worker = WorkerStats {
             id: self.id,
-            cpu_pct: self.window_pct.unwrap_or_else(|| cpu_pct(cpu, uptime)),
+            cpu_pct: self.cpu_pct(),
             cpu_s: cpu.as_secs_f64(),
             rx_packets: ports.iter().map(|p| p.rx_packets).sum(),
             rx_bytes: ports.iter().map(|p| p.rx_bytes).sum(),

@@ -1,7 +1,7 @@
 //! The answers of a worker's control socket, one type per request, and the error form
 //! `{"error": "..."}` any request may get instead.
 
-use crate::stats::Stats;
+use crate::stats::NodeStats;
 use serde::{Deserialize, Serialize};
 
 /// The answer to a refused request.
@@ -114,8 +114,15 @@ pub struct Reconfigured {
     pub services: Option<Vec<String>>,
     /// Flows carried from old nodes to new nodes of the same id.
     pub flows_carried: u64,
-    /// The stats right after the swap.
-    pub stats: Stats,
+    /// The worker's instance name ([`crate::Stats::name`]).
+    pub name: String,
+    /// CPU of the worker threads over the last ~1 s, summed, in % of a core.
+    pub cpu_pct: f64,
+    /// The counters, right after the swap, of the instances this reconfiguration built
+    /// (new ids or changed specs), in instance order: what a deploy or a configuration
+    /// change reports about its instance. Kept instances are not listed; the `stats`
+    /// request has every node.
+    pub built: Vec<NodeStats>,
 }
 
 /// The answer line of `result`: the answer, or the error form.

@@ -336,23 +336,7 @@ impl Stats {
                     None => all.ports.push(p),
                 }
             }
-            for n in s.nodes {
-                match all.nodes.iter_mut().find(|m| m.name == n.name) {
-                    Some(m) => {
-                        let total = m.packets + n.packets;
-                        if total > 0 {
-                            m.cycles_per_packet = (m.cycles_per_packet * m.packets as f64
-                                + n.cycles_per_packet * n.packets as f64)
-                                / total as f64;
-                        }
-                        m.packets = total;
-                        m.bytes += n.bytes;
-                        add_map(&mut m.drops, &n.drops);
-                        add_json(&mut m.stats, &n.stats);
-                    }
-                    None => all.nodes.push(n),
-                }
-            }
+            merge_nodes(&mut all.nodes, s.nodes);
             for v in s.services {
                 match all.services.iter_mut().find(|w| w.id == v.id) {
                     Some(w) => {
@@ -371,6 +355,28 @@ impl Stats {
             }
         }
         all
+    }
+}
+
+/// Adds the node counters of another worker of the same instance to `all`, matched by
+/// name (see [`Stats::merge`]); nodes `all` does not have are appended.
+pub fn merge_nodes(all: &mut Vec<NodeStats>, more: Vec<NodeStats>) {
+    for n in more {
+        match all.iter_mut().find(|m| m.name == n.name) {
+            Some(m) => {
+                let total = m.packets + n.packets;
+                if total > 0 {
+                    m.cycles_per_packet = (m.cycles_per_packet * m.packets as f64
+                        + n.cycles_per_packet * n.packets as f64)
+                        / total as f64;
+                }
+                m.packets = total;
+                m.bytes += n.bytes;
+                add_map(&mut m.drops, &n.drops);
+                add_json(&mut m.stats, &n.stats);
+            }
+            None => all.push(n),
+        }
     }
 }
 

@@ -528,14 +528,15 @@ impl LocalVnfm {
     }
 
     /// Pushes the worker's chain (starting the worker if needed; `all` is every worker,
-    /// for its fanout peers); records the node names the dataplane gave and returns the
-    /// worker's stats document as of right after the change.
+    /// for its fanout peers); records the node names the dataplane gave and returns
+    /// what the worker reported right after the change: on a running worker the
+    /// instances the change built, on a new one every node.
     fn push_chain(
         &self,
         device: &str,
         w: &mut Worker,
         all: &BTreeMap<String, Worker>,
-    ) -> Result<Stats, VnfmError> {
+    ) -> Result<WorkerReport, VnfmError> {
         let body = self.worker_body(w);
         let ids = || w.instances.iter().map(|i| i.id.clone()).collect();
         if w.pid.is_none() {
@@ -548,11 +549,30 @@ impl LocalVnfm {
             } else {
                 vnf_node_names(&r, w.instances.len())
             };
-            return Ok(r);
+            return Ok(WorkerReport::from(r));
         }
         let r: nfx_proto::Reconfigured = self.ask_kept(device, &Request::Reconfigure(body))?;
         w.nodes = if self.classify { ids() } else { r.nodes };
-        Ok(r.stats)
+        Ok(WorkerReport {
+            name: r.name,
+            cpu_pct: r.cpu_pct,
+            nodes: r.built,
+        })
+    }
+
+    /// `report` when it has node `node`; otherwise (a configuration that changed
+    /// nothing rebuilds no node) the worker's whole stats document.
+    fn with_node(
+        &self,
+        device: &str,
+        report: WorkerReport,
+        node: Option<&String>,
+    ) -> Result<WorkerReport, VnfmError> {
+        if node.is_none_or(|n| report.nodes.iter().any(|x| &x.name == n)) {
+            return Ok(report);
+        }
+        let r: Stats = self.ask_kept(device, &Request::Stats {})?;
+        Ok(WorkerReport::from(r))
     }
 
     /// Copies the flow state of node `onode` of worker `od` into node `nnode` of worker
@@ -746,12 +766,31 @@ pub fn stop_recorded_workers(run_dir: &Path) {
     }
 }
 
-/// An instance's state from its worker's stats document (`node`: its node's name there).
+/// What an instance's state is taken from: its worker's name and CPU and the counters
+/// of some of its nodes (a `reconfigure` answer's built nodes, or every node of a stats
+/// document).
+struct WorkerReport {
+    name: String,
+    cpu_pct: f64,
+    nodes: Vec<nfx_proto::NodeStats>,
+}
+
+impl From<Stats> for WorkerReport {
+    fn from(s: Stats) -> Self {
+        WorkerReport {
+            cpu_pct: s.workers.iter().map(|w| w.cpu_pct).sum(),
+            name: s.name,
+            nodes: s.nodes,
+        }
+    }
+}
+
+/// An instance's state from its worker's report (`node`: its node's name there).
 fn instance_state(
     spec: &InstanceSpec,
     node: Option<&String>,
     version: u64,
-    stats: &Stats,
+    stats: &WorkerReport,
 ) -> InstanceState {
     let name = node.map(String::as_str).unwrap_or_default();
     let n = stats
@@ -770,7 +809,7 @@ fn instance_state(
         config_version: version,
         flows,
         packets: n.map_or(0, |n| n.packets),
-        cpu_pct: stats.workers.first().map_or(0.0, |w| w.cpu_pct),
+        cpu_pct: stats.cpu_pct,
         detail: serde_json::json!({ "node": n, "worker": stats.name }),
     }
 }
@@ -883,7 +922,8 @@ impl Vnfm for LocalVnfm {
         let mut w = g[&d].clone();
         w.instances[p].config = config.clone();
         w.config_versions[p] = w.config_versions[p].saturating_add(1);
-        let stats = self.push_chain(&d, &mut w, &g)?;
+        let report = self.push_chain(&d, &mut w, &g)?;
+        let stats = self.with_node(&d, report, w.nodes.get(p))?;
         let state = instance_state(
             &w.instances[p],
             w.nodes.get(p),
@@ -949,7 +989,7 @@ impl Vnfm for LocalVnfm {
         let version = w.config_versions[p];
         drop(g);
         let stats = ask(&self.socket(&d), Client::stats)?;
-        Ok(instance_state(&spec, node.as_ref(), version, &stats))
+        Ok(instance_state(&spec, node.as_ref(), version, &stats.into()))
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
