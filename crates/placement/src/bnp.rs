@@ -275,6 +275,32 @@ impl<'a> BranchPrice<'a> {
         }
     }
 
+    /// The columns generated so far as device contents by item type (duplicates
+    /// merged), for the restricted-master heuristic of `restricted.rs`.
+    pub fn patterns(&self) -> Vec<Pattern> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for c in &self.pool {
+            let mut items: Vec<(u32, u32)> = Vec::new();
+            for &i in &c.items {
+                let t = self.item_type[i as usize];
+                match items.iter_mut().find(|e| e.0 == t) {
+                    Some(e) => e.1 += 1,
+                    None => items.push((t, 1)),
+                }
+            }
+            items.sort_unstable();
+            let pat = Pattern {
+                model: c.model as usize,
+                items,
+            };
+            if seen.insert(pat.clone()) {
+                out.push(pat);
+            }
+        }
+        out
+    }
+
     /// Whether every node has been closed: the best placement found (or the incumbent
     /// passed to [`BranchPrice::run`]) is optimal, or none exists.
     pub fn finished(&self) -> bool {

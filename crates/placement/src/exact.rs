@@ -18,7 +18,9 @@ use crate::pricing::{KItem, Pricer};
 use crate::problem::{Pattern, Problem};
 use crate::rc_enum::RcSearch;
 use crate::repack;
+use crate::restricted;
 use crate::waste;
+use std::collections::HashSet;
 use std::time::Instant;
 
 /// Largest discrepancy budget tried (passes run 0, 1, ..., this).
@@ -40,6 +42,9 @@ const BC_DIVE_ITEMS: usize = 80;
 /// the main loop.
 const REPACK_FIRST_PARTS: u32 = 10;
 const REPACK_PARTS: u32 = 8;
+/// Hybrid instances: share (`1/RESTRICTED_PARTS` of the remaining time) of each round
+/// of the main loop given to the restricted-master heuristic (`restricted.rs`).
+const RESTRICTED_PARTS: u32 = 8;
 /// On hybrid instances the root's column generation, once it has taken
 /// `1/HYBRID_TAIL_PARTS` of the remaining time, stops as soon as LP value − bound ≤
 /// `HYBRID_TAIL_GAP` × LP value (see [`ColGen::set_tail_gap`]); quick roots and the
@@ -218,6 +223,9 @@ pub fn solve(
                 // The cheap heuristics above find most ⌈LP⌉ packings at once; the
                 // enumeration search comes next.
                 rc.step(&mut s, one, &demand, &avail);
+            }
+            if one.is_none() && s.lb < s.ub {
+                s.try_restricted(&bnp, seed);
             }
             if s.lb >= s.ub {
                 break;
@@ -600,6 +608,26 @@ impl Search<'_> {
             let mark = std::mem::take(&mut self.fixed);
             self.offer_partial(&pats, 0);
             self.fixed = mark;
+        }
+    }
+
+    /// Searches the columns generated so far (root and dives, branch and price) for a
+    /// cheaper placement with the restricted-master heuristic, for
+    /// `1/RESTRICTED_PARTS` of the remaining time; improves what it finds locally.
+    fn try_restricted(&mut self, bnp: &BranchPrice, seed: u64) {
+        let mut cols: Vec<Pattern> = self.cg.patterns().to_vec();
+        let mut seen: HashSet<Pattern> = cols.iter().cloned().collect();
+        for pat in bnp.patterns().into_iter().chain(self.best.iter().cloned()) {
+            if seen.insert(pat.clone()) {
+                cols.push(pat);
+            }
+        }
+        let until = self.slice(RESTRICTED_PARTS);
+        if let Some(pats) = restricted::search(self.p, &cols, self.ub, until) {
+            let mark = std::mem::take(&mut self.fixed);
+            self.offer_partial(&pats, 0);
+            self.fixed = mark;
+            self.try_repack(seed, REPACK_PARTS);
         }
     }
 

@@ -26,6 +26,7 @@ pub mod pricing_exact;
 pub mod problem;
 pub mod rc_enum;
 pub mod repack;
+pub mod restricted;
 pub mod simplex;
 pub mod solve;
 #[cfg(test)]
