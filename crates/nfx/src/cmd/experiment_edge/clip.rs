@@ -7,7 +7,7 @@
 //! header to wait for, while MPEG-TS has no standard mapping for MJPEG and AVI/Matroska
 //! put an index at the end.
 
-use super::super::experiment_energy::video::{encode_testsrc, TestClip};
+use super::super::experiment_energy::video::{encode_testsrc, TestClip, LAVFI_HEAD};
 use anyhow::bail;
 use std::path::Path;
 use std::time::Duration;
@@ -67,19 +67,11 @@ fn size(quick: bool) -> (u32, u32) {
 fn mjpeg_args(out: &str, (w, h): (u32, u32), secs: u32) -> Vec<String> {
     let q = MJPEG_QSCALE.to_string();
     let src = format!("testsrc2=size={w}x{h}:rate=30");
-    [
-        "ffmpeg",
-        "-hide_banner",
-        "-loglevel",
-        "error",
-        "-nostdin",
-        "-y",
-        "-f",
-        "lavfi",
-        "-i",
-        &src,
+    let t = secs.to_string();
+    let tail = [
+        src.as_str(),
         "-t",
-        &secs.to_string(),
+        &t,
         "-c:v",
         "mjpeg",
         "-q:v",
@@ -89,9 +81,12 @@ fn mjpeg_args(out: &str, (w, h): (u32, u32), secs: u32) -> Vec<String> {
         "-f",
         "mjpeg",
         out,
-    ]
-    .map(String::from)
-    .to_vec()
+    ];
+    LAVFI_HEAD
+        .iter()
+        .chain(&tail)
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// Makes the clip of `codec` in `dir`: 4K at 30 fps (H.264 at ~15 Mbit/s, MJPEG at
