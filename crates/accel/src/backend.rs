@@ -386,7 +386,11 @@ impl<B: Backend> Engine for SyncEngine<B> {
                 self.keystream.get(i),
             );
             count(&mut self.stats, status, op.layout.data_len);
-            self.done.push_back(Completion { op, status });
+            self.done.push_back(Completion {
+                op,
+                status,
+                device_ns: None,
+            });
         }
         Ok(n)
     }

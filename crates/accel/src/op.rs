@@ -141,6 +141,12 @@ pub struct Completion {
     pub op: Op,
     /// What happened.
     pub status: Status,
+    /// The lookaside device's own processing time for this operation, ns (its share of
+    /// the pass's bitsliced keystream plus its own XOR), as the device measured it and
+    /// returned it with the completion: the engine time without the hand-off. `None`
+    /// from engines that run in the caller's thread, and for operations the device
+    /// never ran.
+    pub device_ns: Option<u32>,
 }
 
 /// The three regions of a buffer an operation touches, split without copying.

@@ -166,6 +166,7 @@ impl Crypto {
             self.ready.extend(ops.into_iter().map(|op| Completion {
                 op,
                 status: Status::DeviceGone,
+                device_ns: None,
             }));
         }
         n

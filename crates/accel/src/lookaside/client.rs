@@ -394,6 +394,7 @@ impl LookasideEngine {
                     self.ready.push_back(Completion {
                         op: p.op,
                         status: Status::BadArgument,
+                        device_ns: None,
                     });
                     continue;
                 }
@@ -419,6 +420,7 @@ impl LookasideEngine {
                 None => self.ready.push_back(Completion {
                     op,
                     status: Status::NoSession,
+                    device_ns: None,
                 }),
             }
         }
@@ -450,12 +452,17 @@ impl LookasideEngine {
     /// Turns a finished ring entry into a completion (copying a bounce buffer back).
     fn finish(&mut self, p: Pending, seq: u64) -> Completion {
         let status = Status::from_u32(self.view.read_status(seq));
+        let device_ns = Some(self.view.read_device_ns(seq));
         let mut op = p.op;
         if let Some(b) = p.bounce {
             op.buf.as_mut_slice().copy_from_slice(b.as_slice());
         }
         crate::backend::count(&mut self.stats, status, op.layout.data_len);
-        Completion { op, status }
+        Completion {
+            op,
+            status,
+            device_ns,
+        }
     }
 
     fn ring_room(&self) -> usize {
@@ -536,6 +543,7 @@ impl LookasideEngine {
                     out.push(Completion {
                         op: p.op,
                         status: Status::BadArgument,
+                        device_ns: None,
                     });
                 }
                 Some(_) => break,

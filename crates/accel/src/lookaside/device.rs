@@ -762,7 +762,11 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
         scratch.entries.push(e);
     }
     let mut sessions = qp.sessions();
+    // The device's own processing time per entry (returned with its status): its share
+    // of the pass's keystream (bitsliced across the pass's entries) plus its own XOR.
+    let pass = Instant::now();
     sessions.prepare(&scratch.jobs, &mut scratch.keystream);
+    let shared_ns = pass.elapsed().as_nanos() / n as u128;
     let mut done = start;
     let mut work = EngineStats::default();
     for (i, e) in scratch.entries.iter().enumerate() {
@@ -772,6 +776,7 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
             acknowledge_revocation(qp, c);
             break;
         }
+        let own_ns;
         let status = if entry_ok(e, done, &qp.geo) {
             let slot = qp.slot_ptr(e.slot);
             // SAFETY: slot and len were checked against the geometry; the undo area is
@@ -786,12 +791,17 @@ fn process(qp: &Qp, budget: usize, scratch: &mut Scratch, c: &Counters) -> usize
             let buf = unsafe { std::slice::from_raw_parts_mut(slot, e.len as usize) };
             let job = &scratch.jobs[i];
             let ks = scratch.keystream.get(i);
-            sessions.run(job.session, &job.iv, &job.layout, buf, ks)
+            let t = Instant::now();
+            let status = sessions.run(job.session, &job.iv, &job.layout, buf, ks);
+            own_ns = shared_ns + t.elapsed().as_nanos();
+            status
         } else {
             bump(&c.bad_entries);
+            own_ns = 0;
             Status::BadArgument
         };
         crate::backend::count(&mut work, status, scratch.jobs[i].layout.data_len);
+        v.write_device_ns(done, own_ns.min(u128::from(u32::MAX)) as u32);
         v.write_status(done, status as u32);
         done += 1;
         qp.done.store(done, Ordering::Relaxed);

@@ -8,6 +8,8 @@
 //!        576 device sleeping (device)  640 revoke ack (device)
 //! 4096   submission entries: ring_size × 64 B; the device writes each entry's status
 //!        and advances sq_done, so completions are in submission order by construction
+//! ...    device times: ring_size × u32, the device's own processing time of each entry
+//!        (ns), written with its status
 //! ...    undo area (one slot): the device copies a buffer here before working on it in
 //!        place, so a client can restore it if the device dies mid-operation
 //! ...    data slots: slot_count × slot_size (the zero-copy buffer pool)
@@ -24,7 +26,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Identifies a region laid out by this code.
-pub(crate) const MAGIC: u64 = 0x6e66_782d_6163_6332; // "nfx-acc2"
+pub(crate) const MAGIC: u64 = 0x6e66_782d_6163_6333; // "nfx-acc3"
 const HEADER: usize = 4096;
 /// Bytes per submission entry.
 pub(crate) const ENTRY: usize = 64;
@@ -67,9 +69,14 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// Offset of the device-time array (one u32 per ring entry).
+    fn times_off(&self) -> usize {
+        HEADER + self.ring_size as usize * ENTRY
+    }
+
     /// Offset of the undo area.
     pub(crate) fn undo_off(&self) -> usize {
-        page_up(HEADER + self.ring_size as usize * ENTRY)
+        page_up(self.times_off() + self.ring_size as usize * 4)
     }
 
     /// Offset of slot 0.
@@ -190,6 +197,24 @@ impl QpView {
     pub(crate) fn write_entry(&self, seq: u64, e: &SqEntry) {
         // SAFETY: in-bounds, aligned; published by a later release store of sq_tail.
         unsafe { std::ptr::write_volatile(self.entry_ptr(seq), *e) }
+    }
+
+    fn time_ptr(&self, seq: u64) -> *mut u32 {
+        let i = (seq % self.geo.ring_size as u64) as usize;
+        // SAFETY: i < ring_size, the time array lies after the entries, 4-byte aligned.
+        unsafe { self.base.add(self.geo.times_off() + i * 4).cast() }
+    }
+
+    /// Reads the device's processing time of entry `seq`, ns (valid once it completed).
+    pub(crate) fn read_device_ns(&self, seq: u64) -> u32 {
+        // SAFETY: in-bounds, aligned; published by the device's release store of sq_done.
+        unsafe { std::ptr::read_volatile(self.time_ptr(seq)) }
+    }
+
+    /// Writes the processing time of entry `seq` (device side, before its status).
+    pub(crate) fn write_device_ns(&self, seq: u64, ns: u32) {
+        // SAFETY: as in `read_device_ns`.
+        unsafe { std::ptr::write_volatile(self.time_ptr(seq), ns) }
     }
 
     /// Reads the status the device wrote into entry `seq`.

@@ -3,8 +3,9 @@
 //! its sockets; the cipher keeps up to `MAX_IN_FLIGHT` chunks on the engine (on the
 //! lookaside device, bursts of ring entries whose keystream the device computes in
 //! shared bitsliced passes) and gives chunks back in the order they were handed in, each
-//! with its batch's execution time, as their operations complete. On the portable engine
-//! the same code runs the chunks in the worker's thread at submission. A chunk whose
+//! with its batch's execution time and its own engine time, as their operations
+//! complete. On the portable engine the same code runs the chunks in the worker's thread
+//! at submission. A chunk whose
 //! operation fails is given back failed (the worker drops and counts it); the rest go on.
 
 use anyhow::Context;
@@ -44,8 +45,13 @@ pub struct Ready {
     /// The chunk, ciphered when `ok`.
     pub chunk: Chunk,
     /// Its batch's time from hand-over until its last operation completed, divided by
-    /// the batch's chunks (the amortised execution time per chunk).
+    /// the batch's chunks (the amortised execution time per chunk; on the lookaside
+    /// device the offload round trip as the worker sees it).
     pub exec_ns: u32,
+    /// The engine's own time for this chunk: the device's processing time returned with
+    /// the completion, or on an engine running in the worker's thread (the portable
+    /// one) its submission call's time per operation; 0 when not ciphered.
+    pub engine_ns: u32,
     /// False when its operation failed (refused by the engine, an error status, or no
     /// room in the cipher): the chunk must be dropped.
     pub ok: bool,
@@ -63,6 +69,7 @@ struct Held {
     chunk: Chunk,
     state: State,
     batch: u64,
+    engine_ns: u32,
 }
 
 /// A batch handed over at `t0`; `left` of its `n` chunks are not finished yet.
@@ -100,7 +107,7 @@ struct Line {
 impl Line {
     /// Marks the chunk of `ticket`, on the engine, done (its ciphered bytes in `out`) or
     /// failed (`out` is `None` or short); returns whether such a chunk was on the engine.
-    fn settle(&mut self, ticket: u64, out: Option<&[u8]>) -> bool {
+    fn settle(&mut self, ticket: u64, out: Option<&[u8]>, engine_ns: u32) -> bool {
         let Some(h) = ticket
             .checked_sub(self.first)
             .and_then(|i| self.held.get_mut(usize::try_from(i).ok()?))
@@ -110,6 +117,7 @@ impl Line {
         if h.state != State::OnEngine {
             return false;
         }
+        h.engine_ns = engine_ns;
         let data = &mut h.chunk.frame.data;
         h.state = match out.and_then(|o| o.get(..data.len())) {
             Some(o) => {
@@ -140,6 +148,7 @@ impl Line {
             out.push(Ready {
                 chunk: h.chunk,
                 exec_ns,
+                engine_ns: h.engine_ns,
                 ok: h.state == State::Done,
             });
         }
@@ -161,6 +170,9 @@ pub struct ChunkCipher {
     /// Operations built but not yet accepted by the engine (submitted first next time).
     spill: Vec<Op>,
     done: Vec<Completion>,
+    /// The last submission call's time per operation it took, ns: the engine time of an
+    /// engine that ciphers in the caller's thread (its completions carry no device time).
+    submit_ns_per_op: u32,
     last_progress: Instant,
 }
 
@@ -191,6 +203,7 @@ impl ChunkCipher {
             on_engine: 0,
             spill: Vec::new(),
             done: Vec::new(),
+            submit_ns_per_op: 0,
             last_progress: Instant::now(),
         })
     }
@@ -210,6 +223,7 @@ impl ChunkCipher {
             out.push(Ready {
                 chunk,
                 exec_ns: 0,
+                engine_ns: 0,
                 ok: false,
             });
         }
@@ -232,6 +246,7 @@ impl ChunkCipher {
             chunk,
             state,
             batch,
+            engine_ns: 0,
         }));
     }
 
@@ -282,7 +297,7 @@ impl ChunkCipher {
             match build_op(e.as_mut(), sids, &h.chunk, ticket) {
                 Ok(op) => self.spill.push(op),
                 Err(_) => {
-                    line.settle(ticket, None);
+                    line.settle(ticket, None, 0);
                     self.on_engine -= 1;
                 }
             }
@@ -290,11 +305,18 @@ impl ChunkCipher {
         if moved > 0 && self.on_engine == self.spill.len() {
             self.last_progress = Instant::now();
         }
+        let t = Instant::now();
         match e.submit(&mut self.spill) {
-            Ok(n) => moved + n,
+            Ok(n) => {
+                if n > 0 {
+                    let ns = t.elapsed().as_nanos() / n as u128;
+                    self.submit_ns_per_op = ns.min(u128::from(u32::MAX)) as u32;
+                }
+                moved + n
+            }
             Err(_) => {
                 for op in std::mem::take(&mut self.spill) {
-                    if line.settle(op.user, None) {
+                    if line.settle(op.user, None, 0) {
                         self.on_engine -= 1;
                     }
                     moved += 1;
@@ -313,7 +335,11 @@ impl ChunkCipher {
         let n = e.poll(&mut self.done, usize::MAX);
         for c in self.done.drain(..) {
             let ok = c.status == nfx_accel::Status::Ok;
-            if self.line.settle(c.op.user, ok.then(|| c.op.buf.as_slice())) {
+            let engine_ns = c.device_ns.unwrap_or(self.submit_ns_per_op);
+            if self
+                .line
+                .settle(c.op.user, ok.then(|| c.op.buf.as_slice()), engine_ns)
+            {
                 self.on_engine -= 1;
             }
         }
@@ -365,6 +391,7 @@ mod tests {
                 seq,
                 t_src: seq,
                 exec_ns: 0,
+                engine_ns: 0,
                 data: data.to_vec(),
             },
         }
@@ -606,6 +633,6 @@ mod tests {
         }
         let got: Vec<Chunk> = out.iter().map(|r| r.chunk.clone()).collect();
         assert_eq!(got, want[..MAX_HELD]);
-        assert!(out.iter().all(|r| r.ok && r.exec_ns > 0));
+        assert!(out.iter().all(|r| r.ok && r.exec_ns > 0 && r.engine_ns > 0));
     }
 }

@@ -17,8 +17,9 @@ pub const RECORD: usize = 1316;
 pub const MAX_CHUNK: usize = 512;
 /// Header of a `src` record: offset u64, send time u64 (ns), payload length u16.
 pub const REC_HDR: usize = 18;
-/// Header of a chunk frame: seq u64, source time u64, edge exec ns u32, length u16.
-pub const FRAME_HDR: usize = 22;
+/// Header of a chunk frame: seq u64, source time u64, edge exec ns u32, edge engine ns
+/// u32, length u16.
+pub const FRAME_HDR: usize = 26;
 /// End of the stream a record may reach (256 TiB; no clip comes near it): the chunk
 /// arithmetic on offsets stays far from overflow.
 pub const MAX_STREAM: u64 = 1 << 48;
@@ -41,8 +42,13 @@ pub struct Frame {
     pub seq: u64,
     /// When `src` sent the record that completed the chunk (ns since the run's start).
     pub t_src: u64,
-    /// The edge VNF's execution time for this chunk, ns.
+    /// The edge VNF's execution time for this chunk, ns: its batch's time from the
+    /// worker's hand-over to the cipher until the last operation completed, per chunk
+    /// (HW-VNF: the offload round trip as the worker sees it).
     pub exec_ns: u32,
+    /// The engine's own time for this chunk, ns (SW-VNF: the portable cipher in the
+    /// worker; HW-VNF: the device's processing time returned with the completion).
+    pub engine_ns: u32,
     /// The chunk (cipher text between the VNFs, clear text to `dst`).
     pub data: Vec<u8>,
 }
@@ -54,6 +60,7 @@ impl Frame {
         v.extend_from_slice(&self.seq.to_be_bytes());
         v.extend_from_slice(&self.t_src.to_be_bytes());
         v.extend_from_slice(&self.exec_ns.to_be_bytes());
+        v.extend_from_slice(&self.engine_ns.to_be_bytes());
         v.extend_from_slice(&(self.data.len() as u16).to_be_bytes());
         v.extend_from_slice(&self.data);
         v
@@ -63,7 +70,7 @@ impl Frame {
     /// when the bytes are not a well-formed frame (a counted drop, never a panic).
     pub fn decode(b: &[u8]) -> Option<Frame> {
         let (h, data) = (b.get(..FRAME_HDR)?, b.get(FRAME_HDR..)?);
-        let len = usize::from(u16::from_be_bytes([h[20], h[21]]));
+        let len = usize::from(u16::from_be_bytes([h[24], h[25]]));
         if len != data.len() || len > MAX_CHUNK {
             return None;
         }
@@ -71,6 +78,7 @@ impl Frame {
             seq: u64::from_be_bytes(h[0..8].try_into().ok()?),
             t_src: u64::from_be_bytes(h[8..16].try_into().ok()?),
             exec_ns: u32::from_be_bytes(h[16..20].try_into().ok()?),
+            engine_ns: u32::from_be_bytes(h[20..24].try_into().ok()?),
             data: data.to_vec(),
         })
     }
@@ -337,8 +345,8 @@ pub fn parse_record(b: &[u8]) -> Option<(u64, u64, &[u8])> {
 /// What `dst` saw of one stream.
 #[derive(Debug, Clone, Default)]
 pub struct Received {
-    /// Per chunk received intact: (edge exec ns, end-to-end ns).
-    pub ok: Vec<(u32, u64)>,
+    /// Per chunk received intact: (edge exec ns, edge engine ns, end-to-end ns).
+    pub ok: Vec<(u32, u32, u64)>,
     /// Chunks that arrived different from the clip, twice, or out of range.
     pub corrupt: u64,
     /// Chunks that never arrived.
@@ -372,7 +380,7 @@ pub fn sink(mut up: Link, clip: &[u8], chunk: usize, t0: Instant) -> anyhow::Res
         let want = clip.get(k.saturating_mul(chunk)..clip.len().min((k + 1).saturating_mul(chunk)));
         match want {
             Some(w) if k < n && got[k].is_none() && w == f.data.as_slice() => {
-                r.ok.push((f.exec_ns, now.saturating_sub(f.t_src)));
+                r.ok.push((f.exec_ns, f.engine_ns, now.saturating_sub(f.t_src)));
                 got[k] = Some(f.data);
             }
             _ => r.corrupt += 1,
@@ -405,6 +413,7 @@ mod tests {
             seq: 7,
             t_src: 99,
             exec_ns: 5,
+            engine_ns: 5,
             data: vec![1, 2, 3],
         };
         let b = f.encode();
@@ -418,6 +427,7 @@ mod tests {
             seq: 1,
             t_src: 1,
             exec_ns: 1,
+            engine_ns: 1,
             data: vec![0; 600],
         }
         .encode();
@@ -505,6 +515,7 @@ mod tests {
                 seq,
                 t_src: 0,
                 exec_ns: 1,
+                engine_ns: 1,
                 data: d.to_vec(),
             }
             .encode()

@@ -1,24 +1,26 @@
 //! `nfx experiment edge-video`: the edge-encryption paper's single-stream measurement
-//! (its Table 2) on the namespace testbed. A video clip made once with ffmpeg's test
-//! source (H.264 in MPEG-TS) is paced out of `src` at its bitrate; the encryption VNF on
+//! (its Table 2) on the namespace testbed. A video clip per codec made once with
+//! ffmpeg's test source (H.264 in MPEG-TS, MJPEG raw) is paced out of `src` at its
+//! bitrate; the encryption VNF on
 //! `edge` reorganises it into 128/256/512-byte chunks and encrypts each with
 //! PRESENT-80-CTR; the VNF on `cloud` decrypts; `dst` checks every chunk byte for byte
 //! against the clip and decodes the reassembled stream with ffmpeg. Cases: No-VNF (the
 //! same chain, chunks forwarded unencrypted), SW-VNF (the portable `soft` engine in the
 //! VNF) and HW-VNF (the lookaside device, a reserved core running the bitsliced PRESENT
 //! engine: modelled hardware, not an FPGA); TCP and UDP; per chunk the VNF's execution
-//! time and the end-to-end latency; means of `--runs` runs with 95 % confidence
+//! time (hand-over to completion), the engine's own time and the end-to-end latency; means of `--runs` runs with 95 % confidence
 //! intervals. Writes `summary.json`, `details.json`, `chart.png` and `report.md`.
 
 mod cipher;
+mod clip;
 mod flow;
 pub(crate) mod report;
 mod streams;
 mod vnf;
 
-use super::experiment_energy::video::{encode_testsrc, TestClip};
 use anyhow::Context;
 use cipher::ChunkCipher;
+use clip::{Clip, Codec};
 use flow::{Link, Proto};
 use nfx_accel::{Direction, Engine, EngineKind, LookasideEngine};
 use nfx_testbed::{Host, Spec, TestbedGuard};
@@ -41,6 +43,10 @@ pub struct Args {
     /// Seconds of video per run (default 2, 1 with --quick).
     #[arg(long)]
     seconds: Option<u32>,
+    /// Codecs of the single-stream cases, comma-separated (default h264,mjpeg; h264
+    /// with --quick); the multi-stream cases use the first.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    codec: Vec<Codec>,
     /// Core the lookaside device (the HW-VNF's modelled hardware) is pinned to.
     #[arg(long, default_value_t = 1)]
     device_core: u32,
@@ -100,6 +106,8 @@ pub const PROTOS: [Proto; 2] = [Proto::Tcp, Proto::Udp];
 /// What one run of one case measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Run {
+    /// `h264` or `mjpeg`.
+    pub codec: &'static str,
     /// `none`, `sw` or `hw`.
     pub vnf: &'static str,
     /// `tcp` or `udp`.
@@ -110,8 +118,12 @@ pub struct Run {
     pub streams: u32,
     /// Run number (1-based).
     pub run: u32,
-    /// Mean VNF execution time per chunk, ms.
+    /// Mean VNF execution time per chunk, ms: the worker's hand-over to the cipher until
+    /// the batch's last operation completed, per chunk (HW-VNF: the offload round trip).
     pub exec_ms: f64,
+    /// Mean engine time per chunk, ms: the portable cipher's time in the worker (SW-VNF)
+    /// or the device's own processing time returned with each completion (HW-VNF).
+    pub engine_ms: f64,
     /// Mean end-to-end latency per chunk, ms.
     pub e2e_ms: f64,
     /// Chunks that never arrived.
@@ -127,58 +139,6 @@ pub struct Run {
     pub decoded: bool,
     /// Energy of the VNF threads and the device over the run, J (multi-stream runs).
     pub energy_j: Option<f64>,
-}
-
-/// The clip: H.264 4K at 30 fps, ~15 Mbit/s (the paper's), or a small one with --quick.
-struct Clip {
-    bytes: Vec<u8>,
-    bits_per_s: f64,
-}
-
-fn make_clip(dir: &Path, quick: bool, secs: u32) -> anyhow::Result<Clip> {
-    let ((width, height), kbps) = if quick {
-        ((640, 360), 1_000)
-    } else {
-        ((3840, 2160), 15_000)
-    };
-    let out = dir.join("clip.ts");
-    let spec = TestClip {
-        width,
-        height,
-        fps: 30,
-        kbps,
-        secs,
-        audio: false,
-    };
-    encode_testsrc(&out, &spec)?;
-    let bytes = std::fs::read(&out)?;
-    Ok(Clip {
-        bits_per_s: bytes.len() as f64 * 8.0 / f64::from(secs),
-        bytes,
-    })
-}
-
-/// Whether ffmpeg decodes `stream` without printing an error.
-fn decodes(dir: &Path, stream: &[u8]) -> anyhow::Result<bool> {
-    let p = dir.join("received.ts");
-    std::fs::write(&p, stream)?;
-    let ps = p.to_string_lossy().to_string();
-    let out = nfx_testbed::process::run_output(
-        &[
-            "ffmpeg",
-            "-hide_banner",
-            "-v",
-            "error",
-            "-nostdin",
-            "-i",
-            &ps,
-            "-f",
-            "null",
-            "-",
-        ],
-        Duration::from_secs(120),
-    )?;
-    Ok(out.status.success() && out.stderr.is_empty())
 }
 
 /// The engine of a VNF for `vnf` (the device's socket for HW).
@@ -421,18 +381,21 @@ fn finish(env: &Env<'_>, case: CaseRun, p: Pending, decode: bool) -> anyhow::Res
     for (i, got) in dsts.into_iter().enumerate() {
         let got = got?;
         let decoded = match &got.stream {
-            Some(s) if decode && i == 0 => decodes(env.work, s)?,
+            Some(s) if decode && i == 0 => clip::decodes(env.work, env.clip.codec, s)?,
             _ => false,
         };
         let n = got.ok.len().max(1) as f64;
+        let mean = |f: fn(&(u32, u32, u64)) -> f64| got.ok.iter().map(f).sum::<f64>() / n / 1e6;
         runs.push(Run {
+            codec: env.clip.codec.name(),
             vnf: case.vnf.name(),
             proto: report::proto_name(case.proto),
             chunk: case.chunk,
             streams: 1,
             run: case.run,
-            exec_ms: got.ok.iter().map(|x| f64::from(x.0)).sum::<f64>() / n / 1e6,
-            e2e_ms: got.ok.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
+            exec_ms: mean(|x| f64::from(x.0)),
+            engine_ms: mean(|x| f64::from(x.1)),
+            e2e_ms: mean(|x| x.2 as f64),
             lost_chunks: got.lost,
             corrupt_chunks: got.corrupt + edge.malformed[i] + cloud.malformed[i],
             vnf_dropped: edge.dropped[i] + cloud.dropped[i],
@@ -464,6 +427,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "--streams {stream_counts:?}: each 2..=100"
     );
     let secs = a.seconds.unwrap_or(if a.quick { 1 } else { 2 });
+    let codecs = codecs(&a.codec, a.quick);
     anyhow::ensure!(
         (2..=50).contains(&runs),
         "--runs {runs}: 2..=50 (a CI needs two)"
@@ -474,8 +438,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .prefix("edge-video-")
         .tempdir()?;
     let started = Instant::now();
-    crate::note!("edge-video: encoding the clip ...");
-    let clip = make_clip(work.path(), a.quick, secs)?;
+    let mut clips = Vec::with_capacity(codecs.len());
+    for &codec in &codecs {
+        crate::note!("edge-video: encoding the {} clip ...", codec.name());
+        clips.push(clip::make(work.path(), codec, a.quick, secs)?);
+    }
     let tb = TestbedGuard::up(Spec {
         prefix: a.prefix.clone(),
         subnet_base: a.subnet_base,
@@ -499,43 +466,46 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ],
     )?;
     let device_pid = device.0.first().map_or(0, |c| c.id());
-    let total =
-        runs as usize * Vnf::ALL.len() * (PROTOS.len() * CHUNKS.len() + stream_counts.len());
+    let total = runs as usize
+        * Vnf::ALL.len()
+        * (clips.len() * PROTOS.len() * CHUNKS.len() + stream_counts.len());
     let progress = super::output::Progress::bar("edge-video", total as u64);
-    let env = Env {
-        tb: &tb,
-        clip: &clip,
-        sock: &sock,
-        work: work.path(),
-    };
+    let envs: Vec<Env<'_>> = clips
+        .iter()
+        .map(|clip| Env {
+            tb: &tb,
+            clip,
+            sock: &sock,
+            work: work.path(),
+        })
+        .collect();
     let mut all = Vec::new();
     for run in 1..=runs {
-        for proto in PROTOS {
-            for chunk in CHUNKS {
-                for vnf in Vnf::ALL {
-                    progress.message(format!(
-                        "{} {} {chunk} B run {run}",
-                        vnf.name(),
-                        report::proto_name(proto)
-                    ));
-                    let c = CaseRun {
-                        vnf,
-                        proto,
-                        chunk,
-                        run,
-                    };
-                    all.push(one_run(&env, c).with_context(|| {
-                        format!(
-                            "{} {} {chunk} B, run {run}",
+        for env in &envs {
+            for proto in PROTOS {
+                for chunk in CHUNKS {
+                    for vnf in Vnf::ALL {
+                        let what = format!(
+                            "{} {} {} {chunk} B run {run}",
+                            env.clip.codec.name(),
                             vnf.name(),
                             report::proto_name(proto)
-                        )
-                    })?);
-                    progress.inc();
+                        );
+                        progress.message(what.clone());
+                        let c = CaseRun {
+                            vnf,
+                            proto,
+                            chunk,
+                            run,
+                        };
+                        all.push(one_run(env, c).context(what)?);
+                        progress.inc();
+                    }
                 }
             }
         }
     }
+    let env = &envs[0];
     let mut energy_source = None;
     if !stream_counts.is_empty() {
         let (_, model) = super::experiment_energy::power_host(&super::data::resolve(
@@ -552,7 +522,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         chunk: MULTI_CHUNK,
                         run,
                     };
-                    let (r, source) = streams::multi_run(&env, c, n, &model, device_pid)
+                    let (r, source) = streams::multi_run(env, c, n, &model, device_pid)
                         .with_context(|| format!("{} udp × {n} streams, run {run}", vnf.name()))?;
                     energy_source = Some(source.as_str());
                     all.push(r);
@@ -562,13 +532,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     drop(progress);
+    drop(envs);
     drop(device);
     drop(tb);
     let inputs = report::Inputs {
         energy_source,
         runs: &all,
-        clip_bytes: clip.bytes.len(),
-        clip_mbps: clip.bits_per_s / 1e6,
+        clips: clips
+            .iter()
+            .map(|c| report::ClipInfo {
+                codec: c.codec.name(),
+                bytes: c.bytes.len(),
+                mbps: c.bits_per_s / 1e6,
+            })
+            .collect(),
         quick: a.quick,
         secs,
         device_core: a.device_core,
@@ -595,4 +572,51 @@ pub fn run(a: Args) -> anyhow::Result<()> {
          stream(s) did not decode"
     );
     Ok(())
+}
+
+/// The codecs of a run: those asked for (duplicates dropped, order kept), else H.264 and
+/// MJPEG (H.264 alone with `--quick`, which CI runs within its time budget).
+fn codecs(asked: &[Codec], quick: bool) -> Vec<Codec> {
+    let mut v: Vec<Codec> = Vec::new();
+    for &c in asked {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+    }
+    match (v.is_empty(), quick) {
+        (false, _) => v,
+        (true, true) => vec![Codec::H264],
+        (true, false) => vec![Codec::H264, Codec::Mjpeg],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    #[test]
+    fn codecs_default_to_both_and_to_h264_when_quick() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["x", "--out", "/tmp/o"];
+            v.extend(extra);
+            let a = Cli::try_parse_from(v).unwrap().a;
+            codecs(&a.codec, a.quick)
+        };
+        assert_eq!(parse(&[]), [Codec::H264, Codec::Mjpeg]);
+        assert_eq!(parse(&["--quick"]), [Codec::H264]);
+        assert_eq!(parse(&["--quick", "--codec", "mjpeg"]), [Codec::Mjpeg]);
+        assert_eq!(
+            parse(&["--codec", "mjpeg,h264,mjpeg"]),
+            [Codec::Mjpeg, Codec::H264]
+        );
+        let bad = Cli::try_parse_from(["x", "--out", "/o", "--codec", "vp9"]);
+        assert!(bad.is_err());
+    }
 }

@@ -87,6 +87,7 @@ fn combine(runs: &[Run], n: u32, joules: f64) -> Run {
     Run {
         streams: n,
         exec_ms: runs.iter().map(|r| r.exec_ms).sum::<f64>() / k,
+        engine_ms: runs.iter().map(|r| r.engine_ms).sum::<f64>() / k,
         e2e_ms: runs.iter().map(|r| r.e2e_ms).sum::<f64>() / k,
         lost_chunks: runs.iter().map(|r| r.lost_chunks).sum(),
         corrupt_chunks: runs.iter().map(|r| r.corrupt_chunks).sum(),
@@ -105,12 +106,14 @@ mod tests {
     #[test]
     fn streams_combine_into_one_run() {
         let r = |e2e: f64, lost: u64| Run {
+            codec: "h264",
             vnf: "hw",
             proto: "udp",
             chunk: 512,
             streams: 1,
             run: 3,
             exec_ms: 1.0,
+            engine_ms: 0.5,
             e2e_ms: e2e,
             lost_chunks: lost,
             corrupt_chunks: 0,

@@ -139,7 +139,7 @@ impl Inbox {
 }
 
 /// Sends the chunks the cipher gave back down their streams' hops (the edge stamps each
-/// with its execution time); failed ones are dropped and counted.
+/// with its execution and engine times); failed ones are dropped and counted.
 fn send_ready(
     hops: &mut [Hop],
     ready: &mut Vec<Ready>,
@@ -156,6 +156,7 @@ fn send_ready(
         let mut f = r.chunk.frame;
         if stamp {
             f.exec_ns = r.exec_ns;
+            f.engine_ns = r.engine_ns;
         }
         hops[s].down.send(&f.encode())?;
     }
@@ -167,6 +168,7 @@ fn end_frame() -> Vec<u8> {
         seq: END,
         t_src: 0,
         exec_ns: 0,
+        engine_ns: 0,
         data: Vec::new(),
     }
     .encode()
@@ -266,6 +268,7 @@ pub fn edge(
                     seq,
                     t_src,
                     exec_ns: 0,
+                    engine_ns: 0,
                     data: std::mem::take(d),
                 },
             });
@@ -367,8 +370,9 @@ mod tests {
             assert_eq!(r.ok.len(), clip.len().div_ceil(256));
             assert_eq!(r.stream.as_deref(), Some(clip.as_slice()));
             assert!(
-                r.ok.iter().all(|(exec, _)| *exec > 0),
-                "execution times stamped"
+                r.ok.iter()
+                    .all(|(exec, engine, _)| *exec > 0 && *engine > 0),
+                "execution and engine times stamped"
             );
         }
     }

@@ -69,24 +69,27 @@ pub struct TestClip {
     pub audio: bool,
 }
 
+/// The start of an ffmpeg command encoding a lavfi test source (the source follows).
+pub const LAVFI_HEAD: [&str; 9] = [
+    "ffmpeg",
+    "-hide_banner",
+    "-loglevel",
+    "error",
+    "-nostdin",
+    "-y",
+    "-f",
+    "lavfi",
+    "-i",
+];
+
 /// Encodes `c` into `out` (one home for the experiments' test video).
 pub fn encode_testsrc(out: &Path, c: &TestClip) -> anyhow::Result<()> {
     let size = format!("testsrc2=size={}x{}:rate={}", c.width, c.height, c.fps);
     let (rate, buf) = (format!("{}k", c.kbps), format!("{}k", c.kbps * 2));
     let (t, g) = (c.secs.to_string(), c.fps.to_string());
     let o = out.to_string_lossy().to_string();
-    let mut args = vec![
-        "ffmpeg",
-        "-hide_banner",
-        "-loglevel",
-        "error",
-        "-nostdin",
-        "-y",
-        "-f",
-        "lavfi",
-        "-i",
-        &size,
-    ];
+    let mut args = LAVFI_HEAD.to_vec();
+    args.push(&size);
     if c.audio {
         args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
     }

@@ -410,12 +410,15 @@ mod tests {
 
     fn case(vnf: &str, proto: &str, chunk: usize, streams: u32, e2e: f64) -> EdgeCase {
         EdgeCase {
+            codec: "h264".into(),
             vnf: vnf.into(),
             proto: proto.into(),
             chunk,
             streams,
             exec_ms_mean: 1.0,
             exec_ms_ci95: 0.1,
+            engine_ms_mean: 0.5,
+            engine_ms_ci95: 0.05,
             e2e_ms_mean: e2e,
             e2e_ms_ci95: 0.1,
             lost_chunks: 0,
@@ -450,6 +453,7 @@ mod tests {
                 case("hw", "udp", 512, 1, 8.4),
             ],
             hw_vs_sw_exec: Some(12.0),
+            hw_vs_sw_engine: Some(12.0),
         };
         let mut hw100 = case("hw", "tcp", 512, 100, 11.0);
         hw100.energy_j = Some(40.0);
