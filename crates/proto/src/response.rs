@@ -115,13 +115,18 @@ pub struct Reconfigured {
     /// Flows carried from old nodes to new nodes of the same id.
     pub flows_carried: u64,
     /// The worker's instance name ([`crate::Stats::name`]).
+    #[serde(default)]
     pub name: String,
     /// CPU of the worker threads over the last ~1 s, summed, in % of a core.
+    #[serde(default)]
     pub cpu_pct: f64,
     /// The counters, right after the swap, of the instances this reconfiguration built
     /// (new ids or changed specs), in instance order: what a deploy or a configuration
     /// change reports about its instance. Kept instances are not listed; the `stats`
-    /// request has every node.
+    /// request has every node. The three fields default to empty so that an agent reads
+    /// the answer of a worker started by an older binary (which sent the whole stats
+    /// document instead) and falls back to one `stats` request.
+    #[serde(default)]
     pub built: Vec<NodeStats>,
 }
 

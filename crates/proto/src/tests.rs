@@ -340,3 +340,14 @@ fn docs_examples_are_the_types() {
         assert!(ok, "{line}");
     }
 }
+
+/// A worker started by an older binary answers `reconfigure` with its whole stats
+/// document and none of the report's fields: the answer still parses, with nothing
+/// built, so the agent asks for `stats` instead of failing the deploy.
+#[test]
+fn an_older_workers_reconfigure_answer_parses_with_nothing_built() {
+    let old = br#"{"ok":true,"nodes":["fw1"],"flows_carried":0,"stats":{"name":"w","nodes":[]}}"#;
+    let r = client::parse_answer::<Reconfigured>(old, "reconfigure").unwrap();
+    assert_eq!(r.nodes, ["fw1"]);
+    assert!(r.built.is_empty() && r.name.is_empty());
+}
