@@ -240,13 +240,7 @@ impl<'a> ColGen<'a> {
             .iter()
             .map(|&k| f64::from(ctx.avail[k]))
             .collect();
-        let big_m = (ctx
-            .models
-            .iter()
-            .map(|&k| p.models[k].cost as f64 * f64::from(ctx.avail[k]))
-            .sum::<f64>()
-            + 1.0)
-            .min(1e9);
+        let big_m = big_m(p, ctx.models, ctx.avail);
         let mut lp = Master::new(&rhs_ge, &rhs_le, big_m);
         // Dual-optimal inequalities π_a ≥ π_b when type a dominates type b (b fits
         // wherever a does, needing no more): as primal columns "cover b with a's
@@ -431,6 +425,17 @@ fn dominates(p: &Problem, a: usize, b: usize) -> bool {
         && (0..p.models.len())
             .filter(|&k| p.compat(a, k))
             .all(|k| p.compat(b, k) && p.size(b, k) <= p.size(a, k))
+}
+
+/// The cost of the master's artificial columns: more than every available device of
+/// `models` together (capped), so an optimal LP uses none while a real cover exists.
+pub(crate) fn big_m(p: &Problem, models: &[usize], avail: &[u32]) -> f64 {
+    (models
+        .iter()
+        .map(|&k| p.models[k].cost as f64 * f64::from(avail[k]))
+        .sum::<f64>()
+        + 1.0)
+        .min(1e9)
 }
 
 #[cfg(test)]

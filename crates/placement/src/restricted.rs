@@ -181,12 +181,7 @@ impl Rmh<'_> {
         }
         let rhs_ge: Vec<f64> = types.iter().map(|&t| f64::from(node.demand[t])).collect();
         let rhs_le: Vec<f64> = models.iter().map(|&k| f64::from(node.avail[k])).collect();
-        let big_m = (models
-            .iter()
-            .map(|&k| p.models[k].cost as f64 * f64::from(node.avail[k]))
-            .sum::<f64>()
-            + 1.0)
-            .min(1e9);
+        let big_m = crate::colgen::big_m(p, &models, &node.avail);
         let mut lp = Master::new(&rhs_ge, &rhs_le, big_m);
         let mut used = Vec::new();
         let mut forbidden = vec![false; self.cols.len()];

@@ -41,7 +41,7 @@ impl Codec {
 
 /// The MJPEG quantiser scale: 31 is the coarsest of the encoder's standard range and
 /// still gives ~21 Mbit/s at 4K 30 fps for `testsrc2` (higher `-qmax` values change
-/// almost nothing); the issue's ~15 Mbit/s is out of MJPEG's reach at 4K.
+/// almost nothing): the ~15 Mbit/s of a camera stream is out of MJPEG's reach at 4K.
 pub const MJPEG_QSCALE: u32 = 31;
 
 /// A clip ready to stream.
