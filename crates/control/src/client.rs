@@ -1,16 +1,66 @@
 //! A blocking client of the controller's REST API, used by `nfx plan|deploy|status|
-//! migrate|destroy` and by the tests.
+//! migrate|destroy`, the demo, the benchmarks and the tests. Each route has a typed call
+//! that returns the controller's own type ([`Client::deploy`], [`Client::instances`],
+//! ...) or a [`Refused`] error with the status and the server's message; the raw
+//! [`Client::send`] is for tests that check the wire itself (wrong bodies, tokens,
+//! statuses).
 
+use crate::controller::{InstanceStatus, ServiceRow, ServiceStatus};
+use crate::energy::EnergySummary;
+use crate::mediator::{InstanceRow, Plan};
+use crate::ops::Operation;
+use crate::optimize::{OptimizePlan, OptimizeRun};
+use crate::projection::Projection;
+use crate::store::EventRecord;
+use nfx_model::Service;
+use serde::de::DeserializeOwned;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
-/// An HTTP answer: status code and JSON body (`{"error": ...}` on failures).
+/// An HTTP answer as it came: status code and JSON body (`{"error": ...}` on failures),
+/// for tests of the wire format; everything else uses the typed calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     /// HTTP status.
     pub status: u16,
     /// Parsed body (a string value when the body is not JSON).
     pub body: serde_json::Value,
+}
+
+/// A call the controller answered with another status than the route's success: the
+/// status and the controller's `error` message (the body itself when it has none).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("HTTP {status}: {message}")]
+pub struct Refused {
+    /// HTTP status.
+    pub status: u16,
+    /// What the controller said.
+    pub message: String,
+}
+
+/// The body of every error answer.
+#[derive(serde::Deserialize)]
+struct ErrorBody {
+    error: String,
+}
+
+/// Body of `POST /api/v1/projection`.
+#[derive(serde::Serialize)]
+struct ProjectionBody<'a> {
+    services: &'a [Service],
+}
+
+/// Body of `POST /api/v1/instances/{id}/migrate`.
+#[derive(serde::Serialize)]
+struct MigrateBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<&'a str>,
+}
+
+/// Body of `POST /api/v1/optimize`.
+#[derive(serde::Serialize)]
+struct OptimizeBody {
+    time_limit_s: f64,
 }
 
 /// Client of one controller.
@@ -39,8 +89,13 @@ impl Client {
         self
     }
 
-    /// Sends a request with an optional raw body.
-    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Answer> {
+    /// Sends a request with an optional raw JSON body: the status and the body's text.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> anyhow::Result<(u16, String)> {
         let mut r = self.agent.request(method, &format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             r = r.set("Authorization", &format!("Bearer {}", t.as_str()));
@@ -55,18 +110,23 @@ impl Client {
             Err(e) => anyhow::bail!("{} {}{path}: {e}", method, self.base),
         };
         let status = resp.status();
-        let text = resp.into_string()?;
+        Ok((status, resp.into_string()?))
+    }
+
+    /// Sends a request with an optional raw body; the answer as it came.
+    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Answer> {
+        let (status, text) = self.exchange(method, path, body)?;
         let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
         Ok(Answer { status, body })
     }
 
-    /// GET.
+    /// GET, the answer as it came.
     pub fn get(&self, path: &str) -> anyhow::Result<Answer> {
         self.send("GET", path, None)
     }
 
     /// POST a body serialized as JSON (a typed request such as a
-    /// [`nfx_model::Service`], or an ad-hoc object).
+    /// [`nfx_model::Service`], or an ad-hoc object), the answer as it came.
     pub fn post<T: serde::Serialize + ?Sized>(
         &self,
         path: &str,
@@ -75,25 +135,149 @@ impl Client {
         self.send("POST", path, Some(&serde_json::to_string(body)?))
     }
 
-    /// DELETE.
+    /// DELETE, the answer as it came.
     pub fn delete(&self, path: &str) -> anyhow::Result<Answer> {
         self.send("DELETE", path, None)
     }
 
+    /// Sends a request and reads its answer as `T` when the status is `want`; any other
+    /// status is [`Refused`] (inside the `anyhow` error, for callers that look at the
+    /// status), an answer that is not a `T` an error naming the route.
+    fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        want: u16,
+    ) -> anyhow::Result<T> {
+        let (status, text) = self.exchange(method, path, body)?;
+        if status != want {
+            let message = serde_json::from_str::<ErrorBody>(&text)
+                .map(|b| b.error)
+                .unwrap_or(text);
+            return Err(Refused { status, message }.into());
+        }
+        serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{method} {path}: the controller's answer does not match its format: {e}"
+            )
+        })
+    }
+
+    /// `GET path` read as `T`: for readers with views of their own of an answer (e.g.
+    /// the demo's live counters of an instance).
+    pub fn get_as<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.call("GET", path, None, 200)
+    }
+
+    /// `POST /api/v1/plan`: the dry run of deploying `svc`.
+    pub fn plan(&self, svc: &Service) -> anyhow::Result<Plan> {
+        self.call(
+            "POST",
+            "/api/v1/plan",
+            Some(&serde_json::to_string(svc)?),
+            200,
+        )
+    }
+
+    /// `POST /api/v1/projection`: the `nfx place` and `nfx chain` inputs of `services`.
+    pub fn projection(&self, services: &[Service]) -> anyhow::Result<Projection> {
+        let body = serde_json::to_string(&ProjectionBody { services })?;
+        self.call("POST", "/api/v1/projection", Some(&body), 200)
+    }
+
+    /// `POST /api/v1/services`: starts deploying `svc`; the operation as accepted.
+    pub fn deploy(&self, svc: &Service) -> anyhow::Result<Operation> {
+        self.call(
+            "POST",
+            "/api/v1/services",
+            Some(&serde_json::to_string(svc)?),
+            202,
+        )
+    }
+
+    /// `DELETE /api/v1/services/{id}`: starts destroying the service.
+    pub fn destroy(&self, service: &str) -> anyhow::Result<Operation> {
+        self.call("DELETE", &format!("/api/v1/services/{service}"), None, 202)
+    }
+
+    /// `POST /api/v1/instances/{id}/migrate`: starts moving the instance to `device` (none:
+    /// the best device on its host).
+    pub fn migrate(&self, instance: &str, device: Option<&str>) -> anyhow::Result<Operation> {
+        let body = serde_json::to_string(&MigrateBody { device })?;
+        let path = format!("/api/v1/instances/{instance}/migrate");
+        self.call("POST", &path, Some(&body), 202)
+    }
+
+    /// `GET /api/v1/services`.
+    pub fn services(&self) -> anyhow::Result<Vec<ServiceRow>> {
+        self.call("GET", "/api/v1/services", None, 200)
+    }
+
+    /// `GET /api/v1/services/{id}`: the service with its path.
+    pub fn service(&self, id: &str) -> anyhow::Result<ServiceStatus> {
+        self.call("GET", &format!("/api/v1/services/{id}"), None, 200)
+    }
+
+    /// `GET /api/v1/instances`.
+    pub fn instances(&self) -> anyhow::Result<Vec<InstanceRow>> {
+        self.call("GET", "/api/v1/instances", None, 200)
+    }
+
+    /// `GET /api/v1/instances/{id}`: the instance with its placement and live state.
+    pub fn instance(&self, id: &str) -> anyhow::Result<InstanceStatus> {
+        self.call("GET", &format!("/api/v1/instances/{id}"), None, 200)
+    }
+
+    /// `GET /api/v1/operations`.
+    pub fn operations(&self) -> anyhow::Result<Vec<Operation>> {
+        self.call("GET", "/api/v1/operations", None, 200)
+    }
+
+    /// `GET /api/v1/operations/{id}`.
+    pub fn operation(&self, id: &str) -> anyhow::Result<Operation> {
+        self.call("GET", &format!("/api/v1/operations/{id}"), None, 200)
+    }
+
+    /// `GET /api/v1/energy`: energy and power per host and per service.
+    pub fn energy(&self) -> anyhow::Result<EnergySummary> {
+        self.call("GET", "/api/v1/energy", None, 200)
+    }
+
+    /// `GET /api/v1/events?limit=N`: the newest `limit` events.
+    pub fn events(&self, limit: usize) -> anyhow::Result<Vec<EventRecord>> {
+        self.call("GET", &format!("/api/v1/events?limit={limit}"), None, 200)
+    }
+
+    /// `GET /api/v1/optimize`: the exact re-placement of every deployed service, not
+    /// carried out.
+    pub fn optimize_plan(&self, time_limit_s: f64) -> anyhow::Result<OptimizePlan> {
+        let path = format!("/api/v1/optimize?time_limit_s={time_limit_s}");
+        self.call("GET", &path, None, 200)
+    }
+
+    /// `POST /api/v1/optimize`: the exact re-placement, carried out by migrations (the
+    /// answer comes once they have run: give the client a long timeout).
+    pub fn optimize(&self, time_limit_s: f64) -> anyhow::Result<OptimizeRun> {
+        let body = serde_json::to_string(&OptimizeBody { time_limit_s })?;
+        self.call("POST", "/api/v1/optimize", Some(&body), 200)
+    }
+
     /// Polls an operation until it reaches a final state or `timeout` passes.
-    pub fn wait_operation(&self, id: &str, timeout: Duration) -> anyhow::Result<serde_json::Value> {
+    pub fn wait_operation(&self, id: &str, timeout: Duration) -> anyhow::Result<Operation> {
         let start = Instant::now();
         loop {
-            let a = self.get(&format!("/api/v1/operations/{id}"))?;
-            if a.status != 200 {
-                anyhow::bail!("operation {id}: HTTP {}: {}", a.status, a.body);
-            }
-            let state = a.body["state"].as_str().unwrap_or_default();
-            if matches!(state, "COMPLETED" | "ROLLED_BACK" | "FAILED") {
-                return Ok(a.body);
+            let op = self
+                .operation(id)
+                .map_err(|e| e.context(format!("operation {id}")))?;
+            if op.state.is_final() {
+                return Ok(op);
             }
             if start.elapsed() > timeout {
-                anyhow::bail!("operation {id} still {state} after {timeout:?}");
+                anyhow::bail!(
+                    "operation {id} still {} after {timeout:?}",
+                    op.state.as_str()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

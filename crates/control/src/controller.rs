@@ -24,6 +24,36 @@ pub struct ServiceRow {
     pub operation: String,
 }
 
+/// `GET /api/v1/services/{id}`: the service's record and its chained path (none while it
+/// is not placed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// The record, its fields inline.
+    #[serde(flatten)]
+    pub row: ServiceRow,
+    /// Its path and what it reserved on each hop.
+    pub path: Option<PathRow>,
+}
+
+/// `GET /api/v1/instances/{id}`: the instance's record, why it was placed there, which
+/// kind of VNFM serves it, and its live state — or why its VNFM could not give it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// The record, its fields inline.
+    #[serde(flatten)]
+    pub row: InstanceRow,
+    /// The placement decision (none for an instance recorded before placements were).
+    pub placement: Option<PlacementRecord>,
+    /// `remote` (an agent's real workers) or `simulated`.
+    pub vnfm: String,
+    /// Identity, configuration generation and counters from its VNFM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<InstanceState>,
+    /// Why the VNFM did not answer with the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_error: Option<String>,
+}
+
 /// Errors of controller calls, mapped onto HTTP statuses by the API.
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
@@ -681,15 +711,13 @@ impl Controller {
     }
 
     /// One service with its path.
-    pub fn service(&self, id: &str) -> Result<serde_json::Value, CtlError> {
+    pub fn service(&self, id: &str) -> Result<ServiceStatus, CtlError> {
         let row: ServiceRow = self
             .store
             .get(Table::Services, id)?
             .ok_or_else(|| CtlError::NotFound(format!("unknown service {id:?}")))?;
         let path: Option<PathRow> = self.store.get(Table::Paths, id)?;
-        let mut v = serde_json::to_value(row).unwrap_or_default();
-        v["path"] = serde_json::to_value(path).unwrap_or_default();
-        Ok(v)
+        Ok(ServiceStatus { row, path })
     }
 
     /// Each agent's latest energy figures, by host.
@@ -812,22 +840,24 @@ impl Controller {
     }
 
     /// Status branch: one instance's record, placement and live state from its VNFM.
-    pub fn instance(&self, id: &str) -> Result<serde_json::Value, CtlError> {
+    pub fn instance(&self, id: &str) -> Result<InstanceStatus, CtlError> {
         let row: InstanceRow = self
             .store
             .get(Table::Instances, id)?
             .ok_or_else(|| CtlError::NotFound(format!("unknown instance {id:?}")))?;
         let placement: Option<PlacementRecord> = self.store.get(Table::Placements, id)?;
         let vnfm = self.med().vnfms().get(&row.host).clone();
-        let live: Result<InstanceState, _> = vnfm.get_instance_state(id);
-        let mut v = serde_json::to_value(&row).unwrap_or_default();
-        v["placement"] = serde_json::to_value(placement).unwrap_or_default();
-        v["vnfm"] = vnfm.kind().into();
-        match live {
-            Ok(s) => v["state"] = serde_json::to_value(s).unwrap_or_default(),
-            Err(e) => v["state_error"] = e.to_string().into(),
-        }
-        Ok(v)
+        let (state, state_error) = match vnfm.get_instance_state(id) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(InstanceStatus {
+            row,
+            placement,
+            vnfm: vnfm.kind().to_string(),
+            state,
+            state_error,
+        })
     }
 
     /// Records an event (failures are logged: an event is not worth failing for).

@@ -96,6 +96,19 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// The name as the API writes it (`deploy`, `migrate`, ...), for listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Deploy => "deploy",
+            OpKind::Destroy => "destroy",
+            OpKind::Migrate => "migrate",
+            OpKind::Replace => "replace",
+            OpKind::Power => "power",
+            OpKind::Grant => "grant",
+            OpKind::Revoke => "revoke",
+        }
+    }
+
     /// The event a decision of this kind is journaled under (`power.decision` for the
     /// power manager's, `ssm.decision` for the SSM's); `None` for the kinds that are
     /// operations with steps rather than one-shot decisions.
@@ -298,6 +311,21 @@ mod tests {
         ok.go(OpState::Processing).unwrap();
         ok.go(OpState::Completed).unwrap();
         assert!(ok.state.is_final() && !OpState::Processing.is_final());
+    }
+
+    #[test]
+    fn kind_names_are_the_api_names() {
+        for k in [
+            OpKind::Deploy,
+            OpKind::Destroy,
+            OpKind::Migrate,
+            OpKind::Replace,
+            OpKind::Power,
+            OpKind::Grant,
+            OpKind::Revoke,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str(), "{k:?}");
+        }
     }
 
     #[test]

@@ -91,9 +91,11 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         )
         .unwrap();
     assert_eq!(op.status, 202, "{op:?}");
-    let done = c
-        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
-        .unwrap();
+    let done = serde_json::to_value(
+        c.wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
     let steps = done["steps"].as_array().unwrap();
     assert!(
@@ -148,9 +150,11 @@ fn rest_deploy_migrate_destroy_under_traffic() {
         .collect();
     let op = c.delete("/api/v1/services/masq").unwrap();
     assert_eq!(op.status, 202, "{op:?}");
-    let done = c
-        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
-        .unwrap();
+    let done = serde_json::to_value(
+        c.wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
     assert!(c
         .get("/api/v1/instances")

@@ -105,7 +105,8 @@ fn deploy(c: &Client, svc: &Service) {
     let op = c.post("/api/v1/services", svc).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
     let id = op.body["id"].as_str().unwrap();
-    let done = c.wait_operation(id, Duration::from_secs(30)).unwrap();
+    let done =
+        serde_json::to_value(c.wait_operation(id, Duration::from_secs(30)).unwrap()).unwrap();
     assert_eq!(done["state"], "COMPLETED", "{}: {done}", svc.id);
 }
 
@@ -130,9 +131,11 @@ fn instance(c: &Client, id: &str) -> Value {
 fn destroy(c: &Client, id: &str) {
     let op = c.delete(&format!("/api/v1/services/{id}")).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
-    let done = c
-        .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
-        .unwrap();
+    let done = serde_json::to_value(
+        c.wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(done["state"], "COMPLETED", "destroy {id}: {done}");
     assert!(rows_of(c, id).is_empty(), "instances of {id} left");
 }

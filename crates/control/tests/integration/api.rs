@@ -247,7 +247,8 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
     let op = c.post("/api/v1/services", &svc).unwrap();
     assert_eq!(op.status, 202, "{op:?}");
     let id = op.body["id"].as_str().unwrap().to_string();
-    let done = c.wait_operation(&id, Duration::from_secs(20)).unwrap();
+    let done =
+        serde_json::to_value(c.wait_operation(&id, Duration::from_secs(20)).unwrap()).unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
     assert!(done["steps"]
         .as_array()
@@ -301,9 +302,11 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
         labels,
         ["deploy", "configure", "migrate", "steer", "destruct"]
     );
-    let done = c
-        .wait_operation(mv.body["id"].as_str().unwrap(), Duration::from_secs(20))
-        .unwrap();
+    let done = serde_json::to_value(
+        c.wait_operation(mv.body["id"].as_str().unwrap(), Duration::from_secs(20))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(done["state"], "COMPLETED", "{done}");
     let s = c.get("/api/v1/services/web").unwrap();
     let new_fw = s.body["path"]["hops"][0]["instance"]
@@ -344,9 +347,11 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
 
     let d = c.delete("/api/v1/services/web").unwrap();
     assert_eq!(d.status, 202);
-    let done = c
-        .wait_operation(d.body["id"].as_str().unwrap(), Duration::from_secs(20))
-        .unwrap();
+    let done = serde_json::to_value(
+        c.wait_operation(d.body["id"].as_str().unwrap(), Duration::from_secs(20))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(done["state"], "COMPLETED");
     assert_eq!(done["steps"][0]["step"], "unsteer");
     assert_eq!(c.get("/api/v1/services/web").unwrap().status, 404);

@@ -105,7 +105,8 @@ fn sigkill_mid_deploy_then_restart_ends_consistent() {
 
     let (_g2, base2) = spawn(&dir);
     let c = authed(&base2);
-    let done = c.wait_operation(&op_id, Duration::from_secs(30)).unwrap();
+    let done =
+        serde_json::to_value(c.wait_operation(&op_id, Duration::from_secs(30)).unwrap()).unwrap();
     assert_eq!(done["recovered"], true, "{done}");
     let state = done["state"].as_str().unwrap().to_string();
     assert!(state == "COMPLETED" || state == "ROLLED_BACK", "{done}");

@@ -20,14 +20,16 @@ use anyhow::{bail, Context};
 use nfx_control::client::read_token_file;
 use nfx_control::hostagent::steering::HostPath;
 use nfx_control::netns_exec::NetnsExecutor;
+use nfx_control::ops::{OpKind, Operation};
 use nfx_control::tls;
 use nfx_control::vnfm::remote::{AgentLink, RemoteVnfm};
 use nfx_control::vnfm::{InstanceSpec, Vnfm};
+use nfx_model::Service;
 use nfx_testbed::hosts::HostsSpec;
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use nfx_testbed::{netns, sockperf};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -150,16 +152,16 @@ fn up(o: &RealOptions) -> anyhow::Result<Bed> {
 }
 
 /// A service of the bench between `src` and `dst`: a firewall allowing `proto`/`port`.
-fn service(bed: &Bed, id: &str, proto: &str, port: u16) -> anyhow::Result<Value> {
+fn service(bed: &Bed, id: &str, proto: &str, port: u16) -> anyhow::Result<Service> {
     let (src, dst) = (bed.endpoint("src")?, bed.endpoint("dst")?);
-    Ok(json!({
+    Ok(serde_json::from_value(json!({
         "id": id, "tenant": "bench", "ingress": src.host, "egress": dst.host,
         "selector": {"src": format!("{}/32", src.address), "dst": format!("{}/32", dst.address),
                      "proto": proto, "dport": port},
         "chain": [{"function": "firewall", "capacity_need": 0.25,
                    "config": {"default": "deny", "rules": [{"action": "allow", "proto": proto, "dport": port}]}}],
         "sla": {"max_latency_us": 1000, "min_throughput_gbps": 1},
-    }))
+    }))?)
 }
 
 /// Loads `script` with `nft -f -` inside `ns`.
@@ -246,14 +248,12 @@ fn deploy_to_first_packet(bed: &Bed) -> anyhow::Result<(f64, f64)> {
         bail!("datagrams crossed the testbed before any deploy");
     }
     let t0 = Instant::now();
-    let a = bed.post(
-        "/api/v1/services",
-        &service(bed, "bench-udp", "udp", UDP_PORT)?,
-    )?;
-    let b = bed.post(
-        "/api/v1/services",
-        &service(bed, "bench-tcp", "tcp", TCP_PORT)?,
-    )?;
+    let a = bed
+        .api
+        .deploy(&service(bed, "bench-udp", "udp", UDP_PORT)?)?;
+    let b = bed
+        .api
+        .deploy(&service(bed, "bench-tcp", "tcp", TCP_PORT)?)?;
     let mut first = None;
     while first.is_none() && t0.elapsed() < Duration::from_secs(5) {
         if sink.packets() > 0 {
@@ -297,12 +297,9 @@ struct DeployTimes {
 fn deploy_times(bed: &Bed) -> anyhow::Result<DeployTimes> {
     let used: Vec<String> = bed
         .api
-        .get("/api/v1/instances")?
-        .body
-        .as_array()
+        .instances()?
         .into_iter()
-        .flatten()
-        .filter_map(|i| i["spec"]["device"].as_str().map(String::from))
+        .map(|i| i.spec.device)
         .collect();
     let dev = ["h2-sw0", "h2-sw1", "h3-sw0", "h3-sw1"]
         .into_iter()
@@ -349,16 +346,17 @@ fn deploy_times(bed: &Bed) -> anyhow::Result<DeployTimes> {
 /// Migrates bench-udp's instance under a paced stream; (sent, received).
 fn migration(bed: &Bed) -> anyhow::Result<(u64, u64)> {
     let dst = bed.endpoint("dst")?;
-    let inst = bed.api.get("/api/v1/services/bench-udp")?.body;
-    let id = inst["path"]["hops"][0]["instance"]
-        .as_str()
+    let id = bed
+        .api
+        .service("bench-udp")?
+        .path
+        .and_then(|p| p.hops.into_iter().next())
         .context("bench-udp has no hop")?
-        .to_string();
+        .instance;
     let sink = Sink::start(&dst.netns, UDP_PORT, b"")?;
     let gen = stream(bed, 4.0)?;
     std::thread::sleep(Duration::from_secs(1));
-    let op = bed.post(&format!("/api/v1/instances/{id}/migrate"), &json!({}))?;
-    bed.wait_op(&op)?;
+    bed.wait_op(&bed.api.migrate(&id, None)?)?;
     let sent = gen
         .join()
         .map_err(|_| anyhow::anyhow!("generator panicked"))??
@@ -378,14 +376,12 @@ fn agent_failure(bed: &Bed, out: &Path, host: &str) -> anyhow::Result<(f64, f64)
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let t = Instant::now();
     let down_ms = loop {
-        let ev = bed.api.get("/api/v1/events?limit=200")?.body;
+        let ev = bed.api.events(200)?;
         if let Some(e) = ev
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["kind"] == "agent.down" && e["detail"]["host"] == host)
+            .iter()
+            .find(|e| e.kind == "agent.down" && e.detail["host"] == host)
         {
-            break e["ts_ms"].as_i64().unwrap_or(0);
+            break e.ts_ms;
         }
         if t.elapsed() > Duration::from_secs(15) {
             bail!("the controller did not notice the agent of {host} die");
@@ -394,23 +390,16 @@ fn agent_failure(bed: &Bed, out: &Path, host: &str) -> anyhow::Result<(f64, f64)
     };
     // Every re-placement started after the detection, to its end.
     let done_ms = loop {
-        let ops = bed.api.get("/api/v1/operations")?.body;
-        let replaces: Vec<&Value> = ops
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o["kind"] == "replace" && o["created_ms"].as_i64().unwrap_or(0) >= down_ms)
+        let ops = bed.api.operations()?;
+        let replaces: Vec<&Operation> = ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Replace && o.created_ms >= down_ms)
             .collect();
-        let finished = replaces.iter().all(|o| {
-            matches!(
-                o["state"].as_str(),
-                Some("COMPLETED" | "ROLLED_BACK" | "FAILED")
-            )
-        });
+        let finished = replaces.iter().all(|o| o.state.is_final());
         if !replaces.is_empty() && finished {
             break replaces
                 .iter()
-                .filter_map(|o| o["updated_ms"].as_i64())
+                .map(|o| o.updated_ms)
                 .max()
                 .unwrap_or(down_ms);
         }

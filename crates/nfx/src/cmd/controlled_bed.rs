@@ -6,8 +6,8 @@
 use super::testbed_hosts;
 use anyhow::{bail, Context};
 use nfx_control::client::{read_token_file, Client};
+use nfx_control::ops::{OpState, Operation};
 use nfx_testbed::hosts::{EndpointInfo, HostsSpec, Layout};
-use serde_json::Value;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -166,37 +166,17 @@ impl ControlledBed {
         format!("{}{host}", self.prefix)
     }
 
-    /// Waits for operation `id`; fails unless it completed.
-    pub fn wait_op(&self, id: &str) -> anyhow::Result<Value> {
-        let op = self.api.wait_operation(id, OPERATION_TIMEOUT)?;
-        if op["state"] != "COMPLETED" {
-            bail!("operation {id} ended {}: {}", op["state"], op["error"]);
+    /// Waits for operation `op` to end; fails unless it completed.
+    pub fn wait_op(&self, op: &Operation) -> anyhow::Result<Operation> {
+        let done = self.api.wait_operation(&op.id, OPERATION_TIMEOUT)?;
+        if done.state != OpState::Completed {
+            bail!(
+                "operation {} ended {}: {}",
+                op.id,
+                done.state.as_str(),
+                done.error.as_deref().unwrap_or("no error recorded")
+            );
         }
-        Ok(op)
-    }
-
-    /// POSTs `body` to `path`, expecting 202 and an operation; returns its id.
-    pub fn post<T: serde::Serialize + ?Sized>(
-        &self,
-        path: &str,
-        body: &T,
-    ) -> anyhow::Result<String> {
-        let a = self.api.post(path, body)?;
-        if a.status != 202 {
-            bail!("POST {path}: HTTP {}: {}", a.status, a.body);
-        }
-        a.body["id"]
-            .as_str()
-            .map(String::from)
-            .context("operation id")
-    }
-
-    /// DELETEs `path`, expecting 202 and an operation, and waits for it.
-    pub fn delete(&self, path: &str) -> anyhow::Result<Value> {
-        let a = self.api.delete(path)?;
-        if a.status != 202 {
-            bail!("DELETE {path}: HTTP {}: {}", a.status, a.body);
-        }
-        self.wait_op(a.body["id"].as_str().context("operation id")?)
+        Ok(done)
     }
 }

@@ -2,11 +2,15 @@
 //! embedded host agent) and the commands that drive it over its REST API.
 
 use anyhow::{bail, Context};
-use nfx_control::client::{ensure_token, load_services, load_token, token_file_or_new, Client};
+use nfx_control::client::{
+    ensure_token, load_services, load_token, token_file_or_new, Client, Refused,
+};
+use nfx_control::controller::ServiceRow;
 use nfx_control::energy::EnergySummary;
 use nfx_control::hostagent::AgentConfig as HostAgentConfig;
-use nfx_control::optimize::{OptimizePlan, OptimizeRun};
-use nfx_control::projection::Projection;
+use nfx_control::mediator::InstanceRow;
+use nfx_control::ops::{OpState, Operation};
+use nfx_control::optimize::OptimizePlan;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
 use nfx_control::vnfm::sim::{SimConfig, SimVnfm};
@@ -349,59 +353,44 @@ fn client(c: &Conn) -> anyhow::Result<Client> {
 }
 
 /// Prints an answer; a closed stdout (e.g. `| head`) is not an error.
-fn show(c: &Conn, v: &serde_json::Value) -> anyhow::Result<()> {
+fn show<T: serde::Serialize>(c: &Conn, v: &T) -> anyhow::Result<()> {
     let text = match &c.json {
         Some(f @ JsonOut::File(_)) => return f.write(v),
-        Some(JsonOut::Stdout) => v.to_string(),
+        Some(JsonOut::Stdout) => serde_json::to_string(v)?,
         None => serde_json::to_string_pretty(v)?,
     };
     print_text(&format!("{text}\n"))
 }
 
-/// Fails with the server's message unless the status is `want`.
-fn expect(
-    a: nfx_control::client::Answer,
-    want: &[u16],
-    what: &str,
-) -> anyhow::Result<serde_json::Value> {
-    if want.contains(&a.status) {
-        return Ok(a.body);
-    }
-    let msg = a.body["error"]
-        .as_str()
-        .map(String::from)
-        .unwrap_or_else(|| a.body.to_string());
-    let hint = match a.status {
-        401 => " (give --token-file FILE or set NFX_TOKEN)",
-        403 => " (this needs the admin token, not the read-only one)",
+/// `what` failed: the controller's message, with a hint for a missing or read-only
+/// token.
+fn refused(e: anyhow::Error, what: &str) -> anyhow::Error {
+    let hint = match e.downcast_ref::<Refused>().map(|r| r.status) {
+        Some(401) => " (give --token-file FILE or set NFX_TOKEN)",
+        Some(403) => " (this needs the admin token, not the read-only one)",
         _ => "",
     };
-    bail!("{what}: HTTP {}: {msg}{hint}", a.status)
+    anyhow::anyhow!("{what}: {e:#}{hint}")
 }
 
-/// Starts a long operation (HTTP 202) and, unless `no_wait`, follows it to its end.
+/// Follows a started operation to its end unless `no_wait`; fails unless it completed.
 fn operation(
     cl: &Client,
-    started: nfx_control::client::Answer,
+    started: anyhow::Result<Operation>,
     what: &str,
     no_wait: bool,
-) -> anyhow::Result<serde_json::Value> {
-    let op = expect(started, &[202], what)?;
+) -> anyhow::Result<Operation> {
+    let op = started.map_err(|e| refused(e, what))?;
     if no_wait {
-        Ok(op)
-    } else {
-        wait(cl, &op, what)
+        return Ok(op);
     }
-}
-
-fn wait(cl: &Client, op: &serde_json::Value, what: &str) -> anyhow::Result<serde_json::Value> {
-    let id = op["id"].as_str().context("answer has no operation id")?;
-    let done = cl.wait_operation(id, Duration::from_secs(600))?;
-    if done["state"] != "COMPLETED" {
+    let done = cl.wait_operation(&op.id, Duration::from_secs(600))?;
+    if done.state != OpState::Completed {
         bail!(
-            "{what}: operation {id} ended {}: {}",
-            done["state"],
-            done["error"].as_str().unwrap_or("no error recorded")
+            "{what}: operation {} ended {}: {}",
+            op.id,
+            done.state.as_str(),
+            done.error.as_deref().unwrap_or("no error recorded")
         );
     }
     Ok(done)
@@ -411,10 +400,9 @@ fn wait(cl: &Client, op: &serde_json::Value, what: &str) -> anyhow::Result<serde
 fn plan(a: PlanArgs) -> anyhow::Result<()> {
     if a.export_placement.is_some() || a.export_chaining.is_some() {
         let (cl, chosen) = chosen_services(&a.svc)?;
-        let body = serde_json::json!({ "services": chosen });
-        let v = expect(cl.post("/api/v1/projection", &body)?, &[200], "projection")?;
-        let p: Projection = serde_json::from_value(v)
-            .context("projection: the controller's answer does not match its format")?;
+        let p = cl
+            .projection(&chosen)
+            .map_err(|e| refused(e, "projection"))?;
         if let Some(f) = &a.export_placement {
             write_json(f, &p.placement)?;
             eprintln!("nfx plan: wrote the nfx place input to {}", f.display());
@@ -455,11 +443,11 @@ fn services(a: ServiceArgs, dry: bool) -> anyhow::Result<()> {
     for s in chosen {
         let what = format!("service {}", s.id);
         if dry {
-            let plan = expect(cl.post("/api/v1/plan", &s)?, &[200], &what)?;
+            let plan = cl.plan(&s).map_err(|e| refused(e, &what))?;
             show(&a.conn, &plan)?;
             continue;
         }
-        let op = operation(&cl, cl.post("/api/v1/services", &s)?, &what, a.no_wait)?;
+        let op = operation(&cl, cl.deploy(&s), &what, a.no_wait)?;
         show(&a.conn, &op)?;
     }
     Ok(())
@@ -475,22 +463,20 @@ fn optimize(a: &ServiceArgs, dry: bool) -> anyhow::Result<()> {
     }
     let cl = client(&a.conn)?;
     if dry {
-        let path = format!("/api/v1/optimize?time_limit_s={}", a.time_limit);
-        let v = expect(cl.get(&path)?, &[200], "optimize")?;
+        let p = cl
+            .optimize_plan(a.time_limit)
+            .map_err(|e| refused(e, "optimize"))?;
         if a.conn.json.is_some() {
-            return show(&a.conn, &v);
+            return show(&a.conn, &p);
         }
-        let p: OptimizePlan = serde_json::from_value(v)
-            .context("optimize: the controller's answer does not match its format")?;
         return print_text(&optimize_text(&p));
     }
     let cl = cl.with_timeout(Duration::from_secs(3600));
-    let body = serde_json::json!({ "time_limit_s": a.time_limit });
-    let v = expect(cl.post("/api/v1/optimize", &body)?, &[200], "optimize")?;
-    let run: OptimizeRun = serde_json::from_value(v.clone())
-        .context("optimize: the controller's answer does not match its format")?;
+    let run = cl
+        .optimize(a.time_limit)
+        .map_err(|e| refused(e, "optimize"))?;
     if a.conn.json.is_some() {
-        show(&a.conn, &v)?;
+        show(&a.conn, &run)?;
     } else {
         use std::fmt::Write as _;
         let mut out = optimize_text(&run.plan);
@@ -547,71 +533,79 @@ fn optimize_text(p: &OptimizePlan) -> String {
     out
 }
 
+/// `nfx status --json` without a selection: everything the controller records.
+#[derive(serde::Serialize)]
+struct StatusDoc {
+    services: Vec<ServiceRow>,
+    instances: Vec<InstanceRow>,
+    operations: Vec<Operation>,
+    energy: EnergySummary,
+}
+
 fn status(a: StatusArgs) -> anyhow::Result<()> {
     let cl = client(&a.conn)?;
-    let one = |path: String, what: &str| -> anyhow::Result<()> {
-        let v = expect(cl.get(&path)?, &[200], what)?;
-        show(&a.conn, &v)
-    };
+    let why = |e| refused(e, "status");
     if let Some(s) = &a.service {
-        return one(format!("/api/v1/services/{s}"), "status");
+        return show(&a.conn, &cl.service(s).map_err(why)?);
     }
     if let Some(i) = &a.instance {
-        return one(format!("/api/v1/instances/{i}"), "status");
+        return show(&a.conn, &cl.instance(i).map_err(why)?);
     }
     if let Some(o) = &a.operation {
-        return one(format!("/api/v1/operations/{o}"), "status");
+        return show(&a.conn, &cl.operation(o).map_err(why)?);
     }
-    let services = expect(cl.get("/api/v1/services")?, &[200], "services")?;
-    let instances = expect(cl.get("/api/v1/instances")?, &[200], "instances")?;
-    let ops = expect(cl.get("/api/v1/operations")?, &[200], "operations")?;
-    let energy: EnergySummary =
-        serde_json::from_value(expect(cl.get("/api/v1/energy")?, &[200], "energy")?)
-            .context("energy: the controller's answer does not match its format")?;
+    let doc = StatusDoc {
+        services: cl.services().map_err(|e| refused(e, "services"))?,
+        instances: cl.instances().map_err(|e| refused(e, "instances"))?,
+        operations: cl.operations().map_err(|e| refused(e, "operations"))?,
+        energy: cl.energy().map_err(|e| refused(e, "energy"))?,
+    };
     if a.conn.json.is_some() {
-        let all = serde_json::json!({"services": services, "instances": instances, "operations": ops, "energy": energy});
-        return show(&a.conn, &all);
+        return show(&a.conn, &doc);
     }
+    print_text(&status_text(&doc))
+}
+
+/// `nfx status` as text: services, instances, energy, operations.
+fn status_text(doc: &StatusDoc) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("services:\n");
-    for s in services.as_array().into_iter().flatten() {
+    for s in &doc.services {
         let _ = writeln!(
             out,
             "  {:<20} {:<11} op {}",
-            s["service"]["id"].as_str().unwrap_or("?"),
-            s["status"].as_str().unwrap_or("?"),
-            s["operation"].as_str().unwrap_or("?")
+            s.service.id, s.status, s.operation
         );
     }
     out.push_str("instances:\n");
-    for i in instances.as_array().into_iter().flatten() {
+    for i in &doc.instances {
         let _ = writeln!(
             out,
             "  {:<28} {:<9} {:<12} {:<10} {}",
-            i["spec"]["id"].as_str().unwrap_or("?"),
-            i["spec"]["function"].as_str().unwrap_or("?"),
-            i["spec"]["device"].as_str().unwrap_or("?"),
-            i["tier"].as_str().unwrap_or("?"),
-            i["status"].as_str().unwrap_or("?")
+            i.spec.id,
+            i.spec.function,
+            i.spec.device,
+            i.tier.as_str(),
+            i.status
         );
     }
-    super::status_energy::write_energy(&mut out, &energy);
+    super::status_energy::write_energy(&mut out, &doc.energy);
     out.push_str("operations:\n");
-    for o in ops.as_array().into_iter().flatten() {
+    for o in &doc.operations {
         let _ = writeln!(
             out,
             "  {:<8} {:<8} {:<20} {}{}",
-            o["id"].as_str().unwrap_or("?"),
-            o["kind"].as_str().unwrap_or("?"),
-            o["target"].as_str().unwrap_or("?"),
-            o["state"].as_str().unwrap_or("?"),
-            o["reason"]
-                .as_str()
+            o.id,
+            o.kind.as_str(),
+            o.target,
+            o.state.as_str(),
+            o.reason
+                .as_deref()
                 .map(|r| format!("  {r}"))
                 .unwrap_or_default()
         );
     }
-    print_text(&out)
+    out
 }
 
 /// Writes `text` to stdout; a closed stdout (e.g. `| head -1`) is not an error.
@@ -625,19 +619,15 @@ fn print_text(text: &str) -> anyhow::Result<()> {
 
 fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
     let cl = client(&a.conn)?;
-    let body = match &a.device {
-        Some(d) => serde_json::json!({"device": d}),
-        None => serde_json::json!({}),
-    };
     let what = format!("migrate {}", a.instance);
-    let started = cl.post(&format!("/api/v1/instances/{}/migrate", a.instance), &body)?;
+    let started = cl.migrate(&a.instance, a.device.as_deref());
     show(&a.conn, &operation(&cl, started, &what, a.no_wait)?)
 }
 
 fn destroy(a: DestroyArgs) -> anyhow::Result<()> {
     let cl = client(&a.conn)?;
     let what = format!("destroy {}", a.service);
-    let started = cl.delete(&format!("/api/v1/services/{}", a.service))?;
+    let started = cl.destroy(&a.service);
     show(&a.conn, &operation(&cl, started, &what, a.no_wait)?)
 }
 

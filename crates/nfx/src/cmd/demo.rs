@@ -259,12 +259,15 @@ pub fn deploy(bed: &ControlledBed, files: &Files, tag: &str) -> anyhow::Result<(
             }
             let id = s.id.clone();
             let t = Instant::now();
-            let op = bed.post("/api/v1/services", &s)?;
-            bed.wait_op(&op)
+            let op = bed
+                .api
+                .deploy(&s)
+                .and_then(|op| bed.wait_op(&op))
                 .with_context(|| format!("deploying {id} from {}", f.display()))?;
             crate::say!(
-                "{tag}deployed {id} from {} ({op}, {:.2} s)",
+                "{tag}deployed {id} from {} ({}, {:.2} s)",
                 f.file_name().unwrap_or_default().to_string_lossy(),
+                op.id,
                 t.elapsed().as_secs_f64()
             );
         }
@@ -287,13 +290,13 @@ pub fn migrate(bed: &ControlledBed, service: &str, function: &str) -> anyhow::Re
         .iter()
         .find(|i| i.host == old.host && i.tier == old.tier && i.spec.device != old.spec.device)
         .map(|i| i.spec.device.clone());
-    let url = format!("/api/v1/instances/{}/migrate", old.spec.id);
     let t = Instant::now();
     let op = match &running {
         Some(d) => bed
-            .post(&url, &serde_json::json!({ "device": d }))
-            .or_else(|_| bed.post(&url, &serde_json::json!({})))?,
-        None => bed.post(&url, &serde_json::json!({}))?,
+            .api
+            .migrate(&old.spec.id, Some(d))
+            .or_else(|_| bed.api.migrate(&old.spec.id, None))?,
+        None => bed.api.migrate(&old.spec.id, None)?,
     };
     bed.wait_op(&op)?;
     let secs = t.elapsed().as_secs_f64();
@@ -313,7 +316,7 @@ pub fn migrate(bed: &ControlledBed, service: &str, function: &str) -> anyhow::Re
 /// Destroys both tenants' services; each line starts with `tag`.
 pub fn destroy(bed: &ControlledBed, tag: &str) -> anyhow::Result<()> {
     for s in ["tenant-a", "tenant-b"] {
-        bed.delete(&format!("/api/v1/services/{s}"))?;
+        bed.wait_op(&bed.api.destroy(s)?)?;
         crate::say!("{tag}destroyed {s}");
     }
     Ok(())

@@ -144,7 +144,7 @@ pub fn reassignments(
     bed: &ControlledBed,
     window: Option<(i64, i64)>,
 ) -> anyhow::Result<Vec<Reassignment>> {
-    let mut ops: Vec<Operation> = serde_json::from_value(bed.api.get("/api/v1/operations")?.body)?;
+    let mut ops = bed.api.operations()?;
     ops.retain(|o| matches!(o.kind, OpKind::Grant | OpKind::Revoke));
     ops.sort_by_key(|o| o.created_ms);
     Ok(ops.iter().map(|o| Reassignment::of(o, window)).collect())

@@ -3,7 +3,7 @@
 //! `GET /api/v1/instances/{id}`; a tunnel endpoint's engine, queue pair, IKE state and
 //! ESP counters), as typed views and printed tables.
 
-use nfx_control::client::Client;
+use nfx_control::client::{Client, Refused};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -195,12 +195,13 @@ impl InstanceView {
 /// Every instance the controller records, each with its live state, ordered by service,
 /// then host and function.
 pub fn instances(api: &Client) -> anyhow::Result<Vec<InstanceView>> {
-    let list: Vec<InstanceView> = serde_json::from_value(api.get("/api/v1/instances")?.body)?;
+    let list: Vec<InstanceView> = api.get_as("/api/v1/instances")?;
     let mut out: Vec<InstanceView> = Vec::with_capacity(list.len());
     for i in list {
-        let a = api.get(&format!("/api/v1/instances/{}", i.spec.id))?;
-        if a.status == 200 {
-            out.push(serde_json::from_value(a.body)?);
+        match api.get_as(&format!("/api/v1/instances/{}", i.spec.id)) {
+            Ok(v) => out.push(v),
+            Err(e) if e.downcast_ref::<Refused>().is_some() => {}
+            Err(e) => return Err(e),
         }
     }
     out.sort_by(|a, b| {

@@ -121,10 +121,12 @@ impl Up {
         });
         let op = self.client.post("/api/v1/services", &svc).unwrap();
         assert_eq!(op.status, 202, "{op:?}");
-        let done = self
-            .client
-            .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
-            .unwrap();
+        let done = serde_json::to_value(
+            self.client
+                .wait_operation(op.body["id"].as_str().unwrap(), Duration::from_secs(30))
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(done["state"], "COMPLETED", "{done}");
     }
 }

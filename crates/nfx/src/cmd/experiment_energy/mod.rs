@@ -297,6 +297,15 @@ struct Interval {
     expected_fps: f64,
 }
 
+/// Where a tick falls: its case, its time since the case started and since its step
+/// started, and the step.
+struct TickAt<'a> {
+    case: &'a str,
+    t_s: f64,
+    in_step_s: f64,
+    step: usize,
+}
+
 impl Interval {
     /// The rates between two counter readings `dt` seconds apart, with `streams` sources.
     fn between(prev: &Counters, now: &Counters, dt: f64, streams: usize) -> Self {
@@ -313,16 +322,16 @@ impl Interval {
         }
     }
 
-    /// The interval's tick, with the meter's reading `r`, the probes' round trips and
-    /// the knobs' settings; the caller fills in the case and the times.
-    fn tick(&self, r: &Reading, rtts: &[f64], knobs: &Knobs) -> Tick {
+    /// The interval's tick at `at`, with the meter's reading `r`, the probes' round
+    /// trips and the knobs' settings.
+    fn tick(&self, at: TickAt<'_>, r: &Reading, rtts: &[f64], knobs: &Knobs) -> Tick {
         let (nat_g, tc_g) = (group(r, "nat"), group(r, "transcode"));
         Tick {
-            case: String::new(),
-            t_s: 0.0,
-            in_step_s: 0.0,
+            case: at.case.into(),
+            t_s: at.t_s,
+            in_step_s: at.in_step_s,
             interval_s: self.dt,
-            step: 0,
+            step: at.step,
             streams: self.streams as u32,
             offered_mbps: self.offered / 1e6,
             nat_mbps: self.nat_out / 1e6,
@@ -429,13 +438,13 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
             last = Instant::now();
             let iv = Interval::between(&prev, &now_c, dt, sources.len());
             prev = now_c;
-            let tick = Tick {
-                case: case.name().into(),
+            let at = TickAt {
+                case: case.name(),
                 t_s: t0.elapsed().as_secs_f64(),
                 in_step_s: step_start.elapsed().as_secs_f64(),
                 step,
-                ..iv.tick(&r, &rtt.drain(), &knobs)
             };
+            let tick = iv.tick(at, &r, &rtt.drain(), &knobs);
             if let Some(m) = manager.as_mut() {
                 fps_window.push((dt, iv.out_fps, iv.expected_fps));
                 if fps_window.len() > 4 {
