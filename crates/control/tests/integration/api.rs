@@ -4,7 +4,8 @@
 
 use crate::common::{authed, reader, service, start, tmp, TOKEN};
 use nfx_control::api::openapi::{OPEN, ROUTES, STREAMS};
-use nfx_control::client::Client;
+use nfx_control::client::{Client, Refused};
+use nfx_control::ops::OpState;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -385,6 +386,52 @@ fn service_lifecycle_plan_deploy_migrate_destroy() {
         "{text}"
     );
     assert!(text.contains("nfx_api_request_duration_seconds_count"));
+}
+
+#[test]
+fn the_typed_client_reads_the_controllers_types_and_refusals_keep_the_status() {
+    let dir = tmp("typed");
+    let base = start(&dir, Duration::ZERO);
+    let c = authed(&base);
+    let svc: nfx_model::Service =
+        serde_json::from_value(service("web", "edge", "cloud", 500.0)).unwrap();
+    let plan = c.plan(&svc).unwrap();
+    assert_eq!(plan.placements.len(), 2, "{plan:?}");
+    let op = c.deploy(&svc).unwrap();
+    let done = c.wait_operation(&op.id, Duration::from_secs(20)).unwrap();
+    assert_eq!(done.state, OpState::Completed, "{done:?}");
+    let web = c.service("web").unwrap();
+    assert_eq!(web.row.status, "active");
+    let hops = web.path.expect("a deployed service has a path").hops;
+    assert_eq!(hops.len(), 2);
+    let fw = c.instance(&hops[0].instance).unwrap();
+    assert_eq!(fw.vnfm, "simulated");
+    assert_eq!(fw.state.expect("live state").status, "running");
+    assert!(fw.state_error.is_none());
+    assert_eq!(c.instances().unwrap().len(), 2);
+    assert!(c.operations().unwrap().iter().any(|o| o.id == op.id));
+    assert!(c
+        .events(100)
+        .unwrap()
+        .iter()
+        .any(|e| e.kind == "operation.completed"));
+
+    let refused = |e: anyhow::Error| e.downcast::<Refused>().expect("a refusal");
+    let again = refused(c.deploy(&svc).unwrap_err());
+    assert_eq!(again.status, 409);
+    assert!(again.message.contains("already exists"), "{again}");
+    let nope = refused(c.destroy("nope").unwrap_err());
+    assert_eq!(nope.status, 404);
+    assert!(nope.message.contains("nope"), "{nope}");
+    let ro = refused(reader(&base).destroy("web").unwrap_err());
+    assert_eq!(ro.status, 403, "{ro}");
+    let anon = refused(Client::new(&base, None).services().unwrap_err());
+    assert_eq!(anon.status, 401, "{anon}");
+
+    let gone = c.destroy("web").unwrap();
+    let done = c.wait_operation(&gone.id, Duration::from_secs(20)).unwrap();
+    assert_eq!(done.state, OpState::Completed, "{done:?}");
+    assert!(c.services().unwrap().is_empty());
 }
 
 #[test]
