@@ -905,12 +905,17 @@ impl Controller {
     /// Energy per host and per service from the agents' latest figures.
     pub fn energy(&self) -> Result<crate::energy::EnergySummary, CtlError> {
         let rows = self.instances()?;
+        let slas = self
+            .services()?
+            .into_iter()
+            .map(|r| (r.service.id, r.service.sla))
+            .collect();
         let hosts = self
             .energy
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        Ok(crate::energy::aggregate(&hosts, &rows))
+        Ok(crate::energy::aggregate(&hosts, &rows, &slas))
     }
 
     /// The last `limit` events.

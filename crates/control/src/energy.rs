@@ -2,11 +2,15 @@
 //! the heartbeat) and their aggregation per host and per service. An instance's energy
 //! counts for every service whose path uses it, split evenly among them; each figure
 //! keeps its source (`rapl` or `model`), and a service whose instances mix sources says
-//! `rapl+model`.
+//! `rapl+model`. Beside each service's figures: its SLA and, for each of its workers
+//! under a CPU limit (the power manager's knob), the longest wait for CPU that limit
+//! allows — a bound computed from the limit the agent read back, not a measured delay —
+//! so the two can be read side by side.
 
 use crate::hostagent::power::{EnergyReport, WorkerPower};
 use crate::mediator::InstanceRow;
 use nfx_energy::Source;
+use nfx_model::Sla;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -75,6 +79,49 @@ pub struct ServiceEnergy {
     pub instances: Vec<InstanceShare>,
     /// Its instances with no figures (host not metered, or not reported yet).
     pub unmetered: Vec<String>,
+    /// Its SLA (absent when the service is not recorded, e.g. being destroyed).
+    #[serde(default)]
+    pub sla: Option<Sla>,
+    /// Its workers running under a CPU limit, with the latency bound the limit implies.
+    #[serde(default)]
+    pub limited_workers: Vec<LimitedWorker>,
+}
+
+/// A worker of a service under a CPU limit, as its host's agent read it back from the
+/// kernel: the bound its limit puts on a packet's wait for CPU, to compare with the
+/// service's latency SLA.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitedWorker {
+    /// Its host.
+    pub host: String,
+    /// Its device.
+    pub device: String,
+    /// The limit, cores (the tightest of its threads').
+    pub cpu_max_cores: f64,
+    /// The longest a thread can wait for CPU under the limit, µs: computed from the
+    /// limit (period − quota), not measured.
+    pub cpu_wait_bound_us: f64,
+}
+
+/// The limit and wait bound of `device`'s worker in `report`, when it has a CPU limit.
+fn limited(host: &str, device: &str, report: &EnergyReport) -> Option<LimitedWorker> {
+    let w = report.workers.iter().find(|w| w.device == device)?;
+    let cores = w
+        .threads
+        .iter()
+        .filter_map(|t| t.cpu_max_cores)
+        .min_by(f64::total_cmp)?;
+    Some(LimitedWorker {
+        host: host.to_string(),
+        device: device.to_string(),
+        cpu_max_cores: cores,
+        cpu_wait_bound_us: w.cpu_wait_bound_us.unwrap_or_else(|| {
+            w.threads
+                .iter()
+                .map(|t| t.cpu_wait_bound_us)
+                .fold(0.0, f64::max)
+        }),
+    })
 }
 
 /// Energy per host and per service (`GET /api/v1/energy`).
@@ -88,8 +135,13 @@ pub struct EnergySummary {
     pub services: Vec<ServiceEnergy>,
 }
 
-/// Aggregates the hosts' latest figures over the recorded instances.
-pub fn aggregate(hosts: &BTreeMap<String, HostFigures>, rows: &[InstanceRow]) -> EnergySummary {
+/// Aggregates the hosts' latest figures over the recorded instances; `slas` are the
+/// recorded services' SLAs, by id.
+pub fn aggregate(
+    hosts: &BTreeMap<String, HostFigures>,
+    rows: &[InstanceRow],
+    slas: &BTreeMap<String, Sla>,
+) -> EnergySummary {
     let host_views = hosts
         .iter()
         .map(|(id, f)| match f {
@@ -115,10 +167,12 @@ pub fn aggregate(hosts: &BTreeMap<String, HostFigures>, rows: &[InstanceRow]) ->
         .collect::<Vec<_>>();
     let mut services: BTreeMap<String, ServiceEnergy> = BTreeMap::new();
     for row in rows {
-        let found = match hosts.get(&row.host) {
-            Some(HostFigures::Report(r)) => r.instances.iter().find(|i| i.instance == row.spec.id),
+        let report = match hosts.get(&row.host) {
+            Some(HostFigures::Report(r)) => Some(r),
             _ => None,
         };
+        let found = report.and_then(|r| r.instances.iter().find(|i| i.instance == row.spec.id));
+        let limit = report.and_then(|r| limited(&row.host, &row.spec.device, r));
         let n = row.users.len().max(1);
         for svc in &row.users {
             let s = services
@@ -130,7 +184,18 @@ pub fn aggregate(hosts: &BTreeMap<String, HostFigures>, rows: &[InstanceRow]) ->
                     energy_j: 0.0,
                     instances: Vec::new(),
                     unmetered: Vec::new(),
+                    sla: slas.get(svc).copied(),
+                    limited_workers: Vec::new(),
                 });
+            if let Some(l) = &limit {
+                if !s
+                    .limited_workers
+                    .iter()
+                    .any(|x| x.host == l.host && x.device == l.device)
+                {
+                    s.limited_workers.push(l.clone());
+                }
+            }
             let Some(i) = found else {
                 s.unmetered.push(row.spec.id.clone());
                 continue;
@@ -261,7 +326,7 @@ mod tests {
             row("ids", "h3", &["b"]),
             row("idle", "h1", &[]),
         ];
-        let s = aggregate(&hosts, &rows);
+        let s = aggregate(&hosts, &rows, &BTreeMap::new());
         assert!(s.reported);
         assert_eq!(s.hosts.len(), 3);
         assert_eq!(s.hosts[2].error.as_deref(), Some("no model"));
@@ -285,9 +350,92 @@ mod tests {
         );
     }
 
+    fn worker(device: &str, limit: Option<f64>, bound_us: Option<f64>) -> WorkerPower {
+        let thread = |tid| crate::hostagent::power::ThreadKnobs {
+            worker: 0,
+            tid,
+            poll: "adaptive".into(),
+            affinity: vec![0],
+            cpu_max_cores: limit,
+            cpu_wait_bound_us: bound_us.unwrap_or(0.0),
+        };
+        WorkerPower {
+            device: device.into(),
+            pid: 1,
+            cpu_cores: 0.2,
+            power_w: 5.0,
+            energy_j: 50.0,
+            traffic: Default::default(),
+            wire: None,
+            threads: vec![thread(1), thread(2)],
+            wait_cores: 0.0,
+            cpu_wait_bound_us: bound_us,
+            latency: None,
+        }
+    }
+
+    #[test]
+    fn a_services_limited_workers_carry_their_bound_beside_its_sla() {
+        let HostFigures::Report(mut r) = report(
+            "h1",
+            Source::Model,
+            vec![
+                inst("fw", 4.0, 40.0, Source::Model),
+                inst("nat", 2.0, 10.0, Source::Model),
+            ],
+        ) else {
+            unreachable!("report() builds a report")
+        };
+        r.workers = vec![
+            worker("h1-sw0", Some(0.35), Some(13_000.0)),
+            worker("h1-sw1", None, Some(0.0)),
+        ];
+        let hosts = BTreeMap::from([("h1".to_string(), HostFigures::Report(r))]);
+        let mut nat = row("nat", "h1", &["a", "b"]);
+        nat.spec.device = "h1-sw1".into();
+        let rows = [row("fw", "h1", &["a"]), row("fw2", "h1", &["a"]), nat];
+        let sla = Sla {
+            max_latency_us: 100_000.0,
+            min_throughput_gbps: 1.0,
+        };
+        let s = aggregate(&hosts, &rows, &BTreeMap::from([("a".to_string(), sla)]));
+        let a = &s.services[0];
+        assert_eq!(a.sla, Some(sla));
+        // Two instances on the limited worker: it is listed once.
+        assert_eq!(
+            a.limited_workers,
+            [LimitedWorker {
+                host: "h1".into(),
+                device: "h1-sw0".into(),
+                cpu_max_cores: 0.35,
+                cpu_wait_bound_us: 13_000.0,
+            }]
+        );
+        // b: only on the unlimited worker, and not recorded (no SLA).
+        let b = &s.services[1];
+        assert!(b.limited_workers.is_empty() && b.sla.is_none(), "{b:?}");
+        // The fields round-trip, and a summary without them (an older controller)
+        // still parses.
+        let back: EnergySummary =
+            serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        let mut old = serde_json::to_value(&s).unwrap();
+        for svc in old["services"].as_array_mut().unwrap() {
+            let o = svc.as_object_mut().unwrap();
+            o.remove("sla");
+            o.remove("limited_workers");
+        }
+        let old: EnergySummary = serde_json::from_value(old).unwrap();
+        assert!(old.services[0].limited_workers.is_empty());
+    }
+
     #[test]
     fn nothing_reported_is_said() {
-        let s = aggregate(&BTreeMap::new(), &[row("fw", "h1", &["a"])]);
+        let s = aggregate(
+            &BTreeMap::new(),
+            &[row("fw", "h1", &["a"])],
+            &BTreeMap::new(),
+        );
         assert!(!s.reported);
         assert_eq!(s.services[0].source, "none");
         assert_eq!(s.services[0].unmetered, ["fw"]);

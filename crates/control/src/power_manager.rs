@@ -39,10 +39,49 @@ pub const MIN_SPEED: f64 = 0.05;
 
 /// Share of the offered load a service must deliver (its SLA's delivery floor).
 pub const MIN_DELIVERY: f64 = 0.95;
-/// Packet rate above which a worker busy-polls (adaptive again below half of it).
+/// Packet rate above which a worker busy-polls (adaptive again below half of it), unless
+/// [`Tuning`] says otherwise.
 pub const BUSY_ABOVE_PPS: f64 = 100_000.0;
-/// CPU (cores) below which a service's workers on one host share its first core.
+/// CPU (cores) below which a service's workers on one host share its first core, unless
+/// [`Tuning`] says otherwise.
 pub const CONSOLIDATE_BELOW_CORES: f64 = 0.5;
+
+/// The load thresholds of every service's policy (`nfx up --power-busy-above-pps`,
+/// `--power-consolidate-below-cores`): a host whose NICs carry less than the default
+/// rate, or a test, sets where busy polling starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// Packet rate (frames/s at the worker's ports) above which a worker busy-polls;
+    /// below half of it, adaptive again.
+    pub busy_above_pps: f64,
+    /// Service CPU need (cores) below which its workers on one host share its first
+    /// core; spread again above 1.5 × it.
+    pub consolidate_below_cores: f64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            busy_above_pps: BUSY_ABOVE_PPS,
+            consolidate_below_cores: CONSOLIDATE_BELOW_CORES,
+        }
+    }
+}
+
+impl Tuning {
+    /// Refuses thresholds that are not finite and positive, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("busy_above_pps", self.busy_above_pps),
+            ("consolidate_below_cores", self.consolidate_below_cores),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name}: {v} is not a finite number above 0"));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A worker the manager has knobs on.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +139,7 @@ pub struct WorkerSetting {
 pub struct PowerManagers {
     services: BTreeMap<String, Managed>,
     only: Vec<String>,
+    tuning: Tuning,
 }
 
 impl PowerManagers {
@@ -108,7 +148,13 @@ impl PowerManagers {
         Self {
             services: BTreeMap::new(),
             only,
+            tuning: Tuning::default(),
         }
+    }
+
+    /// The same managers with the load thresholds of `tuning`.
+    pub fn with_tuning(self, tuning: Tuning) -> Self {
+        Self { tuning, ..self }
     }
 
     /// One round: from the recorded `services` and `instances`, each host's latest
@@ -146,7 +192,7 @@ impl PowerManagers {
                 Some(m) if m.workers == workers && !m.refused => m,
                 _ => {
                     renewed.push(svc.id.clone());
-                    let m = managed(row, workers, host_cores);
+                    let m = managed(row, workers, host_cores, &self.tuning);
                     self.services.insert(svc.id.clone(), m);
                     self.services.get_mut(&svc.id).expect("inserted above")
                 }
@@ -272,7 +318,12 @@ fn exclusive_workers(
 }
 
 /// A manager for `row`'s service over `workers`, from its SLA.
-fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String, u32>) -> Managed {
+fn managed(
+    row: &ServiceRow,
+    workers: Vec<Worker>,
+    host_cores: &BTreeMap<String, u32>,
+    tuning: &Tuning,
+) -> Managed {
     let sla = &row.service.sla;
     let mut probe = ProbeConfig::default();
     let cores = workers.iter().map(|w| w.cores).min().unwrap_or(1);
@@ -286,8 +337,8 @@ fn managed(row: &ServiceRow, workers: Vec<Worker>, host_cores: &BTreeMap<String,
             min_delivery: MIN_DELIVERY,
         },
         probe,
-        busy_above_pps: BUSY_ABOVE_PPS,
-        consolidate_below_cores: CONSOLIDATE_BELOW_CORES,
+        busy_above_pps: tuning.busy_above_pps,
+        consolidate_below_cores: tuning.consolidate_below_cores,
     };
     // Consolidation pins onto the host's first core: only when every worker of the
     // service shares one host.
@@ -548,6 +599,7 @@ pub fn start(
     agents: &Arc<Agents>,
     infra: &Infrastructure,
     only: Vec<String>,
+    tuning: Tuning,
 ) {
     let device_cores: BTreeMap<String, u32> = infra
         .devices
@@ -564,7 +616,7 @@ pub fn start(
     let spawned = std::thread::Builder::new()
         .name("power-manager".into())
         .spawn(move || {
-            let mut pm = PowerManagers::new(only);
+            let mut pm = PowerManagers::new(only).with_tuning(tuning);
             loop {
                 std::thread::sleep(MANAGE_EVERY);
                 let (Some(ctl), Some(agents)) = (ctl.upgrade(), agents.upgrade()) else {
@@ -911,6 +963,60 @@ mod tests {
                 assert!(d.is_empty(), "{d:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_poll_mode_follows_the_load_at_the_tuned_threshold() {
+        let tuning = Tuning {
+            busy_above_pps: 1_000.0,
+            ..Tuning::default()
+        };
+        assert_eq!(tuning.check(), Ok(()));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let t = Tuning {
+                busy_above_pps: bad,
+                ..tuning
+            };
+            assert!(t.check().unwrap_err().starts_with("busy_above_pps: "));
+        }
+        // A 1 ms SLA keeps the worker unlimited: the poll mode is the only knob.
+        let svc = service_with("s", 1_000.0);
+        let polls = |d: &[Decision]| -> Vec<(nfx_io::PollMode, String)> {
+            d.iter()
+                .filter_map(|d| match d.request.setting {
+                    KnobSetting::Poll(m) => Some((m, d.reason.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        // 5,000 frames/s at the default threshold (100,000): no change.
+        let mut b = Box1::new(0.0);
+        let d = b.run_for(&svc, &mut PowerManagers::default(), 4, 0.3, 40e6);
+        assert!(d.is_empty(), "{d:#?}");
+        // Tuned to 1,000: busy polling once, with its reason; held at that load.
+        let mut pm = PowerManagers::default().with_tuning(tuning);
+        let mut b = Box1::new(0.0);
+        let d = b.run_for(&svc, &mut pm, 4, 0.3, 40e6);
+        let p = polls(&d);
+        assert_eq!(p.len(), 1, "{d:#?}");
+        assert_eq!(p[0].0, nfx_io::PollMode::Busy);
+        assert!(
+            p[0].1
+                .starts_with("h1-sw0: poll busy: 5000 pps > 1000: busy polling"),
+            "{}",
+            p[0].1
+        );
+        // 750 frames/s (above half the threshold): stays busy. None: adaptive again.
+        assert!(b.run_for(&svc, &mut pm, 3, 0.1, 6e6).is_empty());
+        let d = b.run_for(&svc, &mut pm, 3, 0.1, 0.0);
+        let p = polls(&d);
+        assert_eq!(p.len(), 1, "{d:#?}");
+        assert_eq!(p[0].0, nfx_io::PollMode::Adaptive);
+        assert!(
+            p[0].1.contains("0 pps < 500: adaptive polling"),
+            "{}",
+            p[0].1
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct UpConfig {
     pub power_manager: bool,
     /// Only these services are managed (all when empty).
     pub power_services: Vec<String>,
+    /// The power manager's load thresholds.
+    pub power_tuning: crate::power_manager::Tuning,
     /// Run the SSM ([`crate::tunnel_ssm`]) over the host agents' tunnel endpoints.
     pub ssm: Option<crate::tunnel_ssm::SsmSettings>,
 }
@@ -228,7 +230,13 @@ pub fn run_up(cfg: UpConfig) -> anyhow::Result<()> {
                 "nfx up: power manager on (every {:?})",
                 crate::power_manager::MANAGE_EVERY
             );
-            crate::power_manager::start(&ctl, a, &cfg.infra, cfg.power_services.clone());
+            crate::power_manager::start(
+                &ctl,
+                a,
+                &cfg.infra,
+                cfg.power_services.clone(),
+                cfg.power_tuning,
+            );
         }
         if let Some(s) = &cfg.ssm {
             crate::tunnel_ssm::start(&ctl, a, &cfg.infra, s.clone())

@@ -1,5 +1,7 @@
-//! The controller's power manager consolidating a service's workers on real knobs, on a
-//! one-host testbed (`nfx testbed up --hosts 1`): a chain of a firewall and an
+//! The controller's power manager on real knobs, on a one-host testbed (`nfx testbed up
+//! --hosts 1`).
+//!
+//! Consolidation: a chain of a firewall and an
 //! elephant-flow detector, each on a worker of its own on the same host, managed with
 //! `nfx up --power-manager-service`. Idle, the manager pins every thread of both
 //! workers to the host's first core; the test reads each thread's `Cpus_allowed_list`
@@ -9,8 +11,19 @@
 //! it, from the kernel's `schedstat`): they are spread over all of the host's cores
 //! again, read back the same way; once the stream stops they are consolidated again.
 //! The service's latency SLA (1 ms) keeps its workers unlimited, so the affinity is the
-//! only knob that moves. Nothing waits for a fixed time: every step is polled with a
-//! bound. Needs root; own prefix and subnet; torn down on failure too.
+//! only knob that moves.
+//!
+//! Poll mode: a one-firewall service, managed with the busy-poll threshold tuned to
+//! 1,000 frames/s (`--power-busy-above-pps`, so a rate this machine carries beside builds
+//! is clearly "high"). Idle, its worker stays adaptive; under a paced 3,000 datagram/s
+//! stream the manager switches it to busy polling, which the worker reports and its CPU
+//! time from `/proc` shows; once the stream stops it is switched back to adaptive and
+//! its CPU time falls to a tenth or less. Each switch is a completed `power` operation
+//! with its reason.
+//!
+//! Nothing waits for a fixed time: every step is polled with a bound (the CPU windows
+//! are measurements, not waits). The two tests run one after the other (one testbed at
+//! a time, same prefix). Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
 mod hostbed;
@@ -18,7 +31,11 @@ mod hostbed;
 use common::eventually;
 use nfx_control::client::Client;
 use nfx_testbed::udpgen::{self, GenSpec, Sink};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// One testbed at a time: both tests use the same prefix and subnet.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 const PREFIX: &str = "hc-";
 const BASE: &str = "188";
@@ -72,10 +89,15 @@ fn service_yaml(
 
 /// Each worker of the service: (device, pid), from the controller's energy summary.
 fn workers(c: &Client) -> Vec<(String, u32)> {
+    workers_of(c, SERVICE)
+}
+
+/// Each worker of `service`: (device, pid), from the controller's energy summary.
+fn workers_of(c: &Client, service: &str) -> Vec<(String, u32)> {
     let e = c.get("/api/v1/energy").unwrap().body;
     let Some(svc) = e["services"]
         .as_array()
-        .and_then(|v| v.iter().find(|s| s["service"] == SERVICE))
+        .and_then(|v| v.iter().find(|s| s["service"] == service))
     else {
         return Vec::new();
     };
@@ -155,6 +177,7 @@ fn completed(c: &Client, ws: &[(String, u32)], what: &str) -> Vec<String> {
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn the_power_manager_consolidates_idle_workers_and_spreads_them_under_load() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 {
         eprintln!("power_consolidation_e2e: one CPU, nothing to consolidate: skipped");
@@ -261,6 +284,201 @@ fn the_power_manager_consolidates_idle_workers_and_spreads_them_under_load() {
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     nfx(&["destroy", SERVICE, "--url", &url]);
+    drop(_ctl);
+    bed.down();
+}
+
+/// The poll-mode test's service.
+const POLL_SERVICE: &str = "poll-svc";
+/// The busy-poll threshold the controller is started with, frames/s.
+const BUSY_ABOVE: u64 = 1_000;
+/// The "high" rate: three times the threshold, well within what a loaded 2-core
+/// machine carries through one worker.
+const HIGH_PPS: u64 = 3_000;
+/// How long the high stream runs: the switch (two heartbeat reports, ≤ 4 s) and a CPU
+/// window fit in it.
+const HIGH_S: u64 = 14;
+/// Window over which a worker's CPU time is measured.
+const CPU_WINDOW: Duration = Duration::from_secs(2);
+
+/// The poll-mode test's service: one firewall on one worker, its 1 ms latency SLA
+/// keeping the worker unlimited (the poll mode is the only knob that moves).
+fn poll_service_yaml(
+    src: &(String, std::net::Ipv4Addr, String),
+    dst: std::net::Ipv4Addr,
+) -> String {
+    format!(
+        "services:
+  - id: {POLL_SERVICE}
+    tenant: acme
+    ingress: {host}
+    egress: {host}
+    selector: {{ src: {}/32, dst: {dst}/32, proto: udp, dport: {PORT} }}
+    chain:
+      - function: firewall
+        config: {{ default: deny, rules: [{{ action: allow, proto: udp, dport: {PORT} }}] }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+",
+        src.1,
+        host = src.2,
+    )
+}
+
+/// The poll mode of every thread of `device`'s worker as the agent read it from the
+/// worker's stats (via the controller).
+fn reported_polls(c: &Client, device: &str) -> Vec<String> {
+    let e = c.get("/api/v1/energy").unwrap().body;
+    e["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|h| h["workers"].as_array().cloned().unwrap_or_default())
+        .filter(|w| w["device"] == device)
+        .flat_map(|w| w["threads"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["poll"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Reasons of the completed poll-mode decisions on `device` that switched it to `mode`.
+fn poll_decisions(c: &Client, device: &str, mode: &str) -> Vec<String> {
+    hostbed::operations(c, "power", POLL_SERVICE)
+        .iter()
+        .filter(|o| o["state"] == "COMPLETED")
+        .filter_map(|o| o["reason"].as_str())
+        .filter(|r| r.starts_with(&format!("{device}: poll {mode}:")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Cores `pid`'s threads used over [`CPU_WINDOW`], from `/proc`.
+fn cores_used(pid: u32) -> f64 {
+    let (a, t) = (hostbed::cpu_s(pid), Instant::now());
+    std::thread::sleep(CPU_WINDOW);
+    (hostbed::cpu_s(pid) - a) / t.elapsed().as_secs_f64()
+}
+
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn the_power_manager_busy_polls_a_loaded_worker_and_lets_it_sleep_when_idle() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 1);
+    let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
+    let threshold = BUSY_ABOVE.to_string();
+    let (_ctl, url) = hostbed::controller_with(
+        &bed.out,
+        TOKEN,
+        &[
+            "--power-manager-service",
+            POLL_SERVICE,
+            "--power-busy-above-pps",
+            &threshold,
+        ],
+    );
+    let file = bed.out.join("poll.yaml");
+    std::fs::write(&file, poll_service_yaml(&src, dst.1)).unwrap();
+    nfx(&["deploy", file.to_str().unwrap(), "--url", &url]);
+    let c = Client::new(&url, Some(TOKEN.to_string().into()));
+    let mut ws = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            ws = workers_of(&c, POLL_SERVICE);
+            ws.len() == 1 && !reported_polls(&c, &ws[0].0).is_empty()
+        }),
+        "the service's worker was never metered: {ws:?}"
+    );
+    let (device, pid) = ws[0].clone();
+
+    // Idle: adaptive (the worker's default), and the manager leaves it so.
+    let idle_before = cores_used(pid);
+    let polls = reported_polls(&c, &device);
+    assert!(polls.iter().all(|p| p == "adaptive"), "{polls:?}");
+    assert!(
+        hostbed::operations(&c, "power", POLL_SERVICE).is_empty(),
+        "{:#?}",
+        hostbed::operations(&c, "power", POLL_SERVICE)
+    );
+
+    // Under the high stream: switched to busy polling, as the worker reports it.
+    let sink = Sink::start(&dst.0, PORT, b"").unwrap();
+    let spec = GenSpec {
+        ns: src.0.clone(),
+        dst: dst.1,
+        port: PORT,
+        payload: 512,
+        pattern: Vec::new(),
+        flows: 1,
+        duration: Duration::from_secs(HIGH_S),
+        batch: 1,
+        pps: Some(HIGH_PPS),
+    };
+    let tl = Instant::now();
+    let gen = std::thread::spawn(move || udpgen::generate(spec));
+    let busy = eventually(Duration::from_secs(HIGH_S) - CPU_WINDOW, || {
+        poll_decisions(&c, &device, "busy").len() == 1
+            && reported_polls(&c, &device).iter().all(|p| p == "busy")
+    });
+    let busy_s = tl.elapsed().as_secs_f64();
+    assert!(
+        busy,
+        "not busy polling {busy_s:.1} s into a {HIGH_PPS} datagram/s stream ({} through): polls {:?}, ops {:#?}",
+        sink.packets(),
+        reported_polls(&c, &device),
+        hostbed::operations(&c, "power", POLL_SERVICE)
+    );
+    let busy_cores = cores_used(pid);
+    let in_stream = tl.elapsed() < Duration::from_secs(HIGH_S);
+    let why_busy = poll_decisions(&c, &device, "busy").remove(0);
+    assert!(
+        why_busy.contains(&format!("pps > {BUSY_ABOVE}: busy polling")),
+        "{why_busy}"
+    );
+    let sent = gen.join().unwrap().unwrap().sent;
+    let got = sink.finish().unwrap().packets;
+    assert!(
+        in_stream,
+        "the stream ended before the busy CPU was measured"
+    );
+    assert!(got > sent / 2, "the worker carried {got} of {sent}");
+
+    // The stream over: adaptive again, and the worker's CPU time falls.
+    let adaptive = eventually(Duration::from_secs(10), || {
+        poll_decisions(&c, &device, "adaptive").len() == 1
+            && reported_polls(&c, &device).iter().all(|p| p == "adaptive")
+    });
+    assert!(
+        adaptive,
+        "not adaptive again after the stream: polls {:?}, ops {:#?}",
+        reported_polls(&c, &device),
+        hostbed::operations(&c, "power", POLL_SERVICE)
+    );
+    let idle_after = cores_used(pid);
+    let why_adaptive = poll_decisions(&c, &device, "adaptive").remove(0);
+    assert!(
+        why_adaptive.contains(&format!("pps < {}: adaptive polling", BUSY_ABOVE / 2)),
+        "{why_adaptive}"
+    );
+    assert!(
+        idle_after <= 0.05 && busy_cores >= 10.0 * idle_after,
+        "busy {busy_cores:.3} cores, adaptive and idle {idle_after:.3} (before the stream {idle_before:.3})"
+    );
+    // The reasons are in `nfx status`; no other knob moved.
+    let text = nfx(&["status", "--url", &url]);
+    for mode in ["busy", "adaptive"] {
+        assert!(
+            text.lines().any(|l| l.contains(POLL_SERVICE)
+                && l.contains(&format!("{device}: poll {mode}:"))),
+            "{text}"
+        );
+    }
+    let ops = hostbed::operations(&c, "power", POLL_SERVICE);
+    assert_eq!(ops.len(), 2, "{ops:#?}");
+    eprintln!(
+        "power_consolidation_e2e: poll mode: idle adaptive {idle_before:.3} cores; busy {busy_s:.1} s into {HIGH_PPS} datagram/s ({why_busy}) at {busy_cores:.3} cores; adaptive again ({why_adaptive}) at {idle_after:.3} cores; carried {got} of {sent}; {:.1} s in all; load {}",
+        t0.elapsed().as_secs_f64(),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+    nfx(&["destroy", POLL_SERVICE, "--url", &url]);
     drop(_ctl);
     bed.down();
 }

@@ -252,6 +252,85 @@ fn power_ops(c: &Client, service: &str) -> Vec<Value> {
     hostbed::operations(c, "power", service)
 }
 
+/// `nfx status` (`--json` and text) shows per service its energy with the source and its
+/// SLA, and for the managed service the limited worker with the latency bound its limit
+/// implies (the limit the kernel has, a heartbeat behind at most); the plain service has
+/// no limited worker.
+fn status_shows_the_bound_beside_the_sla(url: &str, m: &Svc) {
+    let mut seen = Value::Null;
+    let shown = eventually(Duration::from_secs(3), || {
+        let all: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", url])).unwrap();
+        let svc = |id: &str| {
+            all["energy"]["services"]
+                .as_array()
+                .and_then(|v| v.iter().find(|s| s["service"] == id))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let (managed, plain) = (svc(MANAGED), svc(PLAIN));
+        seen = serde_json::json!([managed, plain]);
+        let k = kernel_limit(&m.device);
+        let lw = &managed["limited_workers"];
+        let bound_ok = lw.as_array().is_some_and(|v| {
+            v.len() == 1
+                && v[0]["device"] == m.device.as_str()
+                && v[0]["host"] == m.host.as_str()
+                && v[0]["cpu_max_cores"]
+                    .as_f64()
+                    .zip(k)
+                    .is_some_and(|(r, k)| (r - k).abs() < 1e-6)
+                && v[0]["cpu_wait_bound_us"]
+                    .as_f64()
+                    .zip(k)
+                    .is_some_and(|(b, k)| {
+                        (b - nfx_io::cgroup::worst_wait(k).as_secs_f64() * 1e6).abs() < 1.0
+                            && b > 0.0
+                            && b <= MAX_LATENCY_US
+                    })
+        });
+        bound_ok
+            && managed["sla"]["max_latency_us"].as_f64() == Some(MAX_LATENCY_US)
+            && managed["source"] == "model"
+            && managed["energy_j"].as_f64().is_some_and(|j| j > 0.0)
+            && managed["power_w"].as_f64().is_some_and(|w| w > 0.0)
+            && plain["limited_workers"]
+                .as_array()
+                .is_some_and(Vec::is_empty)
+            && plain["sla"]["max_latency_us"].as_f64() == Some(MAX_LATENCY_US)
+    });
+    assert!(
+        shown,
+        "kernel limit {:?}; nfx status --json energy.services: {seen:#}",
+        kernel_limit(&m.device)
+    );
+    let text = nfx(&["status", "--url", url]);
+    let sla = format!("sla latency ≤ {MAX_LATENCY_US:.0} µs");
+    for id in [MANAGED, PLAIN] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("  {id} "))
+                && l.contains(" J ")
+                && l.contains(" W  model")
+                && l.contains(&sla)),
+            "{id}: {text}"
+        );
+    }
+    let limited = format!("    cpu-limited worker {} on {}: limit ", m.device, m.host);
+    assert!(
+        text.lines().any(|l| l.starts_with(&limited)
+            && l.contains("cpu-wait bound ≤ ")
+            && l.contains("(bound from the CPU limit, not measured; ")
+            && l.contains(&sla)),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("cpu-limited worker"))
+            .count(),
+        1,
+        "{text}"
+    );
+}
+
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn the_power_manager_lowers_a_workers_cpu_max_and_keeps_its_sla() {
@@ -515,6 +594,7 @@ fn the_power_manager_lowers_a_workers_cpu_max_and_keeps_its_sla() {
             .any(|l| l.contains("power") && l.contains(MANAGED) && l.contains("cpu.max")),
         "{text}"
     );
+    status_shows_the_bound_beside_the_sla(&url, m);
     // /metrics: the manager's setting, and the limit the agent last reported, which is
     // the kernel's now or (a heartbeat behind while a re-probe steps once a second:
     // docs/energy.md, offered load) the one before.

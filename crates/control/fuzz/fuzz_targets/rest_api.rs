@@ -76,6 +76,7 @@ fn config(db: PathBuf) -> UpConfig {
         ready_file: None,
         power_manager: false,
         power_services: Vec::new(),
+        power_tuning: Default::default(),
         ssm: None,
     }
 }

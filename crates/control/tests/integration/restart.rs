@@ -44,6 +44,7 @@ fn child_server() {
         ready_file: Some(dir.join("ready")),
         power_manager: false,
         power_services: Vec::new(),
+        power_tuning: Default::default(),
         ssm: None,
     })
     .unwrap();

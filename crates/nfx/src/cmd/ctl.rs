@@ -103,6 +103,14 @@ pub struct UpArgs {
     /// Run the power manager on this service only (repeatable; implies --power-manager).
     #[arg(long, value_name = "SERVICE")]
     power_manager_service: Vec<String>,
+    /// Power manager: frames/s at a worker's ports above which it busy-polls (adaptive
+    /// again below half of it).
+    #[arg(long, value_name = "PPS", default_value_t = nfx_control::power_manager::BUSY_ABOVE_PPS)]
+    power_busy_above_pps: f64,
+    /// Power manager: CPU need (cores) of a service below which its workers on one host
+    /// share the host's first core (spread again above 1.5 × it).
+    #[arg(long, value_name = "CORES", default_value_t = nfx_control::power_manager::CONSOLIDATE_BELOW_CORES)]
+    power_consolidate_below_cores: f64,
     /// Run the SSM: per accelerator device, grant its queue pairs to the tunnel
     /// endpoints with the most sustained CPU load and revoke them from the least, live,
     /// through the agents; every grant and revoke is an operation record (docs/ssm.md).
@@ -258,6 +266,14 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         Some(p) => with_absolute_paths(nfx_model::Infrastructure::load(p)?, p),
         None => default_infra(),
     };
+    let power_tuning = nfx_control::power_manager::Tuning {
+        busy_above_pps: a.power_busy_above_pps,
+        consolidate_below_cores: a.power_consolidate_below_cores,
+    };
+    // Checked before anything is written (the token file).
+    power_tuning
+        .check()
+        .map_err(|e| anyhow::anyhow!("--power-{}", e.replace('_', "-")))?;
     let token_file = a
         .token_file
         .clone()
@@ -308,6 +324,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         ready_file: a.ready_file,
         power_manager: a.power_manager || !a.power_manager_service.is_empty(),
         power_services: a.power_manager_service,
+        power_tuning,
         ssm: a.ssm.then(|| nfx_control::tunnel_ssm::SsmSettings {
             period: Duration::from_millis(a.ssm_period_ms),
             upper: a.ssm_upper,

@@ -1,11 +1,13 @@
 //! The energy section of `nfx status` (text): per service its energy (J) and power (W)
-//! with their source, then per host its figures and its workers', each worker with its
+//! with their source and its SLA, under it each of its workers held to a CPU limit with
+//! the bound that limit puts on a packet's wait (beside the SLA's latency), then per
+//! host its figures and its workers', each worker with its
 //! packets' measured latency (p50 and p99 of their time in the worker, labelled
 //! measured) and the bound its CPU limit puts on a packet's wait — a bound computed from
 //! the limit the agent read back from the kernel, never a measured delay, and labelled
 //! so.
 
-use nfx_control::energy::EnergySummary;
+use nfx_control::energy::{EnergySummary, ServiceEnergy};
 use nfx_control::hostagent::power::WorkerPower;
 use std::fmt::Write as _;
 
@@ -21,11 +23,19 @@ pub fn write_energy(out: &mut String, e: &EnergySummary) {
         } else {
             format!("  unmetered: {}", s.unmetered.join(","))
         };
+        let sla = match &s.sla {
+            Some(sla) => format!(
+                "  sla latency ≤ {:.0} µs, throughput ≥ {} Gbit/s",
+                sla.max_latency_us, sla.min_throughput_gbps
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  {:<20} {:>12.1} J {:>8.2} W  {}{unmetered}",
+            "  {:<20} {:>12.1} J {:>8.2} W  {}{sla}{unmetered}",
             s.service, s.energy_j, s.power_w, s.source
         );
+        write_limited(out, s);
     }
     for h in &e.hosts {
         match (&h.source, &h.error) {
@@ -44,6 +54,22 @@ pub fn write_energy(out: &mut String, e: &EnergySummary) {
             }
             (None, None) => {}
         }
+    }
+}
+
+/// A line per worker of service `s` held to a CPU limit: the limit and the wait bound it
+/// implies, labelled a bound, beside the SLA's latency.
+fn write_limited(out: &mut String, s: &ServiceEnergy) {
+    let sla = match &s.sla {
+        Some(sla) => format!("sla latency ≤ {:.0} µs", sla.max_latency_us),
+        None => "no sla recorded".to_string(),
+    };
+    for w in &s.limited_workers {
+        let _ = writeln!(
+            out,
+            "    cpu-limited worker {} on {}: limit {:.2} cores, cpu-wait bound ≤ {:.0} µs (bound from the CPU limit, not measured; {sla})",
+            w.device, w.host, w.cpu_max_cores, w.cpu_wait_bound_us
+        );
     }
 }
 
@@ -83,7 +109,7 @@ fn write_worker(out: &mut String, w: &WorkerPower, source: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nfx_control::energy::{HostEnergy, InstanceShare, ServiceEnergy};
+    use nfx_control::energy::{HostEnergy, InstanceShare, LimitedWorker};
     use nfx_control::hostagent::power::ThreadKnobs;
     use nfx_energy::Source;
 
@@ -184,6 +210,16 @@ mod tests {
                 energy_j: 50.0,
                 instances: vec![share],
                 unmetered: vec!["web-dpi".into()],
+                sla: Some(nfx_model::Sla {
+                    max_latency_us: 100_000.0,
+                    min_throughput_gbps: 0.5,
+                }),
+                limited_workers: vec![LimitedWorker {
+                    host: "edge".into(),
+                    device: "edge-sw".into(),
+                    cpu_max_cores: 0.5,
+                    cpu_wait_bound_us: 50_000.0,
+                }],
             }],
         }
     }
@@ -196,9 +232,20 @@ mod tests {
         assert_eq!(lines[0], "energy:");
         let svc = lines[1];
         assert!(svc.starts_with("  web-acme"), "{out}");
-        for part in ["50.0 J", "3.25 W", "model", "unmetered: web-dpi"] {
+        for part in [
+            "50.0 J",
+            "3.25 W",
+            "model",
+            "sla latency ≤ 100000 µs, throughput ≥ 0.5 Gbit/s",
+            "unmetered: web-dpi",
+        ] {
             assert!(svc.contains(part), "{part}: {svc}");
         }
+        assert_eq!(
+            lines[2],
+            "    cpu-limited worker edge-sw on edge: limit 0.50 cores, cpu-wait bound ≤ 50000 µs (bound from the CPU limit, not measured; sla latency ≤ 100000 µs)"
+        );
+        let lines = [&lines[..2], &lines[3..]].concat();
         assert!(
             lines[2].contains("host edge") && lines[2].ends_with("1234.5 J    40.50 W  model"),
             "{out}"

@@ -69,6 +69,7 @@ pub fn start(dir: &std::path::Path, delay: Duration) -> String {
         ready_file: Some(ready.clone()),
         power_manager: false,
         power_services: Vec::new(),
+        power_tuning: Default::default(),
         ssm: None,
     };
     std::thread::spawn(move || run_up(cfg));
