@@ -170,13 +170,13 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
     );
     let svc = "nfx_service_energy_joules{service=\"fw-svc\",source=\"model\"}";
     assert!(m.get(svc).is_some_and(|j| *j > 0.0), "{svc} missing");
-    // The text form: one line per service and per host with J, W and the source.
+    // The text form: one line per service (J, W, the source, then its SLA) and per host.
     let text = nfx(&["status", "--url", &url]);
     let energy = text.split("energy:").nth(1).unwrap_or_default();
     assert!(
         energy
             .lines()
-            .any(|l| l.contains("fw-svc") && l.contains(" J ") && l.ends_with("model"))
+            .any(|l| l.contains("fw-svc") && l.contains(" J ") && l.contains("  model  sla "))
             && energy
                 .lines()
                 .any(|l| l.contains(&format!("host {host}")) && l.ends_with("model")),
