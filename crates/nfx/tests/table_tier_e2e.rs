@@ -850,7 +850,7 @@ fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
         "{new}"
     );
     assert!(packets(&c, &ele_new) > counted + 100, "{new}");
-    assert_eq!(ids_of(&c, "elephant"), [ele_new.clone()]);
+    assert_eq!(ids_of(&c, "elephant"), std::slice::from_ref(&ele_new));
     for d in ["h1-tt0", "h1-tt1"] {
         assert!(programs_in(K_PREFIX, d) >= 2, "{d} runs no chain");
     }
