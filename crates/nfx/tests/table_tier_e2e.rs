@@ -23,6 +23,11 @@
 //! testbed of its own whose h1 has two table devices, three UDP flows through the NAT,
 //! `nfx migrate` while they run; no datagram is lost, each flow keeps its public port,
 //! and the old device's ports keep no program.
+//! A third switches table chains in place: firewall → elephant → NAT on two table
+//! devices of h1, the elephant detector migrated between them under three UDP flows, so
+//! both devices' chains are replaced by `take_over` (no datagram lost, mappings and
+//! connection tracking kept); then h1's agent is stopped with SIGTERM (its chains keep
+//! forwarding) and the testbed torn down with the service deployed: no pin is left.
 //! Needs root; own prefixes and subnets; torn down on failure too.
 
 mod common;
@@ -674,4 +679,224 @@ fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
     assert_eq!(programs_on(new_dev), 0, "a chain left after the destroy");
     drop(_ctl);
     bed.down();
+}
+
+/// The take-over testbed: its own prefix and subnet; h1 has two table devices, one
+/// that runs the firewall, one that runs the NAT, and both the elephant detector.
+const K_PREFIX: &str = "nfxtk-";
+const K_BASE: &str = "246";
+/// The service's UDP port and its NAT's public address.
+const K_PORT: u16 = 9200;
+const K_PUBLIC: &str = "198.51.100.10";
+/// What the datagrams sent while h1's agent is stopped start with.
+const K_PATTERN: &[u8] = b"NFX-TAKEOVER";
+
+const K_INFRA: &str = "hosts:
+  - { id: h1, cores: 1 }
+  - { id: h2, cores: 1 }
+devices:
+  - { id: h1-tt0, host: h1, tier: table, functions: [firewall, elephant], latency_us: 5, throughput_gbps: 20, cost: 1, table_entries: 8192 }
+  - { id: h1-tt1, host: h1, tier: table, functions: [elephant, nat], latency_us: 5, throughput_gbps: 20, cost: 1, table_entries: 8192 }
+links:
+  - { a: h1, b: h2, latency_us: 30 }
+";
+
+/// Firewall → elephant → NAT on the table tier, UDP from src to dst's `K_PORT`: the
+/// firewall lands on h1-tt0, the NAT on h1-tt1, the elephant detector on either.
+fn service_takeover(src: Ipv4Addr, dst: Ipv4Addr) -> String {
+    format!(
+        "services:
+  - id: takeover
+    tenant: acme
+    ingress: h1
+    egress: h2
+    selector: {{ src: {src}/32, dst: {dst}/32, proto: udp, dport: {K_PORT} }}
+    chain:
+      - function: firewall
+        tier: table
+        config: {{ default: deny, max_flows: 1024, rules: [{{ action: allow, proto: udp, dport: {K_PORT} }}] }}
+      - function: elephant
+        tier: table
+        config: {{ max_flows: 1024 }}
+      - function: nat
+        tier: table
+        config: {{ snat: {{ public_ip: {K_PUBLIC}, port_range: [{M_LO}, {M_HI}] }}, max_flows: 1024 }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+"
+    )
+}
+
+/// tc programs on table device `device`'s ports in h1 of the testbed `prefix`.
+fn programs_in(prefix: &str, device: &str) -> usize {
+    let ns = format!("{prefix}h1");
+    device_ports(device)
+        .into_iter()
+        .map(|p| netns::in_netns(&ns, move || Ok(nfx_fastpath::table::tcx_programs(&p)?)).unwrap())
+        .sum()
+}
+
+/// The flows the live row of instance `id` reports.
+fn flows(c: &Client, id: &str) -> u64 {
+    row_of(c, id)["state"]["flows"].as_u64().unwrap_or(0)
+}
+
+/// A path change that switches both of a host's table chains in place: the elephant
+/// detector migrates between h1's two table devices while three UDP flows cross the
+/// chain, so each device's chain for the service is replaced by one with another
+/// instance list (`TableChain::take_over`; the path's stages stay h1-tt0, h1-tt1 and
+/// the steering does not change). No datagram is lost, every flow keeps its NAT
+/// mapping (the NAT's table went along with the take-over, as did the firewall's
+/// connection tracking: both report the flows from before the switch, among them one
+/// that sent nothing since), and the new elephant detector counts the traffic. Then
+/// h1's agent stops cleanly (SIGTERM): its chains stay pinned and keep forwarding. Last,
+/// the testbed is torn down with the service still deployed: no pin of its agents is
+/// left in the BPF file system.
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let infra = shape_dir.path().join("infrastructure.yaml");
+    std::fs::write(&infra, K_INFRA).unwrap();
+    let mut bed = hostbed::testbed_up_shaped(
+        TOKEN,
+        K_PREFIX,
+        K_BASE,
+        &["--infra", infra.to_str().unwrap()],
+    );
+    let out = bed.out.clone();
+    let (src_ns, src, _) = bed.endpoint("src");
+    let (dst_ns, dst, _) = bed.endpoint("dst");
+    let (ctl, url) = hostbed::controller(&out, TOKEN);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+    deploy(&out, "takeover.yaml", &service_takeover(src, dst), &url);
+    let device = |id: &str| {
+        row_of(&c, id)["spec"]["device"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (fw, nat) = (row(&c, "firewall"), row(&c, "nat"));
+    let fw = fw["spec"]["id"].as_str().unwrap().to_string();
+    let nat = nat["spec"]["id"].as_str().unwrap().to_string();
+    let ele = ids_of(&c, "elephant").remove(0);
+    assert_eq!(
+        (device(&fw).as_str(), device(&nat).as_str()),
+        ("h1-tt0", "h1-tt1")
+    );
+    let to = if device(&ele) == "h1-tt0" {
+        "h1-tt1"
+    } else {
+        "h1-tt0"
+    };
+
+    let sock = netns::in_netns(&dst_ns, move || {
+        Ok(std::net::UdpSocket::bind((dst, K_PORT))?)
+    })
+    .unwrap();
+    nfx_testbed::udpgen::set_rcvbuf(&sock, 8 << 20);
+    let (stop_sink, stop_send) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let seen = std::thread::spawn({
+        let stop = stop_sink.clone();
+        move || sink(sock, &stop)
+    });
+    let sent = std::thread::spawn({
+        let (stop, ns) = (stop_send.clone(), src_ns.clone());
+        move || paced_flows(&ns, SocketAddr::from((dst, K_PORT)), &stop)
+    });
+    // Every flow (and the uncounted one) is tracked and mapped before the switch.
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            flows(&c, &nat) > M_FLOWS as u64 && flows(&c, &fw) > M_FLOWS as u64
+        }),
+        "{} {}",
+        row_of(&c, &nat),
+        row_of(&c, &fw)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    nfx(&["migrate", &ele, "--device", to, "--url", &url]);
+    let ele_new = ids_of(&c, "elephant")
+        .into_iter()
+        .find(|i| *i != ele)
+        .expect("the migrated elephant detector");
+    let counted = packets(&c, &ele_new);
+    std::thread::sleep(Duration::from_millis(500));
+    stop_send.store(true, Ordering::Relaxed);
+    let sent = sent.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stop_sink.store(true, Ordering::Relaxed);
+    let seen = seen.join().unwrap();
+
+    assert!(sent > 1000, "{sent}");
+    assert_eq!(seen.packets, sent, "datagrams lost across the take-over");
+    for (f, s) in seen.sources.iter().enumerate() {
+        assert_eq!(s.len(), 1, "flow {f}'s mapping changed: {s:?}");
+        assert_eq!(s.first().unwrap().ip().to_string(), K_PUBLIC, "flow {f}");
+    }
+    // The kept instances' tables went along: the uncounted flow's entries too.
+    for id in [&nat, &fw] {
+        assert!(flows(&c, id) > M_FLOWS as u64, "{}", row_of(&c, id));
+    }
+    let new = row_of(&c, &ele_new);
+    assert_eq!(new["spec"]["device"], to, "{new}");
+    assert_eq!(
+        new["state"]["detail"]["migrated"]["from"],
+        ele.as_str(),
+        "{new}"
+    );
+    assert!(packets(&c, &ele_new) > counted + 100, "{new}");
+    assert_eq!(ids_of(&c, "elephant"), std::slice::from_ref(&ele_new));
+    for d in ["h1-tt0", "h1-tt1"] {
+        assert!(programs_in(K_PREFIX, d) >= 2, "{d} runs no chain");
+    }
+
+    stopped_agent_keeps_its_chains(&out, (&src_ns, &dst_ns), dst);
+    drop(ctl);
+    let cfg = nfx_control::hostagent::AgentConfig::load(&out.join("agents/h1.yaml")).unwrap();
+    let pins = nfx_control::hostagent::tablepins::root_of(
+        std::path::Path::new(nfx_control::hostagent::tablepins::BPF_FS),
+        "h1",
+        &cfg.run_dir,
+    );
+    bed.down();
+    assert!(!pins.exists(), "{} left after the teardown", pins.display());
+}
+
+/// Stops h1's agent with SIGTERM: its two chains stay pinned and paced datagrams still
+/// cross them, none lost.
+fn stopped_agent_keeps_its_chains(
+    out: &std::path::Path,
+    (src_ns, dst_ns): (&str, &str),
+    dst: Ipv4Addr,
+) {
+    use nfx_control::hostagent::{tablepins, AgentConfig};
+    let pid: u32 = std::fs::read_to_string(out.join("agents/h1.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let ns = format!("{K_PREFIX}h1");
+    assert!(netns::pids(&ns).contains(&pid), "h1's agent is not running");
+    // SAFETY: kill(2) on the agent this testbed started (checked to run in h1).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    assert!(
+        eventually(Duration::from_secs(5), || !netns::pids(&ns).contains(&pid)),
+        "h1's agent did not stop on SIGTERM"
+    );
+    let cfg = AgentConfig::load(&out.join("agents/h1.yaml")).unwrap();
+    let root = tablepins::root_of(std::path::Path::new(tablepins::BPF_FS), "h1", &cfg.run_dir);
+    assert_eq!(tablepins::pin_dirs(&root).len(), 2, "{}", root.display());
+    let (sent, got) = hostbed::paced_udp(
+        (src_ns, dst_ns),
+        (dst, K_PORT),
+        (32, K_PATTERN),
+        (1000, 0.5),
+    );
+    assert!(sent > 300, "{sent}");
+    assert_eq!((got.packets, got.matched), (sent, sent), "{got:?}");
 }

@@ -19,7 +19,7 @@ use crate::{netns, probe, process, root};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Most hosts a testbed may have (management subnets 10.b.201–10.b.232).
@@ -125,6 +125,12 @@ pub struct Layout {
     pub endpoints: Vec<EndpointInfo>,
     /// Links.
     pub links: Vec<LinkInfo>,
+    /// The directories of the BPF file system this testbed's agents pin their table
+    /// chains under (one per agent with table devices, [`record_pins`]): a chain pinned
+    /// there outlives its agent by design, so [`down`] removes them once the agents are
+    /// stopped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bpf_pins: Vec<PathBuf>,
 }
 
 impl HostsSpec {
@@ -328,6 +334,7 @@ impl HostsSpec {
             hosts,
             endpoints,
             links,
+            bpf_pins: Vec::new(),
         }
     }
 }
@@ -410,9 +417,13 @@ fn name_ok(n: &str) -> bool {
 pub fn up(spec: &HostsSpec, closed: &str) -> anyhow::Result<Layout> {
     root::require_root()?;
     spec.validate()?;
-    let lay = spec.layout();
+    let mut lay = spec.layout();
     build(&lay, closed)
         .with_context(|| format!("building the {}-host testbed {:?}", spec.hosts, spec.prefix))?;
+    // A rebuild keeps the pins of the agents that may still run from the last one.
+    lay.bpf_pins = recorded(&spec.prefix)
+        .map(|l| l.bpf_pins)
+        .unwrap_or_default();
     let rec = HostsSpec::record_path(&spec.prefix);
     std::fs::write(&rec, serde_json::to_vec_pretty(&lay)?)
         .with_context(|| format!("writing {}", rec.display()))?;
@@ -560,6 +571,68 @@ pub struct HostsDown {
     pub removed: Vec<String>,
     /// Namespaces left alone because nfx did not make them.
     pub skipped: Vec<String>,
+    /// The agents' pin directories removed (their chains detached, their tables freed).
+    pub unpinned: Vec<PathBuf>,
+}
+
+/// True when `dir` can be a pin directory of an agent of `lay`: an absolute path
+/// without `..`, directly under a directory `nfx`, named after one of its hosts
+/// (`<host>-<hash of its run directory>`, the host's non-alphanumeric characters as
+/// `_`). A record naming anything else is not followed.
+fn pin_of(lay: &Layout, dir: &Path) -> bool {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    dir.is_absolute()
+        && !dir
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        && dir
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|p| p == "nfx")
+        && name.is_some_and(|n| {
+            lay.hosts.iter().any(|h| {
+                let host: String =
+                    h.id.chars()
+                        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                        .collect();
+                n.strip_prefix(&host)
+                    .is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
+            })
+        })
+}
+
+/// Records `dirs` as pin directories of the agents of the testbed of `prefix` (built by
+/// [`up`]), beside those recorded already, for [`down`] to remove. Each must be one
+/// of an agent of its hosts ([`Layout::bpf_pins`]).
+pub fn record_pins(prefix: &str, dirs: &[PathBuf]) -> anyhow::Result<()> {
+    let rec = HostsSpec::record_path(prefix);
+    let mut lay = recorded(prefix).with_context(|| format!("no testbed {prefix:?} recorded"))?;
+    for d in dirs {
+        if !pin_of(&lay, d) {
+            bail!(
+                "{}: not a pin directory of an agent of this testbed",
+                d.display()
+            );
+        }
+        if !lay.bpf_pins.contains(d) {
+            lay.bpf_pins.push(d.clone());
+        }
+    }
+    std::fs::write(&rec, serde_json::to_vec_pretty(&lay)?)
+        .with_context(|| format!("writing {}", rec.display()))
+}
+
+/// Removes the recorded pin directories of `lay`'s agents (run after the agents are
+/// stopped, so none pins again); returns those that existed.
+fn unpin_agents(lay: &Layout) -> anyhow::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for d in lay.bpf_pins.iter().filter(|d| pin_of(lay, d)) {
+        if d.exists() {
+            nfx_fastpath::table::unpin(d).with_context(|| format!("unpinning {}", d.display()))?;
+            removed.push(d.clone());
+        }
+    }
+    Ok(removed)
 }
 
 /// The recorded layout of the testbed with `prefix`, if one was built.
@@ -569,7 +642,9 @@ pub fn recorded(prefix: &str) -> Option<Layout> {
 }
 
 /// Removes the recorded multi-host testbed of `prefix`: stops every process in its
-/// namespaces (agents, workers), deletes the namespaces nfx made, forgets the record.
+/// namespaces (agents, workers), removes its agents' pinned table chains (their tcx
+/// links and tables; never another agent's: only the directories [`record_pins`]
+/// recorded), deletes the namespaces nfx made, forgets the record.
 pub fn down(prefix: &str) -> anyhow::Result<HostsDown> {
     root::require_root()?;
     let mut rep = HostsDown::default();
@@ -587,6 +662,7 @@ pub fn down(prefix: &str) -> anyhow::Result<HostsDown> {
         }
         kill_all_in(&ns);
     }
+    rep.unpinned = unpin_agents(&lay)?;
     for ns in lay.namespaces() {
         if netns::exists(&ns) && owned(&ns) {
             process::run(&["ip", "netns", "del", &ns], Duration::from_secs(10))?;
@@ -633,6 +709,29 @@ mod tests {
         assert_eq!(l.endpoint("db").unwrap().host, "h2");
         assert_eq!(l.endpoint("db").unwrap().address.to_string(), "10.152.4.2");
         assert_eq!(l.namespaces().len(), 3 + 4 + 1);
+    }
+
+    #[test]
+    fn only_pin_directories_of_the_testbeds_own_hosts_are_followed() {
+        let mut names = spec(2, &[]);
+        names.names = vec!["edge-1".into(), "h2".into()];
+        let l = names.layout();
+        let ok = |p: &str| pin_of(&l, Path::new(p));
+        assert!(ok("/sys/fs/bpf/nfx/h2-00ab"));
+        assert!(ok("/sys/fs/bpf/nfx/edge_1-00ab"), "non-alphanumerics as _");
+        for bad in [
+            "/sys/fs/bpf/nfx/h3-00ab",
+            "/sys/fs/bpf/nfx/h2",
+            "/sys/fs/bpf/nfx/h2-",
+            "/sys/fs/bpf/nfx/h22-00ab",
+            "/sys/fs/bpf/other/h2-00ab",
+            "/sys/fs/bpf/nfx/../nfx/h2-00ab",
+            "/sys/fs/bpf/nfx/h2-00ab/..",
+            "sys/fs/bpf/nfx/h2-00ab",
+            "/",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -475,7 +475,8 @@ pub(crate) fn create_ns(ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stops every process inside `ns`: SIGTERM, up to 2 s grace, then SIGKILL.
+/// Stops every process inside `ns`: SIGTERM, up to 2 s grace, then SIGKILL (and up to
+/// 1 s for the killed to be gone).
 pub(crate) fn kill_all_in(ns: &str) {
     let signal_all = |sig: libc::c_int| {
         let pids = netns::pids(ns);
@@ -488,11 +489,17 @@ pub(crate) fn kill_all_in(ns: &str) {
     if signal_all(libc::SIGTERM) == 0 {
         return;
     }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline && !netns::pids(ns).is_empty() {
-        std::thread::sleep(Duration::from_millis(20));
+    let gone_within = |limit: Duration| {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline && !netns::pids(ns).is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    gone_within(Duration::from_secs(2));
+    if signal_all(libc::SIGKILL) > 0 {
+        // Killed processes are gone before the caller removes what they held.
+        gone_within(Duration::from_secs(1));
     }
-    signal_all(libc::SIGKILL);
 }
 
 /// Owns a testbed and removes it when dropped (tests, demo, benchmarks), even on

@@ -37,7 +37,9 @@
 //! pin no manifest names, is unpinned, which detaches it, and is loaded anew when the
 //! controller sends the host's paths again. Paths re-sent for a chain a device runs
 //! already leave it alone; a path that changes a device's chain switches to the new
-//! one with [`nfx_fastpath::table::TableChain::take_over`] (atomic per hook); a path
+//! one with [`nfx_fastpath::table::TableChain::take_over`] (atomic per hook; the
+//! instances both chains hold carry their flow state across, copied before and after
+//! the switch); a path
 //! leaving the device, or a destroyed instance, detaches and unpins it (a path's chain
 //! only once the steering has switched away from it). An instance migrated to another
 //! table device takes the old one's flow state with the steering ([`moves`]). Where the host
@@ -387,7 +389,8 @@ impl Tables {
     /// whose path lists instances on a device, their chain, taking only that service's
     /// frames ([`selection_of`]) — loaded, filled, selected and attached beside the
     /// device's other chains; a service's chain whose instances changed is switched to
-    /// the new one atomically ([`TableChain::take_over`]); one whose frames alone
+    /// the new one atomically ([`TableChain::take_over`]), the instances it keeps
+    /// taking their flow state along ([`moves::kept`]); one whose frames alone
     /// changed is selected anew in place; one that runs already, adopted or not, is
     /// left as it is — and so are the other services' chains. A chain taking a migrated
     /// instance's state gets it before it is attached ([`moves`]). Every other chain is
@@ -419,6 +422,10 @@ impl Tables {
             .filter(|k| !want.contains_key(*k))
             .cloned()
             .collect();
+        // Chains taking a migrated instance's state first: they copy it while the chain
+        // it comes from still runs it, even where that chain is switched in place too.
+        let mut want: Vec<(ChainKey, Want)> = want.into_iter().collect();
+        want.sort_by_key(|(_, (ids, _))| !ids.iter().any(|i| g.moves.contains_key(i)));
         for (key, (ids, selection)) in want {
             if let Some(r) = g.chains.get_mut(&key).filter(|r| r.instances == ids) {
                 if r.selection != selection {
@@ -470,16 +477,21 @@ impl Tables {
         }
         match g.chains.remove(key) {
             Some(mut old) => {
-                if let Err(e) = chain.take_over(&mut old.chain) {
+                let kept = moves::kept(&old.instances, &ids);
+                let taken = moves::copy_kept(&old, &mut chain, &kept)
+                    .and_then(|_| chain.take_over(&mut old.chain).map_err(|e| e.to_string()));
+                if let Err(e) = taken {
                     chain.detach();
                     g.chains.insert(key.clone(), old);
-                    return Err(fail(e.to_string()));
+                    return Err(fail(e));
                 }
                 log::info!(
                     "table device {device}: chain {ids:?} of {service} took over from {:?}",
                     old.instances
                 );
+                moves::finish_kept(&old, &mut chain, &kept);
                 g.finish_moves(&old, &mut chain, &ids);
+                g.finish_moves_out_of(&old);
                 old.chain.detach();
             }
             None => {

@@ -52,7 +52,8 @@ pub struct Args {
 enum Action {
     /// Create the namespaces, veths, addresses, routes and forwarding (idempotent).
     Up,
-    /// Remove the namespaces of this prefix that nfx made.
+    /// Remove the namespaces of this prefix that nfx made, and its agents' pinned
+    /// table chains.
     Down,
     /// Show which namespaces exist, their addresses, MACs and forwarding state.
     Status,
@@ -138,7 +139,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for ns in &skipped {
                 println!("left {ns} alone: not made by nfx");
             }
-            if removed.is_empty() && skipped.is_empty() {
+            for dir in &h.unpinned {
+                println!("unpinned {}", dir.display());
+            }
+            if removed.is_empty() && skipped.is_empty() && h.unpinned.is_empty() {
                 println!("nothing to remove");
             }
             Ok(())

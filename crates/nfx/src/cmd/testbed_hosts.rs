@@ -14,6 +14,7 @@
 
 use anyhow::{bail, Context};
 use nfx_control::hostagent::steering::{closed_ruleset, NeighborLink};
+use nfx_control::hostagent::tablepins;
 use nfx_control::hostagent::tables::TableDevice;
 use nfx_control::hostagent::tunnels::AcceleratorDevice;
 use nfx_control::hostagent::{AgentConfig, SoftwareDevice};
@@ -171,6 +172,9 @@ pub fn up_with(
             accelerators: devs.accelerators,
             tables: devs.tables,
         };
+        if !cfg.tables.is_empty() {
+            hosts::record_pins(&spec.prefix, &[pin_root(&cfg)?])?;
+        }
         start_agent(h, &cfg, &out.join("agents"), &nfx_bin)?;
     }
     infra
@@ -446,6 +450,18 @@ fn table_device(host: &str, t: &TableDevice) -> Device {
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Where the agent of `cfg` pins its table chains (`nfx testbed down` removes it): its
+/// run directory is made first, so that the agent's name for it (canonical) is this one.
+fn pin_root(cfg: &AgentConfig) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(&cfg.run_dir)
+        .with_context(|| format!("creating {}", cfg.run_dir.display()))?;
+    Ok(tablepins::root_of(
+        Path::new(tablepins::BPF_FS),
+        &cfg.host,
+        &cfg.run_dir,
+    ))
 }
 
 /// Stops the recorded agent of `h` (SIGTERM), if it runs.

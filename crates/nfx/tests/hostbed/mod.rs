@@ -199,7 +199,7 @@ pub fn operations(c: &nfx_control::client::Client, kind: &str, target: &str) -> 
 /// Sends `payload`-byte datagrams starting with `pattern` at `pps` a second for `secs`
 /// from namespace `src` to `dst:port` while a sink in namespace `dst_ns` counts them;
 /// waits up to 3 s for the stragglers. Returns how many were sent and what the sink got.
-// Only the tunnel tests send paced datagrams.
+// Not every test binary sends paced datagrams.
 #[allow(dead_code)]
 pub fn paced_udp(
     (src, dst_ns): (&str, &str),

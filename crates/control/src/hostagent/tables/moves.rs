@@ -15,7 +15,10 @@
 //!    the bulk copy (flows the new chain holds already are skipped), the mappings of
 //!    both are compared ([`Moved::remapped`]), and the old chain is detached and its
 //!    maps freed. On one device (the old chain replaced in place) the switch is the
-//!    atomic `take_over` and the final copy follows it.
+//!    atomic `take_over` and the final copy follows it. Where the chain the instance
+//!    leaves stays on the path with its other instances (switched in place to a chain
+//!    without it), the chain taking the state is loaded first, while the old one
+//!    still runs the instance, and the final copy follows the old one's switch.
 //!
 //! What the move carried is part of the new instance's state (`detail.migrated`).
 
@@ -98,6 +101,51 @@ impl Tables {
             bytes,
             held_ms: None,
         })
+    }
+}
+
+/// The instances a service's new chain of `ids` on a device keeps from its running
+/// chain of `old`, as (index in `old`, index in the new chain). Their flow state goes
+/// along when the new chain takes the old one's place ([`copy_kept`], then
+/// [`finish_kept`]): a path change that only adds or removes another instance of the
+/// chain leaves their connection tracking, NAT mappings and elephant counters as they
+/// were.
+pub(super) fn kept(old: &[String], ids: &[String]) -> Vec<(usize, usize)> {
+    ids.iter()
+        .enumerate()
+        .filter_map(|(j, id)| Some((old.iter().position(|i| i == id)?, j)))
+        .collect()
+}
+
+/// The bulk copy of the `kept` instances' flows from `old` (still attached) into `new`
+/// (not attached yet), with the NAT's port cursors when the NAT is one of them; returns
+/// the records imported.
+pub(super) fn copy_kept(
+    old: &Running,
+    new: &mut TableChain,
+    kept: &[(usize, usize)],
+) -> Result<usize, String> {
+    let mut n = 0;
+    for &(i, j) in kept {
+        n += old
+            .chain
+            .copy_function_to(i, new, j)
+            .map_err(|e| format!("carrying the state of {}: {e}", old.instances[i]))?;
+        if old.chain.functions()[i].kind() == "nat" {
+            new.copy_cursors_from(&old.chain)
+                .map_err(|e| format!("carrying the port cursors of {}: {e}", old.instances[i]))?;
+        }
+    }
+    Ok(n)
+}
+
+/// The final copy after `new` took `old`'s place: the flows of the `kept` instances
+/// that `old` created after the bulk copy (flows `new` holds already are skipped).
+pub(super) fn finish_kept(old: &Running, new: &mut TableChain, kept: &[(usize, usize)]) {
+    for &(i, j) in kept {
+        if let Err(e) = old.chain.copy_function_to(i, new, j) {
+            log::error!("table instance {}: final copy: {e}", old.instances[i]);
+        }
     }
 }
 
@@ -188,5 +236,20 @@ impl Inner {
     pub(super) fn forget_moves(&mut self, id: &str) {
         self.moves.retain(|new, m| new != id && m.from != id);
         self.moved.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept;
+
+    #[test]
+    fn a_new_chain_keeps_the_instances_both_chains_hold_wherever_they_stand() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let old = ids(&["fw", "ele", "nat"]);
+        assert_eq!(kept(&old, &ids(&["fw", "nat"])), [(0, 0), (2, 1)]);
+        assert_eq!(kept(&old, &ids(&["ele2", "nat"])), [(2, 1)]);
+        assert_eq!(kept(&ids(&["nat"]), &ids(&["ele", "nat"])), [(0, 1)]);
+        assert!(kept(&old, &ids(&["other"])).is_empty());
     }
 }
