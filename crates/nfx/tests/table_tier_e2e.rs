@@ -40,7 +40,13 @@ use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::netns;
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// One testbed at a time: three 2-host testbeds with their controllers, agents and paced
+/// streams at once starve each other on two cores (an agent that misses its heartbeats
+/// is declared down and its services re-placed in the middle of a test).
+static SERIAL: Mutex<()> = Mutex::new(());
 
 const PREFIX: &str = "nfxtb-";
 const BASE: &str = "234";
@@ -230,6 +236,7 @@ fn acl_denies(row: &Value) -> u64 {
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn hybrid_chain_on_the_table_tier_and_a_worker() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 2);
     let out = bed.out.clone();
     let infra = std::fs::read_to_string(out.join("infrastructure.yaml")).unwrap();
@@ -590,6 +597,7 @@ fn programs_on(device: &str) -> usize {
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
@@ -754,6 +762,7 @@ fn flows(c: &Client, id: &str) -> u64 {
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
