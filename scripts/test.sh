@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# Every crate of Cargo.lock, for every platform: cargo-deny's offline metadata needs the
+# ones a Linux build never downloads (windows-sys, ...); a no-op when they are cached.
+cargo fetch --locked --quiet
 cargo fmt --all -- --check
 cargo clippy --profile ci --workspace --all-targets -- -D warnings
 # Licenses, bans and sources (deny.toml); RustSec advisories against the committed
