@@ -8,7 +8,7 @@
 use crate::controller::{InstanceStatus, ServiceRow, ServiceStatus};
 use crate::energy::EnergySummary;
 use crate::mediator::{InstanceRow, Plan};
-use crate::ops::Operation;
+use crate::ops::{OpState, Operation};
 use crate::optimize::{OptimizePlan, OptimizeRun};
 use crate::projection::Projection;
 use crate::store::EventRecord;
@@ -281,6 +281,20 @@ impl Client {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits for an operation like [`Client::wait_operation`] and fails unless it
+    /// `COMPLETED`, naming its final state and the error it recorded.
+    pub fn wait_completed(&self, id: &str, timeout: Duration) -> anyhow::Result<Operation> {
+        let done = self.wait_operation(id, timeout)?;
+        if done.state != OpState::Completed {
+            anyhow::bail!(
+                "operation {id} ended {}: {}",
+                done.state.as_str(),
+                done.error.as_deref().unwrap_or("no error recorded")
+            );
+        }
+        Ok(done)
     }
 }
 

@@ -578,6 +578,93 @@ fn paced_flows(ns: &str, to: SocketAddr, stop: &std::sync::atomic::AtomicBool) -
     sent
 }
 
+/// A shaped testbed with its controller and a client holding the admin token (also
+/// written to `out/api-token` for the CLI), one service deployed; `src` and `dst` are
+/// the endpoints' namespaces and addresses.
+struct Deployed {
+    bed: hostbed::Testbed,
+    ctl: hostbed::Ctl,
+    url: String,
+    c: Client,
+    src: (String, Ipv4Addr),
+    dst: (String, Ipv4Addr),
+}
+
+/// Brings up the testbed `(prefix, subnet base)` shaped by infrastructure `infra` and
+/// deploys `service(src, dst)` from file `name` through the CLI.
+fn deployed(
+    infra: &str,
+    (prefix, base): (&'static str, &str),
+    name: &str,
+    service: fn(Ipv4Addr, Ipv4Addr) -> String,
+) -> Deployed {
+    let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
+    let shape = shape_dir.path().join("infrastructure.yaml");
+    std::fs::write(&shape, infra).unwrap();
+    let bed =
+        hostbed::testbed_up_shaped(TOKEN, prefix, base, &["--infra", shape.to_str().unwrap()]);
+    let out = bed.out.clone();
+    let (src_ns, src, _) = bed.endpoint("src");
+    let (dst_ns, dst, _) = bed.endpoint("dst");
+    let (ctl, url) = hostbed::controller(&out, TOKEN);
+    std::fs::write(out.join("api-token"), TOKEN).unwrap();
+    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
+    deploy(&out, name, &service(src, dst), &url);
+    Deployed {
+        bed,
+        ctl,
+        url,
+        c,
+        src: (src_ns, src),
+        dst: (dst_ns, dst),
+    }
+}
+
+/// [`paced_flows`] from a source namespace to a [`sink`] bound in the destination's,
+/// running until [`Flows::stop`].
+struct Flows {
+    stop_send: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop_sink: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sent: std::thread::JoinHandle<u64>,
+    seen: std::thread::JoinHandle<Seen>,
+}
+
+impl Flows {
+    /// Binds the sink on `dst:port` in `dst_ns`, then starts sending from `src_ns`.
+    fn start(src_ns: &str, (dst_ns, dst): (&str, Ipv4Addr), port: u16) -> Flows {
+        let sock =
+            netns::in_netns(dst_ns, move || Ok(std::net::UdpSocket::bind((dst, port))?)).unwrap();
+        nfx_testbed::udpgen::set_rcvbuf(&sock, 8 << 20);
+        let stop_sink = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop_send = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::thread::spawn({
+            let stop = stop_sink.clone();
+            move || sink(sock, &stop)
+        });
+        let sent = std::thread::spawn({
+            let (stop, ns) = (stop_send.clone(), src_ns.to_string());
+            move || paced_flows(&ns, SocketAddr::from((dst, port)), &stop)
+        });
+        Flows {
+            stop_send,
+            stop_sink,
+            sent,
+            seen,
+        }
+    }
+
+    /// Stops the sender, gives the last datagrams 300 ms to arrive, stops the sink:
+    /// how many were sent and what arrived.
+    fn stop(self) -> (u64, Seen) {
+        use std::sync::atomic::Ordering;
+        self.stop_send.store(true, Ordering::Relaxed);
+        let sent = self.sent.join().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        self.stop_sink.store(true, Ordering::Relaxed);
+        (sent, self.seen.join().unwrap())
+    }
+}
+
 /// The ports of table device `device` of h1 (no software devices there: the table
 /// devices are its stages 0 and 1).
 fn device_ports(device: &str) -> [String; 2] {
@@ -598,46 +685,19 @@ fn programs_on(device: &str) -> usize {
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let infra = shape_dir.path().join("infrastructure.yaml");
-    std::fs::write(&infra, M_INFRA).unwrap();
-    let mut bed = hostbed::testbed_up_shaped(
-        TOKEN,
-        M_PREFIX,
-        M_BASE,
-        &["--infra", infra.to_str().unwrap()],
-    );
-    let out = bed.out.clone();
-    let (src_ns, src, _) = bed.endpoint("src");
-    let (dst_ns, dst, _) = bed.endpoint("dst");
-    let (_ctl, url) = hostbed::controller(&out, TOKEN);
-    std::fs::write(out.join("api-token"), TOKEN).unwrap();
-    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
-    deploy(&out, "natmove.yaml", &service_nat(src, dst), &url);
+    let Deployed {
+        mut bed,
+        ctl,
+        url,
+        c,
+        src,
+        dst,
+    } = deployed(M_INFRA, (M_PREFIX, M_BASE), "natmove.yaml", service_nat);
     let old = row(&c, "nat");
     let old_id = old["spec"]["id"].as_str().unwrap().to_string();
     let old_dev = old["spec"]["device"].as_str().unwrap().to_string();
     assert_eq!(old["tier"], "table", "{old}");
-
-    let sock = netns::in_netns(&dst_ns, move || {
-        Ok(std::net::UdpSocket::bind((dst, M_PORT))?)
-    })
-    .unwrap();
-    nfx_testbed::udpgen::set_rcvbuf(&sock, 8 << 20);
-    let (stop_sink, stop_send) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let seen = std::thread::spawn({
-        let stop = stop_sink.clone();
-        move || sink(sock, &stop)
-    });
-    let sent = std::thread::spawn({
-        let (stop, ns) = (stop_send.clone(), src_ns.clone());
-        move || paced_flows(&ns, SocketAddr::from((dst, M_PORT)), &stop)
-    });
+    let flows = Flows::start(&src.0, (&dst.0, dst.1), M_PORT);
     // Every flow has its mapping on the old device before the move.
     assert!(
         eventually(Duration::from_secs(3), || {
@@ -649,11 +709,7 @@ fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
     std::thread::sleep(Duration::from_millis(200));
     nfx(&["migrate", &old_id, "--url", &url]);
     std::thread::sleep(Duration::from_millis(300));
-    stop_send.store(true, Ordering::Relaxed);
-    let sent = sent.join().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    stop_sink.store(true, Ordering::Relaxed);
-    let seen = seen.join().unwrap();
+    let (sent, seen) = flows.stop();
 
     assert!(sent > 1000, "{sent}");
     assert_eq!(seen.packets, sent, "datagrams lost across the migration");
@@ -685,7 +741,7 @@ fn a_table_tier_nat_migrates_under_traffic_through_the_controller() {
     assert!(programs_on(new_dev) >= 2, "the new device runs no chain");
     nfx(&["destroy", "natmove", "--url", &url]);
     assert_eq!(programs_on(new_dev), 0, "a chain left after the destroy");
-    drop(_ctl);
+    drop(ctl);
     bed.down();
 }
 
@@ -763,24 +819,19 @@ fn flows(c: &Client, id: &str) -> u64 {
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let shape_dir = nfx_testbed::tempfile::tempdir().unwrap();
-    let infra = shape_dir.path().join("infrastructure.yaml");
-    std::fs::write(&infra, K_INFRA).unwrap();
-    let mut bed = hostbed::testbed_up_shaped(
-        TOKEN,
-        K_PREFIX,
-        K_BASE,
-        &["--infra", infra.to_str().unwrap()],
+    let Deployed {
+        mut bed,
+        ctl,
+        url,
+        c,
+        src,
+        dst,
+    } = deployed(
+        K_INFRA,
+        (K_PREFIX, K_BASE),
+        "takeover.yaml",
+        service_takeover,
     );
-    let out = bed.out.clone();
-    let (src_ns, src, _) = bed.endpoint("src");
-    let (dst_ns, dst, _) = bed.endpoint("dst");
-    let (ctl, url) = hostbed::controller(&out, TOKEN);
-    std::fs::write(out.join("api-token"), TOKEN).unwrap();
-    let c = Client::new(&url, load_token(Some(&out.join("api-token"))).unwrap());
-    deploy(&out, "takeover.yaml", &service_takeover(src, dst), &url);
     let device = |id: &str| {
         row_of(&c, id)["spec"]["device"]
             .as_str()
@@ -801,23 +852,7 @@ fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
         "h1-tt0"
     };
 
-    let sock = netns::in_netns(&dst_ns, move || {
-        Ok(std::net::UdpSocket::bind((dst, K_PORT))?)
-    })
-    .unwrap();
-    nfx_testbed::udpgen::set_rcvbuf(&sock, 8 << 20);
-    let (stop_sink, stop_send) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let seen = std::thread::spawn({
-        let stop = stop_sink.clone();
-        move || sink(sock, &stop)
-    });
-    let sent = std::thread::spawn({
-        let (stop, ns) = (stop_send.clone(), src_ns.clone());
-        move || paced_flows(&ns, SocketAddr::from((dst, K_PORT)), &stop)
-    });
+    let flows_of = Flows::start(&src.0, (&dst.0, dst.1), K_PORT);
     // Every flow (and the uncounted one) is tracked and mapped before the switch.
     assert!(
         eventually(Duration::from_secs(3), || {
@@ -835,11 +870,7 @@ fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
         .expect("the migrated elephant detector");
     let counted = packets(&c, &ele_new);
     std::thread::sleep(Duration::from_millis(500));
-    stop_send.store(true, Ordering::Relaxed);
-    let sent = sent.join().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    stop_sink.store(true, Ordering::Relaxed);
-    let seen = seen.join().unwrap();
+    let (sent, seen) = flows_of.stop();
 
     assert!(sent > 1000, "{sent}");
     assert_eq!(seen.packets, sent, "datagrams lost across the take-over");
@@ -864,7 +895,8 @@ fn a_path_change_takes_over_table_chains_in_place_and_teardown_unpins() {
         assert!(programs_in(K_PREFIX, d) >= 2, "{d} runs no chain");
     }
 
-    stopped_agent_keeps_its_chains(&out, (&src_ns, &dst_ns), dst);
+    let out = bed.out.clone();
+    stopped_agent_keeps_its_chains(&out, (&src.0, &dst.0), dst.1);
     drop(ctl);
     let cfg = nfx_control::hostagent::AgentConfig::load(&out.join("agents/h1.yaml")).unwrap();
     let pins = nfx_control::hostagent::tablepins::root_of(

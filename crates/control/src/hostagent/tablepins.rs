@@ -102,25 +102,9 @@ fn within(root: &Path, path: &Path) -> bool {
             .is_some_and(|n| n != ".." && n != "." && !n.is_empty())
 }
 
-/// FNV-1a, 64 bits: a name for a run directory that stays the same across builds.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The pin directory of the agent of `host` with run directory `run_dir`, under `fs`.
-pub fn root_of(fs: &Path, host: &str, run_dir: &Path) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    let dir = std::fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
-    let host: String = host
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .take(64)
-        .collect();
-    fs.join("nfx")
-        .join(format!("{host}-{:016x}", fnv1a(dir.as_os_str().as_bytes())))
-}
+/// The pin directory of the agent of `host` with run directory `run_dir`, under `fs`
+/// (named by the table tier, so that a testbed finds its agents' pins by the same name).
+pub use nfx_fastpath::table::agent_root as root_of;
 
 /// The agent's pin directory, on the host's bpffs (mounted on [`BPF_FS`] if none is),
 /// created; `None`, with the reason logged, when the host has no bpffs to pin in (then

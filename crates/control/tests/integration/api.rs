@@ -429,9 +429,13 @@ fn the_typed_client_reads_the_controllers_types_and_refusals_keep_the_status() {
     assert_eq!(anon.status, 401, "{anon}");
 
     let gone = c.destroy("web").unwrap();
-    let done = c.wait_operation(&gone.id, Duration::from_secs(20)).unwrap();
-    assert_eq!(done.state, OpState::Completed, "{done:?}");
+    let done = c.wait_completed(&gone.id, Duration::from_secs(20)).unwrap();
+    assert_eq!((done.id, done.state), (gone.id, OpState::Completed));
     assert!(c.services().unwrap().is_empty());
+    let unknown = c
+        .wait_completed("op-nope", Duration::from_secs(1))
+        .unwrap_err();
+    assert!(format!("{unknown:#}").contains("op-nope"), "{unknown:#}");
 }
 
 #[test]

@@ -38,7 +38,7 @@ pub mod testrun;
 
 pub use function::{check, ElephantPlan, FirewallPlan, Function, NatPlan, Need, Refusal};
 pub use migrate::Migration;
-pub use pin::unpin;
+pub use pin::{agent_root, names_agent_root, unpin};
 pub use select::{FrameMatch, Selection};
 pub use stats::{FunctionStats, NodeCounters, TableEvent, TableStats};
 

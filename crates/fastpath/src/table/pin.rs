@@ -56,6 +56,43 @@ pub fn unpin(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The directory under the BPF file system `fs` where the agent of `host` with run
+/// directory `run_dir` pins its chains: `nfx/<host>-<hash of the canonical run
+/// directory>`, the host's name cut to 64 characters with every one but ASCII letters
+/// and digits as `_`. One home for the name: agents pin there, and a testbed removes
+/// exactly its own agents' directories by it ([`names_agent_root`]).
+pub fn agent_root(fs: &Path, host: &str, run_dir: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+    fs.join("nfx").join(format!(
+        "{}-{:016x}",
+        host_label(host),
+        fnv1a(dir.as_os_str().as_bytes())
+    ))
+}
+
+/// True when `name` is a directory name [`agent_root`] gives an agent of `host`.
+pub fn names_agent_root(name: &str, host: &str) -> bool {
+    name.strip_prefix(host_label(host).as_str())
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `host` as it appears in its agent's pin directory name.
+fn host_label(host: &str) -> String {
+    host.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(64)
+        .collect()
+}
+
+/// FNV-1a, 64 bits: a name for a run directory that stays the same across builds.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// `shape` as the tables are loaded (an empty table still has its minimum size).
 fn loaded(shape: Shape) -> Shape {
     Shape {

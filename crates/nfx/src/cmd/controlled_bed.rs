@@ -6,7 +6,7 @@
 use super::testbed_hosts;
 use anyhow::{bail, Context};
 use nfx_control::client::{read_token_file, Client};
-use nfx_control::ops::{OpState, Operation};
+use nfx_control::ops::Operation;
 use nfx_testbed::hosts::{EndpointInfo, HostsSpec, Layout};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -168,15 +168,6 @@ impl ControlledBed {
 
     /// Waits for operation `op` to end; fails unless it completed.
     pub fn wait_op(&self, op: &Operation) -> anyhow::Result<Operation> {
-        let done = self.api.wait_operation(&op.id, OPERATION_TIMEOUT)?;
-        if done.state != OpState::Completed {
-            bail!(
-                "operation {} ended {}: {}",
-                op.id,
-                done.state.as_str(),
-                done.error.as_deref().unwrap_or("no error recorded")
-            );
-        }
-        Ok(done)
+        self.api.wait_completed(&op.id, OPERATION_TIMEOUT)
     }
 }

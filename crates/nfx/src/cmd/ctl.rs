@@ -9,7 +9,7 @@ use nfx_control::controller::ServiceRow;
 use nfx_control::energy::EnergySummary;
 use nfx_control::hostagent::AgentConfig as HostAgentConfig;
 use nfx_control::mediator::InstanceRow;
-use nfx_control::ops::{OpState, Operation};
+use nfx_control::ops::Operation;
 use nfx_control::optimize::OptimizePlan;
 use nfx_control::server::{default_infra, run_agent, run_up, UpConfig};
 use nfx_control::vnfm::local::{LocalConfig, LocalVnfm};
@@ -401,16 +401,8 @@ fn operation(
     if no_wait {
         return Ok(op);
     }
-    let done = cl.wait_operation(&op.id, Duration::from_secs(600))?;
-    if done.state != OpState::Completed {
-        bail!(
-            "{what}: operation {} ended {}: {}",
-            op.id,
-            done.state.as_str(),
-            done.error.as_deref().unwrap_or("no error recorded")
-        );
-    }
-    Ok(done)
+    cl.wait_completed(&op.id, Duration::from_secs(600))
+        .map_err(|e| anyhow::anyhow!("{what}: {e:#}"))
 }
 
 /// `nfx plan`: the projections if asked for, then the dry run of each service.
