@@ -9,7 +9,7 @@ use crate::store::{EventRecord, Store, StoreError, Table, Write};
 use crate::vnfm::{InstanceState, VnfmError};
 use nfx_model::service::{ChainFunction, Service};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -409,10 +409,10 @@ impl Controller {
     }
 
     /// Re-places every active service that uses a lost instance or whose path crosses a
-    /// host that is down, unless an operation on it is under way (the next call retries).
-    /// Returns the operations started.
+    /// host that is down, unless an operation on it or on an instance of its path (a
+    /// migration) is under way: the next call retries. Returns the operations started.
     pub fn heal(&self) -> Result<Vec<Operation>, CtlError> {
-        let broken: BTreeSet<String> = {
+        let broken: BTreeMap<String, Vec<String>> = {
             let m = self.med();
             let down = m.down_hosts();
             let down = down.read().map(|d| d.clone()).unwrap_or_default();
@@ -429,17 +429,16 @@ impl Controller {
                         .get(&p.service)
                         .is_some_and(|s| s.hosts.iter().any(|h| down.contains(h)))
                 })
-                .map(|p| p.service.clone())
+                .map(|p| {
+                    let on_path = p.hops.iter().map(|h| h.instance.clone()).collect();
+                    (p.service.clone(), on_path)
+                })
                 .collect()
         };
         let mut started = Vec::new();
-        for svc in broken {
-            let busy = self
-                .store
-                .list::<Operation>(Table::Operations)?
-                .into_iter()
-                .any(|o| !o.state.is_final() && o.target == svc);
-            if busy {
+        for (svc, on_path) in broken {
+            let ops = self.store.list::<Operation>(Table::Operations)?;
+            if under_way(&ops, &svc, &on_path) {
                 continue;
             }
             match self.replace(&svc) {
@@ -952,6 +951,18 @@ fn row_writes(
     w
 }
 
+/// True when one of `ops` is under way on `service` or on one of the instances of its
+/// path (`on_path`): a migration's target is its instance, and a re-placement started
+/// beside it would plan from rows that operation is still changing.
+fn under_way(ops: &[Operation], service: &str, on_path: &[String]) -> bool {
+    ops.iter().filter(|o| !o.state.is_final()).any(|o| {
+        o.target == service
+            || on_path
+                .iter()
+                .any(|i| o.target == *i || o.steps.iter().any(|s| step_touches(&s.step, i)))
+    })
+}
+
 fn step_touches(step: &Step, instance: &str) -> bool {
     match step {
         Step::Deploy { spec } => spec.id == instance,
@@ -1056,6 +1067,38 @@ mod tests {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../configs/examples")
             .join(name)
+    }
+
+    #[test]
+    fn a_service_is_not_re_placed_while_an_operation_acts_on_it_or_its_instances() {
+        let on_path = ["fw-1".to_string(), "nat-1".to_string()];
+        let migrate = |target: &str, new: &str| {
+            Operation::new(
+                "op-1".into(),
+                OpKind::Migrate,
+                target.into(),
+                vec![Step::Migrate {
+                    old: target.into(),
+                    new: new.into(),
+                    flows: Vec::new(),
+                }],
+            )
+        };
+        let mut op = migrate("nat-1", "nat-1-m");
+        assert!(under_way(std::slice::from_ref(&op), "web", &on_path));
+        assert!(!under_way(std::slice::from_ref(&op), "web", &on_path[..1]));
+        op.state = OpState::Completed;
+        assert!(!under_way(&[op], "web", &on_path), "a final one is over");
+        let mut steered = migrate("x-1", "x-2");
+        steered.steps.push(crate::ops::StepRecord {
+            step: Step::Destruct {
+                instance: "fw-1".into(),
+            },
+            status: StepStatus::Pending,
+        });
+        assert!(under_way(&[steered], "web", &on_path), "a step on fw-1");
+        let deploy = Operation::new("op-2".into(), OpKind::Deploy, "web".into(), Vec::new());
+        assert!(under_way(&[deploy], "web", &[]));
     }
 
     #[test]
