@@ -7,7 +7,10 @@
 //! sent arrives (0 lost: each service's frames only ever meet its own firewall, the new
 //! worker classifies the service's frames before the host steers them to it, the old one
 //! keeps them until its instance goes); iperf3 ends without a reset and carries data; the
-//! new instances run on the other device and the old ones are gone. Needs root; own
+//! new instances run on the other device and the old ones are gone. Then, with the two
+//! firewalls on the host's two devices, `nfx deploy --optimize` moves one beside the
+//! other (the offline optimum: one device instead of two) under both streams at once:
+//! one completed migration, no datagram lost, iperf3 without a reset. Needs root; own
 //! prefix and subnet; torn down on failure too.
 
 mod hostbed;
@@ -102,8 +105,8 @@ fn controller_migrations_under_traffic_lose_nothing() {
     assert_eq!(udp_dev, tcp_dev, "one worker must run both firewalls");
 
     // Both migrations under the paced UDP stream: not one datagram lost.
-    let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
-    let gen = {
+    let paced = || {
+        let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
         let spec = GenSpec {
             ns: src.0.clone(),
             dst: dst.1,
@@ -115,8 +118,9 @@ fn controller_migrations_under_traffic_lose_nothing() {
             batch: 1,
             pps: Some(PPS),
         };
-        std::thread::spawn(move || udpgen::generate(spec))
+        (sink, std::thread::spawn(move || udpgen::generate(spec)))
     };
+    let (sink, gen) = paced();
     std::thread::sleep(Duration::from_millis(1000));
     nfx(&["migrate", &udp_old, "--url", &url]);
     std::thread::sleep(Duration::from_millis(300));
@@ -152,7 +156,38 @@ fn controller_migrations_under_traffic_lose_nothing() {
         .unwrap()
         .expect("iperf3 across the migration (reset?)");
     assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
-    assert_ne!(instance_of(&url, "tcp-svc").0, tcp_new);
+    let (tcp_now, tcp_dev3) = instance_of(&url, "tcp-svc");
+    assert_ne!(tcp_now, tcp_new);
+
+    // The two firewalls now run on the host's two devices: `nfx deploy --optimize` puts
+    // them on one (cost 2 → 1) with one migration, under both streams at once.
+    assert_ne!(tcp_dev3, udp_dev2, "the optimum has nothing to move");
+    let (sink, gen) = paced();
+    let tcp = {
+        let spec = ClientSpec::tcp(&src.0, dst.1, TCP_PORT, 3, 1);
+        std::thread::spawn(move || iperf::client(&spec))
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let run: Value =
+        serde_json::from_str(&nfx(&["deploy", "--optimize", "--json", "--url", &url])).unwrap();
+    let sent = gen.join().unwrap().unwrap().sent;
+    let tcp = tcp
+        .join()
+        .unwrap()
+        .expect("iperf3 across the optimization (reset?)");
+    std::thread::sleep(Duration::from_millis(300));
+    let got = sink.finish().unwrap().packets;
+    assert!(run["error"].is_null(), "{run}");
+    let ops = run["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{run}");
+    assert_eq!(ops[0]["state"], "COMPLETED", "{run}");
+    assert_eq!(got, sent, "datagrams lost across the optimization");
+    assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
+    assert_eq!(
+        instance_of(&url, "udp-svc").1,
+        instance_of(&url, "tcp-svc").1,
+        "{run}"
+    );
 
     nfx(&["destroy", "udp-svc", "--url", &url]);
     nfx(&["destroy", "tcp-svc", "--url", &url]);
