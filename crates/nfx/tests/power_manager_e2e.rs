@@ -22,7 +22,7 @@ mod scrape;
 
 use common::eventually;
 use nfx_control::client::Client;
-use nfx_testbed::udpgen::{self, GenSpec};
+use nfx_testbed::udpgen;
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -438,17 +438,7 @@ fn the_power_manager_lowers_a_workers_cpu_max_and_keeps_its_sla() {
         probes.push(std::thread::spawn(move || {
             latency_probes(ns, to, port, run, base)
         }));
-        let spec = GenSpec {
-            ns: src.0.clone(),
-            dst: dst.1,
-            port: s.port,
-            payload: 512,
-            pattern: Vec::new(),
-            flows: 1,
-            duration: run,
-            batch: 1,
-            pps: Some(PPS),
-        };
+        let spec = common::paced(&src.0, dst.1, s.port, PPS, RUN_S);
         gens.push(std::thread::spawn(move || udpgen::generate(spec)));
     }
     let t0 = Instant::now();
