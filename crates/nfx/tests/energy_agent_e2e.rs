@@ -79,15 +79,8 @@ fn a_service_under_traffic_reports_modelled_energy_per_vnf() {
 
     let sink = Sink::start(&dst.0, PORT, b"").unwrap();
     let spec = GenSpec {
-        ns: src.0.clone(),
-        dst: dst.1,
-        port: PORT,
         payload: 64,
-        pattern: Vec::new(),
-        flows: 1,
-        duration: Duration::from_secs(4),
-        batch: 1,
-        pps: Some(PPS),
+        ..common::paced(&src.0, dst.1, PORT, PPS, 4)
     };
     let gen = std::thread::spawn(move || udpgen::generate(spec));
     std::thread::sleep(Duration::from_millis(700));

@@ -86,6 +86,14 @@ fn quick_energy_experiment_writes_sane_outputs() {
     for k in ["manager_energy_vs_busy", "manager_throughput_vs_busy"] {
         assert!(s[k].as_f64().is_some_and(|v| v > 0.0), "{k}: {s}");
     }
+    // The manager's savings against adaptive alone (a share: below 1, negative when it
+    // cost more).
+    for k in [
+        "manager_dynamic_saving_vs_adaptive",
+        "manager_nat_cpu_saving_vs_adaptive",
+    ] {
+        assert!(s[k].as_f64().is_some_and(|v| v < 1.0), "{k}: {s}");
+    }
     let csv = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
     for n in &names {
         assert!(

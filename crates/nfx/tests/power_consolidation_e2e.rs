@@ -30,7 +30,7 @@ mod hostbed;
 
 use common::eventually;
 use nfx_control::client::Client;
-use nfx_testbed::udpgen::{self, GenSpec, Sink};
+use nfx_testbed::udpgen::{self, Sink};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -220,17 +220,7 @@ fn the_power_manager_consolidates_idle_workers_and_spreads_them_under_load() {
 
     // Under the stream: spread over every core again, read back from the kernel.
     let sink = Sink::start(&dst.0, PORT, b"").unwrap();
-    let spec = GenSpec {
-        ns: src.0.clone(),
-        dst: dst.1,
-        port: PORT,
-        payload: 512,
-        pattern: Vec::new(),
-        flows: 1,
-        duration: Duration::from_secs(LOAD_S),
-        batch: 1,
-        pps: Some(PPS),
-    };
+    let spec = common::paced(&src.0, dst.1, PORT, PPS, LOAD_S);
     let tl = Instant::now();
     let gen = std::thread::spawn(move || udpgen::generate(spec));
     let spread = eventually(Duration::from_secs(LOAD_S), || {
@@ -401,17 +391,7 @@ fn the_power_manager_busy_polls_a_loaded_worker_and_lets_it_sleep_when_idle() {
 
     // Under the high stream: switched to busy polling, as the worker reports it.
     let sink = Sink::start(&dst.0, PORT, b"").unwrap();
-    let spec = GenSpec {
-        ns: src.0.clone(),
-        dst: dst.1,
-        port: PORT,
-        payload: 512,
-        pattern: Vec::new(),
-        flows: 1,
-        duration: Duration::from_secs(HIGH_S),
-        batch: 1,
-        pps: Some(HIGH_PPS),
-    };
+    let spec = common::paced(&src.0, dst.1, PORT, HIGH_PPS, HIGH_S);
     let tl = Instant::now();
     let gen = std::thread::spawn(move || udpgen::generate(spec));
     let busy = eventually(Duration::from_secs(HIGH_S) - CPU_WINDOW, || {

@@ -1,13 +1,15 @@
 //! The transcoding VNF deployed by the controller like any VNF, on the multi-host testbed
 //! (`nfx testbed up --hosts 2`): a service whose chain is one `transcode` function is
 //! placed on a host's software device, whose agent starts `nfx transcode` (and its
-//! ffmpeg). An ffmpeg test source in `src` sends a few seconds of MPEG-2 video at
-//! 2 Mbit/s as MPEG-TS over UDP to the transcoder's host; `dst` receives the H.264 stream
-//! the transcoder sends at 200 kbit/s. Checks: the capture is a valid H.264 stream
-//! (ffprobe) at a fraction of the source's bytes; the agent meters the transcoder's
-//! process tree (CPU time > 0, energy > 0 with source `model`) in `nfx status` and
-//! `/metrics`; destroying the service leaves no ffmpeg behind. Needs root; own prefix
-//! and subnet; torn down on failure too.
+//! ffmpeg). The transcoder is transparent both ways: an ffmpeg test source in `src`
+//! sends a few seconds of MPEG-2 video at 2 Mbit/s as MPEG-TS over UDP to `dst` itself,
+//! the transcoder's host redirects it into the transcoder, and `dst` receives the H.264
+//! stream the transcoder sends at 200 kbit/s with src's address as its source. Checks:
+//! the capture is a valid H.264 stream (ffprobe) at a fraction of the source's bytes;
+//! tcpdump at dst sees every packet of it come from src; the agent meters the
+//! transcoder's process tree (CPU time > 0, energy > 0 with source `model`) in `nfx
+//! status` and `/metrics`; destroying the service leaves no ffmpeg and no redirect or
+//! source NAT rule behind. Needs root; own prefix and subnet; torn down on failure too.
 
 mod common;
 mod hostbed;
@@ -24,7 +26,8 @@ const BASE: &str = "187";
 const TOKEN: &str = "transcode-agent-e2e-token-0123456789";
 /// UDP port the transcoder listens on (its host's addresses).
 const IN_PORT: u16 = 5400;
-/// UDP port at dst of the transcoded stream (the service's selector).
+/// UDP port at dst the source sends to and the transcoded stream arrives at (the
+/// service's selector).
 const OUT_PORT: u16 = 6400;
 /// Seconds of video the source sends.
 const SECONDS: u32 = 6;
@@ -33,14 +36,37 @@ fn nfx(args: &[&str]) -> String {
     hostbed::nfx(TOKEN, args)
 }
 
-/// The default gateway of namespace `ns` (the address of the host it is attached to).
-fn gateway(ns: &str) -> String {
+/// The source addresses of the UDP packets to `port` in tcpdump's `-n -q -t` lines
+/// (`eth0  In  IP 10.1.1.2.40000 > 10.1.2.2.6400: UDP, length 1316`).
+fn udp_sources(tcpdump: &[u8], port: u16) -> Vec<String> {
+    let to = format!(".{port}:");
+    String::from_utf8_lossy(tcpdump)
+        .lines()
+        .filter_map(|l| {
+            let (from, rest) = l.split_once("IP ")?.1.split_once(" > ")?;
+            let dst = rest.split_whitespace().next()?;
+            dst.ends_with(&to)
+                .then(|| from.rsplit_once('.').map(|(a, _)| a.to_string()))?
+        })
+        .collect()
+}
+
+/// The `nfx_steer` table of host namespace `ns`.
+fn steer_table(ns: &str) -> String {
     let out = Command::new("ip")
-        .args(["-n", ns, "-j", "route", "show", "default"])
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "nft",
+            "list",
+            "table",
+            "inet",
+            "nfx_steer",
+        ])
         .output()
         .unwrap();
-    let routes: Value = serde_json::from_slice(&out.stdout).unwrap();
-    routes[0]["gateway"].as_str().unwrap().to_string()
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `program ARGS` in namespace `ns` with a time limit.
@@ -93,14 +119,14 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     tenant: acme
     ingress: {}
     egress: {}
-    selector: {{ dst: {}/32, proto: udp, dport: {OUT_PORT} }}
+    selector: {{ src: {}/32, dst: {}/32, proto: udp, dport: {OUT_PORT} }}
     chain:
       - function: transcode
         capacity_need: 1
         config: {{ listen_port: {IN_PORT}, output: {}:{OUT_PORT}, bitrate_kbps: 200 }}
     sla: {{ max_latency_us: 1000, min_throughput_gbps: 0.001 }}
 ",
-            src.2, dst.2, dst.1, dst.1
+            src.2, dst.2, src.1, dst.1, dst.1
         ),
     )
     .unwrap();
@@ -116,16 +142,33 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     );
     let input = format!("udp://0.0.0.0:{IN_PORT}");
     assert_eq!(ffmpegs_naming(&input).len(), 1, "one encoder for {id}");
-    // The source's host runs it (the ingress host meets the budget first); the stream
-    // is addressed to that host, the source's gateway.
+    // The source's host runs it (the ingress host meets the budget first); the source
+    // addresses its stream to dst, as if there were no transcoder.
     assert_eq!(host, src.2, "{row}");
-    let to = format!("udp://{}:{IN_PORT}?pkt_size=1316", gateway(&src.0));
+    let host_ns = format!("{PREFIX}{host}");
+    let table = steer_table(&host_ns);
+    let snat = format!("snat ip to {}", src.1);
+    assert!(table.contains("redirect to :5400"), "{table}");
+    assert!(table.contains(&snat), "{table}");
+    let to = format!("udp://{}:{OUT_PORT}?pkt_size=1316", dst.1);
 
     let capture = bed.out.join("capture.ts");
     let cap_url = format!("udp://0.0.0.0:{OUT_PORT}?timeout=4000000");
     // The capture takes 2 s less media than the source sends (the transcoder's probing
     // delays its stream), so it ends on its own.
     let (cap_s, src_s) = ((SECONDS - 2).to_string(), SECONDS.to_string());
+    // The source addresses of the stream's first 50 packets at dst (about 2 s of it).
+    let port = OUT_PORT.to_string();
+    let dump = in_ns(
+        &dst.0,
+        "tcpdump",
+        &["-n", "-q", "-t", "-l", "-c", "50", "-i", "any"],
+    )
+    .args(["udp", "and", "dst", "port", &port])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     let mut cap = in_ns(&dst.0, "ffmpeg", &["-hide_banner", "-loglevel", "error"])
         .args(["-i", &cap_url, "-c", "copy", "-t", &cap_s, "-y"])
         .arg(&capture)
@@ -159,6 +202,14 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     let source_out = source.wait_with_output().unwrap();
     let sent = common::ffmpeg_total_size(&source_out.stdout);
     assert!(cap.wait().unwrap().success(), "the capture failed");
+    let dumped = dump.wait_with_output().unwrap();
+    let sources = udp_sources(&dumped.stdout, OUT_PORT);
+    let src_addr = src.1.to_string();
+    assert!(sources.len() >= 50, "tcpdump at dst saw {sources:?}");
+    assert!(
+        sources.iter().all(|a| *a == src_addr),
+        "the stream at dst must come from src {src_addr}: {sources:?}"
+    );
     assert!(seen, "the transcoder's CPU was never metered");
     let m = metered.unwrap();
     assert_eq!(
@@ -176,8 +227,8 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
     assert_eq!(stream["width"], 320, "{stream}");
     let got = std::fs::metadata(&capture).unwrap().len();
     eprintln!(
-        "transcode_agent_e2e: source sent {sent} B, dst received {got} B of H.264; transcoder {:.3} cores, {:.2} W, {:.2} J ({})",
-        m["cpu_cores"], m["power_w"], m["energy_j"], m["source"]
+        "transcode_agent_e2e: source sent {sent} B to dst, dst received {got} B of H.264 in {} packets from {src_addr}; transcoder {:.3} cores, {:.2} W, {:.2} J ({})",
+        sources.len(), m["cpu_cores"], m["power_w"], m["energy_j"], m["source"]
     );
     assert!(sent > 500_000, "the source sent {sent} B");
     assert!(
@@ -198,6 +249,11 @@ fn the_controller_deploys_a_metered_transcoder_that_leaves_nothing_behind() {
         eventually(Duration::from_secs(3), || ffmpegs_naming(&input).is_empty()),
         "an encoder outlived its instance: {:?}",
         ffmpegs_naming(&input)
+    );
+    let table = steer_table(&host_ns);
+    assert!(
+        !table.contains("redirect") && !table.contains("snat"),
+        "rules outlived the transcoder: {table}"
     );
     drop(ctl);
     bed.down();

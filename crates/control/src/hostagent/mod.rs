@@ -453,14 +453,31 @@ impl HostAgent {
     /// instances migrated into it) and attached before the switch; a chain the path
     /// left runs until the switch, then hands over its migrated state and is detached.
     pub fn program(&self, service: &str, path: &HostPath) -> Result<(), SteerError> {
-        let path = &self.without_transcoders(path);
         let mut st = self.steering();
+        self.restore_sources(&mut st, path)?;
+        let path = &self.without_transcoders(path);
         let mut paths = st.paths();
         paths.insert(service.to_string(), path.clone());
         self.reconcile_workers(&paths, true)?;
         self.tables.reconcile(&paths, true)?;
         st.program(service, path)?;
         self.tables.reconcile(&paths, false)
+    }
+
+    /// Gives the transcoders `path` names on this host the original source of their
+    /// stream: the selector's `src` when it is one IPv4 address (their output is
+    /// source-NATed to it), else none.
+    fn restore_sources(&self, st: &mut Steering, path: &HostPath) -> Result<(), SteerError> {
+        let source = path.selector.src.and_then(|c| match c.addr {
+            std::net::IpAddr::V4(a) if c.len == 32 => Some(a),
+            _ => None,
+        });
+        for id in path.instances.values().flatten() {
+            if self.transcoders.holds(id) {
+                st.set_redirect_source(id, source)?;
+            }
+        }
+        Ok(())
     }
 
     /// `path` without its transcoders: a transcoder is an L4 endpoint that receives the
@@ -490,11 +507,14 @@ impl HostAgent {
     /// Makes the host's paths exactly `paths` (workers gain services before the switch
     /// and lose the others after it).
     pub fn sync(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), SteerError> {
+        let mut st = self.steering();
+        for p in paths.values() {
+            self.restore_sources(&mut st, p)?;
+        }
         let paths: &BTreeMap<String, HostPath> = &paths
             .iter()
             .map(|(s, p)| (s.clone(), self.without_transcoders(p)))
             .collect();
-        let mut st = self.steering();
         self.reconcile_workers(paths, true)?;
         self.tables.reconcile(paths, true)?;
         st.sync(paths)?;
@@ -673,12 +693,13 @@ impl HostAgent {
     fn redirect(&self, id: &str, config: &serde_json::Value) -> Result<(), VnfmError> {
         let cfg = nfx_vnf::transcode::TranscodeConfig::from_function_config(config)
             .map_err(|e| VnfmError::Invalid(format!("{id}: config: {e}")))?;
+        let mut st = self.steering();
         let r = steering::Redirect {
             output: cfg.output,
             listen_port: cfg.listen_port,
+            source: st.redirect(id).and_then(|r| r.source),
         };
-        self.steering()
-            .set_redirect(id, Some(r))
+        st.set_redirect(id, Some(r))
             .map_err(|e| VnfmError::Unavailable(format!("{id}: redirect: {e}")))
     }
 }

@@ -28,7 +28,10 @@
 //! arriving for the transcoder's `output` is redirected (`nat` prerouting, before the
 //! routing decision) to its `listen_port` on the host, so a source sends to the final
 //! destination and needs no knowledge of the transcoder; the transcoder's own stream to
-//! `output` starts on the host and never passes prerouting there.
+//! `output` starts on the host and never passes prerouting there. Where the service's
+//! selector names its source as one address, that stream gets it back (`snat` in a `nat`
+//! postrouting chain, matching only packets to `output` whose source is an address of the
+//! host), so the destination sees the stream come from the source.
 
 use super::stages::Stage;
 use nfx_model::{Cidr, Proto, Selector};
@@ -115,13 +118,18 @@ impl HostPath {
 }
 
 /// A transcoder's stream taken in transparently: UDP arriving at the host for `output`
-/// is delivered to the transcoder at `listen_port` on the host.
+/// is delivered to the transcoder at `listen_port` on the host, and the transcoder's own
+/// stream to `output` leaves with the original source's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Redirect {
     /// Where the transcoder sends its stream (and where the source addresses its own).
     pub output: SocketAddrV4,
     /// The transcoder's UDP port on the host.
     pub listen_port: u16,
+    /// The original source (the service selector's `src` when it is one IPv4 address):
+    /// the transcoder's stream to `output` is source-NATed to it. None: it leaves with
+    /// the host's address.
+    pub source: Option<Ipv4Addr>,
 }
 
 /// A neighbor host as the agent's configuration names it.
@@ -296,6 +304,24 @@ impl Steering {
             };
         }
         r
+    }
+
+    /// The redirect of transcoder `instance`, if any.
+    pub fn redirect(&self, instance: &str) -> Option<Redirect> {
+        self.redirects.get(instance).copied()
+    }
+
+    /// Sets the original source of transcoder `instance`'s redirect (no-op when it has
+    /// none or the source is unchanged) and loads the table.
+    pub fn set_redirect_source(
+        &mut self,
+        instance: &str,
+        source: Option<Ipv4Addr>,
+    ) -> Result<(), SteerError> {
+        match self.redirect(instance) {
+            Some(r) => self.set_redirect(instance, Some(Redirect { source, ..r })),
+            None => Ok(()),
+        }
     }
 
     /// The programmed paths.
@@ -770,6 +796,16 @@ fn render(
          \x20   meta mark and {MARK_MASK:#x} == {MARK_BASE:#x} accept\n\
          \x20 }}\n"
     );
+    render_redirects(&mut r, redirects);
+    r.push_str("}\n");
+    r
+}
+
+/// The transcoders' chains: `transcode` redirects what arrives for each `output` into
+/// the transcoder; `transcode_out` gives the transcoder's own stream to `output` (sent
+/// from an address of the host: not a forwarded packet) its original source back.
+fn render_redirects(r: &mut String, redirects: &BTreeMap<String, Redirect>) {
+    let comment = |i: &str| i.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
     if !redirects.is_empty() {
         r.push_str(
             "  chain transcode {\n\
@@ -782,13 +818,28 @@ fn render(
                 x.output.ip(),
                 x.output.port(),
                 x.listen_port,
-                instance.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+                comment(instance)
             );
         }
         r.push_str("  }\n");
     }
-    r.push_str("}\n");
-    r
+    if redirects.values().any(|x| x.source.is_some()) {
+        r.push_str(
+            "  chain transcode_out {\n\
+             \x20   type nat hook postrouting priority srcnat; policy accept;\n",
+        );
+        for (instance, x) in redirects {
+            let Some(src) = x.source else { continue };
+            let _ = writeln!(
+                r,
+                "    fib saddr type local ip daddr {} udp dport {} snat ip to {src} comment \"{}\"",
+                x.output.ip(),
+                x.output.port(),
+                comment(instance)
+            );
+        }
+        r.push_str("  }\n");
+    }
 }
 
 #[cfg(test)]

@@ -42,3 +42,28 @@ pub fn ffmpeg_total_size(stdout: &[u8]) -> u64 {
         .find_map(|l| l.strip_prefix("total_size=")?.parse().ok())
         .unwrap_or(0)
 }
+
+/// One paced UDP flow of 512-byte datagrams from namespace `ns` to `dst:port` at `pps` a
+/// second for `secs`, one datagram a call: the steady stream the energy tests offer a
+/// worker (its CPU, and so its modelled power, follows the rate).
+// Only the energy tests send a paced stream.
+#[allow(dead_code)]
+pub fn paced(
+    ns: &str,
+    dst: std::net::Ipv4Addr,
+    port: u16,
+    pps: u64,
+    secs: u64,
+) -> nfx_testbed::udpgen::GenSpec {
+    nfx_testbed::udpgen::GenSpec {
+        ns: ns.to_string(),
+        dst,
+        port,
+        payload: 512,
+        pattern: Vec::new(),
+        flows: 1,
+        duration: Duration::from_secs(secs),
+        batch: 1,
+        pps: Some(pps),
+    }
+}

@@ -466,6 +466,7 @@ fn transcoder_redirects_ride_in_the_table() {
     let x = Redirect {
         output: "10.9.2.2:6000".parse().unwrap(),
         listen_port: 5000,
+        source: None,
     };
     s.set_redirect("xc.1", Some(x)).unwrap();
     let calls = rec.take();
@@ -500,4 +501,60 @@ fn transcoder_redirects_ride_in_the_table() {
         !nft_scripts(&calls)[0].contains("chain transcode"),
         "{calls:?}"
     );
+}
+
+/// The original source is restored on the transcoder's own stream only: a `nat`
+/// postrouting rule for packets to `output` sent from an address of the host; set and
+/// cleared with the redirect, kept across a reconfigured redirect, absent without a
+/// source.
+#[test]
+fn a_transcoders_output_gets_the_original_source_back() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    let x = Redirect {
+        output: "10.9.2.2:6000".parse().unwrap(),
+        listen_port: 5000,
+        source: None,
+    };
+    s.set_redirect("xc.1", Some(x)).unwrap();
+    assert!(!nft_scripts(&rec.take())[0].contains("transcode_out"));
+    // No redirect: no source to set, nothing loaded.
+    s.set_redirect_source("other", Some("10.9.1.2".parse().unwrap()))
+        .unwrap();
+    assert!(nft_scripts(&rec.take()).is_empty());
+    s.set_redirect_source("xc.1", Some("10.9.1.2".parse().unwrap()))
+        .unwrap();
+    let calls = rec.take();
+    let nft = nft_scripts(&calls);
+    assert_eq!(nft.len(), 1, "{calls:?}");
+    let snat = "fib saddr type local ip daddr 10.9.2.2 udp dport 6000 snat ip to 10.9.1.2 \
+                comment \"xc_1\"";
+    assert!(
+        nft[0].contains("chain transcode_out {\n    type nat hook postrouting priority srcnat;"),
+        "{}",
+        nft[0]
+    );
+    assert!(nft[0].contains(snat), "{}", nft[0]);
+    assert_eq!(nft[0].matches("snat ip to").count(), 1, "{}", nft[0]);
+    // The redirect itself is unchanged.
+    assert!(nft[0].contains("ip daddr 10.9.2.2 udp dport 6000 redirect to :5000"));
+    assert_eq!(
+        s.redirect("xc.1").unwrap().source,
+        Some("10.9.1.2".parse().unwrap())
+    );
+    // The same source again loads nothing; a new listen port keeps the source.
+    s.set_redirect_source("xc.1", Some("10.9.1.2".parse().unwrap()))
+        .unwrap();
+    assert!(nft_scripts(&rec.take()).is_empty());
+    let moved = Redirect {
+        listen_port: 5001,
+        ..s.redirect("xc.1").unwrap()
+    };
+    s.set_redirect("xc.1", Some(moved)).unwrap();
+    let calls = rec.take();
+    assert!(nft_scripts(&calls)[0].contains(snat), "{calls:?}");
+    // Removed with the redirect.
+    s.set_redirect("xc.1", None).unwrap();
+    let calls = rec.take();
+    assert!(!nft_scripts(&calls)[0].contains("snat"), "{calls:?}");
 }
