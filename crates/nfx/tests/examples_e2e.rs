@@ -12,10 +12,11 @@
 //!   established at both ends and every UDP datagram from src reaches dst.
 //!
 //! Then configs/examples/transcode.yaml (`video-acme`, its addresses moved from the
-//! file's subnet base 200 to this test's, after checking they are dst's there): the
+//! file's subnet base 200 to this test's, after checking they are src's and dst's there): the
 //! transcoder runs on cloud's software device; ffmpeg in src sends 3 s of 320x180
 //! MPEG-2 video at 2 Mbit/s as MPEG-TS over UDP to dst (the transcoder is transparent:
-//! cloud redirects the stream into it); dst receives the re-encoded stream: whole
+//! cloud redirects the stream into it); dst receives the re-encoded stream, every
+//! datagram from src's address (cloud restores it on the transcoder's output): whole
 //! MPEG-TS packets (sync byte 0x47 every 188 bytes), an H.264 stream of the same width
 //! (ffprobe), at a fraction of the source's bitrate.
 //!
@@ -34,7 +35,8 @@ use nfx_model::Service;
 use nfx_testbed::iperf::{self, ClientSpec, IperfServer};
 use nfx_testbed::probe::{tcp_request, PeerEcho, TcpOutcome};
 use serde_json::Value;
-use std::net::{Ipv4Addr, UdpSocket};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
@@ -315,14 +317,15 @@ const VIDEO_SECONDS: &str = "3";
 /// Bitrate of the source's MPEG-2 stream, kbit/s.
 const SOURCE_KBPS: u64 = 2000;
 
-/// Datagrams received on UDP `port` in namespace `ns`, with their arrival times, until
+/// Datagrams received on UDP `port` in namespace `ns`, with their arrival times and
+/// sources, until
 /// `idle` passes without one after the first, or `limit` in all.
 fn udp_capture(
     ns: &str,
     port: u16,
     idle: Duration,
     limit: Duration,
-) -> JoinHandle<Vec<(Instant, Vec<u8>)>> {
+) -> JoinHandle<Vec<(Instant, SocketAddr, Vec<u8>)>> {
     let (tx, rx) = std::sync::mpsc::channel();
     let ns = ns.to_string();
     let h = std::thread::spawn(move || {
@@ -334,9 +337,9 @@ fn udp_capture(
         let (t0, mut got) = (Instant::now(), Vec::new());
         let mut buf = vec![0u8; 65536];
         while t0.elapsed() < limit {
-            if let Ok(n) = s.recv(&mut buf) {
-                got.push((Instant::now(), buf[..n].to_vec()));
-            } else if got.last().is_some_and(|(t, _)| t.elapsed() > idle) {
+            if let Ok((n, from)) = s.recv_from(&mut buf) {
+                got.push((Instant::now(), from, buf[..n].to_vec()));
+            } else if got.last().is_some_and(|(t, _, _)| t.elapsed() > idle) {
                 break;
             }
         }
@@ -354,14 +357,16 @@ fn ts_packets(datagram: &[u8]) -> Option<usize> {
 }
 
 /// configs/examples/transcode.yaml with its addresses moved to this test's subnet base,
-/// after checking that the file's output and selector name dst there.
-fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Service {
+/// after checking that the file's output and selector name dst there, and its selector
+/// src.
+fn video_service(bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint) -> Service {
     let text = std::fs::read_to_string(repo().join("configs/examples/transcode.yaml")).unwrap();
     let ours = format!("10.{BASE}.");
-    let at_file_base = dst.address.to_string().replacen(&ours, FILE_BASE, 1);
+    let at_file_base = |e: &Endpoint| e.address.to_string().replacen(&ours, FILE_BASE, 1);
     for named in [
-        format!("output: {at_file_base}:"),
-        format!("dst: {at_file_base}/32"),
+        format!("output: {}:", at_file_base(dst)),
+        format!("dst: {}/32", at_file_base(dst)),
+        format!("src: {}/32", at_file_base(src)),
     ] {
         assert!(
             text.contains(&named),
@@ -377,7 +382,7 @@ fn video_service(bed: &hostbed::Testbed, dst: &Endpoint) -> Service {
 
 fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint) {
     let t0 = Instant::now();
-    let svc = video_service(bed, dst);
+    let svc = video_service(bed, src, dst);
     let cfg = &svc.chain[0].config;
     let kbps = cfg["bitrate_kbps"].as_u64().unwrap();
     let out_port: u16 = cfg["output"]
@@ -432,14 +437,23 @@ fn video_acme(c: &Client, bed: &hostbed::Testbed, src: &Endpoint, dst: &Endpoint
     assert!(source.status.success(), "the source failed: {source:?}");
     let sent = common::ffmpeg_total_size(&source.stdout);
     let got = capture.join().unwrap();
-    let bad = got.iter().filter(|(_, d)| ts_packets(d).is_none()).count();
+    let bad = got
+        .iter()
+        .filter(|(_, _, d)| ts_packets(d).is_none())
+        .count();
     assert!(
         got.len() > 20 && bad == 0,
         "{} datagrams at dst, {bad} not MPEG-TS",
         got.len()
     );
-    let ts: usize = got.iter().filter_map(|(_, d)| ts_packets(d)).sum();
-    let bytes: Vec<u8> = got.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+    let froms: BTreeSet<IpAddr> = got.iter().map(|(_, from, _)| from.ip()).collect();
+    assert_eq!(
+        froms,
+        BTreeSet::from([IpAddr::V4(src.address)]),
+        "the transcoded stream reaches dst from src's address"
+    );
+    let ts: usize = got.iter().filter_map(|(_, _, d)| ts_packets(d)).sum();
+    let bytes: Vec<u8> = got.iter().flat_map(|(_, _, d)| d.iter().copied()).collect();
     let span = got.last().unwrap().0 - got[0].0;
     let out_kbps = bytes.len() as f64 * 8.0 / span.as_secs_f64().max(0.1) / 1000.0;
     let file = bed.out.join("video-acme.ts");
