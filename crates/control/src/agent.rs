@@ -4,7 +4,8 @@
 //! ([`crate::api::protect`]).
 
 use crate::api::{parse_body, ApiError, RawBody};
-use crate::vnfm::{InstanceSpec, Vnfm, VnfmError};
+use crate::vnfm::{FlowState, InstanceSpec, Vnfm, VnfmError, MAX_STATE_B64};
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -27,6 +28,11 @@ impl From<VnfmError> for ApiError {
         ApiError(code, e.to_string())
     }
 }
+
+/// Largest body of `PUT /agent/v1/instances/{id}/flows`: a [`FlowState`] of at most
+/// [`MAX_STATE_B64`] characters and its few fields (every other route keeps the
+/// caller's smaller limit).
+pub const STATE_BODY_LIMIT: usize = MAX_STATE_B64 + (64 << 10);
 
 /// Body of `POST /agent/v1/migrations`.
 #[derive(serde::Deserialize)]
@@ -59,6 +65,12 @@ pub fn router<S: Clone + Send + Sync + 'static>(vnfm: Arc<dyn Vnfm>) -> Router<S
         .route("/agent/v1/instances/{id}", get(state).delete(destruct))
         .route("/agent/v1/instances/{id}/config", put(configure))
         .route("/agent/v1/migrations", post(migrate))
+        .route(
+            "/agent/v1/instances/{id}/flows",
+            get(export_flows)
+                .put(import_flows)
+                .layer(DefaultBodyLimit::max(STATE_BODY_LIMIT)),
+        )
         .route("/agent/v1/tunnels/{id}/key", put(tunnel_key))
         .with_state(st)
 }
@@ -101,6 +113,21 @@ async fn migrate(State(st): State<Arc<AgentState>>, body: RawBody) -> AgentResul
         st.vnfm.migrate_instance(&b.old, &b.new, &b.flows)
     })
     .await
+}
+
+/// `GET /agent/v1/instances/{id}/flows`: the instance's flow state for another host.
+async fn export_flows(State(st): State<Arc<AgentState>>, Path(id): Path<String>) -> AgentResult {
+    run(StatusCode::OK, move || st.vnfm.export_state(&id)).await
+}
+
+/// `PUT /agent/v1/instances/{id}/flows`: imports another host's [`FlowState`].
+async fn import_flows(
+    State(st): State<Arc<AgentState>>,
+    Path(id): Path<String>,
+    body: RawBody,
+) -> AgentResult {
+    let state: FlowState = parse_body(&body)?;
+    run(StatusCode::OK, move || st.vnfm.import_state(&id, &state)).await
 }
 
 /// `PUT /agent/v1/tunnels/{id}/key`: `{"psk": "<hex>"}`, a tunnel endpoint's IKE key.

@@ -967,7 +967,9 @@ fn step_touches(step: &Step, instance: &str) -> bool {
     match step {
         Step::Deploy { spec } => spec.id == instance,
         Step::Configure { instance: i, .. } | Step::Destruct { instance: i } => i == instance,
-        Step::Migrate { old, new, .. } => old == instance || new == instance,
+        Step::Migrate { old, new, .. } | Step::CopyState { old, new } => {
+            old == instance || new == instance
+        }
         Step::Steer { hops, .. } | Step::Unsteer { hops, .. } => {
             hops.iter().any(|h| h.instance == instance)
         }

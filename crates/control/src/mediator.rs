@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use zeroize::Zeroizing;
 
+pub mod crosshost;
 pub(crate) mod forwards;
 pub mod pins;
 mod placer;
@@ -80,6 +81,10 @@ pub struct PathRow {
     /// need to steer it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ends: Option<ServiceEnds>,
+    /// The service's latency bound (`sla.max_latency_us`), µs: what a migration to
+    /// another host must keep the path under; absent in rows stored without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_latency_us: Option<f64>,
 }
 
 impl PathRow {
@@ -606,6 +611,7 @@ impl Mediator {
                     inside,
                     tunnel,
                 }),
+                max_latency_us: Some(svc.sla.max_latency_us),
             }),
         )];
         if let Some((_, Some(row))) = plan.paths.first() {
@@ -947,6 +953,7 @@ impl Mediator {
             }],
             latency_us: None,
         };
+        let across = target.host != old.host;
         for (svc, p) in &self.paths {
             if !p.hops.iter().any(|h| h.instance == instance) {
                 continue;
@@ -957,12 +964,37 @@ impl Mediator {
                 h.device = target.id.clone();
                 h.host = target.host.clone();
             }
+            if across {
+                np.latency_us =
+                    self.check_path_sla(svc, &np, instance, (&new_id, target.latency_us))?;
+                let steered = crate::enforcer::Steered {
+                    ends: np.ends.clone(),
+                    hops: np.hops.clone(),
+                    hosts: Vec::new(),
+                };
+                self.enforcer
+                    .check(&steered)
+                    .map_err(|e| PlanError::Invalid(format!("path of {svc}: {e}")))?;
+            }
             plan.steps.push(Step::Steer {
                 service: svc.clone(),
                 hops: np.hops.clone(),
                 previous: Some(p.hops.clone()),
             });
             plan.paths.push((svc.clone(), Some(np)));
+        }
+        if across {
+            plan.steps.push(Step::CopyState {
+                old: instance.to_string(),
+                new: new_id.clone(),
+            });
+            if let Some(p) = plan.placements.first_mut() {
+                p.reason = format!(
+                    "migration of {instance} from {} to {} (used {:.3} Gbit/s): the chosen \
+                     device, every path within its service's latency bound",
+                    old.host, target.host, om.throughput_gbps.used
+                );
+            }
         }
         plan.steps.push(Step::Destruct {
             instance: instance.to_string(),
@@ -986,8 +1018,10 @@ impl Mediator {
     }
 
     /// The device a migration of `old` (instance `instance`) goes to: `device` when it
-    /// is on the same host, VNFM and tier, runs the function, is no slower and has
-    /// room; else the best fit among the host's other such devices.
+    /// runs the function and has room and either is on the same host, VNFM and tier and
+    /// no slower, or is a software device of another host that `old` may move to
+    /// ([`crosshost`]; the paths' latency bounds are checked by the caller); without
+    /// `device`, the best fit among the host's other such devices.
     fn migration_target(
         &self,
         old: &InstanceRow,
@@ -1002,7 +1036,9 @@ impl Mediator {
                     .model
                     .device(d)
                     .ok_or_else(|| PlanError::NotFound(format!("unknown device {d:?}")))?;
-                if dm.host != old.host || dm.latency_us > old.latency_us {
+                if dm.host != old.host {
+                    self.check_cross_host(old, instance, dm)?;
+                } else if dm.latency_us > old.latency_us {
                     return Err(PlanError::Invalid(format!(
                         "device {d} ({}, {} µs) would change the paths of {instance}: a migration stays on {} at ≤ {} µs",
                         dm.host, dm.latency_us, old.host, old.latency_us
@@ -1013,7 +1049,7 @@ impl Mediator {
                         "{instance} already runs on {d}"
                     )));
                 }
-                if !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
+                if dm.host == old.host && !Arc::ptr_eq(self.vnfms.get(&dm.host), vnfm) {
                     return Err(PlanError::Invalid(format!(
                         "device {d} is served by another VNFM; flow state moves within one VNFM"
                     )));
@@ -1057,6 +1093,39 @@ impl Mediator {
                     })?
             }
         })
+    }
+
+    /// The latency of service `svc`'s re-steered path `np` (`new` = the instance that
+    /// replaces `moved` and its latency); refused, naming the service, above its bound.
+    fn check_path_sla(
+        &self,
+        svc: &str,
+        np: &PathRow,
+        moved: &str,
+        new: (&str, f64),
+    ) -> Result<f64, PlanError> {
+        let ends = np.ends.as_ref().ok_or_else(|| {
+            PlanError::Conflict(format!("service {svc}'s path has no recorded ends"))
+        })?;
+        let bound = np.max_latency_us.ok_or_else(|| {
+            PlanError::Conflict(format!(
+                "service {svc}'s path was recorded without its latency bound; destroy and \
+                 deploy it to move its instances to another host"
+            ))
+        })?;
+        let lat = self.hops_latency_us(&ends.ingress, &ends.egress, &np.hops, new)?;
+        if lat > bound + CERTIFY_SLACK_US {
+            return Err(PlanError::Conflict(format!(
+                "moving {moved} to {} would break the SLA of service {svc}: its path would \
+                 take {lat:.3} µs, over its bound of {bound} µs",
+                np.hops
+                    .iter()
+                    .find(|h| h.instance == new.0)
+                    .map(|h| h.device.as_str())
+                    .unwrap_or("?"),
+            )));
+        }
+        Ok(lat)
     }
 
     fn fresh_id(&self, base: &str) -> String {
@@ -1111,10 +1180,8 @@ impl Mediator {
                     .map_err(VnfmError::Unavailable)?;
                 Ok(serde_json::Value::Null)
             }
-            Step::Migrate { old, new, flows } => {
-                let r = self.vnfm_of(old)?.migrate_instance(old, new, flows)?;
-                Ok(json(&r))
-            }
+            Step::Migrate { old, new, flows } => Ok(json(&self.copy_flows(old, new, flows)?)),
+            Step::CopyState { old, new } => Ok(json(&self.copy_flows(old, new, &[])?)),
             Step::Destruct { instance } => {
                 let lost = self
                     .instances
@@ -1161,7 +1228,11 @@ impl Mediator {
                 Ok(true)
             }
             Step::Migrate { old, new, flows } => {
-                self.vnfm_of(new)?.migrate_instance(new, old, flows)?;
+                self.copy_back(new, old, flows)?;
+                Ok(true)
+            }
+            Step::CopyState { old, new } => {
+                self.copy_back(new, old, &[])?;
                 Ok(true)
             }
             Step::Destruct { .. } => Ok(false),

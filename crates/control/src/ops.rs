@@ -162,6 +162,15 @@ pub enum Step {
         /// Flow keys; empty = all.
         flows: Vec<String>,
     },
+    /// The final copy of a migration across hosts, once the paths are re-steered: the
+    /// flows `old` created after the `Migrate` step's copy go to `new` (flows `new`
+    /// holds already are skipped). Undo: `new`'s flows copied back into `old`.
+    CopyState {
+        /// Source instance.
+        old: String,
+        /// Destination instance.
+        new: String,
+    },
     /// `destruct_instance` (cannot be undone; always the last kind of step).
     Destruct {
         /// Instance id.
@@ -178,6 +187,7 @@ impl Step {
             Step::Steer { service, .. } => format!("steer {service}"),
             Step::Unsteer { service, .. } => format!("unsteer {service}"),
             Step::Migrate { old, new, .. } => format!("migrate {old} -> {new}"),
+            Step::CopyState { old, new } => format!("final copy {old} -> {new}"),
             Step::Destruct { instance } => format!("destruct {instance}"),
         }
     }

@@ -200,3 +200,188 @@ fn controller_migrations_under_traffic_lose_nothing() {
         String::from_utf8_lossy(&procs.stdout)
     );
 }
+
+/// Prefix and subnet base of the cross-host test's testbed.
+const X_PREFIX: &str = "nfxcx-";
+const X_BASE: &str = "249";
+/// UDP flows of the cross-host test's paced stream (one source port each).
+const X_FLOWS: u16 = 8;
+/// Datagrams the move to another host may lose (of ~8,000, 0.5 %): the re-steer is
+/// make-before-break and 0 were lost in every recorded run (docs/migration.md), but
+/// unlike the handoff of one host nothing holds the frames inside the old worker when
+/// the old host's route switches, so a starved worker may lose the few it holds then.
+const X_LOSS_BOUND: u64 = 40;
+
+/// `nfx status --instance ID --json`: the record with the VNFM's state.
+fn instance_status(url: &str, id: &str) -> Value {
+    let out = nfx(&["status", "--instance", id, "--json", "--url", url]);
+    serde_json::from_str(out.lines().next().unwrap_or_default()).unwrap()
+}
+
+/// An elephant detector → firewall service between `src` and `dst` (one selector for
+/// both protocols): the firewall admits UDP to `UDP_PORT` and TCP to `TCP_PORT` only.
+fn two_function_service(
+    src: &(String, Ipv4Addr, String),
+    dst: &(String, Ipv4Addr, String),
+) -> String {
+    format!(
+        "services:
+  - id: x-svc
+    tenant: acme
+    ingress: {}
+    egress: {}
+    selector: {{ src: {}/32, dst: {}/32 }}
+    chain:
+      - function: elephant
+        capacity_need: 0.25
+        config: {{ min_bytes: 1000000 }}
+      - function: firewall
+        capacity_need: 0.25
+        config: {{ default: deny, rules: [{{ action: allow, proto: udp, dport: {UDP_PORT} }}, {{ action: allow, proto: tcp, dport: {TCP_PORT} }}] }}
+    sla: {{ max_latency_us: 1000, min_throughput_gbps: 1 }}
+",
+        src.2, dst.2, src.1, dst.1
+    )
+}
+
+/// A firewall migrates to another host under traffic: `nfx testbed up --hosts 3`, an
+/// elephant detector → firewall service from `src` (h1) to `dst` (h3), both placed on
+/// h1, 8 paced UDP flows and an iperf3 TCP connection opened before the move;
+/// `nfx migrate FW --device D` with D a free software device of h2 (the path becomes
+/// h1 → h2 → h3; a path back through h1 is refused at plan time). Checks: the operation completes with the final
+/// copy journaled; the TCP connection survives (no reset) and carries data; the UDP
+/// datagrams lost stay within [`X_LOSS_BOUND`]; the old instance is gone and the new
+/// one runs on the other host holding the flows the old one tracked; `nfx destroy`
+/// leaves no instance and no process.
+#[test]
+#[cfg_attr(nfx_no_root, ignore = "needs root")]
+fn a_firewall_moves_to_another_host_with_its_flows() {
+    let mut bed = hostbed::testbed_up(TOKEN, X_PREFIX, X_BASE, 3);
+    let out = bed.out.clone();
+    let out_s = out.to_str().unwrap();
+    let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
+    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    let file = out.join("x-svc.yaml");
+    std::fs::write(&file, two_function_service(&src, &dst)).unwrap();
+    nfx(&["deploy", file.to_str().unwrap(), "--json", "--url", &url]);
+
+    let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();
+    let insts = st["instances"].as_array().unwrap().clone();
+    let fw = insts
+        .iter()
+        .find(|i| i["spec"]["function"] == "firewall")
+        .unwrap_or_else(|| panic!("no firewall: {st}"));
+    let fw_old = fw["spec"]["id"].as_str().unwrap().to_string();
+    let fw_host = fw["host"].as_str().unwrap().to_string();
+    let hosts: Vec<&str> = insts.iter().filter_map(|i| i["host"].as_str()).collect();
+    assert_eq!(hosts, ["h1", "h1"], "{st}");
+    let to_host = "h2";
+    let used: Vec<&str> = insts
+        .iter()
+        .filter_map(|i| i["spec"]["device"].as_str())
+        .collect();
+    let target = [format!("{to_host}-sw0"), format!("{to_host}-sw1")]
+        .into_iter()
+        .find(|d| !used.contains(&d.as_str()))
+        .unwrap();
+
+    let _srv = IperfServer::start(&dst.0, dst.1, TCP_PORT).unwrap();
+    let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
+    let gen = {
+        let spec = GenSpec {
+            ns: src.0.clone(),
+            dst: dst.1,
+            port: UDP_PORT,
+            payload: 64,
+            pattern: Vec::new(),
+            flows: X_FLOWS,
+            duration: Duration::from_secs(4),
+            batch: 1,
+            pps: Some(PPS),
+        };
+        std::thread::spawn(move || udpgen::generate(spec))
+    };
+    let tcp = {
+        let spec = ClientSpec::tcp(&src.0, dst.1, TCP_PORT, 4, 1);
+        std::thread::spawn(move || iperf::client(&spec))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = instance_status(&url, &fw_old);
+    let old_flows = before["state"]["flows"].as_u64().unwrap_or(0);
+    let t = std::time::Instant::now();
+    let op = nfx(&[
+        "migrate", &fw_old, "--device", &target, "--json", "--url", &url,
+    ]);
+    let took = t.elapsed();
+    let sent = gen.join().unwrap().unwrap().sent;
+    let tcp = tcp
+        .join()
+        .unwrap()
+        .expect("iperf3 across the migration to another host (reset?)");
+    std::thread::sleep(Duration::from_millis(300));
+    let got = sink.finish().unwrap().packets;
+
+    let op: Value = serde_json::from_str(op.lines().last().unwrap()).unwrap();
+    assert_eq!(op["state"], "COMPLETED", "{op}");
+    let labels: Vec<&str> = op["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["step"].as_str())
+        .collect();
+    assert!(labels.contains(&"copy_state"), "{labels:?}");
+    let lost = sent - got.min(sent);
+    eprintln!(
+        "cross-host migration {fw_old} ({fw_host}) -> {target}: {:.0} ms; {lost} of {sent} \
+         datagrams lost; old firewall tracked {old_flows} flows; TCP {} bytes",
+        took.as_secs_f64() * 1e3,
+        tcp.received_bytes
+    );
+    assert!(sent > 5_000, "the generator sent only {sent}");
+    assert!(
+        lost <= X_LOSS_BOUND,
+        "{lost} of {sent} datagrams lost across the move to another host"
+    );
+    assert!(tcp.received_bytes > 1_000_000, "{tcp:?}");
+
+    let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();
+    let ids: Vec<&str> = st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["spec"]["id"].as_str())
+        .collect();
+    assert!(
+        !ids.contains(&fw_old.as_str()),
+        "old firewall still recorded: {ids:?}"
+    );
+    let new = st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["spec"]["function"] == "firewall")
+        .unwrap();
+    assert_eq!(new["spec"]["device"], target.as_str(), "{new}");
+    assert_eq!(new["host"], to_host);
+    let after = instance_status(&url, new["spec"]["id"].as_str().unwrap());
+    let new_flows = after["state"]["flows"].as_u64().unwrap_or(0);
+    // Every UDP flow and the iperf3 connections were tracked before the move and are
+    // held by the new firewall (its own table), none opened there anew: the firewall
+    // would have admitted the UDP flows, but the TCP data connection only mid-stream.
+    assert!(
+        old_flows > u64::from(X_FLOWS) && new_flows >= old_flows,
+        "old tracked {old_flows}, new holds {new_flows}: {after}"
+    );
+
+    nfx(&["destroy", "x-svc", "--url", &url]);
+    let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();
+    assert!(st["instances"].as_array().unwrap().is_empty(), "{st}");
+    drop(_ctl);
+    bed.down();
+    let procs = Command::new("pgrep").args(["-f", out_s]).output().unwrap();
+    assert!(
+        procs.stdout.is_empty(),
+        "processes left: {}",
+        String::from_utf8_lossy(&procs.stdout)
+    );
+}

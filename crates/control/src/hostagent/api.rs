@@ -219,7 +219,17 @@ mod tests {
             Zeroizing::new(TOKEN.into()),
         );
         let big = vec![b' '; BODY_LIMIT + 1];
+        // A flow-state import may be larger than every other body, up to its own limit.
+        let state = serde_json::json!({
+            "instance": "a", "function": "firewall", "bytes": 0,
+            "data_b64": "A".repeat(2 * BODY_LIMIT),
+        });
+        let state = serde_json::to_vec(&state).unwrap();
+        let huge = vec![b' '; crate::agent::STATE_BODY_LIMIT + 1];
         for (method, path, token, body, want) in [
+            ("PUT", "/agent/v1/instances/x/flows", true, state, 404),
+            ("PUT", "/agent/v1/instances/x/flows", true, huge, 413),
+            ("GET", "/agent/v1/instances/x/flows", true, Vec::new(), 404),
             ("PATCH", "/agent/v1/paths", true, Vec::new(), 405),
             ("GET", "/agent/v1/nothing", true, Vec::new(), 404),
             ("PUT", "/agent/v1/paths", true, big.clone(), 413),

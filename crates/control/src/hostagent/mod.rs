@@ -27,7 +27,9 @@ pub mod tunnels;
 use crate::api::metrics::ApiMetrics;
 use crate::tls::TlsFiles;
 use crate::vnfm::local::{LocalConfig, LocalVnfm, WorkerTemplate};
-use crate::vnfm::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use crate::vnfm::{
+    FlowImport, FlowState, InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError,
+};
 use anyhow::Context;
 use nfx_dataplane::services::{PortSpec, ProtoSpec, SelectorConfig};
 use nfx_dataplane::ServiceConfig;
@@ -837,6 +839,31 @@ impl Vnfm for HostAgent {
 
     fn provision_tunnel_key(&self, id: &str, psk: &[u8]) -> Result<(), VnfmError> {
         self.tunnels.set_key(id, psk)
+    }
+
+    /// A software worker's instance only: its records name no host (firewall, elephant
+    /// detector); a table-tier chain, a tunnel endpoint or a transcoder is not moved to
+    /// another host.
+    fn export_state(&self, id: &str) -> Result<FlowState, VnfmError> {
+        self.software_only(id)?;
+        self.local.export_state(id)
+    }
+
+    fn import_state(&self, id: &str, state: &FlowState) -> Result<FlowImport, VnfmError> {
+        self.software_only(id)?;
+        self.local.import_state(id, state)
+    }
+}
+
+impl HostAgent {
+    /// Refuses a flow-state move across hosts for what no software worker runs.
+    fn software_only(&self, id: &str) -> Result<(), VnfmError> {
+        if self.tunnels.holds(id) || self.tables.holds(id) || self.transcoders.holds(id) {
+            return Err(VnfmError::Invalid(format!(
+                "{id}: only a software worker's flow state moves to another host"
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -10,7 +10,10 @@
 //! What runs where is kept in a file so a restarted controller finds its workers again.
 
 use super::state_file::{recorded_pids, StateFile};
-use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use super::{
+    FlowImport, FlowState, InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError,
+    MAX_STATE_B64,
+};
 use nfx_proto::run_config::{FastPathConfig, IoMode, KernelStack, Ports};
 use nfx_proto::{
     Client, ClientError, FanoutConfig, InstanceConfig, Reconfigure, Request, Role, RunConfig,
@@ -998,6 +1001,81 @@ impl Vnfm for LocalVnfm {
             .values()
             .flat_map(|w| w.instances.iter().map(|i| i.id.clone()))
             .collect())
+    }
+
+    /// The `export_state` of the instance's node in its worker (refused above
+    /// [`MAX_STATE_B64`]).
+    fn export_state(&self, id: &str) -> Result<FlowState, VnfmError> {
+        let (device, node, function) = self.node_of(id)?;
+        let out = ask(&self.socket(&device), |c| c.export_state_b64(&node))?;
+        if out.data_b64.len() > MAX_STATE_B64 {
+            return Err(VnfmError::Conflict(format!(
+                "{id}: its flow state ({} bytes) is larger than a move across hosts carries \
+                 ({MAX_STATE_B64} base64 characters)",
+                out.bytes
+            )));
+        }
+        Ok(FlowState {
+            instance: id.to_string(),
+            function,
+            bytes: out.bytes,
+            data_b64: out.data_b64,
+        })
+    }
+
+    /// `import_state` into the instance's node; the worker checks every record against
+    /// the node's own configuration and skips the flows it holds already.
+    fn import_state(&self, id: &str, state: &FlowState) -> Result<FlowImport, VnfmError> {
+        let (device, node, function) = self.node_of(id)?;
+        if function != state.function {
+            return Err(VnfmError::Invalid(format!(
+                "cannot move {} state of {} into {id}, a {function} instance",
+                state.function, state.instance
+            )));
+        }
+        if state.data_b64.len() > MAX_STATE_B64 {
+            return Err(VnfmError::Invalid(format!(
+                "flow state of {} is larger than {MAX_STATE_B64} base64 characters",
+                state.instance
+            )));
+        }
+        let data_b64 = if function == "firewall" {
+            windows_behind(&state.data_b64)?
+        } else {
+            state.data_b64.clone()
+        };
+        let flows = ask(&self.socket(&device), |c| {
+            c.import_state_b64(&node, data_b64)
+        })?;
+        Ok(FlowImport { flows })
+    }
+}
+
+/// A firewall's exported blob with its TCP connections marked as fallen behind
+/// ([`nfx_vnf::firewall::mark_windows_behind`]): a copy from another host is taken while
+/// the old instance still forwards, so the windows it holds lag behind the connections
+/// by the time their segments reach this one, and would drop them as out of window.
+fn windows_behind(data_b64: &str) -> Result<String, VnfmError> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut blob = b64
+        .decode(data_b64)
+        .map_err(|e| VnfmError::Invalid(format!("flow state is not base64: {e}")))?;
+    nfx_vnf::firewall::mark_windows_behind(&mut blob)
+        .map_err(|e| VnfmError::Invalid(format!("flow state: {e}")))?;
+    Ok(b64.encode(blob))
+}
+
+impl LocalVnfm {
+    /// The device, worker node name and function of instance `id`.
+    fn node_of(&self, id: &str) -> Result<(String, String, String), VnfmError> {
+        let g = self.lock();
+        let (d, p) = Self::find(&g, id)?;
+        let w = &g[&d];
+        let node = w.nodes.get(p).cloned().ok_or_else(|| {
+            VnfmError::Unavailable(format!("{id}: its worker on {d} names no node for it"))
+        })?;
+        Ok((d, node, w.instances[p].function.clone()))
     }
 }
 

@@ -67,6 +67,35 @@ pub struct MigrateReport {
     pub held_ms: Option<f64>,
 }
 
+/// Most base64 characters of one instance's exported flow state that crosses hosts
+/// (48 MiB of records: about 900,000 firewall flows of 56 bytes); a larger export is
+/// refused, never truncated.
+pub const MAX_STATE_B64: usize = 64 << 20;
+
+/// One instance's flow state as it travels between VNFMs of different hosts (old agent →
+/// controller → new agent): the worker's `export_state` blob, kept base64 as the worker
+/// protocol carries it, so it is never decoded on the way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowState {
+    /// Instance the state was exported from.
+    pub instance: String,
+    /// Its function: the importing instance must run the same one.
+    pub function: String,
+    /// Length of the blob in bytes.
+    pub bytes: u64,
+    /// The blob, base64 (standard alphabet, padded), at most [`MAX_STATE_B64`] characters.
+    pub data_b64: String,
+}
+
+/// What importing a [`FlowState`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowImport {
+    /// Flows added (records the instance held already, or refused, are not counted).
+    pub flows: u64,
+}
+
 /// Why a VNFM call failed; the kind maps onto an HTTP status on the agent API.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum VnfmError {
@@ -109,6 +138,23 @@ pub trait Vnfm: Send + Sync {
     fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError>;
     /// Ids of every instance the VNFM holds (for reconciliation).
     fn list_instances(&self) -> Result<Vec<String>, VnfmError>;
+    /// Exports instance `id`'s flow state for another VNFM (a migration across hosts).
+    /// VNFMs without movable flow state refuse.
+    fn export_state(&self, id: &str) -> Result<FlowState, VnfmError> {
+        Err(VnfmError::Invalid(format!(
+            "{}: {id}: this VNFM exports no flow state to another host",
+            self.kind()
+        )))
+    }
+    /// Imports `state` (exported by another VNFM) into instance `id`: records it holds
+    /// already are skipped, so a second, final copy adds only what is new.
+    fn import_state(&self, id: &str, state: &FlowState) -> Result<FlowImport, VnfmError> {
+        let _ = state;
+        Err(VnfmError::Invalid(format!(
+            "{}: {id}: this VNFM imports no flow state from another host",
+            self.kind()
+        )))
+    }
     /// Hands tunnel endpoint `id` the pre-shared key its IKEv2 exchange authenticates
     /// with, before its deploy and over the VNFM's own authenticated channel (the key is
     /// never part of the spec, the plan or the journal). VNFMs that run no real tunnel

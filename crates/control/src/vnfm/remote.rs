@@ -5,7 +5,7 @@
 //! controller's certificate ([`crate::tls`]); with a management namespace every socket is
 //! opened from a thread inside it ([`NetnsExecutor`]).
 
-use super::{InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
+use super::{FlowImport, FlowState, InstanceSpec, InstanceState, MigrateReport, Vnfm, VnfmError};
 use crate::hostagent::steering::HostPath;
 use crate::hostagent::Health;
 use crate::netns_exec::NetnsExecutor;
@@ -206,6 +206,29 @@ fn call(res: Result<ureq::Response, ureq::Error>) -> Result<serde_json::Value, V
     }
 }
 
+/// An agent's [`FlowState`] answer, read up to [`crate::agent::STATE_BODY_LIMIT`] bytes
+/// (larger: refused, never truncated).
+fn flow_state(res: Result<ureq::Response, ureq::Error>) -> Result<FlowState, VnfmError> {
+    let r = match res {
+        Ok(r) => r,
+        Err(e) => return call(Err(e)).and_then(decode),
+    };
+    let limit = crate::agent::STATE_BODY_LIMIT as u64;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(r.into_reader(), limit + 1),
+        &mut text,
+    )
+    .map_err(|e| VnfmError::Unavailable(format!("agent flow state: {e}")))?;
+    if text.len() as u64 > limit {
+        return Err(VnfmError::Conflict(format!(
+            "agent flow state: larger than {limit} bytes"
+        )));
+    }
+    serde_json::from_str(&text)
+        .map_err(|e| VnfmError::Unavailable(format!("agent flow state: {e}")))
+}
+
 fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, VnfmError> {
     serde_json::from_value(v).map_err(|e| VnfmError::Unavailable(format!("agent answer: {e}")))
 }
@@ -266,6 +289,21 @@ impl Vnfm for RemoteVnfm {
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
         decode(self.send(self.req("GET", "/instances"), None)?)
+    }
+
+    /// `GET /agent/v1/instances/{id}/flows`.
+    fn export_state(&self, id: &str) -> Result<FlowState, VnfmError> {
+        let r = self.req("GET", &format!("/instances/{}/flows", seg(id)));
+        self.on_link(move || flow_state(r.call()))
+    }
+
+    /// `PUT /agent/v1/instances/{id}/flows`.
+    fn import_state(&self, id: &str, state: &FlowState) -> Result<FlowImport, VnfmError> {
+        let body = serde_json::to_value(state).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        decode(self.send(
+            self.req("PUT", &format!("/instances/{}/flows", seg(id))),
+            Some(body),
+        )?)
     }
 
     /// `PUT /agent/v1/tunnels/{id}/key` over the agent's mutual-TLS link; the body is

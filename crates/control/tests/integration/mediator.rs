@@ -190,8 +190,107 @@ fn migrate_order_deploy_configure_move_resteer_destroy() {
     assert_eq!(rec.sim.get_instance_state(&new).unwrap().device, "sw-edge2");
     let e = ctl.migrate("nope", None).unwrap_err();
     assert!(e.to_string().contains("unknown instance"));
-    let e = ctl.migrate(&new, Some("sw-cloud")).unwrap_err();
-    assert!(e.to_string().contains("would change the paths"), "{e}");
+    let e = ctl.migrate(&new, Some("tt-edge")).unwrap_err();
+    assert!(e.to_string().contains("moves within one tier"), "{e}");
+}
+
+/// The firewall of an edge → edge service moves to the cloud host: the path is
+/// re-steered through it (its latency recomputed, 100 µs within the bound of 500) and
+/// the flows are copied twice, before the re-steer and after it (the final copy); a
+/// bound the new path would break is refused naming the service; a NAT is refused.
+#[test]
+fn a_migration_to_another_host_checks_the_sla_and_copies_after_the_resteer() {
+    let (ctl, rec, enforcer) = setup(None);
+    ctl.deploy(svc("web", "edge", "edge", 500.0)).unwrap();
+    let path = enforcer.path("web").unwrap();
+    let (old, nat) = (path[0].instance.clone(), path[1].instance.clone());
+    assert_eq!(ctl.with_mediator(|m| m.paths()["web"].latency_us), 60.0);
+    rec.sim.inject_flows(&old, 1000).unwrap();
+    rec.log.lock().unwrap().clear();
+    let op = ctl.migrate(&old, Some("sw-cloud")).unwrap();
+    let op = ctl.operation(&op.id).unwrap();
+    assert_eq!(op.state, OpState::Completed, "{op:?}");
+    let path = enforcer.path("web").unwrap();
+    let new = path[0].instance.clone();
+    assert_eq!(
+        (path[0].host.as_str(), path[0].device.as_str()),
+        ("cloud", "sw-cloud")
+    );
+    assert_eq!(
+        rec.log.lock().unwrap().clone(),
+        vec![
+            format!("deploy {new}"),
+            format!("configure {new}"),
+            format!("migrate {old} -> {new}"),
+            format!("migrate {old} -> {new}"),
+            format!("destruct {old} (steered by [])"),
+        ]
+    );
+    let labels: Vec<String> = op.steps.iter().map(|s| s.step.label()).collect();
+    assert!(
+        labels.contains(&format!("final copy {old} -> {new}")),
+        "{labels:?}"
+    );
+    assert_eq!(rec.sim.get_instance_state(&new).unwrap().flows, 1000);
+    // edge → cloud 20, firewall 30, cloud → edge 20, NAT 30.
+    assert_eq!(ctl.with_mediator(|m| m.paths()["web"].latency_us), 100.0);
+    let e = ctl.migrate(&nat, Some("sw-cloud")).unwrap_err().to_string();
+    assert!(
+        e.contains("is a NAT") && e.contains("public address"),
+        "{e}"
+    );
+
+    ctl.deploy(svc("tight", "edge", "edge", 90.0)).unwrap();
+    let fw = enforcer.path("tight").unwrap()[0].clone();
+    assert_eq!(fw.host, "edge");
+    let e = ctl
+        .migrate(&fw.instance, Some("sw-cloud"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("would break the SLA of service tight") && e.contains("100.000 µs"),
+        "{e}"
+    );
+    assert_eq!(enforcer.path("tight").unwrap()[0], fw);
+}
+
+/// Two hosts served by two VNFMs: the flows travel by export and import, which the
+/// simulator does not offer, so the move fails at its first copy and rolls back: the
+/// new instance is destroyed, the old one keeps serving the unchanged path.
+#[test]
+fn a_failed_move_to_another_host_leaves_the_old_instance_serving() {
+    let infra = Infrastructure::from_yaml("infra.yaml", INFRA).unwrap();
+    let enforcer = Arc::new(Enforcer::default());
+    let edge = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let cloud = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let mut map = VnfmMap::new(edge.clone());
+    map.set("cloud", cloud.clone());
+    let med = Mediator::new(infra, map, enforcer.clone()).unwrap();
+    let ctl =
+        Controller::open(Store::open(std::path::Path::new(":memory:")).unwrap(), med).unwrap();
+    ctl.deploy(svc("web", "edge", "edge", 500.0)).unwrap();
+    let before = enforcer.path("web").unwrap();
+    let old = before[0].instance.clone();
+    let op = ctl.migrate(&old, Some("sw-cloud")).unwrap();
+    let op = ctl.operation(&op.id).unwrap();
+    assert_eq!(op.state, OpState::RolledBack, "{op:?}");
+    assert!(
+        op.error
+            .as_deref()
+            .unwrap()
+            .contains("exports no flow state"),
+        "{op:?}"
+    );
+    assert_eq!(enforcer.path("web").unwrap(), before);
+    assert_eq!(edge.get_instance_state(&old).unwrap().status, "running");
+    assert!(cloud.list_instances().unwrap().is_empty());
+    let rows = ctl.instances().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.spec.id == old && r.status == "running"),
+        "{rows:?}"
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
 }
 
 #[test]

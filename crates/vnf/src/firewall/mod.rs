@@ -20,6 +20,7 @@ pub mod window;
 
 pub use config::FirewallConfig;
 /// Bytes per exported firewall flow (the table tier writes and reads this format).
+pub use state::mark_windows_behind;
 pub use state::RECORD_LEN as STATE_RECORD_LEN;
 
 use crate::table::counts::CountTable;

@@ -11,7 +11,7 @@
 //! the flow, and its source must be under `max_flows_per_source`. A record that fails
 //! is counted by reason and left out; the rest are imported.
 
-use super::window::{Seen, Windows, ALL_FLAGS as SIDE_FLAGS};
+use super::window::{Seen, Windows, ALL_FLAGS as SIDE_FLAGS, OFFLOADED};
 use super::{
     canonical, opener, Firewall, FwVal, ALL_FLAGS, ASSURED, FINS, NSTATES, REV_OPEN, STATE_NEW,
     SWAPPED,
@@ -55,6 +55,25 @@ pub(super) fn export(fw: &Firewall, out: &mut Vec<u8>) -> usize {
     }
     blob::patch_count(out, at, n);
     n
+}
+
+/// Marks both sides of every TCP connection in firewall blob `data` as fallen behind
+/// (`OFFLOADED`: only RSTs are held to the window, as for a flow the fast path carried):
+/// for a copy taken while the exporting firewall still forwarded the connections, whose
+/// windows lag behind by whatever was sent until the traffic reached the importer (a
+/// move to another host, docs/migration.md). Returns the TCP records marked; a blob that
+/// is not a firewall blob is refused unchanged.
+pub fn mark_windows_behind(data: &mut [u8]) -> Result<usize, StateError> {
+    blob::records(data, BlobKind::Firewall, RECORD_LEN)?;
+    let mut n = 0;
+    for r in data[blob::HEADER_LEN..].chunks_exact_mut(RECORD_LEN) {
+        if r[12] == IPPROTO_TCP {
+            r[22] |= OFFLOADED;
+            r[23] |= OFFLOADED;
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 fn key_of(r: &[u8]) -> FlowKey {

@@ -353,6 +353,41 @@ fn export_import_round_trip_mid_connection() {
     assert_eq!(b.import_state(&blob), Ok(0));
 }
 
+/// A copy taken while the exporter still forwarded the connection lags behind it: as
+/// imported, the connection's next segments are out of the copied window and dropped;
+/// marked behind (`mark_windows_behind`), they pass and only RSTs stay held to it.
+#[test]
+fn a_copy_marked_behind_lets_the_connection_run_ahead() {
+    let mut a = allow_all();
+    let hs = [
+        (tcp_seq(C, 4000, S, 80, SYN, (1000, 0), b""), F),
+        (tcp_seq(S, 80, C, 4000, SYN | ACK, (5000, 1001), b""), R),
+        (tcp_seq(C, 4000, S, 80, ACK, (1001, 5001), b""), F),
+    ];
+    for (f, d) in &hs {
+        assert_eq!(send(&mut a, f, *d, SEC).drop, None);
+    }
+    send(&mut a, &udp(C, 5000, S, 53, b"q"), F, SEC);
+    let mut blob = Vec::new();
+    assert_eq!(a.export_state(&mut blob), 2);
+    let ahead = tcp_seq(C, 4000, S, 80, ACK, (1001 + 10_000_000, 5001), b"x");
+    let mut plain = allow_all();
+    assert_eq!(plain.import_state(&blob), Ok(2));
+    assert_eq!(
+        send(&mut plain, &ahead, F, 2 * SEC).drop,
+        Some(DropReason::InvalidState)
+    );
+    assert_eq!(plain.dropped(FwDrop::OutOfWindow), 1);
+    assert_eq!(mark_windows_behind(&mut blob), Ok(1));
+    let mut behind = allow_all();
+    assert_eq!(behind.import_state(&blob), Ok(2));
+    assert_eq!(send(&mut behind, &ahead, F, 2 * SEC).drop, None);
+    assert_eq!(
+        mark_windows_behind(&mut blob[..4]).map_err(|e| matches!(e, StateError::Malformed(_))),
+        Err(true)
+    );
+}
+
 #[test]
 fn import_refuses_unreadable_blobs_whole_and_skips_bad_records() {
     let mut a = allow_all();
