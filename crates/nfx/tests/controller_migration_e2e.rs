@@ -22,6 +22,11 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::Duration;
 
+/// One testbed at a time: two 3-host testbeds with their controllers, iperf3 and paced
+/// streams at once starve each other's workers on two cores, and both tests count every
+/// datagram.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const PREFIX: &str = "nfxcm-";
 const BASE: &str = "238";
 const TOKEN: &str = "ctl-migration-e2e-token-0123456789";
@@ -84,6 +89,7 @@ fn service(
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn controller_migrations_under_traffic_lose_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
     let out = bed.out.clone();
     let out_s = out.to_str().unwrap();
@@ -256,6 +262,7 @@ fn two_function_service(
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_firewall_moves_to_another_host_with_its_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut bed = hostbed::testbed_up(TOKEN, X_PREFIX, X_BASE, 3);
     let out = bed.out.clone();
     let out_s = out.to_str().unwrap();
