@@ -20,6 +20,7 @@ use nfx_testbed::udpgen::{self, GenSpec, Sink};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::process::Command;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// One testbed at a time: two 3-host testbeds with their controllers, iperf3 and paced
@@ -62,13 +63,56 @@ fn instance_of(url: &str, service: &str) -> (String, String) {
     )
 }
 
+/// An endpoint of endpoints.json: namespace, address, host.
+type Endpoint = (String, Ipv4Addr, String);
+
+/// A paced UDP stream of `flows` flows at [`PPS`] for `secs` from `src` to `dst`'s
+/// [`UDP_PORT`], and the sink counting it there.
+fn paced(
+    src: &Endpoint,
+    dst: &Endpoint,
+    flows: u16,
+    secs: u64,
+) -> (Sink, JoinHandle<anyhow::Result<udpgen::GenReport>>) {
+    let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
+    let spec = GenSpec {
+        ns: src.0.clone(),
+        dst: dst.1,
+        port: UDP_PORT,
+        payload: 64,
+        pattern: Vec::new(),
+        flows,
+        duration: Duration::from_secs(secs),
+        batch: 1,
+        pps: Some(PPS),
+    };
+    (sink, std::thread::spawn(move || udpgen::generate(spec)))
+}
+
+/// Stops the controller, tears the testbed down and checks that no process started
+/// from its directory is left.
+fn down_leaving_nothing(mut bed: hostbed::Testbed, ctl: hostbed::Ctl) {
+    let out = bed.out.clone();
+    drop(ctl);
+    bed.down();
+    let procs = Command::new("pgrep")
+        .args(["-f", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        procs.stdout.is_empty(),
+        "processes left: {}",
+        String::from_utf8_lossy(&procs.stdout)
+    );
+}
+
 /// A firewall service from `src` to `dst` allowing only `proto`/`port`.
 fn service(
     id: &str,
     proto: &str,
     port: u16,
-    src: &(String, Ipv4Addr, String),
-    dst: &(String, Ipv4Addr, String),
+    src: &Endpoint,
+    dst: &Endpoint,
 ) -> String {
     format!(
         "  - id: {id}
@@ -90,11 +134,10 @@ fn service(
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn controller_migrations_under_traffic_lose_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
+    let bed = hostbed::testbed_up(TOKEN, PREFIX, BASE, 3);
     let out = bed.out.clone();
-    let out_s = out.to_str().unwrap();
     let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
-    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    let (ctl, url) = hostbed::controller(&out, TOKEN);
 
     for (id, proto, port) in [("udp-svc", "udp", UDP_PORT), ("tcp-svc", "tcp", TCP_PORT)] {
         let file = out.join(format!("{id}.yaml"));
@@ -111,22 +154,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
     assert_eq!(udp_dev, tcp_dev, "one worker must run both firewalls");
 
     // Both migrations under the paced UDP stream: not one datagram lost.
-    let paced = || {
-        let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
-        let spec = GenSpec {
-            ns: src.0.clone(),
-            dst: dst.1,
-            port: UDP_PORT,
-            payload: 64,
-            pattern: Vec::new(),
-            flows: 1,
-            duration: Duration::from_secs(3),
-            batch: 1,
-            pps: Some(PPS),
-        };
-        (sink, std::thread::spawn(move || udpgen::generate(spec)))
-    };
-    let (sink, gen) = paced();
+    let (sink, gen) = paced(&src, &dst, 1, 3);
     std::thread::sleep(Duration::from_millis(1000));
     nfx(&["migrate", &udp_old, "--url", &url]);
     std::thread::sleep(Duration::from_millis(300));
@@ -168,7 +196,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
     // The two firewalls now run on the host's two devices: `nfx deploy --optimize` puts
     // them on one (cost 2 → 1) with one migration, under both streams at once.
     assert_ne!(tcp_dev3, udp_dev2, "the optimum has nothing to move");
-    let (sink, gen) = paced();
+    let (sink, gen) = paced(&src, &dst, 1, 3);
     let tcp = {
         let spec = ClientSpec::tcp(&src.0, dst.1, TCP_PORT, 3, 1);
         std::thread::spawn(move || iperf::client(&spec))
@@ -197,14 +225,7 @@ fn controller_migrations_under_traffic_lose_nothing() {
 
     nfx(&["destroy", "udp-svc", "--url", &url]);
     nfx(&["destroy", "tcp-svc", "--url", &url]);
-    drop(_ctl);
-    bed.down();
-    let procs = Command::new("pgrep").args(["-f", out_s]).output().unwrap();
-    assert!(
-        procs.stdout.is_empty(),
-        "processes left: {}",
-        String::from_utf8_lossy(&procs.stdout)
-    );
+    down_leaving_nothing(bed, ctl);
 }
 
 /// Prefix and subnet base of the cross-host test's testbed.
@@ -227,8 +248,8 @@ fn instance_status(url: &str, id: &str) -> Value {
 /// An elephant detector → firewall service between `src` and `dst` (one selector for
 /// both protocols): the firewall admits UDP to `UDP_PORT` and TCP to `TCP_PORT` only.
 fn two_function_service(
-    src: &(String, Ipv4Addr, String),
-    dst: &(String, Ipv4Addr, String),
+    src: &Endpoint,
+    dst: &Endpoint,
 ) -> String {
     format!(
         "services:
@@ -263,11 +284,10 @@ fn two_function_service(
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_firewall_moves_to_another_host_with_its_flows() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut bed = hostbed::testbed_up(TOKEN, X_PREFIX, X_BASE, 3);
+    let bed = hostbed::testbed_up(TOKEN, X_PREFIX, X_BASE, 3);
     let out = bed.out.clone();
-    let out_s = out.to_str().unwrap();
     let (src, dst) = (bed.endpoint("src"), bed.endpoint("dst"));
-    let (_ctl, url) = hostbed::controller(&out, TOKEN);
+    let (ctl, url) = hostbed::controller(&out, TOKEN);
     let file = out.join("x-svc.yaml");
     std::fs::write(&file, two_function_service(&src, &dst)).unwrap();
     nfx(&["deploy", file.to_str().unwrap(), "--json", "--url", &url]);
@@ -293,21 +313,7 @@ fn a_firewall_moves_to_another_host_with_its_flows() {
         .unwrap();
 
     let _srv = IperfServer::start(&dst.0, dst.1, TCP_PORT).unwrap();
-    let sink = Sink::start(&dst.0, UDP_PORT, b"").unwrap();
-    let gen = {
-        let spec = GenSpec {
-            ns: src.0.clone(),
-            dst: dst.1,
-            port: UDP_PORT,
-            payload: 64,
-            pattern: Vec::new(),
-            flows: X_FLOWS,
-            duration: Duration::from_secs(4),
-            batch: 1,
-            pps: Some(PPS),
-        };
-        std::thread::spawn(move || udpgen::generate(spec))
-    };
+    let (sink, gen) = paced(&src, &dst, X_FLOWS, 4);
     let tcp = {
         let spec = ClientSpec::tcp(&src.0, dst.1, TCP_PORT, 4, 1);
         std::thread::spawn(move || iperf::client(&spec))
@@ -383,12 +389,5 @@ fn a_firewall_moves_to_another_host_with_its_flows() {
     nfx(&["destroy", "x-svc", "--url", &url]);
     let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();
     assert!(st["instances"].as_array().unwrap().is_empty(), "{st}");
-    drop(_ctl);
-    bed.down();
-    let procs = Command::new("pgrep").args(["-f", out_s]).output().unwrap();
-    assert!(
-        procs.stdout.is_empty(),
-        "processes left: {}",
-        String::from_utf8_lossy(&procs.stdout)
-    );
+    down_leaving_nothing(bed, ctl);
 }
