@@ -107,13 +107,7 @@ fn down_leaving_nothing(mut bed: hostbed::Testbed, ctl: hostbed::Ctl) {
 }
 
 /// A firewall service from `src` to `dst` allowing only `proto`/`port`.
-fn service(
-    id: &str,
-    proto: &str,
-    port: u16,
-    src: &Endpoint,
-    dst: &Endpoint,
-) -> String {
+fn service(id: &str, proto: &str, port: u16, src: &Endpoint, dst: &Endpoint) -> String {
     format!(
         "  - id: {id}
     tenant: acme
@@ -247,10 +241,7 @@ fn instance_status(url: &str, id: &str) -> Value {
 
 /// An elephant detector → firewall service between `src` and `dst` (one selector for
 /// both protocols): the firewall admits UDP to `UDP_PORT` and TCP to `TCP_PORT` only.
-fn two_function_service(
-    src: &Endpoint,
-    dst: &Endpoint,
-) -> String {
+fn two_function_service(src: &Endpoint, dst: &Endpoint) -> String {
     format!(
         "services:
   - id: x-svc
