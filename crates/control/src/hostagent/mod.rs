@@ -176,6 +176,8 @@ pub struct HostAgent {
     host: String,
     local: LocalVnfm,
     steering: Mutex<Steering>,
+    /// The number of paths the heartbeat last read from `steering`.
+    paths_seen: AtomicU64,
     lost: Mutex<Vec<LostInstance>>,
     started: Instant,
     /// Workers that ended without the agent stopping them.
@@ -363,6 +365,7 @@ impl HostAgent {
             host: cfg.host.clone(),
             local,
             steering: Mutex::new(steering),
+            paths_seen: AtomicU64::new(0),
             lost: Mutex::new(lost),
             started: Instant::now(),
             exits: AtomicU64::new(0),
@@ -401,7 +404,9 @@ impl HostAgent {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             lost: self.lost().clone(),
-            paths: self.steering().paths().len(),
+            paths: read_or_last(&self.steering, &self.paths_seen, |st| {
+                st.paths().len() as u64
+            }) as usize,
             energy,
             energy_error,
         }
@@ -867,6 +872,22 @@ impl HostAgent {
     }
 }
 
+/// `f` of the value in `m`, or what it gave the last time (`last`) while another thread
+/// holds `m`: the heartbeat must not wait for a steering change, which holds the lock
+/// while workers start and table chains load (seconds on a loaded host), or the
+/// controller takes a busy agent for a dead one and re-places its services.
+fn read_or_last<T>(m: &Mutex<T>, last: &AtomicU64, f: impl Fn(&T) -> u64) -> u64 {
+    match m.try_lock() {
+        Ok(g) => {
+            let v = f(&g);
+            last.store(v, Ordering::Relaxed);
+            v
+        }
+        Err(std::sync::TryLockError::Poisoned(e)) => f(&e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => last.load(Ordering::Relaxed),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -889,6 +910,18 @@ mod tests {
             tunnel_next: None,
             tunnel_prev: None,
         }
+    }
+
+    #[test]
+    fn the_heartbeat_reads_the_last_path_count_while_steering_is_busy() {
+        let (m, last) = (Mutex::new(vec![1, 2, 3]), AtomicU64::new(0));
+        let len = |v: &Vec<i32>| v.len() as u64;
+        assert_eq!(read_or_last(&m, &last, len), 3);
+        let mut busy = m.lock().unwrap();
+        busy.push(4);
+        assert_eq!(read_or_last(&m, &last, len), 3, "held: the last count");
+        drop(busy);
+        assert_eq!(read_or_last(&m, &last, len), 4);
     }
 
     #[test]
