@@ -11,7 +11,7 @@
 //! the flow, and its source must be under `max_flows_per_source`. A record that fails
 //! is counted by reason and left out; the rest are imported.
 
-use super::window::{Seen, Windows, ALL_FLAGS as SIDE_FLAGS, OFFLOADED};
+use super::window::{Seen, Windows, ALL_FLAGS as SIDE_FLAGS};
 use super::{
     canonical, opener, Firewall, FwVal, ALL_FLAGS, ASSURED, FINS, NSTATES, REV_OPEN, STATE_NEW,
     SWAPPED,
@@ -58,18 +58,22 @@ pub(super) fn export(fw: &Firewall, out: &mut Vec<u8>) -> usize {
 }
 
 /// Marks both sides of every TCP connection in firewall blob `data` as fallen behind
-/// (`OFFLOADED`: only RSTs are held to the window, as for a flow the fast path carried):
-/// for a copy taken while the exporting firewall still forwarded the connections, whose
-/// windows lag behind by whatever was sent until the traffic reached the importer (a
-/// move to another host, docs/migration.md). Returns the TCP records marked; a blob that
-/// is not a firewall blob is refused unchanged.
+/// ([`BEHIND`](super::window::BEHIND), both windows forgotten so that each is learnt
+/// again from its side's next live segment): for a copy taken while the exporting
+/// firewall still forwarded the connections, whose windows lag behind by whatever was
+/// sent until the traffic reached the importer (a move to another host,
+/// docs/migration.md). Returns the TCP records marked; a blob that is not a firewall
+/// blob is refused unchanged.
 pub fn mark_windows_behind(data: &mut [u8]) -> Result<usize, StateError> {
     blob::records(data, BlobKind::Firewall, RECORD_LEN)?;
     let mut n = 0;
     for r in data[blob::HEADER_LEN..].chunks_exact_mut(RECORD_LEN) {
         if r[12] == IPPROTO_TCP {
-            r[22] |= OFFLOADED;
-            r[23] |= OFFLOADED;
+            r[22] |= super::window::BEHIND;
+            r[23] |= super::window::BEHIND;
+            for maxwin in [32, 48] {
+                r[maxwin..maxwin + 4].fill(0);
+            }
             n += 1;
         }
     }

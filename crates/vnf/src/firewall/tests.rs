@@ -355,7 +355,9 @@ fn export_import_round_trip_mid_connection() {
 
 /// A copy taken while the exporter still forwarded the connection lags behind it: as
 /// imported, the connection's next segments are out of the copied window and dropped;
-/// marked behind (`mark_windows_behind`), they pass and only RSTs stay held to it.
+/// marked behind (`mark_windows_behind`), each side's window is learnt again from its
+/// next segment, and once both are, the connection is held to its window again: a
+/// segment far outside it (a blind injection) is dropped.
 #[test]
 fn a_copy_marked_behind_lets_the_connection_run_ahead() {
     let mut a = allow_all();
@@ -382,6 +384,17 @@ fn a_copy_marked_behind_lets_the_connection_run_ahead() {
     let mut behind = allow_all();
     assert_eq!(behind.import_state(&blob), Ok(2));
     assert_eq!(send(&mut behind, &ahead, F, 2 * SEC).drop, None);
+    let (c, s) = (1002 + 10_000_000, 5001 + 700_000);
+    let reply = tcp_seq(S, 80, C, 4000, ACK, (s, c), b"y");
+    assert_eq!(send(&mut behind, &reply, R, 2 * SEC).drop, None);
+    let next = tcp_seq(C, 4000, S, 80, ACK, (c, s + 1), b"z");
+    assert_eq!(send(&mut behind, &next, F, 2 * SEC).drop, None);
+    let blind = tcp_seq(C, 4000, S, 80, ACK, (c + 10_000_000, s + 1), b"!");
+    assert_eq!(
+        send(&mut behind, &blind, F, 2 * SEC).drop,
+        Some(DropReason::InvalidState)
+    );
+    assert_eq!(behind.dropped(FwDrop::OutOfWindow), 1);
     assert_eq!(
         mark_windows_behind(&mut blob[..4]).map_err(|e| matches!(e, StateError::Malformed(_))),
         Err(true)

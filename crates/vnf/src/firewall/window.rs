@@ -36,8 +36,13 @@ pub const LIBERAL: u8 = 8;
 /// flow it offloads to a flowtable (`nft_flow_offload` sets `IP_CT_TCP_FLAG_BE_LIBERAL`
 /// on both sides), only RSTs are held to the window from then on.
 pub const OFFLOADED: u8 = 16;
+/// Side flag: copied from another firewall while that one still forwarded the flow
+/// (a move to another host), so the copy's view lags behind by what was sent meanwhile.
+/// The side is liberal like [`LIBERAL`] until both sides have been learnt again from
+/// live segments and this side sent one in window; then it is held to the window again.
+pub const BEHIND: u8 = 32;
 /// Every side flag.
-pub const ALL_FLAGS: u8 = WSCALE | MAXACK_SET | DATA_UNACK | LIBERAL | OFFLOADED;
+pub const ALL_FLAGS: u8 = WSCALE | MAXACK_SET | DATA_UNACK | LIBERAL | OFFLOADED | BEHIND;
 
 /// Smallest window IV allows acks to lag behind by (Linux's `MAXACKWINCONST`).
 const MAX_ACK_WIN_CONST: u32 = 66_000;
@@ -147,10 +152,10 @@ impl Windows {
         (self.flags[0] | self.flags[1]) & (DATA_UNACK | LIBERAL) != 0
     }
 
-    /// True when side `d` is liberal (only its RSTs are checked): picked up mid-stream
-    /// or offloaded.
+    /// True when side `d` is liberal (only its RSTs are checked): picked up mid-stream,
+    /// offloaded, or copied behind and not learnt again yet.
     pub fn liberal(&self, d: usize) -> bool {
-        self.flags[d] & (LIBERAL | OFFLOADED) != 0
+        self.flags[d] & (LIBERAL | OFFLOADED | BEHIND) != 0
     }
 
     /// True when side `d` was picked up mid-stream (its window scale is unknown).
@@ -205,6 +210,9 @@ impl Windows {
             && !before(ack, rv.end.wrapping_sub(max_ack_win));
         if ok {
             self.update(d, seg, end, ack);
+            if self.synced(r) {
+                self.flags[d] &= !BEHIND;
+            }
         }
         ok
     }
