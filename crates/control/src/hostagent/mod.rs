@@ -698,16 +698,38 @@ impl HostAgent {
     /// Takes transcoder `id`'s stream in transparently: UDP arriving at the host for its
     /// `output` goes to its `listen_port` (docs/descriptors.md, "The transcode function").
     fn redirect(&self, id: &str, config: &serde_json::Value) -> Result<(), VnfmError> {
+        let mut st = self.steering();
+        let r = Self::redirect_of(&st, id, config)?;
+        st.set_redirect(id, Some(r))
+            .map_err(|e| redirect_error(id, e))
+    }
+
+    /// The redirect transcoder `id` with `config` asks for, refused when it clashes
+    /// with another transcoder of the host (checked before its process starts).
+    fn redirect_of(
+        st: &Steering,
+        id: &str,
+        config: &serde_json::Value,
+    ) -> Result<steering::Redirect, VnfmError> {
         let cfg = nfx_vnf::transcode::TranscodeConfig::from_function_config(config)
             .map_err(|e| VnfmError::Invalid(format!("{id}: config: {e}")))?;
-        let mut st = self.steering();
         let r = steering::Redirect {
             output: cfg.output,
             listen_port: cfg.listen_port,
             source: st.redirect(id).and_then(|r| r.source),
         };
-        st.set_redirect(id, Some(r))
-            .map_err(|e| VnfmError::Unavailable(format!("{id}: redirect: {e}")))
+        st.check_redirect(id, &r)
+            .map_err(|e| redirect_error(id, e))?;
+        Ok(r)
+    }
+}
+
+/// A steering error of transcoder `id`'s redirect as a VNFM error: a clash is the
+/// caller's conflict, a failed rule load the host's.
+fn redirect_error(id: &str, e: SteerError) -> VnfmError {
+    match e {
+        SteerError::Invalid(m) => VnfmError::Conflict(format!("{id}: {m}")),
+        SteerError::Failed(m) => VnfmError::Unavailable(format!("{id}: redirect: {m}")),
     }
 }
 
@@ -721,6 +743,7 @@ impl Vnfm for HostAgent {
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
         let t = Instant::now();
         let mut st = if spec.function == nfx_vnf::transcode::FUNCTION {
+            Self::redirect_of(&self.steering(), &spec.id, &spec.config)?;
             let st = self.transcoders.deploy(spec)?;
             if let Err(e) = self.redirect(&spec.id, &spec.config) {
                 let _ = self.transcoders.destruct(&spec.id);

@@ -282,13 +282,39 @@ impl Steering {
         self.tunnels.remove(instance);
     }
 
+    /// Refuses `redirect` for transcoder `instance` when another transcoder of the host
+    /// already takes the stream for the same `output` or listens on the same port: the
+    /// host's redirect rules would send one stream to both, or the second to neither.
+    pub fn check_redirect(&self, instance: &str, redirect: &Redirect) -> Result<(), SteerError> {
+        let other = self.redirects.iter().find(|(id, r)| {
+            id.as_str() != instance
+                && (r.output == redirect.output || r.listen_port == redirect.listen_port)
+        });
+        match other {
+            None => Ok(()),
+            Some((id, r)) if r.output == redirect.output => Err(SteerError::Invalid(format!(
+                "transcoder {id} on this host already takes the stream for {}; one \
+                 transcoder per output",
+                r.output
+            ))),
+            Some((id, r)) => Err(SteerError::Invalid(format!(
+                "transcoder {id} on this host already listens on UDP port {}",
+                r.listen_port
+            ))),
+        }
+    }
+
     /// Sets (or with `None` removes) the redirect of transcoder `instance` and loads the
-    /// table; a failed load keeps the redirects as they were.
+    /// table; a failed load keeps the redirects as they were, and a redirect that
+    /// clashes with another transcoder's ([`Steering::check_redirect`]) is refused.
     pub fn set_redirect(
         &mut self,
         instance: &str,
         redirect: Option<Redirect>,
     ) -> Result<(), SteerError> {
+        if let Some(r) = &redirect {
+            self.check_redirect(instance, r)?;
+        }
         let old = match redirect {
             Some(r) => self.redirects.insert(instance.to_string(), r),
             None => self.redirects.remove(instance),

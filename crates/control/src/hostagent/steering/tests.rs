@@ -457,17 +457,23 @@ fn a_selector_without_addresses_leaves_interface_bound_segments_the_last_word() 
     assert!(reply < forward, "{script}");
 }
 
+/// The redirect of a transcoder listening on `listen_port` for the stream to
+/// 10.9.2.2:6000.
+fn redirect(listen_port: u16) -> Redirect {
+    Redirect {
+        output: "10.9.2.2:6000".parse().unwrap(),
+        listen_port,
+        source: None,
+    }
+}
+
 /// A transcoder's redirect is one `nat` prerouting rule in the same table, kept across
 /// path changes, removed with the transcoder; a refused load keeps the old set.
 #[test]
 fn transcoder_redirects_ride_in_the_table() {
     let rec = Rec::default();
     let mut s = steering(&rec);
-    let x = Redirect {
-        output: "10.9.2.2:6000".parse().unwrap(),
-        listen_port: 5000,
-        source: None,
-    };
+    let x = redirect(5000);
     s.set_redirect("xc.1", Some(x)).unwrap();
     let calls = rec.take();
     let nft = nft_scripts(&calls);
@@ -511,12 +517,7 @@ fn transcoder_redirects_ride_in_the_table() {
 fn a_transcoders_output_gets_the_original_source_back() {
     let rec = Rec::default();
     let mut s = steering(&rec);
-    let x = Redirect {
-        output: "10.9.2.2:6000".parse().unwrap(),
-        listen_port: 5000,
-        source: None,
-    };
-    s.set_redirect("xc.1", Some(x)).unwrap();
+    s.set_redirect("xc.1", Some(redirect(5000))).unwrap();
     assert!(!nft_scripts(&rec.take())[0].contains("transcode_out"));
     // No redirect: no source to set, nothing loaded.
     s.set_redirect_source("other", Some("10.9.1.2".parse().unwrap()))
@@ -557,4 +558,36 @@ fn a_transcoders_output_gets_the_original_source_back() {
     s.set_redirect("xc.1", None).unwrap();
     let calls = rec.take();
     assert!(!nft_scripts(&calls)[0].contains("snat"), "{calls:?}");
+}
+
+/// Two transcoders of one host cannot take the same output's stream nor listen on the
+/// same port: the second is refused by name and nothing is loaded; the first may still
+/// change its own redirect, and once it is gone the second fits.
+#[test]
+fn a_second_transcoder_for_the_same_output_or_port_is_refused() {
+    let rec = Rec::default();
+    let mut s = steering(&rec);
+    s.set_redirect("xc.1", Some(redirect(5000))).unwrap();
+    rec.take();
+    let same_output = s.set_redirect("xc.2", Some(redirect(5001))).unwrap_err();
+    assert!(
+        same_output.to_string().contains("xc.1")
+            && same_output.to_string().contains("10.9.2.2:6000"),
+        "{same_output}"
+    );
+    let other_output = Redirect {
+        output: "10.9.2.3:6000".parse().unwrap(),
+        ..redirect(5000)
+    };
+    let same_port = s.set_redirect("xc.2", Some(other_output)).unwrap_err();
+    assert!(
+        same_port.to_string().contains("UDP port 5000"),
+        "{same_port}"
+    );
+    assert!(nft_scripts(&rec.take()).is_empty());
+    assert_eq!(s.redirect("xc.2"), None);
+    s.set_redirect("xc.1", Some(redirect(5002))).unwrap();
+    s.set_redirect("xc.1", None).unwrap();
+    s.set_redirect("xc.2", Some(redirect(5001))).unwrap();
+    assert_eq!(s.redirect("xc.2"), Some(redirect(5001)));
 }
