@@ -34,14 +34,17 @@ impl From<VnfmError> for ApiError {
 /// caller's smaller limit).
 pub const STATE_BODY_LIMIT: usize = MAX_STATE_B64 + (64 << 10);
 
-/// Body of `POST /agent/v1/migrations`.
-#[derive(serde::Deserialize)]
+/// Body of `POST /agent/v1/migrations` (the remote VNFM sends it).
+#[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct MigrateBody {
-    old: String,
-    new: String,
+pub(crate) struct MigrateBody {
+    /// The instance whose flows move.
+    pub(crate) old: String,
+    /// The instance they move to.
+    pub(crate) new: String,
+    /// The flows (empty: all).
     #[serde(default)]
-    flows: Vec<String>,
+    pub(crate) flows: Vec<String>,
 }
 
 type AgentResult = Result<Response, ApiError>;

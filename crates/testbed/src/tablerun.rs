@@ -56,7 +56,11 @@ pub fn table_config(
         name: name.into(),
         netns: Some(tb.ns(Host::Edge)),
         placement,
-        chain: runconfig::chain_nodes(tb, chain),
+        chain: runconfig::chain_nodes(tb, chain)
+            .into_iter()
+            .map(serde_json::from_value)
+            .collect::<Result<_, _>>()
+            .context("a table-tier chain entry")?,
         events,
     })
 }

@@ -12,8 +12,10 @@ use crate::nat::NatConfig;
 use crate::Node;
 use nfx_io::FileScope;
 
-/// One node of a chain, as written in YAML (the variant name is the node kind).
-#[derive(Debug, Clone, serde::Deserialize)]
+/// One node of a chain, as written in YAML (the variant name is the node kind). It
+/// serializes as the one-key map it is read from (`{firewall: {...}}`), in YAML too
+/// (where a derived enum would become a tag, `!firewall {...}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum NodeSpec {
     /// Stateful firewall.
@@ -53,6 +55,20 @@ impl NodeSpec {
             NodeSpec::Dpi(_) => "dpi",
             NodeSpec::Elephant(_) => "elephant",
         }
+    }
+}
+
+impl serde::Serialize for NodeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        match self {
+            NodeSpec::Firewall(c) => m.serialize_entry(self.kind(), c)?,
+            NodeSpec::Nat(c) => m.serialize_entry(self.kind(), c)?,
+            NodeSpec::Dpi(c) => m.serialize_entry(self.kind(), c)?,
+            NodeSpec::Elephant(c) => m.serialize_entry(self.kind(), c)?,
+        }
+        m.end()
     }
 }
 
@@ -100,7 +116,7 @@ pub fn build(spec: &NodeSpec, name: &str, files: &FileScope) -> Result<Box<dyn N
 }
 
 /// A port written as a number (`5201`) or as text (`1000-2000`, `any`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 pub enum PortField {
     /// A single port.
@@ -110,7 +126,7 @@ pub enum PortField {
 }
 
 /// Protocol selector in rules.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     /// Any protocol.

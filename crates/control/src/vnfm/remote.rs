@@ -76,18 +76,21 @@ impl RemoteVnfm {
         }
     }
 
-    /// Sends `r` (with a JSON `body`) from the management namespace if there is one.
-    fn send(
+    /// Sends `r` without a body from the management namespace if there is one.
+    fn send(&self, r: ureq::Request) -> Result<serde_json::Value, VnfmError> {
+        self.on_link(move || call(r.call()))
+    }
+
+    /// Sends `r` with `body` as JSON, serialized straight into the request's text (a
+    /// flow state of up to 64 MiB is not copied into a JSON value first).
+    fn send_json<B: serde::Serialize + ?Sized>(
         &self,
         r: ureq::Request,
-        body: Option<serde_json::Value>,
+        body: &B,
     ) -> Result<serde_json::Value, VnfmError> {
-        self.on_link(move || {
-            call(match body {
-                Some(b) => r.send_json(b),
-                None => r.call(),
-            })
-        })
+        let text = serde_json::to_string(body).map_err(|e| VnfmError::Invalid(e.to_string()))?;
+        let r = r.set("Content-Type", "application/json");
+        self.on_link(move || call(r.send_string(&text)))
     }
 
     /// Runs `go` (which opens a connection) from the management namespace if there is one.
@@ -133,7 +136,7 @@ impl RemoteVnfm {
 
     /// The agent's heartbeat.
     pub fn health(&self) -> Result<Health, VnfmError> {
-        decode(self.send(self.req("GET", "/health"), None)?)
+        decode(self.send(self.req("GET", "/health"))?)
     }
 
     /// Sets one worker's power knob; the answer is read back from the kernel.
@@ -141,8 +144,7 @@ impl RemoteVnfm {
         &self,
         req: &crate::hostagent::knobs::KnobRequest,
     ) -> Result<crate::hostagent::knobs::KnobAnswer, VnfmError> {
-        let body = serde_json::to_value(req).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        decode(self.send(self.req("POST", "/knobs"), Some(body))?)
+        decode(self.send_json(self.req("POST", "/knobs"), req)?)
     }
 
     /// Switches tunnel endpoint `id` live onto its device's queue pair or to its CPU
@@ -152,36 +154,27 @@ impl RemoteVnfm {
         id: &str,
         req: crate::hostagent::tunnels::EngineRequest,
     ) -> Result<crate::hostagent::tunnels::EngineSwitch, VnfmError> {
-        let body = serde_json::to_value(req).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        decode(self.send(
+        decode(self.send_json(
             self.req("POST", &format!("/tunnels/{}/engine", seg(id))),
-            Some(body),
+            &req,
         )?)
     }
 
     /// Programs the host's part of `service`'s path.
     pub fn put_path(&self, service: &str, path: &HostPath) -> Result<(), VnfmError> {
-        let body = serde_json::to_value(path).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        self.send(
-            self.req("PUT", &format!("/paths/{}", seg(service))),
-            Some(body),
-        )
-        .map(|_| ())
+        self.send_json(self.req("PUT", &format!("/paths/{}", seg(service))), path)
+            .map(|_| ())
     }
 
     /// Removes `service`'s path from the host.
     pub fn delete_path(&self, service: &str) -> Result<(), VnfmError> {
-        self.send(
-            self.req("DELETE", &format!("/paths/{}", seg(service))),
-            None,
-        )
-        .map(|_| ())
+        self.send(self.req("DELETE", &format!("/paths/{}", seg(service))))
+            .map(|_| ())
     }
 
     /// Makes the host's paths exactly `paths`.
     pub fn sync_paths(&self, paths: &BTreeMap<String, HostPath>) -> Result<(), VnfmError> {
-        let body = serde_json::to_value(paths).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        self.send(self.req("PUT", "/paths"), Some(body)).map(|_| ())
+        self.send_json(self.req("PUT", "/paths"), paths).map(|_| ())
     }
 }
 
@@ -251,12 +244,11 @@ impl Vnfm for RemoteVnfm {
     }
 
     fn deploy_instance(&self, spec: &InstanceSpec) -> Result<InstanceState, VnfmError> {
-        let body = serde_json::to_value(spec).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        decode(self.send(self.req("POST", "/instances"), Some(body))?)
+        decode(self.send_json(self.req("POST", "/instances"), spec)?)
     }
 
     fn destruct_instance(&self, id: &str) -> Result<(), VnfmError> {
-        self.send(self.req("DELETE", &format!("/instances/{}", seg(id))), None)
+        self.send(self.req("DELETE", &format!("/instances/{}", seg(id))))
             .map(|_| ())
     }
 
@@ -265,9 +257,9 @@ impl Vnfm for RemoteVnfm {
         id: &str,
         config: &serde_json::Value,
     ) -> Result<InstanceState, VnfmError> {
-        decode(self.send(
+        decode(self.send_json(
             self.req("PUT", &format!("/instances/{}/config", seg(id))),
-            Some(config.clone()),
+            config,
         )?)
     }
 
@@ -277,18 +269,20 @@ impl Vnfm for RemoteVnfm {
         new: &str,
         flows: &[String],
     ) -> Result<MigrateReport, VnfmError> {
-        decode(self.send(
-            self.req("POST", "/migrations"),
-            Some(serde_json::json!({"old": old, "new": new, "flows": flows})),
-        )?)
+        let body = crate::agent::MigrateBody {
+            old: old.into(),
+            new: new.into(),
+            flows: flows.to_vec(),
+        };
+        decode(self.send_json(self.req("POST", "/migrations"), &body)?)
     }
 
     fn get_instance_state(&self, id: &str) -> Result<InstanceState, VnfmError> {
-        decode(self.send(self.req("GET", &format!("/instances/{}", seg(id))), None)?)
+        decode(self.send(self.req("GET", &format!("/instances/{}", seg(id))))?)
     }
 
     fn list_instances(&self) -> Result<Vec<String>, VnfmError> {
-        decode(self.send(self.req("GET", "/instances"), None)?)
+        decode(self.send(self.req("GET", "/instances"))?)
     }
 
     /// `GET /agent/v1/instances/{id}/flows`.
@@ -299,10 +293,9 @@ impl Vnfm for RemoteVnfm {
 
     /// `PUT /agent/v1/instances/{id}/flows`.
     fn import_state(&self, id: &str, state: &FlowState) -> Result<FlowImport, VnfmError> {
-        let body = serde_json::to_value(state).map_err(|e| VnfmError::Invalid(e.to_string()))?;
-        decode(self.send(
+        decode(self.send_json(
             self.req("PUT", &format!("/instances/{}/flows", seg(id))),
-            Some(body),
+            state,
         )?)
     }
 

@@ -129,3 +129,38 @@ fn mutual_tls_refuses_other_cas_and_every_route_needs_the_token() {
     assert!(plain.list_instances().is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every request body the remote VNFM serializes (an instance spec, a configuration,
+/// a migration, a flow state) reaches the agent's VNFM decoded: each answer is the
+/// simulated VNFM's own, never the agent's refusal of a body.
+#[test]
+fn typed_bodies_reach_the_agents_vnfm() {
+    let dir = tmp("tls-bodies");
+    let subject = [AgentSubject {
+        name: "h1".into(),
+        ips: vec!["127.0.0.1".parse().unwrap()],
+    }];
+    let pki = tls::generate(&dir.join("pki"), &subject).unwrap();
+    let c = client(serve(&pki), &pki.controller, Some(TOKEN));
+    c.deploy_instance(&spec()).unwrap();
+    let mut nat = spec();
+    nat.id = "i2".into();
+    c.deploy_instance(&nat).unwrap();
+    let st = c
+        .configure_instance("i1", &serde_json::json!({"default": "allow"}))
+        .unwrap();
+    assert_eq!(st.config_version, 2);
+    c.migrate_instance("i1", "i2", &["f1".into()]).unwrap();
+    let state = nfx_control::vnfm::FlowState {
+        instance: "i1".into(),
+        function: "firewall".into(),
+        bytes: 3,
+        data_b64: "AAAA".into(),
+    };
+    let e = c.import_state("i2", &state).unwrap_err();
+    assert!(
+        matches!(&e, VnfmError::Invalid(m) if m.contains("imports no flow state")),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

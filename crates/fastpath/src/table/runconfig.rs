@@ -18,8 +18,9 @@ pub struct TableRunConfig {
     pub netns: Option<String>,
     /// Where the chain runs.
     pub placement: PlacementConfig,
-    /// Functions in forward order, as in a run config's `chain:` (`- firewall: {...}`).
-    pub chain: Vec<serde_json::Value>,
+    /// Functions in forward order, as in a run config's `chain:` (`- firewall: {...}`),
+    /// each checked as it is read.
+    pub chain: Vec<NodeSpec>,
     /// JSON-lines file for events (elephant flows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<PathBuf>,
@@ -71,7 +72,6 @@ impl TableRunConfig {
         let cfg: Self = serde_path_to_error::deserialize(v)
             .map_err(|e| format!("{shown}: field `{}`: {}", e.path(), e.inner()))?;
         cfg.placement().map_err(|e| format!("{shown}: {e}"))?;
-        cfg.functions().map_err(|e| format!("{shown}: {e}"))?;
         Ok(cfg)
     }
 
@@ -83,15 +83,10 @@ impl TableRunConfig {
     }
 
     /// The functions with their instance names (the kind: one of each per chain).
-    pub fn functions(&self) -> Result<Vec<(String, NodeSpec)>, String> {
+    pub fn functions(&self) -> Vec<(String, NodeSpec)> {
         self.chain
             .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let spec: NodeSpec = serde_json::from_value(v.clone())
-                    .map_err(|e| format!("field `chain[{i}]`: {e}"))?;
-                Ok((spec.kind().to_string(), spec))
-            })
+            .map(|spec| (spec.kind().to_string(), spec.clone()))
             .collect()
     }
 
@@ -144,13 +139,16 @@ mod tests {
     fn round_trip_and_errors_name_the_field() {
         let ok = "name: t\nplacement: {alone: {inside: {iface: a, peer_mac: '02:00:00:00:00:01'}, outside: {iface: b, peer_mac: '02:00:00:00:00:02'}}}\nchain: [{firewall: {default: allow}}, {nat: {snat: {public_ip: 192.0.2.1}}}]\n";
         let c = parse(ok).unwrap();
-        assert_eq!(c.functions().unwrap()[1].0, "nat");
+        assert_eq!(c.functions()[1].0, "nat");
         let back = parse(&c.to_yaml()).unwrap();
         assert_eq!(back, c);
         let e = parse(&ok.replace("'02:00:00:00:00:02'", "zz")).unwrap_err();
         assert!(e.contains("placement.alone.outside.peer_mac"), "{e}");
         let e = parse(&ok.replace("default: allow", "defaul: allow")).unwrap_err();
-        assert!(e.contains("chain[0]") && e.contains("defaul"), "{e}");
+        assert!(
+            e.contains("chain[0].firewall") && e.contains("defaul"),
+            "{e}"
+        );
         let e = parse("name: t\nplacement: {beside: {iface: a}}\nchain: []\n").unwrap_err();
         assert!(e.contains("placement") && e.contains("beside"), "{e}");
         let h = parse("name: t\nplacement: {before_software: {iface: to-src}}\nchain: [{nat: {snat: {public_ip: 1.2.3.4}}}]\n").unwrap();

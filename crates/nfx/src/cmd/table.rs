@@ -71,7 +71,7 @@ fn base_dir(config: &Path) -> PathBuf {
 fn check_chain(a: &CheckArgs) -> anyhow::Result<()> {
     let cfg = TableRunConfig::load(&a.config).map_err(|e| anyhow::anyhow!(e))?;
     let mut refused = 0;
-    for (name, spec) in cfg.functions().map_err(|e| anyhow::anyhow!(e))? {
+    for (name, spec) in cfg.functions() {
         match check(&spec, a.capacity, base_dir(&a.config)) {
             Ok(need) => println!("{name}: fits, {} entries", need.entries),
             Err(e) => {
@@ -97,7 +97,7 @@ fn run_chain(a: &RunArgs) -> anyhow::Result<()> {
     if let Some(ns) = &cfg.netns {
         nfx_io::netns::enter_netns(ns)?;
     }
-    let functions = cfg.functions().map_err(|e| anyhow::anyhow!(e))?;
+    let functions = cfg.functions();
     let mut chain = TableChain::deploy(&functions, base_dir(&a.config))
         .with_context(|| format!("{}: deploying", cfg.name))?;
     chain

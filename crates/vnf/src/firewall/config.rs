@@ -14,7 +14,7 @@ pub const MAX_RULES_FILE_BYTES: u64 = 4 << 20;
 pub const MAX_RULES: usize = 65_536;
 
 /// Action of a rule or of the default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Let the flow through (and track it).
@@ -25,7 +25,7 @@ pub enum Action {
 }
 
 /// What to do with a new flow that starts from the outside (Reverse direction).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReverseNew {
     /// Drop it as `invalid_state`: only replies to tracked flows come in.
@@ -37,7 +37,7 @@ pub enum ReverseNew {
 
 /// One ACL rule as written in YAML: `{action: allow, proto: tcp, src: 10.0.0.0/8,
 /// dst: any, sport: any, dport: 1000-2000}`. Omitted fields mean "any".
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// allow | deny.
@@ -46,17 +46,21 @@ pub struct RuleConfig {
     #[serde(default)]
     pub proto: Proto,
     /// Source CIDR prefix or address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub src: Option<String>,
     /// Destination CIDR prefix or address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst: Option<String>,
     /// Source port(s): `80`, `1000-2000`, `any` (tcp/udp rules only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sport: Option<PortField>,
     /// Destination port(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dport: Option<PortField>,
 }
 
 /// Per-state timeouts in seconds; defaults are those of Linux conntrack.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TimeoutConfig {
     /// TCP SYN_SENT.
@@ -113,7 +117,7 @@ fn default_max_flows() -> usize {
 }
 
 /// The `firewall:` node of a chain.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FirewallConfig {
     /// Action when no rule matches (default deny).
@@ -123,6 +127,7 @@ pub struct FirewallConfig {
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
     /// A YAML file holding a list of rules, relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules_file: Option<String>,
     /// Table capacity (default 262144).
     #[serde(default = "default_max_flows")]

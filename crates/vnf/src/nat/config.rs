@@ -8,7 +8,7 @@ use crate::spec::{parse_ipv4, ConfigError, Proto};
 pub const MAX_FLOWS_LIMIT: usize = 16 << 20;
 
 /// Source NAT / masquerade: `{public_ip: 10.200.2.100, port_range: [1024, 65535]}`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnatConfig {
     /// Address that Forward flows leave with.
@@ -23,23 +23,25 @@ fn default_range() -> [u64; 2] {
 }
 
 /// One port forward: `{proto: tcp, public_port: 8080, to_ip: 10.200.1.1, to_port: 80}`.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DnatConfig {
     /// tcp | udp.
     pub proto: Proto,
     /// Public address (defaults to `snat.public_ip`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_ip: Option<String>,
     /// Public port that outside hosts connect to.
     pub public_port: u64,
     /// Inside address the connections go to.
     pub to_ip: String,
     /// Inside port (defaults to `public_port`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_port: Option<u64>,
 }
 
 /// Mapping timeouts in seconds.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatTimeoutConfig {
     /// TCP mapping that saw traffic both ways.
@@ -77,10 +79,11 @@ fn default_max_flows() -> usize {
 }
 
 /// The `nat:` node of a chain.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatConfig {
     /// Source NAT for Forward flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snat: Option<SnatConfig>,
     /// Port forwards for Reverse-direction new flows.
     #[serde(default)]

@@ -197,3 +197,135 @@ fn rules_files_outside_the_config_dir_are_refused_without_content() {
     assert!(e.msg.contains("at line 1: not a YAML list of rules"), "{e}");
     assert!(!e.to_string().contains("NFXSECRET"), "{e}");
 }
+
+/// Every node spec written in `v`: chain entries (`{firewall: {...}}`) and instances or
+/// descriptor functions (`{function: firewall, config: {...}}`), anywhere in the tree.
+fn specs_in(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            let kind = |k: &str| NodeSpec::KINDS.contains(&k);
+            if m.len() == 1 && m.keys().all(|k| kind(k)) {
+                out.push(v.clone());
+            }
+            if let Some(f) = m
+                .get("function")
+                .and_then(|f| f.as_str())
+                .filter(|f| kind(f))
+            {
+                let config = m.get("config").cloned().unwrap_or_default();
+                let config = if config.is_null() {
+                    serde_json::json!({})
+                } else {
+                    config
+                };
+                out.push(serde_json::json!({ f: config }));
+            }
+            m.values().for_each(|x| specs_in(x, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| specs_in(x, out)),
+        _ => {}
+    }
+}
+
+/// The documents of a file: all of it as YAML (JSON is YAML too), else each line as
+/// JSON (control-socket sessions), and each fenced YAML block of a Markdown page.
+fn documents(path: &std::path::Path, text: &str) -> Vec<serde_json::Value> {
+    if path.extension().is_some_and(|e| e == "md") {
+        return text
+            .split("```yaml")
+            .skip(1)
+            .filter_map(|b| b.split("```").next())
+            .filter_map(|b| serde_yaml_ng::from_str(b).ok())
+            .collect();
+    }
+    if let Ok(v) = serde_yaml_ng::from_str(text) {
+        return vec![v];
+    }
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A spec serialized (as JSON and as YAML) reads back as the same spec, and its JSON
+/// keeps the chain-entry shape `{kind: {...}}`.
+fn round_trips(spec: &NodeSpec) {
+    let json = serde_json::to_string(spec).unwrap();
+    let back: NodeSpec = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+    assert_eq!(&back, spec, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v.get(spec.kind()).is_some_and(|c| c.is_object()), "{json}");
+    let yaml = serde_yaml_ng::to_string(spec).unwrap();
+    assert_eq!(&parse(&yaml).unwrap(), spec, "{yaml}");
+}
+
+#[test]
+fn every_spec_in_the_repository_round_trips() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    let mut dirs = vec![
+        root.join("configs"),
+        root.join("docs"),
+        root.join("crates/dataplane/fuzz/seeds"),
+        root.join("crates/control/fuzz/seeds"),
+    ];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    let mut checked = 0;
+    // A placement workload names functions by kind, with no VNF configuration.
+    files.retain(|f| !f.ends_with("configs/examples/chain-workload.json"));
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        documents(f, &text)
+            .iter()
+            .for_each(|d| specs_in(d, &mut found));
+        for v in found {
+            // Pages may show a wrong spec on purpose; every other file's specs are good.
+            let spec = match serde_json::from_value::<NodeSpec>(v.clone()) {
+                Ok(s) => s,
+                Err(_) if f.extension().is_some_and(|e| e == "md") => continue,
+                Err(e) => panic!("{}: {v}: {e}", f.display()),
+            };
+            round_trips(&spec);
+            checked += 1;
+        }
+    }
+    // The fuzz seeds of the `configs` target: byte 0 picks YAML or JSON.
+    let seeds = root.join("crates/vnf/fuzz/seeds/configs");
+    for e in std::fs::read_dir(&seeds).unwrap().flatten() {
+        let data = std::fs::read(e.path()).unwrap();
+        let v: serde_json::Value = if data[0] & 1 == 0 {
+            serde_yaml_ng::from_slice(&data[1..]).unwrap()
+        } else {
+            serde_json::from_slice(&data[1..]).unwrap()
+        };
+        round_trips(&serde_json::from_value(v).unwrap());
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} specs found");
+}
+
+#[test]
+fn every_field_round_trips() {
+    // Every optional field set, text and number ports, both enums' other values.
+    for yaml in [
+        "firewall: { default: allow, rules: [ {action: deny, proto: udp, src: 10.0.0.0/8, dst: 192.168.1.1, sport: '53', dport: 1000-2000}, {action: allow, proto: icmp}, {action: allow, sport: any, dport: 80} ], rules_file: r.yaml, max_flows: 7, loose: true, max_flows_per_source: 3, reverse_new: acl, timeouts: { syn_sent: 1, syn_recv: 2, established: 3, fin_wait: 4, close_wait: 5, last_ack: 6, time_wait: 7, close: 8, unacknowledged: 9, udp: 10, udp_stream: 11, icmp: 12, generic: 13 } }",
+        "firewall: {}",
+        "nat: { snat: { public_ip: 10.0.0.1, port_range: [2000, 3000] }, dnat: [ {proto: udp, public_ip: 10.0.0.2, public_port: 53, to_ip: 10.1.0.1, to_port: 5353}, {proto: tcp, public_port: 80, to_ip: 10.1.0.2} ], max_flows: 9, timeouts: { tcp: 1, tcp_syn: 2, tcp_close: 3, udp: 4, udp_stream: 5, icmp: 6, generic: 7 }, inside_networks: [10.0.0.0/8, 172.16.0.0/12], max_flows_per_source: 2 }",
+        "nat: {}",
+        "dpi: { patterns: p.txt, engine: regex, stream_window: 1, stream_flows: 2, event_table: 3, idle_timeout_ms: 4, depth: 5, depth_flows: 6 }",
+        "elephant: { min_bytes: 1, min_rate_bps: 2, window_ms: 3, max_flows: 4, idle_timeout_ms: 5 }",
+    ] {
+        round_trips(&spec(yaml));
+    }
+}
