@@ -347,6 +347,36 @@ fn keep_in_place(inst: &Instance, current: &[usize], target: &mut [usize]) {
     }
 }
 
+/// Puts every group of instances the solve put together on a device none of them is on
+/// now onto the current device of one of them, when that device may take them all with
+/// room and costs no more: the cost does not grow and at least one migration is saved
+/// (among optima of equal cost the solver may pick any device, another host's too).
+fn prefer_current(inst: &Instance, current: &[usize], target: &mut [usize]) {
+    for t in 0..inst.devices.len() {
+        let group: Vec<usize> = (0..target.len()).filter(|&m| target[m] == t).collect();
+        if group.is_empty() || group.iter().any(|&m| current[m] == t) {
+            continue;
+        }
+        let free = free_after(inst, target);
+        let others_on = |c: usize| (0..target.len()).any(|m| target[m] == c);
+        let fits = |c: usize| {
+            let d = &inst.devices[c];
+            let vs = group.iter().map(|&m| &inst.vnf_instances[m]);
+            let need: i128 = vs.clone().map(|v| i128::from(v.need_on(d.kind))).sum();
+            let tp: i128 = vs.clone().map(|v| i128::from(v.throughput_gbps)).sum();
+            vs.clone().all(|v| d.functions.contains(&v.function))
+                && free[c].0 >= need
+                && free[c].1 >= tp
+                && (others_on(c) || d.cost <= inst.devices[t].cost)
+        };
+        if let Some(c) = group.iter().map(|&m| current[m]).find(|&c| fits(c)) {
+            for &m in &group {
+                target[m] = c;
+            }
+        }
+    }
+}
+
 /// The moves from `current` to `target` in an order where each target has room when its
 /// turn comes (the old instance leaves only after the new one runs); the rest blocked.
 fn order(inst: &Instance, current: &[usize], target: &[usize]) -> (Vec<usize>, Vec<usize>) {
@@ -408,6 +438,7 @@ fn solve(p: &Problem, limit: Duration) -> Result<Solved, PlanError> {
         });
     }
     let mut target = sol.device_of.clone();
+    prefer_current(inst, &p.current, &mut target);
     keep_in_place(inst, &p.current, &mut target);
     let best = nfx_placement::validate::check(inst, &target)
         .map_err(|e| PlanError::Conflict(format!("internal: kept placement invalid: {e}")))?;
