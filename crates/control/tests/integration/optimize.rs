@@ -315,7 +315,11 @@ links:
 ";
 
 fn setup_x() -> (Arc<Controller>, Arc<Enforcer>) {
-    let infra = Infrastructure::from_yaml("infra.yaml", INFRA_X).unwrap();
+    setup_on(INFRA_X)
+}
+
+fn setup_on(yaml: &str) -> (Arc<Controller>, Arc<Enforcer>) {
+    let infra = Infrastructure::from_yaml("infra.yaml", yaml).unwrap();
     let enforcer = Arc::new(Enforcer::default());
     let sim = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
     let med = Mediator::new(infra, VnfmMap::new(sim), enforcer.clone()).unwrap();
@@ -458,4 +462,27 @@ fn a_migration_without_a_device_chooses_another_host_when_its_own_is_full() {
         e.contains("nat on the software tier does not move to another host"),
         "{e}"
     );
+}
+
+/// Two firewalls on the two devices of `a`, every device (`c1` on the egress host too)
+/// as cheap and big enough for both: of the equal optima, the one that moves a firewall
+/// beside the other on `a` is taken — one migration, none to another host.
+#[test]
+fn among_equal_optima_the_fewest_moves_and_none_across_hosts() {
+    let (ctl, _) = setup_on(
+        "
+hosts: [{ id: a, cores: 8 }, { id: c, cores: 8 }]
+devices:
+  - { id: c1, host: c, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+  - { id: a1, host: a, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+  - { id: a2, host: a, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+links: [{ a: a, b: c, latency_us: 15 }]
+",
+    );
+    deploy_on(&ctl, "one", &["firewall"], 1000.0, &["a1"]);
+    deploy_on(&ctl, "two", &["firewall"], 1000.0, &["a2"]);
+    let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
+    assert_eq!((plan.cost_now, plan.cost_optimal), (2.0, 1.0), "{plan:?}");
+    assert_eq!(plan.migrations.len(), 1, "{plan:?}");
+    assert_eq!(plan.migrations[0].to_host, "a", "{plan:?}");
 }
