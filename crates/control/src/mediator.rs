@@ -918,7 +918,7 @@ impl Mediator {
             .model
             .instance(instance)
             .ok_or_else(|| PlanError::Conflict(format!("{instance} not in the model")))?;
-        let target = self.migration_target(old, instance, device)?;
+        let (target, chosen_across) = self.migration_target(old, instance, device)?;
         let new_id = self.fresh_id(&format!("{instance}-m"));
         let spec = InstanceSpec {
             id: new_id.clone(),
@@ -989,11 +989,17 @@ impl Mediator {
                 new: new_id.clone(),
             });
             if let Some(p) = plan.placements.first_mut() {
-                p.reason = format!(
-                    "migration of {instance} from {} to {} (used {:.3} Gbit/s): the chosen \
-                     device, every path within its service's latency bound",
-                    old.host, target.host, om.throughput_gbps.used
-                );
+                p.reason = match &chosen_across {
+                    Some(why) => format!(
+                        "migration of {instance} from {} to {} (used {:.3} Gbit/s): {why}",
+                        old.host, target.host, om.throughput_gbps.used
+                    ),
+                    None => format!(
+                        "migration of {instance} from {} to {} (used {:.3} Gbit/s): the \
+                         chosen device, every path within its service's latency bound",
+                        old.host, target.host, om.throughput_gbps.used
+                    ),
+                };
             }
         }
         plan.steps.push(Step::Destruct {
@@ -1021,16 +1027,17 @@ impl Mediator {
     /// runs the function and has room and either is on the same host, VNFM and tier and
     /// no slower, or is a software device of another host that `old` may move to
     /// ([`crosshost`]; the paths' latency bounds are checked by the caller); without
-    /// `device`, the best fit among the host's other such devices.
+    /// `device`, the best fit among the host's other such devices, else (none has room)
+    /// the device of another host [`Mediator::cross_host_fallback`] chooses, with why.
     fn migration_target(
         &self,
         old: &InstanceRow,
         instance: &str,
         device: Option<&str>,
-    ) -> Result<&nfx_model::DeviceModel, PlanError> {
+    ) -> Result<(&nfx_model::DeviceModel, Option<String>), PlanError> {
         let vnfm = self.vnfms.get(&old.host);
         let (tp, cap) = (old.spec.throughput_gbps, old.spec.capacity);
-        Ok(match device {
+        let dm = match device {
             Some(d) => {
                 let dm = self
                     .model
@@ -1083,16 +1090,23 @@ impl Mediator {
                         && d.functions.contains(&old.spec.function)
                         && d.latency_us <= old.latency_us
                 });
-                best_fit(cands.map(|d| ((), d)), tp, cap)
-                    .map(|(_, d)| d)
-                    .ok_or_else(|| {
-                        PlanError::Conflict(format!(
-                            "no other device on {} can take {instance} without raising its latency",
-                            old.host
-                        ))
-                    })?
+                if let Some((_, d)) = best_fit(cands.map(|d| ((), d)), tp, cap) {
+                    return Ok((d, None));
+                }
+                let f = old.spec.function.as_str();
+                if !crosshost::CROSS_HOST_FUNCTIONS.contains(&f) || old.tier != Tier::Software {
+                    return Err(PlanError::Conflict(format!(
+                        "no other device on {} can take {instance} without raising its \
+                         latency, and {f} on the {} tier does not move to another host",
+                        old.host,
+                        old.tier.as_str()
+                    )));
+                }
+                let (d, why) = self.cross_host_fallback(old, instance)?;
+                return Ok((d, Some(why)));
             }
-        })
+        };
+        Ok((dm, None))
     }
 
     /// The latency of service `svc`'s re-steered path `np` (`new` = the instance that
@@ -1104,16 +1118,8 @@ impl Mediator {
         moved: &str,
         new: (&str, f64),
     ) -> Result<f64, PlanError> {
-        let ends = np.ends.as_ref().ok_or_else(|| {
-            PlanError::Conflict(format!("service {svc}'s path has no recorded ends"))
-        })?;
-        let bound = np.max_latency_us.ok_or_else(|| {
-            PlanError::Conflict(format!(
-                "service {svc}'s path was recorded without its latency bound; destroy and \
-                 deploy it to move its instances to another host"
-            ))
-        })?;
-        let lat = self.hops_latency_us(&ends.ingress, &ends.egress, &np.hops, new)?;
+        let (ends, bound) = crosshost::path_bound(svc, np)?;
+        let lat = self.hops_latency_us(&ends.ingress, &ends.egress, &np.hops, &[new])?;
         if lat > bound + CERTIFY_SLACK_US {
             return Err(PlanError::Conflict(format!(
                 "moving {moved} to {} would break the SLA of service {svc}: its path would \

@@ -1,22 +1,46 @@
 //! The offline optimum from the controller (`nfx plan --optimize`, `nfx deploy
 //! --optimize`, `GET|POST /api/v1/optimize`): every recorded instance is re-placed with
 //! the exact solver of `nfx-placement` over the live infrastructure, within what a
-//! loss-free `nfx migrate` may do (same host, no slower device); the answer is the cost
-//! now, the optimal cost with its proven bound, and the migrations that reach it, in an
-//! order in which each finds room. Carrying them out is one journaled migrate operation
-//! per move, stopping at the first that does not complete.
+//! loss-free `nfx migrate` may do: on its host, a device no slower than its own; for a
+//! function that may move across hosts ([`CROSS_HOST_FUNCTIONS`]), also a software
+//! device of another host when that move alone keeps every service path through it
+//! valid (no host visited twice, no host down, within the service's latency bound). The
+//! answer is the cost now, the optimal cost with its proven bound, and the migrations
+//! that reach it, in an order in which each finds room. Carrying them out is one
+//! journaled migrate operation per move, stopping at the first that does not complete.
+//!
+//! Moves of two instances of one path that each keep its bound alone can break it
+//! together. The solver sees per-instance allowed devices, not paths, so the plan is
+//! checked path by path after it is solved, move by move in the order they are carried
+//! out (each migrate re-checks the paths it changes against the state the earlier moves
+//! left); the move at which a path first breaks has its instance held on its host and
+//! the problem is solved again, at most [`MAX_SOLVES`] times, the last with every
+//! instance on its host (same-host moves never lengthen a path). Linearising path
+//! latency into the solver would make the joint check exact but changes the placement
+//! model every other caller shares; a re-solve is exact whenever no path breaks, which is
+//! the common case, and otherwise the reported bound (the first, least restricted
+//! solve's) says how far the answer may be from the optimum.
 
 use crate::controller::{Controller, CtlError};
+use crate::mediator::crosshost::CROSS_HOST_FUNCTIONS;
 use crate::mediator::{is_down, InstanceRow, Mediator, PlanError};
 use crate::ops::{OpState, Operation};
 use crate::projection::{cap, device, kind_of, need, Units};
+use nfx_model::{DeviceModel, Tier};
 use nfx_placement::{place, Algorithm, DeviceKind, Instance, VnfInstance};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// Longest a carried-out migration may take before the run stops.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Most exact solves of one plan (see the module doc): each after the first holds one
+/// more instance on its host, the last every one.
+const MAX_SOLVES: usize = 6;
+
+/// Least time a re-solve is given when the first solves used up the time limit.
+const MIN_SOLVE: Duration = Duration::from_millis(200);
 
 /// One move of the optimal placement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,8 +49,11 @@ pub struct Migration {
     pub instance: String,
     /// Its function.
     pub function: String,
-    /// Its host (a migration stays on its host).
+    /// Its host before the move.
     pub host: String,
+    /// Its host after the move: another host only for a function that may move across
+    /// hosts, on a path that stays valid.
+    pub to_host: String,
     /// Device it runs on now.
     pub from: String,
     /// Device it goes to.
@@ -77,6 +104,27 @@ pub struct OptimizeRun {
 struct Item {
     row: InstanceRow,
     movable: bool,
+    /// Devices the solver may put it on (its own when it is pinned).
+    allowed: BTreeSet<String>,
+    /// Whether `allowed` holds devices of another host.
+    across: bool,
+}
+
+impl Item {
+    /// The problem's function name: the instances of one class may take exactly the
+    /// same devices.
+    fn class(&self) -> String {
+        if !self.movable {
+            return format!("pinned:{}", self.row.spec.id);
+        }
+        let r = &self.row;
+        let mut name = format!("{}@{}<={}us", r.spec.function, r.host, r.latency_us);
+        if self.across {
+            let others: Vec<&str> = self.allowed.iter().map(String::as_str).collect();
+            name = format!("{name}|{}", others.join(","));
+        }
+        name
+    }
 }
 
 /// Whether `row` may move: running, on a host that is up, not an accelerator's, and not
@@ -88,10 +136,39 @@ fn movable(m: &Mediator, row: &InstanceRow, endpoints: &BTreeSet<String>) -> boo
         && !is_down(&m.down_hosts(), &row.host)
 }
 
-/// The problem's function name for a movable instance: the devices that may take it are
-/// exactly those of its host running its function no slower than its device now.
-fn class(row: &InstanceRow) -> String {
-    format!("{}@{}<={}us", row.spec.function, row.host, row.latency_us)
+/// The devices movable `row` may take: those of its host running its function no slower
+/// than its device now; unless it is held `home`, also the software devices of other
+/// hosts that `nfx migrate` would move it to, on which every path through it stays valid
+/// with only this instance moved.
+fn allowed(m: &Mediator, row: &InstanceRow, devs: &[&DeviceModel], home: bool) -> BTreeSet<String> {
+    let runs = |d: &DeviceModel| d.functions.contains(&row.spec.function);
+    let mut out: BTreeSet<String> = devs
+        .iter()
+        .filter(|d| d.host == row.host && runs(d) && d.latency_us <= row.latency_us)
+        .map(|d| d.id.clone())
+        .collect();
+    let can_cross =
+        CROSS_HOST_FUNCTIONS.contains(&row.spec.function.as_str()) && row.tier == Tier::Software;
+    if home || !can_cross {
+        return out;
+    }
+    let id = &row.spec.id;
+    let paths: Vec<_> = m
+        .paths()
+        .iter()
+        .filter(|(_, p)| p.hops.iter().any(|h| &h.instance == id))
+        .collect();
+    for d in devs.iter().filter(|d| d.host != row.host && runs(d)) {
+        let moves = BTreeMap::from([(id.clone(), *d)]);
+        let ok = m.check_cross_host(row, id, d).is_ok()
+            && paths
+                .iter()
+                .all(|(svc, p)| m.moved_path_latency(svc, p, &moves).is_ok());
+        if ok {
+            out.insert(d.id.clone());
+        }
+    }
+    out
 }
 
 /// The offline problem of the recorded state.
@@ -108,8 +185,9 @@ struct Problem {
     accel_cost: f64,
 }
 
-/// The offline problem of every recorded instance on software and table devices.
-fn problem(m: &Mediator) -> Result<Problem, PlanError> {
+/// The offline problem of every recorded instance on software and table devices, those
+/// in `home` held on their host.
+fn problem(m: &Mediator, home: &BTreeSet<String>) -> Result<Problem, PlanError> {
     let endpoints: BTreeSet<String> = m
         .paths()
         .values()
@@ -117,6 +195,11 @@ fn problem(m: &Mediator) -> Result<Problem, PlanError> {
         .flat_map(|t| [t.from_instance.clone(), t.to_instance.clone()])
         .collect();
     let model = m.model();
+    let devs: Vec<&DeviceModel> = model
+        .devices()
+        .iter()
+        .filter(|d| kind_of(d.tier).is_some())
+        .collect();
     let mut items = Vec::new();
     let mut accel_used = BTreeSet::new();
     for row in m.instances().values() {
@@ -125,9 +208,19 @@ fn problem(m: &Mediator) -> Result<Problem, PlanError> {
             continue;
         }
         let can_move = movable(m, row, &endpoints);
+        let allowed = if can_move {
+            allowed(m, row, &devs, home.contains(&row.spec.id))
+        } else {
+            BTreeSet::from([row.spec.device.clone()])
+        };
+        let across = allowed
+            .iter()
+            .any(|d| model.device(d).is_some_and(|d| d.host != row.host));
         items.push(Item {
             row: row.clone(),
             movable: can_move,
+            allowed,
+            across,
         });
     }
     let accel_cost = accel_used
@@ -135,11 +228,6 @@ fn problem(m: &Mediator) -> Result<Problem, PlanError> {
         .filter_map(|d| model.device(d))
         .map(|d| d.cost)
         .sum::<f64>();
-    let devs: Vec<_> = model
-        .devices()
-        .iter()
-        .filter(|d| kind_of(d.tier).is_some())
-        .collect();
     let needs = |k: DeviceKind| {
         let it = items.iter().map(|i| i.row.spec.capacity);
         let caps = devs.iter().filter(move |d| kind_of(d.tier) == Some(k));
@@ -153,26 +241,12 @@ fn problem(m: &Mediator) -> Result<Problem, PlanError> {
         needs(DeviceKind::Hardware),
         devs.iter().map(|d| d.cost),
     );
-    let name = |i: &Item| {
-        if i.movable {
-            class(&i.row)
-        } else {
-            format!("pinned:{}", i.row.spec.id)
-        }
-    };
     let mut devices = Vec::new();
     for d in &devs {
         let mut fs: Vec<String> = items
             .iter()
-            .filter(|i| {
-                if !i.movable {
-                    return i.row.spec.device == d.id;
-                }
-                i.row.host == d.host
-                    && d.functions.contains(&i.row.spec.function)
-                    && d.latency_us <= i.row.latency_us
-            })
-            .map(name)
+            .filter(|i| i.allowed.contains(&d.id))
+            .map(Item::class)
             .collect();
         fs.sort();
         fs.dedup();
@@ -182,17 +256,26 @@ fn problem(m: &Mediator) -> Result<Problem, PlanError> {
         let (c, t) = (d.capacity.total, d.throughput_gbps.total);
         devices.extend(device(d, fs, c, t, cap(d.cost, units.cost), &units));
     }
-    let mut functions: Vec<String> = items.iter().map(name).collect();
+    let mut functions: Vec<String> = items.iter().map(Item::class).collect();
     functions.sort();
     functions.dedup();
+    // The latency bound admits every allowed device: which ones keep the paths' bounds
+    // is decided above, per device.
+    let slowest = |i: &Item| {
+        i.allowed
+            .iter()
+            .filter_map(|d| model.device(d))
+            .map(|d| d.latency_us)
+            .fold(i.row.latency_us, f64::max)
+    };
     let vnf_instances = items
         .iter()
         .map(|i| VnfInstance {
             id: i.row.spec.id.clone(),
-            function: name(i),
+            function: i.class(),
             tcam_need: need(i.row.spec.capacity, units.tcam),
             cpu_need: need(i.row.spec.capacity, units.cpu),
-            latency_bound_us: i.row.latency_us.max(0.0).ceil() as u64,
+            latency_bound_us: slowest(i).max(0.0).ceil() as u64,
             throughput_gbps: need(i.row.spec.throughput_gbps, units.throughput),
         })
         .collect();
@@ -264,6 +347,36 @@ fn keep_in_place(inst: &Instance, current: &[usize], target: &mut [usize]) {
     }
 }
 
+/// Puts every group of instances the solve put together on a device none of them is on
+/// now onto the current device of one of them, when that device may take them all with
+/// room and costs no more: the cost does not grow and at least one migration is saved
+/// (among optima of equal cost the solver may pick any device, another host's too).
+fn prefer_current(inst: &Instance, current: &[usize], target: &mut [usize]) {
+    for t in 0..inst.devices.len() {
+        let group: Vec<usize> = (0..target.len()).filter(|&m| target[m] == t).collect();
+        if group.is_empty() || group.iter().any(|&m| current[m] == t) {
+            continue;
+        }
+        let free = free_after(inst, target);
+        let others_on = |c: usize| (0..target.len()).any(|m| target[m] == c);
+        let fits = |c: usize| {
+            let d = &inst.devices[c];
+            let vs = group.iter().map(|&m| &inst.vnf_instances[m]);
+            let need: i128 = vs.clone().map(|v| i128::from(v.need_on(d.kind))).sum();
+            let tp: i128 = vs.clone().map(|v| i128::from(v.throughput_gbps)).sum();
+            vs.clone().all(|v| d.functions.contains(&v.function))
+                && free[c].0 >= need
+                && free[c].1 >= tp
+                && (others_on(c) || d.cost <= inst.devices[t].cost)
+        };
+        if let Some(c) = group.iter().map(|&m| current[m]).find(|&c| fits(c)) {
+            for &m in &group {
+                target[m] = c;
+            }
+        }
+    }
+}
+
 /// The moves from `current` to `target` in an order where each target has room when its
 /// turn comes (the old instance leaves only after the new one runs); the rest blocked.
 fn order(inst: &Instance, current: &[usize], target: &[usize]) -> (Vec<usize>, Vec<usize>) {
@@ -289,19 +402,151 @@ fn order(inst: &Instance, current: &[usize], target: &[usize]) -> (Vec<usize>, V
     (done, pending)
 }
 
+/// One exact solve of a [`Problem`]: the cost now, the solver's best and bound, and
+/// the target placement with its moves in order (`None` target: nothing to gain).
+struct Solved {
+    now: u64,
+    best: u64,
+    bound: u64,
+    seconds: f64,
+    target: Vec<usize>,
+    done: Vec<usize>,
+    blocked: Vec<usize>,
+}
+
+/// Solves `p` within `limit`, keeps in place what may stay, and orders the moves.
+fn solve(p: &Problem, limit: Duration) -> Result<Solved, PlanError> {
+    let inst = &p.inst;
+    let now = nfx_placement::validate::check(inst, &p.current).map_err(|e| {
+        PlanError::Conflict(format!(
+            "the recorded placement does not fit its own projection: {e}"
+        ))
+    })?;
+    inst.validate("re-placement")
+        .map_err(|e| PlanError::Conflict(e.to_string()))?;
+    let sol = place(inst, Algorithm::Exact, limit)
+        .map_err(|e| PlanError::Conflict(format!("exact re-placement: {e}")))?;
+    if sol.objective >= now {
+        return Ok(Solved {
+            now,
+            best: now,
+            bound: sol.bound.min(now),
+            seconds: sol.seconds,
+            target: p.current.clone(),
+            done: Vec::new(),
+            blocked: Vec::new(),
+        });
+    }
+    let mut target = sol.device_of.clone();
+    prefer_current(inst, &p.current, &mut target);
+    keep_in_place(inst, &p.current, &mut target);
+    let best = nfx_placement::validate::check(inst, &target)
+        .map_err(|e| PlanError::Conflict(format!("internal: kept placement invalid: {e}")))?;
+    let (done, blocked) = order(inst, &p.current, &target);
+    Ok(Solved {
+        now,
+        best,
+        bound: sol.bound.min(best),
+        seconds: sol.seconds,
+        target,
+        done,
+        blocked,
+    })
+}
+
+/// The first move of `s.done`, carried out in order, after which a path it changes
+/// (moved to another host) is no longer valid: the index of its item.
+fn first_break(m: &Mediator, p: &Problem, s: &Solved) -> Option<usize> {
+    let mut moves: BTreeMap<String, &DeviceModel> = BTreeMap::new();
+    for &k in &s.done {
+        let row = &p.items[k].row;
+        let to = m.model().device(&p.inst.devices[s.target[k]].id)?;
+        moves.insert(row.spec.id.clone(), to);
+        if to.host == row.host {
+            continue;
+        }
+        let broken = m.paths().iter().any(|(svc, path)| {
+            path.hops.iter().any(|h| h.instance == row.spec.id)
+                && m.moved_path_latency(svc, path, &moves).is_err()
+        });
+        if broken {
+            return Some(k);
+        }
+    }
+    None
+}
+
 /// The optimize plan over `m`'s recorded state; the exact solver stops at `time_limit`
-/// (its answer then carries the gap it could prove).
+/// over all its solves (each at least [`MIN_SOLVE`]; the answer then carries the gap it
+/// could prove).
 pub fn plan_optimize(m: &Mediator, time_limit: Duration) -> Result<OptimizePlan, PlanError> {
-    let Problem {
-        inst,
-        units,
-        items,
-        current,
-        accel_cost,
-    } = problem(m)?;
-    let unscale = |c: u64| c as f64 / units.cost + accel_cost;
-    let movable = items.iter().filter(|i| i.movable).count();
-    let plan = |now: u64, best: u64, bound: u64, seconds, moves, blocked| OptimizePlan {
+    let start = Instant::now();
+    let mut home: BTreeSet<String> = BTreeSet::new();
+    let mut first_bound: Option<u64> = None;
+    let mut seconds = 0.0;
+    for solves in 1..=MAX_SOLVES {
+        let p = problem(m, &home)?;
+        if p.items.is_empty() {
+            let none = Solved {
+                now: 0,
+                best: 0,
+                bound: 0,
+                seconds: 0.0,
+                target: Vec::new(),
+                done: Vec::new(),
+                blocked: Vec::new(),
+            };
+            return Ok(answer(m, &p, &none, 0, 0.0));
+        }
+        let limit = time_limit.saturating_sub(start.elapsed()).max(MIN_SOLVE);
+        let s = solve(&p, limit)?;
+        seconds += s.seconds;
+        let bound = *first_bound.get_or_insert(s.bound);
+        let Some(k) = first_break(m, &p, &s) else {
+            return Ok(answer(m, &p, &s, bound.min(s.best), seconds));
+        };
+        let id = p.items[k].row.spec.id.clone();
+        if solves + 1 < MAX_SOLVES {
+            log::info!("optimize: a path breaks once {id} moves to another host; held home");
+            home.insert(id);
+        } else {
+            home.extend(
+                p.items
+                    .iter()
+                    .filter(|i| i.across)
+                    .map(|i| i.row.spec.id.clone()),
+            );
+        }
+    }
+    Err(PlanError::Conflict(format!(
+        "internal: a path still breaks after {MAX_SOLVES} solves, the last with every \
+         instance on its host"
+    )))
+}
+
+/// The plan of solve `s` of `p`, with the lower `bound` the least restricted solve
+/// proved and the `seconds` all solves took.
+fn answer(m: &Mediator, p: &Problem, s: &Solved, bound: u64, seconds: f64) -> OptimizePlan {
+    let unscale = |c: u64| c as f64 / p.units.cost + p.accel_cost;
+    let movable = p.items.iter().filter(|i| i.movable).count();
+    let mv = |k: &usize| {
+        let k = *k;
+        let to = &p.inst.devices[s.target[k]].id;
+        let row = &p.items[k].row;
+        Migration {
+            instance: row.spec.id.clone(),
+            function: row.spec.function.clone(),
+            host: row.host.clone(),
+            to_host: m
+                .model()
+                .device(to)
+                .map_or_else(|| row.host.clone(), |d| d.host.clone()),
+            from: p.inst.devices[p.current[k]].id.clone(),
+            to: to.clone(),
+        }
+    };
+    let (now, best) = (s.now, s.best);
+    OptimizePlan {
         cost_now: unscale(now),
         cost_optimal: unscale(best),
         bound: unscale(bound),
@@ -311,46 +556,9 @@ pub fn plan_optimize(m: &Mediator, time_limit: Duration) -> Result<OptimizePlan,
         seconds,
         movable,
         pinned: m.instances().len() - movable,
-        migrations: moves,
-        blocked,
-    };
-    if items.is_empty() {
-        return Ok(plan(0, 0, 0, 0.0, Vec::new(), Vec::new()));
+        migrations: s.done.iter().map(mv).collect(),
+        blocked: s.blocked.iter().map(mv).collect(),
     }
-    let now = nfx_placement::validate::check(&inst, &current).map_err(|e| {
-        PlanError::Conflict(format!(
-            "the recorded placement does not fit its own projection: {e}"
-        ))
-    })?;
-    inst.validate("re-placement")
-        .map_err(|e| PlanError::Conflict(e.to_string()))?;
-    let p = place(&inst, Algorithm::Exact, time_limit)
-        .map_err(|e| PlanError::Conflict(format!("exact re-placement: {e}")))?;
-    if p.objective >= now {
-        return Ok(plan(now, now, p.bound.min(now), p.seconds, vec![], vec![]));
-    }
-    let mut target = p.device_of.clone();
-    keep_in_place(&inst, &current, &mut target);
-    let best = nfx_placement::validate::check(&inst, &target)
-        .map_err(|e| PlanError::Conflict(format!("internal: kept placement invalid: {e}")))?;
-    let (done, blocked) = order(&inst, &current, &target);
-    let mv = |k: usize| Migration {
-        instance: items[k].row.spec.id.clone(),
-        function: items[k].row.spec.function.clone(),
-        host: items[k].row.host.clone(),
-        from: inst.devices[current[k]].id.clone(),
-        to: inst.devices[target[k]].id.clone(),
-    };
-    let moves: Vec<Migration> = done.into_iter().map(mv).collect();
-    let blocked: Vec<Migration> = blocked.into_iter().map(mv).collect();
-    Ok(plan(
-        now,
-        best,
-        p.bound.min(best),
-        p.seconds,
-        moves,
-        blocked,
-    ))
 }
 
 impl Controller {

@@ -269,8 +269,9 @@ fn two_function_service(src: &Endpoint, dst: &Endpoint) -> String {
 /// h1 → h2 → h3; a path back through h1 is refused at plan time). Checks: the operation completes with the final
 /// copy journaled; the TCP connection survives (no reset) and carries data; the UDP
 /// datagrams lost stay within [`X_LOSS_BOUND`]; the old instance is gone and the new
-/// one runs on the other host holding the flows the old one tracked; `nfx destroy`
-/// leaves no instance and no process.
+/// one runs on the other host holding the flows the old one tracked; then `nfx deploy
+/// --optimize` puts the detector and the firewall on one device with one migration
+/// across hosts; `nfx destroy` leaves no instance and no process.
 #[test]
 #[cfg_attr(nfx_no_root, ignore = "needs root")]
 fn a_firewall_moves_to_another_host_with_its_flows() {
@@ -376,6 +377,26 @@ fn a_firewall_moves_to_another_host_with_its_flows() {
         old_flows > u64::from(X_FLOWS) && new_flows >= old_flows,
         "old tracked {old_flows}, new holds {new_flows}: {after}"
     );
+
+    // The detector (h1) and the firewall (h2) now take two devices: `nfx deploy
+    // --optimize` puts them on one with one migration across hosts (either moves: both
+    // may, and h1 → h2 → h3 and h1 → h3 are valid paths within the bound).
+    let run: Value =
+        serde_json::from_str(&nfx(&["deploy", "--optimize", "--json", "--url", &url])).unwrap();
+    assert!(run["error"].is_null(), "{run}");
+    let moves = run["plan"]["migrations"].as_array().unwrap();
+    assert_eq!(moves.len(), 1, "{run}");
+    assert_ne!(moves[0]["host"], moves[0]["to_host"], "{run}");
+    assert_eq!(run["operations"][0]["state"], "COMPLETED", "{run}");
+    let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();
+    let devs: Vec<&str> = st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["spec"]["device"].as_str())
+        .collect();
+    assert_eq!(devs.len(), 2, "{st}");
+    assert_eq!(devs[0], devs[1], "{run}");
 
     nfx(&["destroy", "x-svc", "--url", &url]);
     let st: Value = serde_json::from_str(&nfx(&["status", "--json", "--url", &url])).unwrap();

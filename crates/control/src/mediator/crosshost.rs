@@ -15,11 +15,12 @@
 //! flow's translated endpoint — the peer would see a new connection. The service's
 //! latency bound is checked for every path the move changes.
 
-use super::{InstanceRow, Mediator, PlanError};
-use crate::enforcer::Hop;
+use super::{best_fit, InstanceRow, Mediator, PathRow, PlanError};
+use crate::enforcer::{Hop, ServiceEnds, Steered};
 use crate::vnfm::{MigrateReport, VnfmError};
 use nfx_chaining::network::{to_ns, to_us};
 use nfx_model::{DeviceModel, Tier};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Functions an instance of which may move to another host.
@@ -29,7 +30,7 @@ impl Mediator {
     /// Whether `old` (instance `instance`) may move to `dm`, a device of another host:
     /// a software instance of a [`CROSS_HOST_FUNCTIONS`] function onto a software
     /// device that runs it, on a host that answers.
-    pub(super) fn check_cross_host(
+    pub(crate) fn check_cross_host(
         &self,
         old: &InstanceRow,
         instance: &str,
@@ -70,14 +71,14 @@ impl Mediator {
 
     /// End-to-end latency of `hops` from `ingress` to `egress`, µs, as the chaining DP
     /// counts it: the shortest transfer between consecutive hosts plus each hop's
-    /// processing latency (`new` = (instance, its latency) of an instance not yet
-    /// recorded).
+    /// processing latency (`new` = (instance, its latency) of instances not yet recorded
+    /// or about to change device).
     pub(super) fn hops_latency_us(
         &self,
         ingress: &str,
         egress: &str,
         hops: &[Hop],
-        new: (&str, f64),
+        new: &[(&str, f64)],
     ) -> Result<f64, PlanError> {
         let n = self.infra.hosts.len();
         let idx = |h: &str| {
@@ -90,8 +91,8 @@ impl Mediator {
         let mut ns = 0u64;
         for h in hops {
             let next = idx(&h.host)?;
-            let proc_us = if h.instance == new.0 {
-                new.1
+            let proc_us = if let Some(&(_, l)) = new.iter().find(|(i, _)| *i == h.instance) {
+                l
             } else {
                 let r = self.instances.get(&h.instance).ok_or_else(|| {
                     PlanError::Conflict(format!("hop {} is not recorded", h.instance))
@@ -102,6 +103,111 @@ impl Mediator {
             at = next;
         }
         Ok(to_us(ns + self.transfer_ns[at * n + idx(egress)?]))
+    }
+
+    /// The latency of service `svc`'s path `p` once each instance of `moves` runs on its
+    /// device there (the hops keep the instances' ids), µs; refused, naming the service,
+    /// when the path would break its latency bound, visit a host twice or cross a host
+    /// that is down ([`crate::agents::host_route`], whatever programs the hosts), or when
+    /// the enforcer's hosts would refuse it. What `nfx deploy --optimize` and a
+    /// migration that chooses another host itself check, before any move.
+    pub(crate) fn moved_path_latency(
+        &self,
+        svc: &str,
+        p: &PathRow,
+        moves: &BTreeMap<String, &DeviceModel>,
+    ) -> Result<f64, PlanError> {
+        let mut np = p.clone();
+        let mut lat: Vec<(&str, f64)> = Vec::new();
+        for h in np.hops.iter_mut() {
+            if let Some((id, d)) = moves.get_key_value(&h.instance) {
+                h.device = d.id.clone();
+                h.host = d.host.clone();
+                lat.push((id.as_str(), d.latency_us));
+            }
+        }
+        let (ends, bound) = path_bound(svc, &np)?;
+        let us = self.hops_latency_us(&ends.ingress, &ends.egress, &np.hops, &lat)?;
+        if us > bound + super::CERTIFY_SLACK_US {
+            return Err(PlanError::Conflict(format!(
+                "service {svc}'s path would take {us:.3} µs, over its bound of {bound} µs"
+            )));
+        }
+        let steered = Steered {
+            ends: np.ends.clone(),
+            hops: np.hops,
+            hosts: Vec::new(),
+        };
+        crate::agents::host_route(&self.infra, &self.down_hosts_now(), &steered)
+            .and_then(|_| self.enforcer.check(&steered))
+            .map_err(|e| PlanError::Invalid(format!("path of {svc}: {e}")))?;
+        Ok(us)
+    }
+
+    /// The device of another host a migration of `old` (instance `instance`) takes when
+    /// its own host has no room: among the software devices of the other hosts that are
+    /// up, run its function and have room, those whose move keeps every path through it
+    /// valid ([`Mediator::moved_path_latency`]); the least added path latency (summed over
+    /// its services), then the best fit. Also says why, for the plan's reason.
+    pub(super) fn cross_host_fallback(
+        &self,
+        old: &InstanceRow,
+        instance: &str,
+    ) -> Result<(&DeviceModel, String), PlanError> {
+        let paths: Vec<(&String, &PathRow)> = self
+            .paths
+            .iter()
+            .filter(|(_, p)| p.hops.iter().any(|h| h.instance == instance))
+            .collect();
+        let mut ok: Vec<(&DeviceModel, f64)> = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
+        for dm in self.model.devices().iter().filter(|d| {
+            d.host != old.host
+                && d.functions.contains(&old.spec.function)
+                && d.throughput_gbps.free() >= old.spec.throughput_gbps
+                && d.capacity.free() >= old.spec.capacity
+        }) {
+            let moves = BTreeMap::from([(instance.to_string(), dm)]);
+            let added = self.check_cross_host(old, instance, dm).and_then(|()| {
+                paths.iter().try_fold(0.0, |sum, (svc, p)| {
+                    Ok(sum + self.moved_path_latency(svc, p, &moves)? - p.latency_us)
+                })
+            });
+            match added {
+                Ok(a) => ok.push((dm, a)),
+                Err(e) => refused.push(format!("{}: {e}", dm.id)),
+            }
+        }
+        let least = ok.iter().map(|&(_, a)| a).fold(f64::INFINITY, f64::min);
+        let best = best_fit(
+            ok.iter()
+                .filter(|&&(_, a)| a <= least + super::CERTIFY_SLACK_US)
+                .map(|&(d, a)| (a, d)),
+            old.spec.throughput_gbps,
+            old.spec.capacity,
+        );
+        let Some((added, dm)) = best else {
+            let why = if refused.is_empty() {
+                "no device of another host runs it with room".to_string()
+            } else {
+                refused.join("; ")
+            };
+            return Err(PlanError::Conflict(format!(
+                "no other device on {} can take {instance} without raising its latency, and \
+                 no device of another host can take it: {why}",
+                old.host
+            )));
+        };
+        let others = ok.len() - 1;
+        Ok((
+            dm,
+            format!(
+                "no other device on {} has room for it; {} on {} adds the least path latency \
+                 ({added:+.3} µs over its services' paths, each within its bound; {others} \
+                 other valid device(s) of other hosts), best fit among the least",
+                old.host, dm.id, dm.host
+            ),
+        ))
     }
 
     /// Undoes a copy of `to`'s flows into `from` during a rollback: moves the flows back
@@ -157,4 +263,23 @@ impl Mediator {
             held_ms: None,
         })
     }
+}
+
+/// The recorded ends and latency bound of service `svc`'s path `p`: what a move to
+/// another host is checked against.
+pub(super) fn path_bound<'a>(
+    svc: &str,
+    p: &'a PathRow,
+) -> Result<(&'a ServiceEnds, f64), PlanError> {
+    let ends = p
+        .ends
+        .as_ref()
+        .ok_or_else(|| PlanError::Conflict(format!("service {svc}'s path has no recorded ends")))?;
+    let bound = p.max_latency_us.ok_or_else(|| {
+        PlanError::Conflict(format!(
+            "service {svc}'s path was recorded without its latency bound; destroy and \
+             deploy it to move its instances to another host"
+        ))
+    })?;
+    Ok((ends, bound))
 }

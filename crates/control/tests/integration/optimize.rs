@@ -3,6 +3,10 @@
 //! inputs parse with the tools' own parsers and agree with the controller's plans; a
 //! best-fit placement that packs the dear devices is re-placed on the cheap one with the
 //! expected migrations; a migration that fails stops the run with the state consistent.
+//! Across hosts: a firewall moves to a cheap device of another host when its path stays
+//! within its bound, not when the bound breaks; a NAT never moves hosts; two moves that
+//! each keep a path's bound but break it together are not both made; `nfx migrate`
+//! without a device chooses another host when its own has no room.
 
 use nfx_control::controller::Controller;
 use nfx_control::enforcer::Enforcer;
@@ -290,4 +294,195 @@ fn a_failed_migration_stops_the_run_with_the_state_consistent() {
     let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
     assert_eq!(plan.cost_now, 8.0);
     assert_eq!(plan.migrations.len(), 2, "what is left: {plan:?}");
+}
+
+/// Four hosts (`a` ingress, `c` egress; a–b 10, b–d 10, d–c 10, a–c 15, b–c 12, a–d 12 µs),
+/// one one-core device each: the ones of `a` and `c` dear, those of `b` and `d` cheap.
+const INFRA_X: &str = "
+hosts: [{ id: a, cores: 8 }, { id: b, cores: 8 }, { id: c, cores: 8 }, { id: d, cores: 8 }]
+devices:
+  - { id: a1, host: a, tier: software, functions: [firewall, nat, elephant], latency_us: 30, throughput_gbps: 10, cpu_cores: 1, cost: 5 }
+  - { id: c1, host: c, tier: software, functions: [firewall, nat, elephant], latency_us: 30, throughput_gbps: 10, cpu_cores: 1, cost: 5 }
+  - { id: b1, host: b, tier: software, functions: [firewall, nat, elephant], latency_us: 30, throughput_gbps: 10, cpu_cores: 1, cost: 1 }
+  - { id: d1, host: d, tier: software, functions: [firewall, nat, elephant], latency_us: 30, throughput_gbps: 10, cpu_cores: 1, cost: 1 }
+links:
+  - { a: a, b: b, latency_us: 10 }
+  - { a: b, b: d, latency_us: 10 }
+  - { a: d, b: c, latency_us: 10 }
+  - { a: a, b: c, latency_us: 15 }
+  - { a: b, b: c, latency_us: 12 }
+  - { a: a, b: d, latency_us: 12 }
+";
+
+fn setup_x() -> (Arc<Controller>, Arc<Enforcer>) {
+    setup_on(INFRA_X)
+}
+
+fn setup_on(yaml: &str) -> (Arc<Controller>, Arc<Enforcer>) {
+    let infra = Infrastructure::from_yaml("infra.yaml", yaml).unwrap();
+    let enforcer = Arc::new(Enforcer::default());
+    let sim = Arc::new(SimVnfm::new(&infra, SimConfig::default()).unwrap());
+    let med = Mediator::new(infra, VnfmMap::new(sim), enforcer.clone()).unwrap();
+    let store = Store::open(std::path::Path::new(":memory:")).unwrap();
+    (Controller::open(store, med).unwrap(), enforcer)
+}
+
+/// Deploys a service from `a` to `c` through `functions` within `bound` µs, then moves
+/// its instances onto `devices` (in chain order); returns their ids.
+fn deploy_on(
+    ctl: &Controller,
+    id: &str,
+    functions: &[&str],
+    bound: f64,
+    devices: &[&str],
+) -> Vec<String> {
+    let chain: Vec<_> = functions
+        .iter()
+        .map(|&f| match f {
+            "elephant" => serde_json::json!({"function": f, "config": {"min_bytes": 1_000_000}}),
+            _ => serde_json::json!({"function": f}),
+        })
+        .collect();
+    let s: Service = serde_json::from_value(serde_json::json!({
+        "id": id, "tenant": "acme", "ingress": "a", "egress": "c", "chain": chain,
+        "sla": {"max_latency_us": bound, "min_throughput_gbps": 1.0}
+    }))
+    .unwrap();
+    let op = ctl.deploy(s).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    for (k, dev) in devices.iter().enumerate() {
+        let hop = ctl.with_mediator(|m| m.paths()[id].hops[k].clone());
+        if hop.device != *dev {
+            let op = ctl.migrate(&hop.instance, Some(dev)).unwrap();
+            let op = ctl.operation(&op.id).unwrap();
+            assert_eq!(op.state, OpState::Completed, "{op:?}");
+        }
+    }
+    let hops = ctl.with_mediator(|m| m.paths()[id].hops.clone());
+    let on: Vec<&str> = hops.iter().map(|h| h.device.as_str()).collect();
+    assert_eq!(on, devices);
+    hops.into_iter().map(|h| h.instance).collect()
+}
+
+/// A firewall on `a` whose path keeps its bound on `b` moves there (a dear device
+/// saved); one on `c` whose bound the detour through `b` or `d` breaks (45 → 52 µs over
+/// 48) stays off them: cost 6, where ignoring the bound would give 2.
+#[test]
+fn a_firewall_moves_to_a_cheap_host_only_within_its_bound() {
+    let (ctl, enforcer) = setup_x();
+    let loose = deploy_on(&ctl, "loose", &["firewall"], 1000.0, &["a1"]);
+    let tight = deploy_on(&ctl, "tight", &["firewall"], 48.0, &["c1"]);
+    let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
+    assert_eq!((plan.cost_now, plan.cost_optimal), (10.0, 6.0), "{plan:?}");
+    assert!(plan.proven_optimal, "{plan:?}");
+    let mv = plan
+        .migrations
+        .iter()
+        .find(|m| m.instance == loose[0])
+        .unwrap_or_else(|| panic!("{plan:?}"));
+    assert!(
+        plan.migrations
+            .iter()
+            .all(|m| m.instance != tight[0] || ["a", "c"].contains(&m.to_host.as_str())),
+        "{plan:?}"
+    );
+    assert_eq!(mv.instance, loose[0]);
+    assert_eq!((mv.host.as_str(), mv.from.as_str()), ("a", "a1"));
+    assert!(["b1", "d1"].contains(&mv.to.as_str()), "{mv:?}");
+    assert_eq!(mv.to_host, &mv.to[..1]);
+    let run = ctl.optimize(Duration::from_secs(5)).unwrap();
+    assert_eq!(run.error, None);
+    assert!(run.operations.iter().all(|o| o.state == OpState::Completed));
+    let hop = enforcer.path("loose").unwrap()[0].clone();
+    assert_eq!((hop.host, hop.device), (mv.to_host.clone(), mv.to.clone()));
+    assert_eq!(ctl.with_mediator(|m| m.paths()["loose"].latency_us), 52.0);
+    let tight_host = enforcer.path("tight").unwrap()[0].host.clone();
+    assert!(["a", "c"].contains(&tight_host.as_str()), "{tight_host}");
+    assert_eq!(ctl.with_mediator(|m| m.paths()["tight"].latency_us), 45.0);
+}
+
+/// A NAT alone on a dear device of `a` stays there, although `b` and `d` are cheaper and
+/// on a valid path within its bound: its mappings name its host's address.
+#[test]
+fn a_nat_never_moves_to_another_host() {
+    let (ctl, _) = setup_x();
+    deploy_on(&ctl, "nat", &["nat"], 1000.0, &["a1"]);
+    let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
+    assert_eq!((plan.cost_now, plan.cost_optimal), (5.0, 5.0), "{plan:?}");
+    assert!(plan.migrations.is_empty(), "{plan:?}");
+}
+
+/// Firewall on `a`, elephant detector on `c` (75 µs, bound 85): the firewall alone on
+/// `b` (82 µs) or the detector alone on `d` (82 µs) keeps the bound, both (90 µs) break it. The first solve
+/// takes both (cost 2); the check holds one home and the re-solve moves the other: one
+/// move, cost 6, the path within 85 µs; the bound stays the first solve's (2), so the
+/// answer is not claimed optimal.
+#[test]
+fn two_moves_that_break_a_bound_together_are_not_both_made() {
+    let (ctl, _) = setup_x();
+    deploy_on(&ctl, "pair", &["firewall", "elephant"], 85.0, &["a1", "c1"]);
+    assert_eq!(ctl.with_mediator(|m| m.paths()["pair"].latency_us), 75.0);
+    let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
+    assert_eq!((plan.cost_now, plan.cost_optimal), (10.0, 6.0), "{plan:?}");
+    assert_eq!((plan.bound, plan.proven_optimal), (2.0, false), "{plan:?}");
+    assert_eq!(plan.migrations.len(), 1, "{plan:?}");
+    assert_ne!(plan.migrations[0].host, plan.migrations[0].to_host);
+    let run = ctl.optimize(Duration::from_secs(5)).unwrap();
+    assert_eq!(run.error, None);
+    let lat = ctl.with_mediator(|m| m.paths()["pair"].latency_us);
+    assert_eq!(lat, 82.0);
+}
+
+/// `nfx migrate FW` without a device, its host `a` full: the device of another host that
+/// adds the least path latency (`c1`, on the egress: +0 µs; `b1`, `d1`: +7) is chosen and
+/// the plan says why; a NAT in the same place is refused, naming why.
+#[test]
+fn a_migration_without_a_device_chooses_another_host_when_its_own_is_full() {
+    let (ctl, enforcer) = setup_x();
+    let fw = deploy_on(&ctl, "solo", &["firewall"], 1000.0, &["a1"]);
+    let plan = ctl.with_mediator(|m| m.plan_migrate(&fw[0], None)).unwrap();
+    let why = &plan.placements[0];
+    assert_eq!((why.device.as_str(), why.host.as_str()), ("c1", "c"));
+    assert!(
+        why.reason.contains("no other device on a has room")
+            && why
+                .reason
+                .contains("c1 on c adds the least path latency (+0.000 µs"),
+        "{}",
+        why.reason
+    );
+    let op = ctl.migrate(&fw[0], None).unwrap();
+    assert_eq!(ctl.operation(&op.id).unwrap().state, OpState::Completed);
+    assert_eq!(enforcer.path("solo").unwrap()[0].device, "c1");
+
+    let (ctl, _) = setup_x();
+    let nat = deploy_on(&ctl, "nat", &["nat"], 1000.0, &["a1"]);
+    let e = ctl.migrate(&nat[0], None).unwrap_err().to_string();
+    assert!(
+        e.contains("nat on the software tier does not move to another host"),
+        "{e}"
+    );
+}
+
+/// Two firewalls on the two devices of `a`, every device (`c1` on the egress host too)
+/// as cheap and big enough for both: of the equal optima, the one that moves a firewall
+/// beside the other on `a` is taken — one migration, none to another host.
+#[test]
+fn among_equal_optima_the_fewest_moves_and_none_across_hosts() {
+    let (ctl, _) = setup_on(
+        "
+hosts: [{ id: a, cores: 8 }, { id: c, cores: 8 }]
+devices:
+  - { id: c1, host: c, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+  - { id: a1, host: a, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+  - { id: a2, host: a, tier: software, functions: [firewall], latency_us: 30, throughput_gbps: 10, cpu_cores: 2, cost: 1 }
+links: [{ a: a, b: c, latency_us: 15 }]
+",
+    );
+    deploy_on(&ctl, "one", &["firewall"], 1000.0, &["a1"]);
+    deploy_on(&ctl, "two", &["firewall"], 1000.0, &["a2"]);
+    let plan = ctl.optimize_plan(Duration::from_secs(5)).unwrap();
+    assert_eq!((plan.cost_now, plan.cost_optimal), (2.0, 1.0), "{plan:?}");
+    assert_eq!(plan.migrations.len(), 1, "{plan:?}");
+    assert_eq!(plan.migrations[0].to_host, "a", "{plan:?}");
 }

@@ -9,7 +9,10 @@
 //!   services are submitted; the time from the first submit to the first datagram at `dst`;
 //! * a new instance on a running worker and a new worker process (medians of 20 and of 5
 //!   starts), as the agent times them (and as the controller's HTTPS call sees them);
-//! * a migration under a paced UDP stream: datagrams sent − received;
+//! * a migration under a paced UDP stream: datagrams sent − received; then the same
+//!   firewall moved to a software device of the egress host (`nfx migrate --device`
+//!   across hosts: flow state exported and imported, path re-steered) under the same
+//!   stream: datagrams lost and the operation's time;
 //! * the middle host's agent killed with SIGKILL: time to the controller's `agent.down`,
 //!   and from it to the end of the re-placements.
 
@@ -73,6 +76,15 @@ pub struct RealReport {
     pub replace_after_detect_s: f64,
     /// Datagrams of a paced stream lost across a migration.
     pub migration_lost_packets: u64,
+    /// Datagrams of the same paced stream lost across a move of the firewall to another
+    /// host.
+    pub crosshost_migration_lost_packets: u64,
+    /// That cross-host migrate operation, from the request to its end, ms.
+    pub crosshost_migration_ms: f64,
+    /// Datagrams sent across the cross-host migration.
+    pub crosshost_migration_sent: u64,
+    /// Host the firewall left and host it went to.
+    pub crosshost_migration_hosts: (String, String),
     /// sockperf p50 (half round trip) added per host hop by the agents' steering, µs.
     pub steering_added_p50_us_per_hop: f64,
     /// sockperf p50 with plain forwarding, µs (mean of the samples).
@@ -343,27 +355,50 @@ fn deploy_times(bed: &Bed) -> anyhow::Result<DeployTimes> {
     })
 }
 
-/// Migrates bench-udp's instance under a paced stream; (sent, received).
-fn migration(bed: &Bed) -> anyhow::Result<(u64, u64)> {
+/// What one migration under the paced stream gave.
+struct Moved {
+    sent: u64,
+    received: u64,
+    /// From the request to the operation's end, ms.
+    ms: f64,
+    /// Host of the instance before and after.
+    hosts: (String, String),
+}
+
+/// Migrates bench-udp's instance to `device` (`None`: as `nfx migrate` chooses) under a
+/// paced stream.
+fn migration(bed: &Bed, device: Option<&str>) -> anyhow::Result<Moved> {
     let dst = bed.endpoint("dst")?;
-    let id = bed
-        .api
-        .service("bench-udp")?
-        .path
-        .and_then(|p| p.hops.into_iter().next())
-        .context("bench-udp has no hop")?
-        .instance;
+    let hop = |bed: &Bed| -> anyhow::Result<_> {
+        bed.api
+            .service("bench-udp")?
+            .path
+            .and_then(|p| p.hops.into_iter().next())
+            .context("bench-udp has no hop")
+    };
+    let before = hop(bed)?;
     let sink = Sink::start(&dst.netns, UDP_PORT, b"")?;
     let gen = stream(bed, 4.0)?;
     std::thread::sleep(Duration::from_secs(1));
-    bed.wait_op(&bed.api.migrate(&id, None)?)?;
+    let t = Instant::now();
+    bed.wait_op(&bed.api.migrate(&before.instance, device)?)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
     let sent = gen
         .join()
         .map_err(|_| anyhow::anyhow!("generator panicked"))??
         .sent;
     std::thread::sleep(Duration::from_millis(500));
-    let got = sink.finish()?.packets;
-    Ok((sent, got))
+    let received = sink.finish()?.packets;
+    let after = hop(bed)?;
+    if after.instance == before.instance {
+        bail!("the migration of {} did not move it", before.instance);
+    }
+    Ok(Moved {
+        sent,
+        received,
+        ms,
+        hosts: (before.host, after.host),
+    })
 }
 
 /// Kills the agent of `host`; (detection s, re-placement s after detection).
@@ -427,7 +462,21 @@ pub fn run(o: &RealOptions) -> anyhow::Result<RealReport> {
     let times = deploy_times(&bed)?;
     let (new, running) = (times.new, times.running);
     crate::note!("migration under a stream ...");
-    let (sent, received) = migration(&bed)?;
+    let same = migration(&bed, None)?;
+    let (sent, received) = (same.sent, same.received);
+    crate::note!("migration to another host under a stream ...");
+    let egress = bed.endpoint("dst")?.host.clone();
+    let across = migration(&bed, Some(&format!("{egress}-sw0")))?;
+    // Back to where it was, so that the agent-failure step finds the services as before.
+    let back = format!("{}-sw0", across.hosts.0);
+    let fw = bed
+        .api
+        .service("bench-udp")?
+        .path
+        .and_then(|p| p.hops.into_iter().next());
+    if let Some(h) = fw {
+        bed.wait_op(&bed.api.migrate(&h.instance, Some(&back))?)?;
+    }
     crate::note!("agent failure ...");
     let (detect, replace) = agent_failure(&bed, &bed.out, "h2")?;
     Ok(RealReport {
@@ -437,6 +486,10 @@ pub fn run(o: &RealOptions) -> anyhow::Result<RealReport> {
         agent_failure_detect_s: detect,
         replace_after_detect_s: replace,
         migration_lost_packets: sent.saturating_sub(received),
+        crosshost_migration_lost_packets: across.sent.saturating_sub(across.received),
+        crosshost_migration_ms: across.ms,
+        crosshost_migration_sent: across.sent,
+        crosshost_migration_hosts: across.hosts,
         steering_added_p50_us_per_hop: (steered - plain) / f64::from(hops),
         plain_p50_us: plain,
         steered_p50_us: steered,
@@ -512,6 +565,17 @@ pub fn print(r: &RealReport) {
         "migration lost packets",
         format!("{} of {}", r.migration_lost_packets, r.migration_sent),
         "0",
+    );
+    row(
+        "cross-host migration lost packets",
+        format!(
+            "{} of {}",
+            r.crosshost_migration_lost_packets, r.crosshost_migration_sent
+        ),
+        &format!(
+            "{} → {} in {:.0} ms",
+            r.crosshost_migration_hosts.0, r.crosshost_migration_hosts.1, r.crosshost_migration_ms
+        ),
     );
     row(
         "steering added p50 per hop",

@@ -523,10 +523,15 @@ fn optimize_text(p: &OptimizePlan) -> String {
     );
     let _ = writeln!(out, "migrations: {}", p.migrations.len());
     for m in &p.migrations {
+        let hosts = if m.to_host == m.host {
+            m.host.clone()
+        } else {
+            format!("{} -> {} (another host)", m.host, m.to_host)
+        };
         let _ = writeln!(
             out,
-            "  {:<28} {:<9} {:<10} {} -> {}",
-            m.instance, m.function, m.host, m.from, m.to
+            "  {:<28} {:<9} {} -> {}  on {hosts}",
+            m.instance, m.function, m.from, m.to
         );
     }
     if !p.blocked.is_empty() {
