@@ -253,7 +253,7 @@ def agent_seeds():
              "/agent/v1/tunnels/web-esp-0/engine", "/agent/v1/paths", "/agent/v1/paths/web",
              "/agent/v1/instances", "/agent/v1/instances/web-firewall-0",
              "/agent/v1/instances/web-firewall-0/config", "/agent/v1/migrations",
-             "/agent/v1/tunnels/web-esp-0/key"]
+             "/agent/v1/tunnels/web-esp-0/key", "/agent/v1/instances/web-firewall-0/flows"]
 
     def call(method, token, path, body=b"", big=False):
         i = paths.index(path) if path in paths else 255
@@ -273,6 +273,7 @@ def agent_seeds():
             "config": {"rules": [{"action": "allow", "dport": 80}]}, "throughput_gbps": 1.0, "capacity": 1.0}
     esp = {"id": "web-esp-0", "function": "esp", "device": "acc0",
            "config": {"tunnel": "web", "role": "initiator", "peer_host": "h2", "alg": "aes-gcm-128"}}
+    flows = {"instance": "web-firewall-0", "function": "firewall", "bytes": 3, "data_b64": "AAAA"}
     ok, wrong, bare = 1, 2, 3
     sessions = {
         "paths": [call("PUT", ok, "/agent/v1/paths/web", j(transit)), call("GET", ok, "/agent/v1/paths"),
@@ -294,6 +295,14 @@ def agent_seeds():
                       call("POST", ok, "/agent/v1/migrations", j({"old": "web-firewall-0", "new": "b", "flows": []})),
                       call("DELETE", ok, "/agent/v1/instances/web-firewall-0"),
                       call("GET", ok, "/agent/v1/energy"), call("GET", ok, "/metrics")],
+        "flows": [call("GET", ok, "/agent/v1/instances/web-firewall-0/flows"),
+                  call("PUT", ok, "/agent/v1/instances/web-firewall-0/flows", j(flows)),
+                  call("POST", ok, "/agent/v1/instances", j(spec)),
+                  call("PUT", ok, "/agent/v1/instances/web-firewall-0/flows", j(dict(flows, bytes=4))),
+                  call("PUT", 0, "/agent/v1/instances/web-firewall-0/flows", j(flows)),
+                  call("GET", wrong, "/agent/v1/instances/web-firewall-0/flows"),
+                  call("PUT", ok, "/agent/v1/instances/web-firewall-0/flows", j(flows), big=True),
+                  call("GET", ok, "/agent/v1/instances/other/flows")],
         "tokens_and_limits": [call("PUT", 0, "/agent/v1/paths", j({})), call("GET", wrong, "/metrics"),
                               call("GET", bare, "/agent/v1/health"), call("PATCH", ok, "/agent/v1/paths"),
                               call("PUT", ok, "/agent/v1/paths", b"{}", big=True),

@@ -77,6 +77,16 @@ struct Inner {
     applied: Mutex<Applied>,
     /// Control-socket connections refused by the peer-credential check.
     control_rejected: AtomicU64,
+    /// The worker of [`Dataplane::start_inline`], run on the caller's thread.
+    #[cfg(any(test, feature = "fuzzing"))]
+    inline: Option<Mutex<Inline>>,
+}
+
+/// A worker run on its caller's thread, then its final stats once told to stop.
+#[cfg(any(test, feature = "fuzzing"))]
+enum Inline {
+    Running(Box<Worker>),
+    Stopped(Box<Stats>),
 }
 
 /// What a reconfiguration did: the instance ids, the service ids, the flows carried
@@ -110,7 +120,28 @@ impl Controller {
         w.tx.send(cmd)
             .map_err(|_| anyhow!("worker {worker} has stopped"))?;
         w.mailbox.ring();
+        #[cfg(any(test, feature = "fuzzing"))]
+        self.serve_inline();
         Ok(())
+    }
+
+    /// Lets the worker of [`Dataplane::start_inline`] serve what was just sent.
+    #[cfg(any(test, feature = "fuzzing"))]
+    fn serve_inline(&self) {
+        let Some(slot) = &self.inner.inline else {
+            return;
+        };
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let Inline::Running(w) = &mut *slot else {
+            return;
+        };
+        if w.serve_pending() {
+            let Inline::Running(w) = std::mem::replace(&mut *slot, Inline::Stopped(Box::default()))
+            else {
+                return;
+            };
+            *slot = Inline::Stopped(Box::new(w.finish()));
+        }
     }
 
     /// Sends to the only worker; commands that act on one worker's ports or flow
@@ -544,7 +575,118 @@ struct WorkerStart {
     held: bool,
 }
 
+/// What a worker is assembled from besides its ports and its plan, taken from the run
+/// configuration.
+struct Assembly {
+    name: String,
+    poll: nfx_io::PollMode,
+    vector: usize,
+    peers: [[u8; 6]; 2],
+    classifier: crate::config::ClassifierConfig,
+    latency: bool,
+}
+
+impl Assembly {
+    fn of(cfg: &RunConfig) -> anyhow::Result<Self> {
+        let peer = |side: &str, mac: &str| {
+            parse_mac(mac).map_err(|e| anyhow!("ports.{side}.peer_mac: {e}"))
+        };
+        Ok(Self {
+            name: cfg.name.clone(),
+            poll: cfg.poll,
+            vector: cfg.vector,
+            peers: [
+                peer("inside", &cfg.ports.inside.peer_mac)?,
+                peer("outside", &cfg.ports.outside.peer_mac)?,
+            ],
+            classifier: cfg.classifier,
+            latency: cfg.latency,
+        })
+    }
+
+    /// Worker `index`, running `plan` between `ports` (opened on the thread that runs it).
+    fn worker(
+        self,
+        index: usize,
+        plan: GraphPlan,
+        events: Option<Box<dyn std::io::Write + Send>>,
+        ports: [Box<dyn Port>; 2],
+        rx: mpsc::Receiver<Command>,
+        mailbox: Arc<Mailbox>,
+    ) -> anyhow::Result<Worker> {
+        let output = OutputNode {
+            forward: L2Rewrite {
+                dst: self.peers[1],
+                src: ports[1].mac(),
+            },
+            reverse: L2Rewrite {
+                dst: self.peers[0],
+                src: ports[0].mac(),
+            },
+        };
+        let mut graph = Graph::new(Vec::new(), output, events).with_classifier(self.classifier);
+        graph
+            .replace(plan)
+            .map_err(|e| anyhow!("worker {index}: {e}"))?;
+        Ok(
+            Worker::new(self.name, self.poll, self.vector, ports, graph, rx, mailbox)
+                .with_id(index)
+                .with_latency(self.latency),
+        )
+    }
+}
+
 impl Dataplane {
+    /// Starts one worker that runs on the caller's thread (tests, feature `fuzzing`): each
+    /// command is served by the worker's own handler as soon as the [`Controller`]
+    /// sends it, with no thread to start, wake or join. The ports are opened here;
+    /// frames are run only by `drain` (no loop polls the ports between commands), and
+    /// the 100 ms housekeeping never runs. No namespace, fast path or events file.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn start_inline(
+        cfg: &RunConfig,
+        builder: NodeBuilder,
+        open: PortOpener,
+    ) -> anyhow::Result<Self> {
+        if cfg.workers != 1
+            || cfg.netns.is_some()
+            || cfg.fast_path.is_some()
+            || cfg.events.is_some()
+        {
+            bail!("an inline worker runs alone, without a namespace, fast path or events file");
+        }
+        let with_file = |e: ConfigError| ConfigError {
+            file: cfg.source.clone(),
+            ..e
+        };
+        let topology = crate::config::topology(cfg).map_err(with_file)?;
+        let (mut plans, by_port) = graph_plans(&builder, &topology, None, 1).map_err(with_file)?;
+        let plan = plans
+            .pop()
+            .ok_or_else(|| anyhow!("no plan for the worker"))?;
+        let assembly = Assembly::of(cfg)?;
+        let mailbox = Arc::new(Mailbox::new().context("creating the worker's eventfd")?);
+        let (tx, rx) = mpsc::channel();
+        let ports = open(None)?;
+        let standby = cfg.fanout.is_some_and(|f| f.role == Role::Standby);
+        let worker = assembly
+            .worker(0, plan, None, ports, rx, mailbox.clone())?
+            .start_held(standby)
+            .start_inline();
+        Ok(Self {
+            controller: Controller {
+                inner: Arc::new(Inner {
+                    workers: vec![WorkerLink { tx, mailbox }],
+                    builder,
+                    applied: Mutex::new(Applied { topology, by_port }),
+                    control_rejected: AtomicU64::new(0),
+                    inline: Some(Mutex::new(Inline::Running(Box::new(worker)))),
+                }),
+            },
+            workers: Vec::new(),
+        })
+    }
+
     /// Starts `workers` worker threads with AF_PACKET ports on the configured
     /// interfaces, inside the configured namespace. Returns once every port is open (or
     /// with the reason one could not be). With several workers, each opens its own
@@ -748,6 +890,8 @@ impl Dataplane {
                         by_port: by_port.clone(),
                     }),
                     control_rejected: AtomicU64::new(0),
+                    #[cfg(any(test, feature = "fuzzing"))]
+                    inline: None,
                 }),
             },
             workers: handles,
@@ -768,21 +912,12 @@ impl Dataplane {
         cfg: &RunConfig,
         start: WorkerStart,
     ) -> anyhow::Result<(WorkerLink, JoinHandle<Stats>)> {
-        let peer = |side: &str, mac: &str| {
-            parse_mac(mac).map_err(|e| anyhow!("ports.{side}.peer_mac: {e}"))
-        };
-        let peers = [
-            peer("inside", &cfg.ports.inside.peer_mac)?,
-            peer("outside", &cfg.ports.outside.peer_mac)?,
-        ];
+        let assembly = Assembly::of(cfg)?;
         let mailbox = Arc::new(Mailbox::new().context("creating the worker's eventfd")?);
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<()>>(1);
-        let (name, poll, vector, netns) =
-            (cfg.name.clone(), cfg.poll, cfg.vector, cfg.netns.clone());
+        let netns = cfg.netns.clone();
         let fast_path = cfg.fast_path;
-        let classifier = cfg.classifier;
-        let latency = cfg.latency;
         let ifaces = [
             cfg.ports.inside.iface.clone(),
             cfg.ports.outside.iface.clone(),
@@ -796,7 +931,7 @@ impl Dataplane {
         } = start;
         let mb = mailbox.clone();
         let worker = std::thread::Builder::new()
-            .name(format!("nfx-worker-{name}-{index}"))
+            .name(format!("nfx-worker-{}-{index}", cfg.name))
             .spawn(move || {
                 let setup = || -> anyhow::Result<OpenedPorts> {
                     if let Some(ns) = &netns {
@@ -825,25 +960,13 @@ impl Dataplane {
                         return Stats::default();
                     }
                 };
-                let output = OutputNode {
-                    forward: L2Rewrite {
-                        dst: peers[1],
-                        src: ports[1].mac(),
-                    },
-                    reverse: L2Rewrite {
-                        dst: peers[0],
-                        src: ports[0].mac(),
-                    },
+                let mut worker = match assembly.worker(index, plan, events, ports, rx, mb) {
+                    Ok(w) => w.start_held(held),
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return Stats::default();
+                    }
                 };
-                let mut graph = Graph::new(Vec::new(), output, events).with_classifier(classifier);
-                if let Err(e) = graph.replace(plan) {
-                    let _ = ready_tx.send(Err(anyhow!("worker {index}: {e}")));
-                    return Stats::default();
-                }
-                let mut worker = Worker::new(name, poll, vector, ports, graph, rx, mb)
-                    .with_id(index)
-                    .start_held(held)
-                    .with_latency(latency);
                 if let Some(f) = fast {
                     worker = worker.with_fast_path(f);
                 }
@@ -869,12 +992,25 @@ impl Dataplane {
 
     /// True once every worker thread has ended (e.g. after a `shutdown` command).
     pub fn finished(&self) -> bool {
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(slot) = &self.controller.inner.inline {
+            let slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            return matches!(*slot, Inline::Stopped(_));
+        }
         self.workers.iter().all(|w| w.is_finished())
     }
 
     /// Stops the workers (if still running) and returns their final stats, merged.
     pub fn stop(mut self) -> anyhow::Result<Stats> {
         let _ = self.controller.shutdown();
+        #[cfg(any(test, feature = "fuzzing"))]
+        if let Some(slot) = &self.controller.inner.inline {
+            let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            return match std::mem::replace(&mut *slot, Inline::Stopped(Box::default())) {
+                Inline::Stopped(last) => Ok(*last),
+                Inline::Running(_) => bail!("the inline worker did not stop"),
+            };
+        }
         if self.workers.is_empty() {
             bail!("already stopped");
         }

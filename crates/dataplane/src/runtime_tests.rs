@@ -344,23 +344,65 @@ fn control_seed_session_reaches_every_command() {
         "test.yaml",
     )
     .unwrap();
-    let (open, _inside, _outside) = crate::mem_port::mem_ports();
-    let dp = Dataplane::start_with_ports(&cfg, crate::vnf_builder(dir.path()), open).unwrap();
-    let ctl = dp.controller();
     let session = include_str!("../fuzz/seeds/control_line/session.txt");
-    let answers: Vec<serde_json::Value> = session
-        .lines()
-        .map(|l| serde_json::from_str(&ctl.handle_line(l.trim())).unwrap())
-        .collect();
-    let errors: Vec<bool> = answers.iter().map(|a| a.get("error").is_some()).collect();
-    // stats, export fw, import "AAAA" (not a blob), hold, release, drain, release, steer,
-    // poll, reconfigure (services), reconfigure (chain), export firewall, bogus, not JSON
-    let want = [
-        false, false, true, false, false, false, false, true, false, false, false, false, true,
-        true,
-    ];
-    assert_eq!(errors, want, "{answers:#?}");
-    assert!(answers[0].get("workers").is_some());
-    assert_eq!(answers[11]["node"], "firewall");
-    dp.stop().unwrap();
+    // The worker on its own thread, then on the caller's (the fuzz target's way): the
+    // same answers but for the clocks of the stats.
+    let mut runs = Vec::new();
+    for inline in [false, true] {
+        let (open, _inside, _outside) = crate::mem_port::mem_ports();
+        let builder = crate::vnf_builder(dir.path());
+        let dp = if inline {
+            Dataplane::start_inline(&cfg, builder, open)
+        } else {
+            Dataplane::start_with_ports(&cfg, builder, open)
+        }
+        .unwrap();
+        let ctl = dp.controller();
+        let answers: Vec<serde_json::Value> = session
+            .lines()
+            .map(|l| serde_json::from_str(&ctl.handle_line(l.trim())).unwrap())
+            .collect();
+        let errors: Vec<bool> = answers.iter().map(|a| a.get("error").is_some()).collect();
+        // stats, export fw, import "AAAA" (not a blob), hold, release, drain, release,
+        // steer, poll, reconfigure (services), reconfigure (chain), export firewall,
+        // bogus, not JSON
+        let want = [
+            false, false, true, false, false, false, false, true, false, false, false, false, true,
+            true,
+        ];
+        assert_eq!(errors, want, "inline: {inline}: {answers:#?}");
+        assert!(answers[0].get("workers").is_some());
+        assert_eq!(answers[11]["node"], "firewall");
+        let shutdown: serde_json::Value =
+            serde_json::from_str(&ctl.handle_line(r#"{"cmd":"shutdown"}"#)).unwrap();
+        assert_eq!(shutdown["ok"], true);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dp.finished() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let after = ctl.handle_line(r#"{"cmd":"stats"}"#);
+        assert!(after.contains("has stopped"), "inline: {inline}: {after}");
+        let last = dp.stop().unwrap();
+        assert_eq!(
+            last.node("firewall").map(|n| n.name.as_str()),
+            Some("firewall")
+        );
+        runs.push((answers, last.poll));
+    }
+    let without_clocks = |answers: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        answers
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                for key in ["uptime_s", "workers", "cpu_pct"] {
+                    if let Some(o) = a.as_object_mut() {
+                        o.remove(key);
+                    }
+                }
+                a
+            })
+            .collect()
+    };
+    assert_eq!(without_clocks(&runs[0].0), without_clocks(&runs[1].0));
+    assert_eq!(runs[0].1, runs[1].1);
 }

@@ -224,10 +224,7 @@ impl Worker {
             self.mailbox.notifier.fd(),
         ]);
         let mut held_waiter = Waiter::new(&[self.mailbox.notifier.fd()]);
-        self.started_ns = monotonic_ns();
-        self.tid = nfx_io::cpu::gettid();
-        self.cpu_at_start = thread_cpu_time();
-        self.window = (self.started_ns, self.cpu_at_start);
+        self.begin();
         let tick_ns = TICK.as_nanos() as u64;
         let spin_ns = ADAPTIVE_SPIN.as_nanos() as u64;
         let mut next_tick = self.started_ns + tick_ns;
@@ -290,9 +287,38 @@ impl Worker {
                 }
             }
         }
+        self.finish()
+    }
+
+    /// Starts the clocks of the stats (uptime, CPU) on the thread that runs the worker.
+    fn begin(&mut self) {
+        self.started_ns = monotonic_ns();
+        self.tid = nfx_io::cpu::gettid();
+        self.cpu_at_start = thread_cpu_time();
+        self.window = (self.started_ns, self.cpu_at_start);
+    }
+
+    /// Flushes the events and returns the final stats.
+    pub(crate) fn finish(mut self) -> Stats {
         self.graph.flush_events();
         self.sample_socket_drops();
         self.stats()
+    }
+
+    /// Starts a worker run on its caller's thread ([`Worker::serve_pending`]).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn start_inline(mut self) -> Self {
+        self.begin();
+        self
+    }
+
+    /// On a worker run on its caller's thread: serves the commands queued since the
+    /// last call, as the loop does between two vectors. Returns true when one told the
+    /// worker to stop ([`Worker::finish`] then gives its final stats).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn serve_pending(&mut self) -> bool {
+        self.mailbox.notifier.clear();
+        self.mailbox.pending.swap(false, Ordering::Acquire) && self.serve_commands()
     }
 
     /// While held: takes one vector off port `side` into its stash, if it has room.

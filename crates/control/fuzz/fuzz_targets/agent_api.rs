@@ -6,7 +6,8 @@
 //! refused before a process could start, and its steering renders real nftables
 //! scripts into tools that change nothing. Nothing panics; without the token every
 //! known route answers 401 (or 405) before the body is read; every answer that is not
-//! a success is JSON `{"error": ...}`; a body over the agent's limit is refused with 413;
+//! a success is JSON `{"error": ...}`; a body over the agent's limit is refused with 413
+//! (but by `PUT /agent/v1/instances/{id}/flows`, whose flow state has a larger limit);
 //! a failed call leaves the programmed paths as they were; no deploy succeeds.
 #![no_main]
 
@@ -29,7 +30,7 @@ const TOKEN: &str = "fuzz-agent-token-0123456789";
 const METHODS: [&str; 6] = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"];
 
 /// The agent's routes; an index past them means "path from the input".
-const PATHS: [&str; 12] = [
+const PATHS: [&str; 13] = [
     "/metrics",
     "/agent/v1/health",
     "/agent/v1/energy",
@@ -42,9 +43,11 @@ const PATHS: [&str; 12] = [
     "/agent/v1/instances/web-firewall-0/config",
     "/agent/v1/migrations",
     "/agent/v1/tunnels/web-esp-0/key",
+    "/agent/v1/instances/web-firewall-0/flows",
 ];
 
-/// The (method, path) pairs whose handler reads a body.
+/// The (method, path) pairs whose handler reads a body with the agent's limit
+/// (`PUT .../flows` takes flow state up to a larger limit of its own).
 const BODY_ROUTES: [(&str, &str); 8] = [
     ("POST", "/agent/v1/knobs"),
     ("POST", "/agent/v1/tunnels/web-esp-0/engine"),

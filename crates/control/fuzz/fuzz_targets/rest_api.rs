@@ -5,10 +5,13 @@
 //! changes anything (403); every answer that is not a success is JSON `{"error": ...}`;
 //! afterwards the service list still answers, and when any request could have written
 //! (a method other than GET/HEAD with the admin token) the journal reopens and
-//! reconciles, holding the same services: a bad request loses no state.
+//! reconciles, holding the same services: a bad request loses no state. Each input's
+//! journal starts as a copy of an empty one the controller's own `Store::open` made once
+//! per process (as `nfx up` opens the journal its first start made): creating its tables
+//! for every input was most of the time of opening the controller.
 #![no_main]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
@@ -61,6 +64,19 @@ fn infra() -> Infrastructure {
     INFRA_PARSED
         .get_or_init(|| Infrastructure::from_yaml("infra.yaml", INFRA).expect("infrastructure"))
         .clone()
+}
+
+/// An empty journal (its tables created by `Store::open`), made once per process.
+fn empty_journal() -> &'static Path {
+    static JOURNAL: OnceLock<PathBuf> = OnceLock::new();
+    JOURNAL.get_or_init(|| {
+        let dir = scratch("rest-empty");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let db = dir.join("state.db");
+        drop(nfx_control::store::Store::open(&db).expect("empty journal"));
+        db
+    })
 }
 
 fn config(db: PathBuf) -> UpConfig {
@@ -174,7 +190,9 @@ fuzz_target!(|data: &[u8]| {
     let dir = scratch("rest");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    let cfg = config(dir.join("state.db"));
+    let db = dir.join("state.db");
+    std::fs::copy(empty_journal(), &db).expect("copying the empty journal");
+    let cfg = config(db);
     let (app, ctl) = open(&cfg);
     for c in &session {
         let Some((code, answer)) = send(&app, c) else {
