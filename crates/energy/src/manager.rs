@@ -98,6 +98,7 @@ pub struct PowerManager {
     boxes: Vec<BoxState>,
     cpus: Vec<usize>,
     consolidated: Option<bool>,
+    reprobes: u64,
 }
 
 impl PowerManager {
@@ -119,6 +120,7 @@ impl PowerManager {
             boxes,
             cpus: if cpus.is_empty() { vec![0] } else { cpus },
             consolidated: None,
+            reprobes: 0,
         }
     }
 
@@ -128,6 +130,12 @@ impl PowerManager {
             .iter()
             .map(|b| (b.spec.name.clone(), b.prober.level()))
             .collect()
+    }
+
+    /// Probes started over because a box's offered load changed, over all boxes: a
+    /// re-probe at full speed changes no knob, so it shows here and not as an action.
+    pub fn reprobes(&self) -> u64 {
+        self.reprobes
     }
 
     /// Probe steps the last completed probe of each box took to settle.
@@ -154,6 +162,7 @@ impl PowerManager {
         for (b, s) in self.boxes.iter_mut().zip(samples) {
             let Some(s) = s else { continue };
             let d = b.prober.step(&s.sample);
+            self.reprobes += u64::from(d.reprobe);
             let holds = d.phase == Phase::Settled && !d.changed && !d.confirming;
             b.steady = if holds { b.steady + 1 } else { 0 };
             if d.phase == Phase::Settled && (d.changed || b.settled_after.is_none()) {
@@ -327,6 +336,15 @@ mod tests {
         assert!(all.iter().all(|a| !a.reason.is_empty()));
         // No poll change at a low rate with the latency kept.
         assert!(!all.iter().any(|a| matches!(a.setting, Setting::Poll(_))));
+        assert_eq!(m.reprobes(), 0);
+        // The load doubles: both boxes re-probe in the same round (the settled NAT box
+        // goes back to full speed: an action; each counts once).
+        let sp = m.speeds();
+        let acts = m.step(&[
+            Some(sample(sp[0].1, 0.08, 40e6, 4_000.0)),
+            Some(sample(sp[1].1, 0.60, 40e6, 4_000.0)),
+        ]);
+        assert_eq!(m.reprobes(), 2, "{acts:?}");
     }
 
     #[test]

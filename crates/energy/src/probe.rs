@@ -115,6 +115,9 @@ pub struct Decision {
     pub probe_steps: u32,
     /// The window failed and awaits confirmation by the next one (the level is held).
     pub confirming: bool,
+    /// This decision started a new probe because the offered load changed (whether or
+    /// not the level changed with it: a rise at full speed re-probes from there).
+    pub reprobe: bool,
     /// Why, for the operation record.
     pub reason: String,
 }
@@ -246,6 +249,7 @@ impl Prober {
             phase: self.phase,
             probe_steps: self.steps,
             confirming: false,
+            reprobe: false,
             reason,
         }
     }
@@ -268,14 +272,16 @@ impl Prober {
                 was / 1e6,
                 s.offered_bps / 1e6
             );
-            if rose && self.idx > 0 {
+            let why = if rose && self.idx > 0 {
                 self.idx = 0;
-                return self.decide(from, format!("{why}: back to full speed, re-probing"));
-            }
-            return self.decide(
-                from,
-                format!("{why}: re-probing from {}", pct(self.level())),
-            );
+                format!("{why}: back to full speed, re-probing")
+            } else {
+                format!("{why}: re-probing from {}", pct(self.level()))
+            };
+            return Decision {
+                reprobe: true,
+                ..self.decide(from, why)
+            };
         }
         self.load_ref.get_or_insert(s.offered_bps);
         if self.phase == Phase::Probing {
@@ -516,9 +522,15 @@ mod tests {
         let (s, _) = curve(p.level(), 0.60, 200e6);
         let d = p.step(&s);
         assert!(
-            d.changed && d.level == 1.0 && d.reason.contains("rose"),
+            d.changed && d.level == 1.0 && d.reason.contains("rose") && d.reprobe,
             "{d:?}"
         );
+        // Still at full speed, the load rises again: a re-probe that changes no level.
+        let (s, _) = curve(p.level(), 0.60, 300e6);
+        let d = p.step(&s);
+        assert!(d.reprobe && !d.changed && d.level == 1.0, "{d:?}");
+        let (s, _) = curve(p.level(), 0.60, 300e6);
+        assert!(!p.step(&s).reprobe);
         let (steps, level) = settle(&mut p, 0.60, 200e6);
         assert_eq!(level, 0.7);
         assert!(steps <= 10);

@@ -457,13 +457,14 @@ fn run_case(b: &Bench<'_>, case: Case) -> anyhow::Result<CaseRun> {
                     worker_cpu: group(&r, "nat/worker").map(|g| g.cpu_cores).unwrap_or(0.0),
                     tc_delivery: delivery(&fps_window),
                 };
+                let reprobes = m.reprobes();
                 let actions = m.step(&box_samples(&tick, &rates, &knobs));
                 let moved = (tick.offered_mbps - before).abs() > 0.2 * before.max(0.1);
                 if awaiting_reprobe && change_seen.is_none() && moved {
                     change_seen = Some(tick.t_s - dt);
                 }
                 if let Some(seen) = change_seen.filter(|_| awaiting_reprobe) {
-                    if actions.iter().any(|x| x.reason.contains("offered load")) {
+                    if m.reprobes() > reprobes {
                         let d = tick.t_s - seen;
                         reprobe_s = Some(reprobe_s.map_or(d, |r: f64| r.max(d)));
                         awaiting_reprobe = false;
